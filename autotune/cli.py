@@ -1,0 +1,278 @@
+"""The ``autotune`` command line: parse, call one function, print; errors through one funnel.
+
+User errors print ``Error: ...`` (plus ``hint:``/``log:`` lines) and exit 2; runtime failures exit 1;
+a traceback only with ``--debug``. Heavy imports stay inside the commands so ``--help`` is instant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import Iterator
+from enum import Enum
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from autotune.errors import AutotuneError
+
+app = typer.Typer(
+    help="Find the fastest launch configuration of an LLM inference server by experiment.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+_state = {"debug": False}
+
+
+@contextlib.contextmanager
+def error_funnel() -> Iterator[None]:
+    """Turn autotune's errors into one clear line and the right exit code."""
+    try:
+        yield
+    except AutotuneError as exc:
+        if _state["debug"]:
+            raise
+        err_console.print(f"[bold red]Error:[/bold red] {exc.message}", highlight=False, soft_wrap=True)
+        if exc.hint:
+            err_console.print(f"hint: {exc.hint}", highlight=False, soft_wrap=True)
+        if exc.log_path:
+            err_console.print(f"log: {exc.log_path}", highlight=False, soft_wrap=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
+@app.callback()
+def main_options(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+) -> None:
+    _state["debug"] = debug
+
+
+StudiesDir = Annotated[Path, typer.Option("--studies-dir", help="Folder for study databases, logs and artifacts.")]
+StorageOpt = Annotated[
+    Optional[str],
+    typer.Option("--storage", help="Any SQLAlchemy URL. Default: sqlite:///<studies-dir>/<study>.db"),
+]
+
+
+class Sampler(str, Enum):
+    tpe = "tpe"
+    random = "random"
+
+
+class Format(str, Enum):
+    yaml = "yaml"
+    sh = "sh"
+    systemd = "systemd"
+
+
+def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@app.command()
+def study(
+    space_file: Annotated[Path, typer.Argument(help="Search-space YAML file.", metavar="SPACE")],
+    name: Annotated[
+        Optional[str], typer.Option("--name", help="Study name (default: the space's 'study' key, or the file name).")
+    ] = None,
+    storage: StorageOpt = None,
+    studies_dir: StudiesDir = Path("studies"),
+    trials: Annotated[Optional[int], typer.Option("--trials", min=1, help="Trials to run in this invocation.")] = None,
+    timeout: Annotated[Optional[str], typer.Option("--timeout", help="Time budget, e.g. 45m or 8h.")] = None,
+    sampler: Annotated[Sampler, typer.Option("--sampler", help="Search strategy.")] = Sampler.tpe,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Sampler seed, for a reproducible search.")] = None,
+) -> None:
+    """Run (or resume) a study: launch, measure and compare configurations until the budget is spent.
+
+    Re-running with the same study name resumes it: measured trials are kept, baselines are not
+    measured again. Ctrl-C stops the current server and records the trial as interrupted.
+    """
+    with error_funnel():
+        from autotune.report import LiveView, best_summary, trials_table
+        from autotune.space import load_space
+        from autotune.study import StudyPaths, StudyRunner, best_record, parse_duration, preflight, records
+
+        space = load_space(space_file)
+        if trials is None and timeout is None:
+            raise AutotuneError("give --trials N and/or --timeout DURATION so the study knows when to stop")
+        timeout_s = parse_duration(timeout) if timeout else None
+        study_name = name or space.study or space_file.stem
+        paths = StudyPaths(studies_dir, study_name)
+        storage_url = storage or paths.default_storage
+        console.print(f"[bold]autotune study[/bold] {study_name}  ({storage_url})", highlight=False)
+        checked = preflight(space)
+        simulated = checked.inventory is not None and checked.inventory.simulated
+        if simulated:
+            console.print("[yellow]GPUs are simulated: this study runs on the autotune SGLang twin.[/yellow]")
+        runner = StudyRunner(
+            checked, name=study_name, storage_url=storage_url, paths=paths, sampler=sampler.value, seed=seed
+        )
+        killed, failed = runner.recover()
+        if killed or failed:
+            console.print(f"recovered: killed {killed} orphaned server(s), marked {failed} stale trial(s) failed")
+        queued = runner.enqueue_baselines()
+        if queued:
+            console.print(f"baselines queued: {', '.join(queued)}", highlight=False)
+        view = LiveView(console, total=trials, timeout_s=timeout_s, simulated=simulated)
+        runner.events = view
+        previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+        interrupted = False
+        try:
+            with view:
+                runner.run(trials=trials, timeout_s=timeout_s)
+        except KeyboardInterrupt:
+            interrupted = True
+            runner.stop_reason = "interrupted"
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        all_records = records(runner.study)
+        best = best_record(runner.study)
+        console.print(trials_table(all_records, flag_names=list(space.tuned), best=best.number if best else None))
+        console.print(best_summary(best, simulated=simulated))
+        console.print(
+            f"stopped: {runner.stop_reason}.  Export the best: autotune export {study_name} --format sh"
+            + (f" --storage {storage}" if storage else ""),
+            highlight=False,
+        )
+        if interrupted:
+            raise typer.Exit(130)
+
+
+def _open(name: str, storage: str | None, studies_dir: Path):  # type: ignore[no-untyped-def]
+    from autotune.study import StudyPaths, load_existing_study
+
+    paths = StudyPaths(studies_dir, name)
+    url = storage or paths.default_storage
+    if storage is None and not (studies_dir / f"{name}.db").exists():
+        from autotune.errors import StorageError
+
+        raise StorageError(
+            f"no study named {name!r}: {studies_dir / (name + '.db')} does not exist",
+            hint="pass --storage URL or --studies-dir DIR if it lives elsewhere",
+        )
+    return load_existing_study(name, url)
+
+
+@app.command()
+def show(
+    study_name: Annotated[str, typer.Argument(help="Study name.", metavar="STUDY")],
+    storage: StorageOpt = None,
+    studies_dir: StudiesDir = Path("studies"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+) -> None:
+    """Show every trial of a study: outcome, key flags, decode tok/s, accept length."""
+    with error_funnel():
+        from autotune.report import best_summary, trials_table
+        from autotune.study import best_record, records
+
+        opened = _open(study_name, storage, studies_dir)
+        all_records = records(opened)
+        best = best_record(opened)
+        if as_json:
+            payload = {
+                "study": study_name,
+                "simulated": opened.user_attrs.get("simulated", False),
+                "best_trial": best.number if best else None,
+                "trials": [r.model_dump(mode="json") for r in all_records],
+            }
+            print(json.dumps(payload, indent=2))
+            return
+        tuned = list(opened.user_attrs.get("space", {}).get("tuned", {}))
+        console.print(trials_table(all_records, flag_names=tuned, best=best.number if best else None))
+        console.print(best_summary(best, simulated=bool(opened.user_attrs.get("simulated"))))
+
+
+@app.command()
+def export(
+    study_name: Annotated[str, typer.Argument(help="Study name.", metavar="STUDY")],
+    fmt: Annotated[
+        Format, typer.Option("--format", "-f", help="yaml (profile), sh (launch script) or systemd (unit).")
+    ] = Format.yaml,
+    trial: Annotated[Optional[int], typer.Option("--trial", help="Export this trial instead of the best.")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to a file instead of stdout.")] = None,
+    host: Annotated[str, typer.Option("--host", help="Address the exported server listens on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port the exported server listens on.")] = 30000,
+    storage: StorageOpt = None,
+    studies_dir: StudiesDir = Path("studies"),
+) -> None:
+    """Export the best feasible configuration (or --trial N) as a profile, a script or a systemd unit."""
+    with error_funnel():
+        from autotune.errors import UserError
+        from autotune.profile import render
+        from autotune.study import best_record, build_profile, records
+
+        opened = _open(study_name, storage, studies_dir)
+        if trial is None:
+            chosen = best_record(opened)
+            if chosen is None:
+                raise UserError(f"study {study_name!r} has no feasible measured trial yet")
+        else:
+            chosen = next((r for r in records(opened) if r.number == trial), None)
+            if chosen is None or chosen.outcome != "ok":
+                raise UserError(f"trial {trial} of study {study_name!r} was not measured successfully")
+        text = render(build_profile(opened, chosen), fmt.value, host=host, port=port)
+        if output is None:
+            sys.stdout.write(text)
+        else:
+            output.write_text(text)
+            if fmt is Format.sh:
+                output.chmod(0o755)
+            console.print(f"wrote {output}")
+
+
+@app.command()
+def check(
+    space_file: Annotated[Path, typer.Argument(help="Search-space YAML file.", metavar="SPACE")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+) -> None:
+    """Validate a search space, check its flags against the launcher's --help, print the baselines' commands."""
+    with error_funnel():
+        import shlex
+
+        from autotune.space import load_space
+        from autotune.study import preflight
+
+        space = load_space(space_file)
+        checked = preflight(space, read_gpus=False)
+        baselines = []
+        for baseline in space.baselines:
+            plan = checked.engine.normalise({**space.fixed, **baseline.flags})
+            argv = checked.engine.build_argv(
+                checked.launcher, model=space.model, plan=plan, host="127.0.0.1", port=30000
+            )
+            baselines.append({"name": baseline.name, "argv": argv, "engine_rules_applied": plan.notes})
+        if as_json:
+            payload = {
+                "space": str(space_file),
+                "engine": space.engine,
+                "valid": True,
+                "flags_checked": space.all_flag_names(),
+                "launcher_flags": len(checked.flag_set.flags),
+                "tuned": list(space.tuned),
+                "baselines": baselines,
+            }
+            print(json.dumps(payload, indent=2))
+            return
+        console.print(
+            f"[green]ok[/green] {space_file}: engine {space.engine}, "
+            f"{len(space.all_flag_names())} flags checked against the launcher's --help "
+            f"({len(checked.flag_set.flags)} known), {len(space.tuned)} tuned",
+            highlight=False,
+        )
+        for b in baselines:
+            console.print(f"\n[bold]baseline {b['name']}[/bold]", highlight=False)
+            for note in b["engine_rules_applied"]:
+                console.print(f"  engine rule: {note}", highlight=False)
+            console.print(shlex.join(b["argv"]), highlight=False, soft_wrap=True)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,19 @@
+"""Inference engines behind one interface (see :mod:`autotune.engines.base`)."""
+
+from __future__ import annotations
+
+from autotune.engines.base import Engine
+from autotune.errors import UserError
+
+
+def engine_names() -> list[str]:
+    return ["sglang"]
+
+
+def get_engine(name: str) -> Engine:
+    """The engine called ``name``; an unknown name lists the known ones."""
+    if name == "sglang":
+        from autotune.engines.sglang import SGLangEngine
+
+        return SGLangEngine()
+    raise UserError(f"unknown engine {name!r}; known engines: {', '.join(engine_names())}")

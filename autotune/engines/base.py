@@ -1,0 +1,220 @@
+"""The engine interface: everything that differs between inference servers.
+
+An engine turns a :class:`~autotune.space.Candidate` into a :class:`LaunchPlan` and speaks the
+server's HTTP protocol. Its phases, in the order the tuner uses them:
+
+1. valid flags: read the launcher's ``--help`` (``read_flag_set``) and check the space's flags;
+2. normalise: apply the engine's own documented rules to a candidate (``normalise``);
+3. argv: the full command line (``build_argv``);
+4. readiness: one probe of the running server (``is_ready``);
+5. effective config: what the server says it resolved (``effective_config``);
+6. failure classification: exit code + log text -> :class:`Failure` (``classify_failure``);
+7. requests: stream one generation and yield token counts (``stream_generate``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import re
+import subprocess
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping
+from enum import Enum
+from typing import ClassVar
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from autotune.errors import FlagError, LauncherError
+from autotune.space import FlagValue
+from autotune.workload import Prompt
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FailureKind(str, Enum):
+    """Why a launch did not produce a measurable server."""
+
+    MEMORY_TOO_LOW = "infeasible-memory-low"
+    MEMORY_TOO_HIGH = "infeasible-memory-high"
+    INVALID_CONFIG = "invalid-config"
+    LAUNCH_TIMEOUT = "launch-timeout"
+    CRASHED = "crashed"
+
+    @property
+    def is_memory(self) -> bool:
+        return self in (FailureKind.MEMORY_TOO_LOW, FailureKind.MEMORY_TOO_HIGH)
+
+
+class Failure(_Frozen):
+    kind: FailureKind
+    reason: str = Field(description="the log line or rule that decided the kind")
+
+
+class InvalidConfig(Exception):
+    """Raised by ``normalise`` when the engine would refuse this combination of flags."""
+
+
+class FlagSet(_Frozen):
+    """The flags a launcher accepts, read from its ``--help``."""
+
+    flags: frozenset[str]
+    switches: frozenset[str] = frozenset()
+
+    def check(self, names: list[str], *, engine: str, renamed: Mapping[str, str] | None = None) -> None:
+        for name in names:
+            if name in self.flags:
+                continue
+            hint = None
+            if renamed and name in renamed:
+                hint = f"it was renamed to --{renamed[name]}"
+            else:
+                close = difflib.get_close_matches(name, sorted(self.flags), n=1)
+                if close:
+                    hint = f"did you mean --{close[0]}?"
+            raise FlagError(
+                f"unknown flag --{name}: the {engine} behind this launcher does not accept it", flag=name, hint=hint
+            )
+
+
+class LaunchPlan(_Frozen):
+    """Everything needed to start one server, after the engine's rules were applied."""
+
+    engine: str
+    flags: dict[str, FlagValue] = Field(description="effective flags, after the engine's normalisation")
+    notes: list[str] = Field(default_factory=list, description="rewrites the engine's rules applied")
+
+    @property
+    def config_key(self) -> str:
+        """Identity of the effective configuration: two plans with one key are measured once."""
+        canonical = json.dumps({"engine": self.engine, "flags": self.flags}, sort_keys=True)
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+class EffectiveConfig(_Frozen):
+    """What the running server reports it resolved."""
+
+    version: str | None
+    values: dict[str, FlagValue | None]
+
+
+class StreamChunk(_Frozen):
+    """One streamed update of a generation."""
+
+    completion_tokens: int
+    prompt_tokens: int | None = None
+    finished: bool = False
+    accept_length: float | None = None
+    finish_reason: str | None = None
+
+
+_HELP_ENTRY = re.compile(r"^ {1,6}-")
+_LONG_OPTION = re.compile(r"--[A-Za-z0-9][\w-]*")
+
+
+def parse_help_flags(help_text: str) -> FlagSet:
+    """Collect the long options of an argparse-style ``--help``.
+
+    Only the invocation part of each entry counts (text before the description column), so a flag
+    merely mentioned in a description is not taken as valid.
+    """
+    flags: set[str] = set()
+    switches: set[str] = set()
+    for line in help_text.splitlines():
+        if not _HELP_ENTRY.match(line):
+            continue
+        invocation = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0]
+        for alternative in invocation.split(", "):
+            parts = alternative.split(maxsplit=1)
+            match = _LONG_OPTION.fullmatch(parts[0].split("=")[0])
+            if match is None:
+                continue
+            name = match.group(0)[2:]
+            flags.add(name)
+            if len(parts) == 1 and "=" not in parts[0]:
+                switches.add(name)
+    return FlagSet(flags=frozenset(flags), switches=frozenset(switches - {"help"}))
+
+
+def run_help(argv: list[str], *, env: Mapping[str, str] | None = None, timeout_s: float = 120.0) -> str:
+    """Run ``argv`` (a launcher plus ``--help``) and return what it printed."""
+    try:
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env={**os.environ, **(env or {})},
+            check=False,
+        )
+    except FileNotFoundError:
+        raise LauncherError(f"launcher not found: {argv[0]}", hint="check 'launcher' in the search space") from None
+    except PermissionError:
+        raise LauncherError(f"launcher is not executable: {argv[0]}") from None
+    except subprocess.TimeoutExpired:
+        raise LauncherError(f"'{' '.join(argv)}' did not finish within {timeout_s:.0f} s") from None
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        raise LauncherError(f"'{' '.join(argv)}' failed with exit code {proc.returncode}: {tail[0]}")
+    return proc.stdout
+
+
+class Engine(ABC):
+    """Base class of every engine; see the module docstring for the phases."""
+
+    name: ClassVar[str]
+    renamed_flags: ClassVar[Mapping[str, str]] = {}
+    reserved_flags: ClassVar[frozenset[str]] = frozenset()
+    """Flags autotune sets itself (model, host, port); a space may not set them."""
+
+    def read_flag_set(self, launcher: list[str], *, env: Mapping[str, str] | None = None) -> FlagSet:
+        return parse_help_flags(run_help([*launcher, "--help"], env=env))
+
+    def check_flags(self, names: list[str], flag_set: FlagSet) -> None:
+        for name in names:
+            if name in self.reserved_flags:
+                raise FlagError(f"--{name} is set by autotune itself; remove it from the search space", flag=name)
+        flag_set.check(names, engine=self.name, renamed=self.renamed_flags)
+
+    @abstractmethod
+    def normalise(self, flags: Mapping[str, FlagValue]) -> LaunchPlan:
+        """Apply the engine's own rules; raise :class:`InvalidConfig` for what it would refuse."""
+
+    @abstractmethod
+    def build_argv(self, launcher: list[str], *, model: str, plan: LaunchPlan, host: str, port: int) -> list[str]:
+        """The full command line that starts the server."""
+
+    @abstractmethod
+    def is_ready(self, client: httpx.Client, base_url: str) -> bool:
+        """One readiness probe; connection errors count as not ready."""
+
+    @abstractmethod
+    def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> EffectiveConfig:
+        """Read back what the server resolved for the plan's flags."""
+
+    @abstractmethod
+    def classify_failure(self, *, exit_code: int | None, log_text: str, timed_out: bool) -> Failure:
+        """Decide why a launch failed from its exit code and log."""
+
+    @abstractmethod
+    def stream_generate(
+        self, client: httpx.AsyncClient, base_url: str, prompt: Prompt, *, max_tokens: int
+    ) -> AsyncIterator[StreamChunk]:
+        """Send one prompt and yield an update per streamed event."""
+
+
+def flag_argv(flags: Mapping[str, FlagValue]) -> list[str]:
+    """``{"tp-size": 2, "enable-metrics": True}`` -> ``["--tp-size", "2", "--enable-metrics"]``."""
+    argv: list[str] = []
+    for name, value in flags.items():
+        if value is False:
+            continue
+        argv.append(f"--{name}")
+        if value is not True:
+            argv.append(str(value))
+    return argv

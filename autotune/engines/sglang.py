@@ -1,0 +1,202 @@
+"""SGLang (``python -m sglang.launch_server`` / ``sglang serve``): flags, launch rules, protocol.
+
+The rules applied in :meth:`SGLangEngine.normalise` are the ones SGLang 0.5.23 applies at launch
+(see shared/sglang.md); autotune applies them first so equal effective configs are measured once
+and configs SGLang would refuse are never launched.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Mapping
+
+import httpx
+
+from autotune.engines.base import (
+    EffectiveConfig,
+    Engine,
+    Failure,
+    FailureKind,
+    InvalidConfig,
+    LaunchPlan,
+    StreamChunk,
+    flag_argv,
+)
+from autotune.space import FlagValue
+from autotune.workload import Prompt
+
+STEPS = "speculative-num-steps"
+TOPK = "speculative-eagle-topk"
+DRAFT = "speculative-num-draft-tokens"
+ALGORITHM = "speculative-algorithm"
+DRAFT_MODEL = "speculative-draft-model-path"
+DFLASH_BLOCK = "speculative-dflash-block-size"
+RADIX_STRATEGY = "mamba-radix-cache-strategy"
+CONTEXT = "context-length"
+
+# Log text -> failure kind, checked in order (sglang.md "Memory").
+_MEMORY_TOO_LOW = (
+    "Loaded weights leave no GPU memory for the KV cache",
+    "Not enough memory. Please try to increase --mem-fraction-static",
+    "Not enough GPU memory for hybrid (mamba/linear-attention) state cache",
+    "Hybrid (mamba/linear-attention) state cache is too small to serve any requests",
+)
+_MEMORY_TOO_HIGH = ("Capture cuda graph failed", "CUDA out of memory", "torch.OutOfMemoryError")
+_INVALID = (
+    re.compile(r"error: unrecognized arguments: .*"),
+    re.compile(r"error: ambiguous option: .*"),
+    re.compile(r"error: argument .*"),
+    re.compile(r"^AssertionError.*$", re.MULTILINE),
+    re.compile(r"^ValueError: .*$", re.MULTILINE),
+)
+
+
+def _line_with(text: str, needle: str) -> str:
+    for line in text.splitlines():
+        if needle in line:
+            return line.strip()
+    return needle
+
+
+def parse_context_length(value: FlagValue) -> int:
+    """SGLang accepts ``131072`` and ``128K`` / ``1M`` spellings."""
+    if isinstance(value, bool):
+        raise InvalidConfig(f"--{CONTEXT} must be a number, not {value!r}")
+    if isinstance(value, int):
+        return value
+    text = str(value).strip().upper()
+    scale = {"K": 1024, "M": 1024 * 1024}.get(text[-1:], 1)
+    digits = text[:-1] if scale > 1 else text
+    try:
+        return int(float(digits) * scale)
+    except ValueError:
+        raise InvalidConfig(f"--{CONTEXT} {value!r} is not a length") from None
+
+
+class SGLangEngine(Engine):
+    name = "sglang"
+    renamed_flags = {
+        "mamba-scheduler-strategy": RADIX_STRATEGY,
+        "cuda-graph-max-bs": "cuda-graph-max-bs-decode",
+    }
+    reserved_flags = frozenset({"model-path", "model", "host", "port"})
+
+    def normalise(self, flags: Mapping[str, FlagValue]) -> LaunchPlan:
+        """SGLang's launch-time rules (0.5.23):
+
+        - steps, topk and draft tokens are given all together or not at all;
+        - topk == 1 => draft tokens = steps + 1 (SGLang rewrites it silently; autotune fills it in);
+        - DFLASH needs a draft model, forces steps and topk to 1, and its block size equals the
+          draft tokens;
+        - ``MTP`` parses but fails at launch (NEXTN is the name for built-in MTP heads);
+        - the ``extra_buffer`` mamba strategy allows at most 256 draft tokens;
+        - ``128K``-style context lengths are read as numbers.
+        """
+        out: dict[str, FlagValue] = {}
+        for name, value in flags.items():
+            if value is False:
+                continue
+            out[name] = round(value, 6) if isinstance(value, float) else value
+        notes: list[str] = []
+        if CONTEXT in out:
+            out[CONTEXT] = parse_context_length(out[CONTEXT])
+
+        algorithm = str(out[ALGORITHM]).upper() if ALGORITHM in out else None
+        if algorithm == "MTP":
+            raise InvalidConfig("--speculative-algorithm MTP fails at launch; use NEXTN for built-in MTP heads")
+        if algorithm == "DFLASH":
+            if DRAFT_MODEL not in out:
+                raise InvalidConfig("DFLASH needs --speculative-draft-model-path")
+            for forced in (STEPS, TOPK):
+                if out.get(forced, 1) != 1:
+                    notes.append(f"DFLASH forces --{forced} 1 (was {out[forced]})")
+                out[forced] = 1
+            if DFLASH_BLOCK in out and DRAFT in out and out[DFLASH_BLOCK] != out[DRAFT]:
+                raise InvalidConfig(f"--{DFLASH_BLOCK} must equal --{DRAFT}")
+            if DRAFT not in out and DFLASH_BLOCK in out:
+                out[DRAFT] = out[DFLASH_BLOCK]
+            if DRAFT not in out:
+                raise InvalidConfig(f"DFLASH needs --{DRAFT} (its block size)")
+
+        if algorithm not in (None, "DFLASH") and out.get(TOPK) == 1 and STEPS in out:
+            implied = int(out[STEPS]) + 1
+            if DRAFT in out and out[DRAFT] != implied:
+                notes.append(f"topk 1: --{DRAFT} {out[DRAFT]} becomes steps + 1 = {implied}")
+            out[DRAFT] = implied
+        given = [f for f in (STEPS, TOPK, DRAFT) if f in out]
+        if given and len(given) < 3:
+            missing = ", ".join(f"--{f}" for f in (STEPS, TOPK, DRAFT) if f not in out)
+            raise InvalidConfig(f"speculative steps, topk and draft tokens go together; missing {missing}")
+        if given and algorithm is None:
+            raise InvalidConfig(f"speculative flags given without --{ALGORITHM}")
+        if algorithm is not None and str(out.get(RADIX_STRATEGY, "auto")) == "extra_buffer":
+            if int(out.get(DRAFT, 0)) > 256:
+                raise InvalidConfig(f"--{RADIX_STRATEGY} extra_buffer allows at most 256 draft tokens")
+        return LaunchPlan(engine=self.name, flags=out, notes=notes)
+
+    def build_argv(self, launcher: list[str], *, model: str, plan: LaunchPlan, host: str, port: int) -> list[str]:
+        return [*launcher, "--model-path", model, "--host", host, "--port", str(port), *flag_argv(plan.flags)]
+
+    def is_ready(self, client: httpx.Client, base_url: str) -> bool:
+        try:
+            return client.get(f"{base_url}/health", timeout=5.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> EffectiveConfig:
+        info = client.get(f"{base_url}/server_info", timeout=30.0).raise_for_status().json()
+        wanted = list(plan.flags) + [STEPS, TOPK, DRAFT, "mem-fraction-static", "max-running-requests", CONTEXT]
+        values: dict[str, FlagValue | None] = {}
+        for flag in dict.fromkeys(wanted):
+            key = flag.replace("-", "_")
+            if key in info and (info[key] is None or isinstance(info[key], (str, int, float, bool))):
+                values[flag] = info[key]
+        version = info.get("version")
+        return EffectiveConfig(version=str(version) if version is not None else None, values=values)
+
+    def classify_failure(self, *, exit_code: int | None, log_text: str, timed_out: bool) -> Failure:
+        for needle in _MEMORY_TOO_LOW:
+            if needle in log_text:
+                return Failure(kind=FailureKind.MEMORY_TOO_LOW, reason=_line_with(log_text, needle))
+        for needle in _MEMORY_TOO_HIGH:
+            if needle in log_text:
+                return Failure(kind=FailureKind.MEMORY_TOO_HIGH, reason=_line_with(log_text, needle))
+        if timed_out:
+            return Failure(
+                kind=FailureKind.LAUNCH_TIMEOUT, reason="the server did not become ready before the deadline"
+            )
+        for pattern in _INVALID:
+            match = pattern.search(log_text)
+            if match is not None:
+                return Failure(kind=FailureKind.INVALID_CONFIG, reason=match.group(0).strip() or "AssertionError")
+        lines = [line.strip() for line in log_text.splitlines() if line.strip()]
+        last = lines[-1] if lines else "(empty log)"
+        return Failure(kind=FailureKind.CRASHED, reason=f"exit code {exit_code}: {last}")
+
+    async def stream_generate(
+        self, client: httpx.AsyncClient, base_url: str, prompt: Prompt, *, max_tokens: int
+    ) -> AsyncIterator[StreamChunk]:
+        body = {
+            "text": prompt.text,
+            "sampling_params": {"max_new_tokens": max_tokens, "temperature": prompt.temperature},
+            "stream": True,
+        }
+        async with client.stream("POST", f"{base_url}/generate", json=body) as response:
+            response.raise_for_status()
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                meta = json.loads(data).get("meta_info", {})
+                finish = meta.get("finish_reason")
+                accept = meta.get("spec_accept_length")
+                yield StreamChunk(
+                    completion_tokens=int(meta.get("completion_tokens", 0)),
+                    prompt_tokens=meta.get("prompt_tokens"),
+                    finished=finish is not None,
+                    accept_length=float(accept) if accept is not None else None,
+                    finish_reason=finish.get("type") if isinstance(finish, dict) else finish,
+                )

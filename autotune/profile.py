@@ -1,0 +1,158 @@
+"""The exported profile: the winning launch, its numbers, and renderings as YAML, shell, systemd.
+
+Secret environment values never enter a profile: their names are kept (so the rendered command
+still asks for them) and their values are left to the deployment.
+"""
+
+from __future__ import annotations
+
+import shlex
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from autotune.engines import get_engine
+from autotune.engines.base import LaunchPlan
+from autotune.errors import UserError
+from autotune.space import FlagValue, is_secret_name, resolve_command
+
+ExportFormat = Literal["yaml", "sh", "systemd"]
+
+
+class ProfileMetric(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    value: float
+    unit: str
+    ci95: float | None = None
+    n: int | None = None
+
+
+class Profile(BaseModel):
+    """A measured launch configuration, ready to deploy or to re-check with ``autotune bench``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Literal[1] = 1
+    study: str
+    trial: int
+    engine: str
+    engine_version: str | None = None
+    model: str
+    launcher: list[str]
+    flags: dict[str, FlagValue]
+    env: dict[str, str | None] = Field(default_factory=dict, description="None marks a secret: set it yourself")
+    gpu_devices: list[int] | None = None
+    gpus: list[str] = Field(default_factory=list)
+    simulated: bool = False
+    suite: str | None = None
+    metrics: dict[str, ProfileMetric] = Field(default_factory=dict)
+    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+
+    def argv(self, *, host: str, port: int) -> list[str]:
+        plan = LaunchPlan(engine=self.engine, flags=self.flags)
+        return get_engine(self.engine).build_argv(
+            resolve_command(self.launcher), model=self.model, plan=plan, host=host, port=port
+        )
+
+    def summary(self) -> str:
+        parts = [f"study {self.study}, trial {self.trial}"]
+        speed = self.metrics.get("decode_tok_s")
+        if speed is not None:
+            ci = f" ± {speed.ci95:.1f}" if speed.ci95 is not None else ""
+            parts.append(f"decode {speed.value:.1f}{ci} {speed.unit}")
+        accept = self.metrics.get("accept_length")
+        if accept is not None:
+            parts.append(f"accept length {accept.value:.2f}")
+        if self.suite:
+            parts.append(f"suite {self.suite}")
+        if self.simulated:
+            parts.append("SIMULATED on the autotune twin, not a real GPU")
+        return "; ".join(parts)
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str | None]:
+    return {name: (None if is_secret_name(name) else value) for name, value in env.items()}
+
+
+def render_yaml(profile: Profile) -> str:
+    return yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False)
+
+
+def _environment(profile: Profile) -> tuple[dict[str, str], list[str]]:
+    plain = {k: v for k, v in profile.env.items() if v is not None}
+    if profile.gpu_devices is not None:
+        plain["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in profile.gpu_devices)
+    secrets = [k for k, v in profile.env.items() if v is None]
+    return plain, secrets
+
+
+def render_shell(profile: Profile, *, host: str, port: int) -> str:
+    plain, secrets = _environment(profile)
+    lines = ["#!/usr/bin/env bash", f"# autotune profile: {profile.summary()}", "set -euo pipefail"]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in plain.items()]
+    lines += [f': "${{{name}:?set {name} in the environment first}}"' for name in secrets]
+    lines.append("exec " + shlex.join(profile.argv(host=host, port=port)))
+    return "\n".join(lines) + "\n"
+
+
+def _systemd_quote(arg: str) -> str:
+    # systemd expands % specifiers and $VARIABLES in ExecStart: double them to keep them literal.
+    escaped = arg.replace("%", "%%").replace("$", "$$")
+    if escaped and all(c.isalnum() or c in "-_./:=,+@" for c in escaped):
+        return escaped
+    return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render_systemd(profile: Profile, *, host: str, port: int) -> str:
+    plain, secrets = _environment(profile)
+    lines = [
+        "[Unit]",
+        f"Description={profile.engine} server tuned by autotune ({profile.study}, trial {profile.trial})",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "",
+        "[Service]",
+        "Type=simple",
+        f"# {profile.summary()}",
+    ]
+    lines += [f"Environment={_systemd_quote(f'{k}={v}')}" for k, v in plain.items()]
+    if secrets:
+        lines.append(f"# Secrets ({', '.join(secrets)}) are not embedded: put NAME=value lines in this file.")
+        lines.append(f"EnvironmentFile=-/etc/autotune/{profile.study}.env")
+    lines += [
+        "ExecStart=" + " ".join(_systemd_quote(a) for a in profile.argv(host=host, port=port)),
+        "Restart=on-failure",
+        "RestartSec=10",
+        "KillMode=control-group",
+        "TimeoutStopSec=60",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render(profile: Profile, fmt: ExportFormat, *, host: str = "127.0.0.1", port: int = 30000) -> str:
+    if fmt == "yaml":
+        return render_yaml(profile)
+    if fmt == "sh":
+        return render_shell(profile, host=host, port=port)
+    return render_systemd(profile, host=host, port=port)
+
+
+def load_profile(path: Path) -> Profile:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return Profile.model_validate(data)
+    except FileNotFoundError:
+        raise UserError(f"{path}: profile not found") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: malformed YAML: {exc}") from None
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(p) for p in error["loc"])
+        raise UserError(f"{path}: {field}: {error['msg']}") from None

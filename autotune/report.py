@@ -1,0 +1,156 @@
+"""Rich output: the live view of a running study, trial tables, summaries.
+
+Presentation only: every number shown was computed elsewhere and arrives in a model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from autotune.space import Candidate, FlagValue
+from autotune.study import StudyEvents, TrialRecord
+
+_OUTCOME_STYLE = {
+    "ok": "green",
+    "infeasible-memory-low": "yellow",
+    "infeasible-memory-high": "yellow",
+    "invalid-config": "magenta",
+    "interrupted": "dim",
+}
+
+
+def _fmt(value: FlagValue | None) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return "" if value is None else str(value)
+
+
+def _speed(record: TrialRecord) -> str:
+    value = record.metric_value("decode_tok_s")
+    if value is None:
+        return "-"
+    ci = record.metrics.get("decode_tok_s", {}).get("ci95")
+    return f"{value:.1f}" + (f" ± {ci:.1f}" if isinstance(ci, (int, float)) else "")
+
+
+def trials_table(records: Sequence[TrialRecord], *, flag_names: Sequence[str], best: int | None = None) -> Table:
+    table = Table(title="trials", title_justify="left", show_lines=False)
+    table.add_column("#", justify="right")
+    table.add_column("outcome")
+    for name in flag_names:
+        table.add_column(name, justify="right", overflow="fold")
+    table.add_column("decode tok/s", justify="right")
+    table.add_column("accept len", justify="right")
+    table.add_column("note", overflow="fold")
+    for r in records:
+        accept = r.metric_value("accept_length")
+        note = r.baseline or ""
+        if r.duplicate_of is not None:
+            note = (note + " " if note else "") + f"same as #{r.duplicate_of}"
+        elif r.outcome != "ok" and r.reason:
+            note = (note + ": " if note else "") + r.reason[:80]
+        mark = " ★" if best is not None and r.number == best else ""
+        table.add_row(
+            f"{r.number}{mark}",
+            Text(r.outcome, style=_OUTCOME_STYLE.get(r.outcome, "red")),
+            *(_fmt(r.flags.get(n)) for n in flag_names),
+            _speed(r),
+            f"{accept:.2f}" if accept is not None else "-",
+            note,
+        )
+    return table
+
+
+def best_summary(record: TrialRecord | None, *, simulated: bool) -> RenderableType:
+    if record is None:
+        return Text("No feasible trial measured yet.", style="yellow")
+    accept = record.metric_value("accept_length")
+    lines = [
+        f"best: trial {record.number}" + (f" (baseline {record.baseline})" if record.baseline else ""),
+        f"decode: {_speed(record)} tok/s" + (f", accept length {accept:.2f}" if accept is not None else ""),
+        "flags: " + " ".join(f"--{k} {_fmt(v)}" if v is not True else f"--{k}" for k, v in record.flags.items()),
+    ]
+    if simulated:
+        lines.append("(simulated: measured on the autotune SGLang twin, not on real GPUs)")
+    return Panel("\n".join(lines), title="result", title_align="left", border_style="green")
+
+
+class LiveView(StudyEvents):
+    """What a user watches during ``autotune study``: current trial, phase, best so far, ETA."""
+
+    def __init__(self, console: Console, *, total: int | None, timeout_s: float | None, simulated: bool) -> None:
+        self.console = console
+        self.total = total
+        self.timeout_s = timeout_s
+        self.simulated = simulated
+        self.started = time.monotonic()
+        self.finished = 0
+        self.current: str = "preparing"
+        self.phase_text = ""
+        self.best: TrialRecord | None = None
+        self.live = Live(console=console, refresh_per_second=4, transient=True, get_renderable=self._render)
+
+    def __enter__(self) -> LiveView:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.__exit__(None, None, None)
+
+    def _eta(self) -> str:
+        elapsed = time.monotonic() - self.started
+        if self.total and self.finished:
+            remaining = elapsed / self.finished * (self.total - self.finished)
+            if self.timeout_s is not None:
+                remaining = min(remaining, max(0.0, self.timeout_s - elapsed))
+            return f"ETA {remaining / 60:.1f} min"
+        if self.timeout_s is not None:
+            return f"time left {max(0.0, self.timeout_s - elapsed) / 60:.1f} min"
+        return ""
+
+    def _render(self) -> RenderableType:
+        total = f"/{self.total}" if self.total else ""
+        head = Text.assemble(
+            ("trial ", "bold"),
+            (f"{self.finished + 1}{total}", "bold cyan"),
+            f"  {self.current}  ",
+            (self.phase_text, "yellow"),
+            f"  {self._eta()}",
+        )
+        best = (
+            "best so far: -"
+            if self.best is None
+            else (f"best so far: {_speed(self.best)} tok/s (trial {self.best.number})")
+        )
+        label = " [simulated]" if self.simulated else ""
+        return Group(head, Text(best + label, style="green"))
+
+    def trial_started(self, number: int, candidate: Candidate) -> None:
+        shown = candidate.params or candidate.flags
+        label = f"baseline {candidate.baseline}: " if candidate.baseline else ""
+        self.current = f"#{number} {label}" + " ".join(f"{k}={_fmt(v)}" for k, v in shown.items())
+        self.phase_text = "planning"
+
+    def phase(self, name: str, detail: str) -> None:
+        self.phase_text = f"{name} {detail}".strip()
+
+    def trial_finished(self, record: TrialRecord) -> None:
+        self.finished += 1
+        if (
+            record.feasible
+            and record.value is not None
+            and (self.best is None or record.value > (self.best.value or 0))
+        ):
+            self.best = record
+        style = _OUTCOME_STYLE.get(record.outcome, "red")
+        extra = f"{_speed(record)} tok/s" if record.outcome == "ok" else (record.reason or "")
+        if record.duplicate_of is not None:
+            extra += f" (same effective config as #{record.duplicate_of}, not relaunched)"
+        self.console.print(f"trial {record.number:>3} [{style}]{record.outcome}[/{style}] {extra}", highlight=False)

@@ -1,0 +1,245 @@
+"""One server process: spawn, log, wait until ready, stop; and finding orphans after a crash.
+
+Each launch runs in its own process group, logs to a file, and leaves a record (pid, process
+start time, argv) in a records folder before ``start`` returns. Stopping signals the whole group
+(TERM, a grace period, then KILL). A later run reads leftover records and kills the groups whose
+leader is still the same process (same pid *and* start time), never by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from pydantic import BaseModel, ConfigDict
+
+from autotune.errors import LauncherError, ServerError
+
+
+class ServerState(str, Enum):
+    NEW = "new"
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+class ServerRecord(BaseModel):
+    """What is written beside the study so an orphaned server can be found again."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pid: int
+    start_ticks: int | None
+    owner_pid: int
+    owner_start_ticks: int | None
+    argv: list[str]
+    log_path: str
+    started_at: datetime
+
+
+class ReadyResult(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ready: bool
+    exit_code: int | None = None
+    timed_out: bool = False
+    waited_s: float
+
+
+def find_free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (Linux), to tell a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after its last ')'.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[19])
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> bool:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class ServerProcess:
+    """A server owned by autotune; use as a context manager so every exit path stops it.
+
+    Args:
+        argv: the full command line (no shell).
+        env: environment for the server (merged over autotune's own).
+        log_path: file receiving the server's stdout and stderr.
+        records_dir: folder for the orphan records.
+        clock: monotonic clock, injectable for tests.
+    """
+
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        env: Mapping[str, str],
+        log_path: Path,
+        records_dir: Path,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.argv = argv
+        self.env = dict(env)
+        self.log_path = log_path
+        self.records_dir = records_dir
+        self.clock = clock
+        self.state = ServerState.NEW
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._record_path: Path | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def start(self) -> None:
+        if self.state is not ServerState.NEW:
+            raise ServerError(f"server already {self.state.value}")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.records_dir.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("wb")
+        try:
+            self._proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env},
+                start_new_session=True,  # own process group: stop() reaches every child
+            )
+        except FileNotFoundError:
+            self._log.close()
+            raise LauncherError(f"launcher not found: {self.argv[0]}") from None
+        except PermissionError:
+            self._log.close()
+            raise LauncherError(f"launcher is not executable: {self.argv[0]}") from None
+        self.state = ServerState.STARTING
+        record = ServerRecord(
+            pid=self._proc.pid,
+            start_ticks=process_start_ticks(self._proc.pid),
+            owner_pid=os.getpid(),
+            owner_start_ticks=process_start_ticks(os.getpid()),
+            argv=self.argv,
+            log_path=str(self.log_path),
+            started_at=datetime.now(timezone.utc),
+        )
+        self._record_path = self.records_dir / f"server-{self._proc.pid}.json"
+        self._record_path.write_text(record.model_dump_json(indent=2))
+
+    def poll(self) -> int | None:
+        """The exit code if the server has exited, else None."""
+        return self._proc.poll() if self._proc else None
+
+    def wait_ready(self, probe: Callable[[], bool], *, timeout_s: float, poll_s: float = 0.2) -> ReadyResult:
+        """Probe until ready, until the process exits, or until the deadline."""
+        started = self.clock()
+        deadline = started + timeout_s
+        while True:
+            exit_code = self.poll()
+            if exit_code is not None:
+                self.state = ServerState.FAILED
+                return ReadyResult(ready=False, exit_code=exit_code, waited_s=self.clock() - started)
+            if probe():
+                self.state = ServerState.READY
+                return ReadyResult(ready=True, waited_s=self.clock() - started)
+            if self.clock() >= deadline:
+                self.state = ServerState.FAILED
+                return ReadyResult(ready=False, timed_out=True, waited_s=self.clock() - started)
+            time.sleep(poll_s)
+
+    def stop(self, *, grace_s: float = 30.0) -> int | None:
+        """TERM the process group, wait up to ``grace_s``, then KILL. Safe to call twice."""
+        proc = self._proc
+        if proc is None or self.state is ServerState.STOPPED:
+            return proc.returncode if proc else None
+        self.state = ServerState.STOPPING
+        pgid = proc.pid
+        if proc.poll() is None or _group_alive(pgid):
+            _signal_group(pgid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+            # Children may outlive the leader: the whole group goes.
+            if _signal_group(pgid, signal.SIGKILL):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)
+        if self._log is not None:
+            self._log.close()
+        if self._record_path is not None:
+            self._record_path.unlink(missing_ok=True)
+        self.state = ServerState.STOPPED
+        return proc.returncode
+
+    def __enter__(self) -> ServerProcess:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def reap_orphans(records_dir: Path) -> list[ServerRecord]:
+    """Kill servers left behind by a tuner that died; return the ones found alive and killed.
+
+    A record counts only if its pid is still the same process (start time matches) and the tuner
+    that owned it is gone; records of dead processes are removed.
+    """
+    killed: list[ServerRecord] = []
+    if not records_dir.is_dir():
+        return killed
+    for path in sorted(records_dir.glob("server-*.json")):
+        try:
+            record = ServerRecord.model_validate_json(path.read_text())
+        except (OSError, ValueError):
+            path.unlink(missing_ok=True)
+            continue
+        owner_alive = record.owner_start_ticks is not None and (
+            process_start_ticks(record.owner_pid) == record.owner_start_ticks
+        )
+        if owner_alive:
+            continue  # its tuner is still running (this one, or another worker on this host)
+        if record.start_ticks is not None and process_start_ticks(record.pid) == record.start_ticks:
+            _signal_group(record.pid, signal.SIGKILL)
+            killed.append(record)
+        path.unlink(missing_ok=True)
+    return killed

@@ -1,0 +1,359 @@
+"""Search space: the YAML file a user edits, and the first arrow of the flow.
+
+Owns the file schema (pydantic, unknown keys rejected), loading with errors that name the file and
+the field, and turning an Optuna trial into a :class:`Candidate` (``suggest``). Knows nothing of
+processes or engines beyond the flag spelling the user wrote.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, Protocol
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from autotune.errors import SpaceError
+
+FlagValue = str | int | float | bool
+"""A flag's value as the user writes it; ``True`` means a bare switch, ``False`` leaves it out."""
+
+SPACE_VERSION = 1
+
+
+PYTHON_PLACEHOLDER = "{python}"
+
+
+def resolve_command(argv: list[str]) -> list[str]:
+    """Replace ``{python}`` with the interpreter running autotune (so the twin needs no PATH setup)."""
+    return [sys.executable if part == PYTHON_PLACEHOLDER else part for part in argv]
+
+
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|CREDENTIAL", re.IGNORECASE)
+
+
+def is_secret_name(name: str) -> bool:
+    """Environment names whose values must never be stored (HF_TOKEN, OPENAI_API_KEY, ...)."""
+    return _SECRET_NAME.search(name) is not None
+
+
+def flag_name(raw: str) -> str:
+    """The canonical spelling of a flag: without leading dashes (``--tp-size`` -> ``tp-size``)."""
+    return raw.lstrip("-")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+_OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+}
+_CONDITION = re.compile(r"^\s*(?P<flag>-{0,2}[A-Za-z0-9][\w-]*)\s*(?P<op>==|!=|>=|<=|>|<)\s*(?P<value>\S+)\s*$")
+
+
+class Condition(_Strict):
+    """``when: "speculative-eagle-topk > 1"``: the parameter is sampled only when this holds."""
+
+    flag: str
+    op: str
+    value: FlagValue
+
+    @classmethod
+    def parse(cls, text: str) -> Condition:
+        match = _CONDITION.match(text)
+        if match is None:
+            raise ValueError(
+                f"cannot read condition {text!r}; write it as '<flag> <op> <value>', e.g. 'speculative-eagle-topk > 1'"
+            )
+        value: FlagValue = yaml.safe_load(match["value"])
+        return cls(flag=flag_name(match["flag"]), op=match["op"], value=value)
+
+    def holds(self, flags: Mapping[str, FlagValue]) -> bool:
+        if self.flag not in flags:
+            return False
+        return _OPERATORS[self.op](flags[self.flag], self.value)
+
+    def __str__(self) -> str:
+        return f"{self.flag} {self.op} {self.value}"
+
+
+class _Param(_Strict):
+    when: Condition | None = None
+    help: str | None = None
+
+    @field_validator("when", mode="before")
+    @classmethod
+    def _parse_when(cls, value: object) -> object:
+        return Condition.parse(value) if isinstance(value, str) else value
+
+
+class IntParam(_Param):
+    type: Literal["int"]
+    low: int
+    high: int
+    step: int = 1
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _check_range(self) -> IntParam:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) is greater than high ({self.high})")
+        if self.step < 1:
+            raise ValueError("step must be at least 1")
+        return self
+
+    def contains(self, value: FlagValue) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and self.low <= value <= self.high
+
+
+class FloatParam(_Param):
+    type: Literal["float"]
+    low: float
+    high: float
+    step: float | None = None
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _check_range(self) -> FloatParam:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) is greater than high ({self.high})")
+        if self.step is not None and self.step <= 0:
+            raise ValueError("step must be positive")
+        if self.log and self.step is not None:
+            raise ValueError("log and step cannot be combined (Optuna's rule)")
+        return self
+
+    def contains(self, value: FlagValue) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and self.low <= value <= self.high
+
+
+class CategoricalParam(_Param):
+    type: Literal["categorical"]
+    choices: list[FlagValue] = Field(min_length=1)
+
+    def contains(self, value: FlagValue) -> bool:
+        return value in self.choices
+
+
+Param = Annotated[IntParam | FloatParam | CategoricalParam, Field(discriminator="type")]
+
+
+class Baseline(_Strict):
+    """A configuration measured first, e.g. the user's current launch or the engine's defaults.
+
+    Flags not named here keep the engine's default (the flag is left out of the command).
+    """
+
+    name: str = Field(pattern=r"^[\w.-]+$")
+    flags: dict[str, FlagValue] = Field(default_factory=dict)
+    note: str | None = None
+
+    @field_validator("flags", mode="before")
+    @classmethod
+    def _canonical(cls, value: object) -> object:
+        return {flag_name(str(k)): v for k, v in value.items()} if isinstance(value, dict) else value
+
+
+class GPUSpec(_Strict):
+    devices: list[int] | None = Field(default=None, description="GPU indices, passed as CUDA_VISIBLE_DEVICES")
+    inventory: Literal["nvml"] | list[str] = Field(
+        default="nvml",
+        description="'nvml' reads real GPUs; a command (argv list) prints the inventory as JSON instead",
+    )
+
+
+class MeasurementSpec(_Strict):
+    suite: str = "builtin:mixed"
+    warmup_requests: int = Field(default=2, ge=0)
+    requests: int = Field(default=8, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, description="cap on every prompt's max_tokens")
+    concurrency: int = Field(default=1, ge=1)
+    request_timeout_s: float = Field(default=300.0, gt=0)
+
+
+class LaunchSpec(_Strict):
+    timeout_s: float = Field(default=900.0, gt=0, description="deadline for the server to become ready")
+    stop_timeout_s: float = Field(default=30.0, gt=0, description="grace after SIGTERM before SIGKILL")
+
+
+class SearchSpace(_Strict):
+    """A whole search-space file."""
+
+    version: Literal[1]
+    study: str | None = Field(default=None, pattern=r"^[\w.-]+$", description="default study name")
+    engine: str = "sglang"
+    launcher: list[str] = Field(min_length=1)
+    model: str
+    gpus: GPUSpec = GPUSpec()
+    env: dict[str, str] = Field(default_factory=dict)
+    fixed: dict[str, FlagValue] = Field(default_factory=dict)
+    tuned: dict[str, Param] = Field(default_factory=dict)
+    baselines: list[Baseline] = Field(default_factory=list)
+    measurement: MeasurementSpec = MeasurementSpec()
+    objective: Literal["decode_tok_s"] = "decode_tok_s"
+    launch: LaunchSpec = LaunchSpec()
+    source: Path | None = Field(default=None, exclude=True, description="file this space was read from")
+
+    @field_validator("fixed", "tuned", mode="before")
+    @classmethod
+    def _canonical(cls, value: object) -> object:
+        return {flag_name(str(k)): v for k, v in value.items()} if isinstance(value, dict) else value
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> SearchSpace:
+        overlap = sorted(set(self.fixed) & set(self.tuned))
+        if overlap:
+            raise ValueError(f"tuned.{overlap[0]}: the flag is both fixed and tuned; keep it in one place")
+        seen: set[str] = set(self.fixed)
+        for name, param in self.tuned.items():
+            if param.when is not None and param.when.flag not in seen:
+                raise ValueError(
+                    f"tuned.{name}: condition refers to {param.when.flag!r}, which is not a fixed flag "
+                    "or a tuned flag listed above it"
+                )
+            seen.add(name)
+        names = [b.name for b in self.baselines]
+        if len(names) != len(set(names)):
+            raise ValueError("baselines: baseline names must be unique")
+        for baseline in self.baselines:
+            for flag, value in baseline.flags.items():
+                tuned = self.tuned.get(flag)
+                if tuned is not None and not tuned.contains(value):
+                    raise ValueError(
+                        f"baselines.{baseline.name}.{flag}: {value!r} is outside the tuned range of this flag"
+                    )
+        return self
+
+    def suite_path(self) -> str:
+        """The suite reference with relative paths resolved against the space file."""
+        suite = self.measurement.suite
+        if suite.startswith("builtin:") or self.source is None or Path(suite).is_absolute():
+            return suite
+        return str((self.source.parent / suite).resolve())
+
+    def all_flag_names(self) -> list[str]:
+        names = list(self.fixed) + list(self.tuned)
+        for baseline in self.baselines:
+            names.extend(f for f in baseline.flags if f not in names)
+        return list(dict.fromkeys(names))
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("int", "float", "categorical", "function-after[_check_range()]")]
+    return ".".join(parts) or "(top level)"
+
+
+def _explain(error: Mapping[str, Any]) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown key (check the spelling; see search_spaces/README.md for the format)"
+    if error["type"] == "missing":
+        return "required key is missing"
+    message = str(error["msg"])
+    return message.removeprefix("Value error, ")
+
+
+_FIELD_PREFIX = re.compile(r"^(?P<field>[\w.-]+): (?P<message>.*)$", re.DOTALL)
+
+
+def parse_space(data: object, *, path: Path) -> SearchSpace:
+    """Validate already-parsed YAML. Raises SpaceError naming the file and field."""
+    if not isinstance(data, dict):
+        raise SpaceError("expected a mapping of keys at the top level", path=path)
+    try:
+        return SearchSpace.model_validate({**data, "source": path})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field, message = _field_path(first["loc"]), _explain(first)
+        # Checks across fields name their field at the start of the message.
+        prefixed = _FIELD_PREFIX.match(message) if not first["loc"] else None
+        if prefixed is not None:
+            field, message = prefixed["field"], prefixed["message"]
+        raise SpaceError(message, path=path, field=field) from None
+
+
+def load_space(path: Path | str) -> SearchSpace:
+    """Read a search-space YAML file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpaceError("file not found", path=path) from None
+    except OSError as exc:
+        raise SpaceError(f"cannot read: {exc.strerror}", path=path) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else None
+        problem = getattr(exc, "problem", None) or "malformed YAML"
+        raise SpaceError(f"malformed YAML: {problem}", path=path, field=where) from None
+    return parse_space(data, path=path.resolve())
+
+
+class Candidate(_Strict):
+    """One configuration to try: the flags as the user would pass them (before engine rules)."""
+
+    flags: dict[str, FlagValue]
+    params: dict[str, FlagValue] = Field(default_factory=dict, description="the sampled values alone")
+    baseline: str | None = None
+
+
+class TrialLike(Protocol):
+    """The part of ``optuna.Trial`` that ``suggest`` uses (kept narrow so it is easy to drive)."""
+
+    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1, log: bool = False) -> int: ...
+
+    def suggest_float(
+        self, name: str, low: float, high: float, *, step: float | None = None, log: bool = False
+    ) -> float: ...
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any: ...
+
+
+def _suggest_one(trial: TrialLike, name: str, param: IntParam | FloatParam | CategoricalParam) -> FlagValue:
+    if isinstance(param, IntParam):
+        return trial.suggest_int(name, param.low, param.high, step=param.step, log=param.log)
+    if isinstance(param, FloatParam):
+        return trial.suggest_float(name, param.low, param.high, step=param.step, log=param.log)
+    value: FlagValue = trial.suggest_categorical(name, param.choices)
+    return value
+
+
+def suggest(space: SearchSpace, trial: TrialLike, baseline: Baseline | None = None) -> Candidate:
+    """Draw one candidate from the space.
+
+    For a baseline, only the tuned flags the baseline names are suggested (Optuna hands back the
+    enqueued values); the others stay at the engine default. Baseline flags that are not tuned
+    (e.g. draft tokens with topk 1) are passed as they are.
+    """
+    flags: dict[str, FlagValue] = dict(space.fixed)
+    params: dict[str, FlagValue] = {}
+    for name, param in space.tuned.items():
+        if param.when is not None and not param.when.holds(flags):
+            continue
+        if baseline is not None and name not in baseline.flags:
+            continue
+        params[name] = flags[name] = _suggest_one(trial, name, param)
+    if baseline is not None:
+        for name, value in baseline.flags.items():
+            flags.setdefault(name, value)
+    return Candidate(
+        flags={k: v for k, v in flags.items() if v is not False},
+        params=params,
+        baseline=baseline.name if baseline else None,
+    )
+
+
+def baseline_params(space: SearchSpace, baseline: Baseline) -> dict[str, FlagValue]:
+    """The values to enqueue for a baseline: its flags that are tuned parameters."""
+    return {k: v for k, v in baseline.flags.items() if k in space.tuned}

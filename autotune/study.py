@@ -1,0 +1,503 @@
+"""The study: Optuna storage, sampler, baselines, duplicates, constraints, artifacts, resume.
+
+This is the one place where Optuna's loose user-attr dicts meet autotune's models: outcomes are
+written as user attrs here (:func:`record_outcome`) and read back as :class:`TrialRecord`
+(:func:`trial_record`). Every outcome is written to storage before anything propagates.
+
+Optuna conventions (shared/optuna.md): a configuration that cannot run (memory, invalid flags) is a
+COMPLETE trial with value 0.0 and a positive constraint, so every sampler learns from it; FAIL is
+kept for faults of the infrastructure (crash, timeout, interruption).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import optuna
+from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+from optuna.trial import FrozenTrial, TrialState
+from pydantic import BaseModel, ConfigDict, Field
+
+from autotune.engines import get_engine
+from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan
+from autotune.errors import StorageError, UserError
+from autotune.gpu import GpuInventory, read_inventory
+from autotune.measure import MeasureSettings
+from autotune.profile import Profile, ProfileMetric, redact_env
+from autotune.server import reap_orphans
+from autotune.space import Baseline, Candidate, FlagValue, SearchSpace, baseline_params, resolve_command, suggest
+from autotune.trial import OutcomeKind, TrialOutcome, TrialSetup, run_trial
+from autotune.workload import load_suite
+
+SamplerName = Literal["tpe", "random"]
+CONSTRAINT_KEYS = ("memory", "config")
+DEFAULT_STUDIES_DIR = Path("studies")
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class TrialFault(Exception):
+    """A trial failed for a reason that says nothing about its configuration (becomes FAIL)."""
+
+
+# ---------------------------------------------------------------- durations and places
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``30m``, ``8h``, ``1h30m`` or plain seconds -> seconds."""
+    text = text.strip().lower()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    parts = _DURATION.findall(text)
+    if not parts or _DURATION.sub("", text).strip():
+        raise UserError(f"cannot read duration {text!r}; write e.g. 90s, 30m, 8h or 1h30m")
+    scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    return sum(float(n) * scale[u] for n, u in parts)
+
+
+@dataclass(frozen=True)
+class StudyPaths:
+    """Where a study keeps its files: ``<dir>/<name>.db`` and the folder ``<dir>/<name>/``."""
+
+    studies_dir: Path
+    name: str
+
+    @property
+    def folder(self) -> Path:
+        return self.studies_dir / self.name
+
+    @property
+    def default_storage(self) -> str:
+        return f"sqlite:///{self.studies_dir / (self.name + '.db')}"
+
+    @property
+    def logs(self) -> Path:
+        return self.folder / "logs"
+
+    @property
+    def artifacts(self) -> Path:
+        return self.folder / "artifacts"
+
+    @property
+    def servers(self) -> Path:
+        return self.folder / "servers"
+
+
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    """An RDB storage for any SQLAlchemy URL; SQLite waits for locks instead of failing."""
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}}
+    else:
+        kwargs = {}
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    except Exception as exc:  # SQLAlchemy raises many types; all mean "cannot open"
+        raise StorageError(f"cannot open storage {url!r}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+
+
+def load_existing_study(name: str, storage_url: str) -> optuna.Study:
+    storage = open_storage(storage_url)
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+        known = f"; studies there: {', '.join(names)}" if names else "; it holds no studies"
+        raise StorageError(f"no study named {name!r} in {storage_url}{known}") from None
+
+
+def make_sampler(name: SamplerName, seed: int | None) -> optuna.samplers.BaseSampler:
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=5
+        )
+
+
+# ---------------------------------------------------------------- records read back
+
+
+class TrialRecord(BaseModel):
+    """One trial as autotune reads it back from storage."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    number: int
+    state: str
+    outcome: str
+    reason: str | None = None
+    value: float | None = None
+    feasible: bool = False
+    baseline: str | None = None
+    duplicate_of: int | None = None
+    flags: dict[str, FlagValue] = Field(default_factory=dict)
+    effective: dict[str, FlagValue | None] = Field(default_factory=dict)
+    engine_version: str | None = None
+    argv: list[str] = Field(default_factory=list)
+    metrics: dict[str, dict[str, float | str | None]] = Field(default_factory=dict)
+    launch_s: float | None = None
+    measure_s: float | None = None
+
+    def metric_value(self, name: str) -> float | None:
+        metric = self.metrics.get(name)
+        value = metric.get("value") if metric else None
+        return float(value) if isinstance(value, (int, float)) else None
+
+
+def trial_record(trial: FrozenTrial) -> TrialRecord:
+    attrs = trial.user_attrs
+    return TrialRecord(
+        number=trial.number,
+        state=trial.state.name,
+        outcome=attrs.get("outcome", "interrupted" if trial.state is TrialState.FAIL else trial.state.name.lower()),
+        reason=attrs.get("reason"),
+        value=trial.value if trial.state is TrialState.COMPLETE else None,
+        feasible=bool(attrs.get("feasible", False)),
+        baseline=attrs.get("baseline"),
+        duplicate_of=attrs.get("duplicate_of"),
+        flags=attrs.get("flags", {}),
+        effective=attrs.get("effective", {}),
+        engine_version=attrs.get("engine_version"),
+        argv=attrs.get("argv", []),
+        metrics=attrs.get("metrics", {}),
+        launch_s=attrs.get("launch_s"),
+        measure_s=attrs.get("measure_s"),
+    )
+
+
+def best_record(study: optuna.Study) -> TrialRecord | None:
+    """The best feasible measured trial (feasibility-aware, like ``study.best_trial``)."""
+    records = [trial_record(t) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+    feasible = [r for r in records if r.feasible and r.value is not None]
+    return max(feasible, key=lambda r: r.value or 0.0) if feasible else None
+
+
+def build_profile(study: optuna.Study, record: TrialRecord) -> Profile:
+    """The exported profile of one measured trial."""
+    stored = dict(study.user_attrs["space"])
+    env: dict[str, str | None] = stored.pop("env", {})
+    space = SearchSpace.model_validate(stored)
+    metrics = {
+        name: ProfileMetric(value=float(m["value"] or 0.0), unit=str(m["unit"]), ci95=m.get("ci95"), n=m.get("n"))  # type: ignore[arg-type]
+        for name, m in record.metrics.items()
+    }
+    return Profile(
+        study=study.study_name,
+        trial=record.number,
+        engine=space.engine,
+        engine_version=record.engine_version,
+        model=space.model,
+        launcher=space.launcher,
+        flags=record.flags,
+        env=env,
+        gpu_devices=space.gpus.devices,
+        gpus=study.user_attrs.get("gpus", []),
+        simulated=bool(study.user_attrs.get("simulated", False)),
+        suite=study.user_attrs.get("suite"),
+        metrics=metrics,
+    )
+
+
+def record_outcome(trial: optuna.Trial, outcome: TrialOutcome) -> None:
+    """Write an outcome's facts to the trial's user attrs (JSON-able, human-readable names)."""
+    trial.set_user_attr("outcome", outcome.kind.value)
+    if outcome.reason:
+        trial.set_user_attr("reason", outcome.reason)
+    trial.set_user_attr("feasible", outcome.kind is OutcomeKind.OK)
+    trial.set_user_attr("config_key", outcome.plan.config_key)
+    trial.set_user_attr("flags", outcome.plan.flags)
+    if outcome.plan.notes:
+        trial.set_user_attr("engine_rules_applied", outcome.plan.notes)
+    if outcome.argv:
+        trial.set_user_attr("argv", outcome.argv)
+    if outcome.effective is not None:
+        trial.set_user_attr("effective", outcome.effective.values)
+        trial.set_user_attr("engine_version", outcome.effective.version)
+    if outcome.measurement is not None:
+        metrics = {
+            m.name: {"value": m.value, "unit": m.unit, "ci95": m.ci95, "n": m.n} for m in outcome.measurement.metrics
+        }
+        trial.set_user_attr("metrics", metrics)
+        for m in outcome.measurement.metrics:
+            trial.set_user_attr(f"{m.name} [{m.unit}]", round(m.value, 3))
+    trial.set_user_attr("launch_s", round(outcome.launch_s, 2))
+    trial.set_user_attr("measure_s", round(outcome.measure_s, 2))
+    trial.set_user_attr("stop_s", round(outcome.stop_s, 2))
+
+
+def set_constraints(trial: optuna.Trial, *, memory: bool = False, config: bool = False) -> None:
+    """Every key on every trial (GPSampler needs a stable count); > 0 means violated."""
+    trial.set_constraint("memory", 1.0 if memory else 0.0)
+    trial.set_constraint("config", 1.0 if config else 0.0)
+
+
+# ---------------------------------------------------------------- running a study
+
+
+class StudyEvents:
+    """Hooks the live view implements; the defaults do nothing."""
+
+    def trial_started(self, number: int, candidate: Candidate) -> None: ...
+
+    def phase(self, name: str, detail: str) -> None: ...
+
+    def trial_finished(self, record: TrialRecord) -> None: ...
+
+
+@dataclass
+class Preflight:
+    """Everything checked before the first launch."""
+
+    space: SearchSpace
+    engine: Engine
+    flag_set: FlagSet
+    launcher: list[str]
+    inventory: GpuInventory | None
+
+
+def preflight(space: SearchSpace, *, read_gpus: bool = True) -> Preflight:
+    """Check the space against the engine it names, without launching anything."""
+    engine = get_engine(space.engine)
+    launcher = resolve_command(space.launcher)
+    flag_set = engine.read_flag_set(launcher, env=space.env)
+    engine.check_flags(space.all_flag_names(), flag_set)
+    for baseline in space.baselines:
+        try:
+            engine.normalise({**space.fixed, **baseline.flags})
+        except InvalidConfig as exc:
+            raise UserError(f"baseline {baseline.name!r}: {exc}") from None
+    inventory = read_inventory(space.gpus) if read_gpus else None
+    return Preflight(space=space, engine=engine, flag_set=flag_set, launcher=launcher, inventory=inventory)
+
+
+class StudyRunner:
+    """Runs (or resumes) one study of a search space."""
+
+    def __init__(
+        self,
+        checked: Preflight,
+        *,
+        name: str,
+        storage_url: str,
+        paths: StudyPaths,
+        sampler: SamplerName = "tpe",
+        seed: int | None = None,
+        events: StudyEvents | None = None,
+    ) -> None:
+        if checked.inventory is None:
+            raise ValueError("a study needs the GPU inventory: run preflight with read_gpus=True")
+        self.checked = checked
+        self.inventory = checked.inventory
+        self.space = checked.space
+        self.engine = checked.engine
+        self.name = name
+        self.paths = paths
+        self.events = events or StudyEvents()
+        self.suite = load_suite(self.space.suite_path())
+        storage = open_storage(storage_url)
+        self.study = optuna.create_study(
+            study_name=name,
+            storage=storage,
+            direction="maximize",
+            sampler=make_sampler(sampler, seed),
+            load_if_exists=True,
+        )
+        self.artifact_store = FileSystemArtifactStore(str(self._mkdir(paths.artifacts)))
+        env = dict(self.space.env)
+        if self.space.gpus.devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in self.space.gpus.devices)
+        m = self.space.measurement
+        self.setup = TrialSetup(
+            launcher=checked.launcher,
+            model=self.space.model,
+            env=env,
+            suite=self.suite,
+            measure=MeasureSettings(
+                warmup_requests=m.warmup_requests,
+                requests=m.requests,
+                concurrency=m.concurrency,
+                max_tokens=m.max_tokens,
+                request_timeout_s=m.request_timeout_s,
+            ),
+            launch_timeout_s=self.space.launch.timeout_s,
+            stop_timeout_s=self.space.launch.stop_timeout_s,
+            records_dir=paths.servers,
+        )
+        self.stop_reason: str | None = None
+
+    @staticmethod
+    def _mkdir(path: Path) -> Path:
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _describe_study(self) -> None:
+        attrs = {
+            "engine": self.space.engine,
+            "model": self.space.model,
+            "space_file": str(self.space.source) if self.space.source else None,
+            "suite": self.suite.name,
+            "objective": f"{self.space.objective} (higher is better)",
+            "simulated": self.inventory.simulated,
+            "gpus": [g.name for g in self.inventory.gpus],
+            "driver_version": self.inventory.driver_version,
+            "space": {**self.space.model_dump(mode="json"), "env": redact_env(self.space.env)},
+        }
+        for key, value in attrs.items():
+            self.study.set_user_attr(key, value)
+
+    def recover(self) -> tuple[int, int]:
+        """After a crash: kill orphaned servers, fail trials left RUNNING by a dead tuner."""
+        killed = len(reap_orphans(self.paths.servers))
+        failed = 0
+        host = socket.gethostname()
+        storage = self.study._storage
+        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            pid = trial.user_attrs.get("worker_pid")
+            if trial.user_attrs.get("host") != host or not isinstance(pid, int) or _pid_alive(pid):
+                continue
+            storage.set_trial_user_attr(trial._trial_id, "outcome", "interrupted")
+            storage.set_trial_user_attr(trial._trial_id, "reason", "the tuner running it died")
+            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            failed += 1
+        return killed, failed
+
+    def enqueue_baselines(self) -> list[str]:
+        """Enqueue each baseline once per study (a resumed study does not measure them again)."""
+        present = {t.user_attrs.get("baseline") for t in self.study.get_trials(deepcopy=False)}
+        queued = []
+        for baseline in self.space.baselines:
+            if baseline.name in present:
+                continue
+            self.study.enqueue_trial(baseline_params(self.space, baseline), user_attrs={"baseline": baseline.name})
+            queued.append(baseline.name)
+        return queued
+
+    def _baseline(self, trial: optuna.Trial) -> Baseline | None:
+        name = trial.user_attrs.get("baseline")
+        return next((b for b in self.space.baselines if b.name == name), None) if name else None
+
+    def _find_duplicate(self, key: str) -> FrozenTrial | None:
+        for other in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if other.user_attrs.get("config_key") == key and other.user_attrs.get("duplicate_of") is None:
+                return other
+        return None
+
+    def objective(self, trial: optuna.Trial) -> float:
+        trial.set_user_attr("host", socket.gethostname())
+        trial.set_user_attr("worker_pid", os.getpid())
+        candidate = suggest(self.space, trial, self._baseline(trial))
+        self.events.trial_started(trial.number, candidate)
+        try:
+            plan = self.engine.normalise(candidate.flags)
+        except InvalidConfig as exc:
+            return self._finish_invalid(trial, candidate, str(exc))
+        duplicate = self._find_duplicate(plan.config_key)
+        if duplicate is not None:
+            return self._finish_duplicate(trial, plan, duplicate)
+        log_path = self._mkdir(self.paths.logs) / f"trial-{trial.number:04d}.log"
+        try:
+            outcome = run_trial(self.engine, self.setup, plan, log_path=log_path, on_phase=self.events.phase)
+        except BaseException as exc:  # Ctrl-C, SIGTERM, bugs: say so in storage, then let it go
+            trial.set_user_attr("outcome", "interrupted" if isinstance(exc, KeyboardInterrupt) else "error")
+            trial.set_user_attr("reason", f"{type(exc).__name__}: {exc}".strip(": "))
+            trial.set_user_attr("flags", plan.flags)
+            raise
+        record_outcome(trial, outcome)
+        self._upload_artifacts(trial, outcome)
+        if outcome.kind is OutcomeKind.OK:
+            set_constraints(trial)
+            value = outcome.objective
+            assert value is not None
+            return value
+        if outcome.kind.is_config_fault:
+            set_constraints(trial, memory=outcome.kind.is_memory, config=not outcome.kind.is_memory)
+            return 0.0
+        raise TrialFault(f"{outcome.kind.value}: {outcome.reason}")
+
+    def _finish_invalid(self, trial: optuna.Trial, candidate: Candidate, reason: str) -> float:
+        trial.set_user_attr("outcome", OutcomeKind.INVALID_CONFIG.value)
+        trial.set_user_attr("reason", f"engine rule: {reason}")
+        trial.set_user_attr("feasible", False)
+        trial.set_user_attr("flags", candidate.flags)
+        set_constraints(trial, config=True)
+        return 0.0
+
+    def _finish_duplicate(self, trial: optuna.Trial, plan: LaunchPlan, original: FrozenTrial) -> float:
+        for key, value in original.user_attrs.items():
+            if key not in ("baseline", "host", "worker_pid"):
+                trial.set_user_attr(key, value)
+        trial.set_user_attr("duplicate_of", original.number)
+        trial.set_user_attr("flags", plan.flags)
+        violated = {key for key, value in original.constraints.items() if value > 0}
+        set_constraints(trial, memory="memory" in violated, config="config" in violated)
+        assert original.value is not None
+        return original.value
+
+    def _upload_artifacts(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
+        if outcome.log_path is not None and outcome.log_path.exists():
+            upload_artifact(
+                artifact_store=self.artifact_store,
+                file_path=str(outcome.log_path),
+                study_or_trial=trial,
+                mimetype="text/plain",
+            )
+        if outcome.measurement is not None and outcome.log_path is not None:
+            path = outcome.log_path.with_suffix(".measurement.json")
+            path.write_text(outcome.measurement.model_dump_json(indent=2))
+            upload_artifact(
+                artifact_store=self.artifact_store,
+                file_path=str(path),
+                study_or_trial=trial,
+                mimetype="application/json",
+            )
+
+    def _after_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.events.trial_finished(trial_record(trial))
+
+    def run(self, *, trials: int | None, timeout_s: float | None) -> None:
+        self._describe_study()
+        deadline = time.monotonic() + timeout_s if timeout_s else None
+
+        def stop_at_deadline(study: optuna.Study, trial: FrozenTrial) -> None:
+            if deadline is not None and time.monotonic() >= deadline:
+                self.stop_reason = "time budget spent"
+                study.stop()
+
+        self.study.optimize(
+            self.objective,
+            n_trials=trials,
+            timeout=timeout_s,
+            catch=(TrialFault,),
+            callbacks=[self._after_trial, stop_at_deadline],
+        )
+        if self.stop_reason is None:
+            self.stop_reason = f"{trials} trials done" if trials else "time budget spent"
+        self.study.set_user_attr("last_stop_reason", self.stop_reason)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def records(study: optuna.Study) -> list[TrialRecord]:
+    return [trial_record(t) for t in study.get_trials(deepcopy=False)]

@@ -1,0 +1,145 @@
+"""Server lifecycle on real processes: group kill, readiness, exits, deadlines, orphans."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from autotune.server import ServerProcess, ServerState, find_free_port, process_start_ticks, reap_orphans
+
+# A "server" that starts a grandchild, ignores SIGTERM, and announces readiness with a file.
+STUBBORN = textwrap.dedent(
+    """
+    import signal, subprocess, sys, time, pathlib
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    pathlib.Path(sys.argv[1]).write_text(str(child.pid))
+    time.sleep(600)
+    """
+)
+
+
+def alive(pid: int) -> bool:
+    # A zombie still answers kill(0): look at its state instead.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def wait_for(condition, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_stop_kills_the_whole_group_even_if_sigterm_is_ignored(tmp_path: Path) -> None:
+    marker = tmp_path / "ready"
+    server = ServerProcess(
+        [sys.executable, "-c", STUBBORN, str(marker)], env={}, log_path=tmp_path / "s.log", records_dir=tmp_path / "rec"
+    )
+    with server:
+        result = server.wait_ready(marker.exists, timeout_s=20)
+        assert result.ready and server.state is ServerState.READY
+        grandchild = int(marker.read_text())
+        assert list((tmp_path / "rec").glob("server-*.json"))  # record written while running
+        started = time.monotonic()
+        server.stop(grace_s=0.5)
+        assert time.monotonic() - started < 10
+    assert server.state is ServerState.STOPPED
+    assert server.pid is not None and not alive(server.pid)
+    assert wait_for(lambda: not alive(grandchild))
+    assert not list((tmp_path / "rec").glob("server-*.json"))
+
+
+def test_exit_during_startup_is_reported_with_its_code(tmp_path: Path) -> None:
+    server = ServerProcess(
+        [sys.executable, "-c", "print('boom'); raise SystemExit(3)"],
+        env={}, log_path=tmp_path / "s.log", records_dir=tmp_path / "rec",
+    )
+    with server:
+        result = server.wait_ready(lambda: False, timeout_s=30)
+    assert not result.ready and result.exit_code == 3 and not result.timed_out
+    assert "boom" in (tmp_path / "s.log").read_text()
+
+
+def test_deadline_without_sleeping_through_it(tmp_path: Path) -> None:
+    ticks = iter(range(0, 10_000, 50))  # each clock read advances 50 s
+    server = ServerProcess(
+        [sys.executable, "-c", "import time; time.sleep(600)"],
+        env={}, log_path=tmp_path / "s.log", records_dir=tmp_path / "rec", clock=lambda: float(next(ticks)),
+    )
+    with server:
+        result = server.wait_ready(lambda: False, timeout_s=120, poll_s=0.01)
+    assert result.timed_out and not result.ready and result.exit_code is None
+
+
+def test_environment_is_passed(tmp_path: Path) -> None:
+    out = tmp_path / "env.txt"
+    code = f"import os, pathlib; pathlib.Path({str(out)!r}).write_text(os.environ['CUDA_VISIBLE_DEVICES'])"
+    server = ServerProcess([sys.executable, "-c", code], env={"CUDA_VISIBLE_DEVICES": "0,1"},
+                           log_path=tmp_path / "s.log", records_dir=tmp_path / "rec")
+    with server:
+        server.wait_ready(lambda: False, timeout_s=30)
+    assert out.read_text() == "0,1"
+
+
+def test_orphans_of_a_dead_tuner_are_found_and_killed(tmp_path: Path) -> None:
+    records = tmp_path / "rec"
+    # A tuner that starts a server and dies without stopping it (like kill -9).
+    tuner = textwrap.dedent(
+        f"""
+        import os, sys
+        from pathlib import Path
+        from autotune.server import ServerProcess
+        s = ServerProcess([sys.executable, "-c", "import time; time.sleep(600)"], env={{}},
+                          log_path=Path({str(tmp_path / 's.log')!r}), records_dir=Path({str(records)!r}))
+        s.start()
+        print(s.pid, flush=True)
+        os._exit(0)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", tuner], capture_output=True, text=True, check=True)
+    orphan = int(out.stdout.strip())
+    assert alive(orphan)
+    # A stale record whose pid now belongs to another process must not be acted on.
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        (records / f"server-{bystander.pid}.json").write_text(json.dumps({
+            "pid": bystander.pid, "start_ticks": (process_start_ticks(bystander.pid) or 0) + 1,
+            "owner_pid": 999_999_999, "owner_start_ticks": 1, "argv": ["x"], "log_path": "x",
+            "started_at": "2026-01-01T00:00:00Z",
+        }))
+        killed = reap_orphans(records)
+        assert [r.pid for r in killed] == [orphan]
+        assert wait_for(lambda: not alive(orphan))
+        assert bystander.poll() is None
+        assert not list(records.glob("server-*.json"))
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_records_of_a_live_tuner_are_left_alone(tmp_path: Path) -> None:
+    server = ServerProcess([sys.executable, "-c", "import time; time.sleep(600)"], env={},
+                           log_path=tmp_path / "s.log", records_dir=tmp_path / "rec")
+    with server:
+        assert reap_orphans(tmp_path / "rec") == []  # the owner (this process) is alive
+        assert server.poll() is None
+        assert list((tmp_path / "rec").glob("server-*.json"))
+
+
+def test_free_port_is_bindable() -> None:
+    import socket
+
+    port = find_free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))

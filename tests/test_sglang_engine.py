@@ -1,0 +1,145 @@
+"""The SGLang engine: launch rules, flag-set parsing, failure classification on recorded logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.engines import get_engine
+from autotune.engines.base import FailureKind, InvalidConfig, LaunchPlan, parse_help_flags
+from autotune.engines.sglang import SGLangEngine
+from autotune.errors import FlagError, UserError
+
+LOGS = Path(__file__).parent / "fixtures" / "sglang_logs"
+engine = SGLangEngine()
+NEXTN = {"speculative-algorithm": "NEXTN"}
+
+HELP = """\
+usage: launch_server.py [-h] --model-path MODEL_PATH [--mem-fraction-static MEM_FRACTION_STATIC]
+                        [--enable-metrics]
+
+options:
+  -h, --help            show this help message and exit
+  --model-path MODEL_PATH, --model MODEL_PATH
+                        The path of the model weights.
+  --mem-fraction-static MEM_FRACTION_STATIC
+                        The fraction of the memory used for static allocation.
+  --mamba-radix-cache-strategy {auto,no_buffer,extra_buffer,extra_buffer_lazy}
+                        Replaces the old --mamba-scheduler-strategy flag.
+  --enable-metrics      Enable log prometheus metrics.
+  --cuda-graph-max-bs-decode CUDA_GRAPH_MAX_BS_DECODE
+"""
+
+
+def test_get_engine_lists_known_names() -> None:
+    assert get_engine("sglang").name == "sglang"
+    with pytest.raises(UserError, match="known engines: sglang"):
+        get_engine("tgi")
+
+
+def test_help_parsing_takes_invocations_not_descriptions() -> None:
+    flags = parse_help_flags(HELP)
+    assert {"model-path", "model", "mem-fraction-static", "mamba-radix-cache-strategy", "enable-metrics"} <= flags.flags
+    assert "mamba-scheduler-strategy" not in flags.flags  # only mentioned in a description
+    assert "enable-metrics" in flags.switches and "mem-fraction-static" not in flags.switches
+
+
+def test_unknown_and_renamed_flags_are_named() -> None:
+    flags = parse_help_flags(HELP)
+    with pytest.raises(FlagError, match="unknown flag --mamba-scheduler-strategy") as info:
+        engine.check_flags(["mamba-scheduler-strategy"], flags)
+    assert info.value.hint == "it was renamed to --mamba-radix-cache-strategy"
+    with pytest.raises(FlagError) as info:
+        engine.check_flags(["cuda-graph-max-bs"], flags)
+    assert info.value.hint == "it was renamed to --cuda-graph-max-bs-decode"
+    with pytest.raises(FlagError) as info:
+        engine.check_flags(["mem-fraction-statc"], flags)
+    assert info.value.hint == "did you mean --mem-fraction-static?"
+    with pytest.raises(FlagError, match="set by autotune itself"):
+        engine.check_flags(["port"], flags)
+
+
+def test_topk_one_sets_draft_tokens_to_steps_plus_one() -> None:
+    plan = engine.normalise({**NEXTN, "speculative-num-steps": 3, "speculative-eagle-topk": 1})
+    assert plan.flags["speculative-num-draft-tokens"] == 4
+    rewritten = engine.normalise(
+        {**NEXTN, "speculative-num-steps": 3, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 9}
+    )
+    assert rewritten.flags["speculative-num-draft-tokens"] == 4
+    assert rewritten.notes == ["topk 1: --speculative-num-draft-tokens 9 becomes steps + 1 = 4"]
+    assert rewritten.config_key == plan.config_key  # measured once
+
+
+def test_topk_above_one_keeps_draft_tokens_and_needs_them() -> None:
+    plan = engine.normalise(
+        {**NEXTN, "speculative-num-steps": 3, "speculative-eagle-topk": 2, "speculative-num-draft-tokens": 6}
+    )
+    assert plan.flags["speculative-num-draft-tokens"] == 6
+    with pytest.raises(InvalidConfig, match="missing --speculative-num-draft-tokens"):
+        engine.normalise({**NEXTN, "speculative-num-steps": 3, "speculative-eagle-topk": 2})
+    with pytest.raises(InvalidConfig, match="missing --speculative-eagle-topk"):
+        engine.normalise({**NEXTN, "speculative-num-steps": 3})
+
+
+def test_no_spec_flags_means_server_defaults() -> None:
+    assert engine.normalise(NEXTN).flags == NEXTN
+    with pytest.raises(InvalidConfig, match="without --speculative-algorithm"):
+        engine.normalise({"speculative-num-steps": 2, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 3})
+
+
+def test_dflash_rules() -> None:
+    base = {"speculative-algorithm": "DFLASH", "speculative-num-draft-tokens": 16}
+    with pytest.raises(InvalidConfig, match="needs --speculative-draft-model-path"):
+        engine.normalise(base)
+    plan = engine.normalise({**base, "speculative-draft-model-path": "z/drafter", "speculative-num-steps": 3})
+    assert plan.flags["speculative-num-steps"] == 1 and plan.flags["speculative-eagle-topk"] == 1
+    assert plan.flags["speculative-num-draft-tokens"] == 16
+    assert "DFLASH forces --speculative-num-steps 1 (was 3)" in plan.notes
+    with pytest.raises(InvalidConfig, match="must equal"):
+        engine.normalise({**base, "speculative-draft-model-path": "z", "speculative-dflash-block-size": 8})
+
+
+def test_mtp_name_and_extra_buffer_limit() -> None:
+    with pytest.raises(InvalidConfig, match="use NEXTN"):
+        engine.normalise({"speculative-algorithm": "MTP"})
+    with pytest.raises(InvalidConfig, match="at most 256"):
+        engine.normalise({
+            **NEXTN, "speculative-num-steps": 8, "speculative-eagle-topk": 64,
+            "speculative-num-draft-tokens": 300, "mamba-radix-cache-strategy": "extra_buffer",
+        })
+
+
+def test_context_length_spellings_are_one_config() -> None:
+    assert engine.normalise({"context-length": "128K"}).flags["context-length"] == 131072
+    assert engine.normalise({"context-length": "128K"}).config_key == engine.normalise({"context-length": 131072}).config_key
+
+
+def test_argv_uses_full_flag_names() -> None:
+    plan = LaunchPlan(engine="sglang", flags={"tp-size": 2, "enable-metrics": True, "mem-fraction-static": 0.88})
+    argv = engine.build_argv(["python", "-m", "sglang.launch_server"], model="m", plan=plan, host="127.0.0.1", port=9)
+    assert argv == [
+        "python", "-m", "sglang.launch_server", "--model-path", "m", "--host", "127.0.0.1", "--port", "9",
+        "--tp-size", "2", "--enable-metrics", "--mem-fraction-static", "0.88",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("log", "exit_code", "kind", "reason"),
+    [
+        ("too_low.log", 1, FailureKind.MEMORY_TOO_LOW, "Not enough memory. Please try to increase"),
+        ("too_high.log", 1, FailureKind.MEMORY_TOO_HIGH, "Capture cuda graph failed"),
+        ("partial_spec.log", 1, FailureKind.INVALID_CONFIG, "AssertionError"),
+        ("unknown_flag.log", 2, FailureKind.INVALID_CONFIG, "unrecognized arguments: --mamba-scheduler-strategy"),
+        ("segfault.log", -11, FailureKind.CRASHED, "Segmentation fault"),
+    ],
+)
+def test_failure_classification_on_recorded_logs(log: str, exit_code: int, kind: FailureKind, reason: str) -> None:
+    failure = engine.classify_failure(exit_code=exit_code, log_text=(LOGS / log).read_text(), timed_out=False)
+    assert failure.kind is kind
+    assert reason in failure.reason
+
+
+def test_timeout_without_memory_message_is_launch_timeout() -> None:
+    failure = engine.classify_failure(exit_code=None, log_text="[2026-11-02] Load weight begin.", timed_out=True)
+    assert failure.kind is FailureKind.LAUNCH_TIMEOUT
