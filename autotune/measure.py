@@ -1,9 +1,10 @@
-"""Measurement: the benchmark client and the statistics over its requests.
+"""Measurement: the benchmark client and the steady-state statistics over its requests.
 
-Warm-up requests are sent and discarded, then the suite's prompts are sent in order (cycling) at
-the configured concurrency. Per request: prompt and completion tokens, time to first token,
-decode tok/s over the tokens after the first streamed update, accept length from the engine's
-per-request stats. httpx errors are translated here into :class:`MeasurementError`.
+The protocol: the engine's lifetime counters are reset, warm-up requests are sent and discarded,
+then *rounds* run: each round sends every prompt of the suite once, at the configured concurrency.
+Each round yields one value of the objective; rounds continue until the 95% confidence interval of
+their mean is within the target relative width, or a cap on rounds or time is hit. Early and late
+rounds are compared to flag drift. httpx errors are translated here into MeasurementError.
 """
 
 from __future__ import annotations
@@ -13,13 +14,17 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune.engines.base import Engine
+from autotune.engines.base import Engine, ServerStats
 from autotune.errors import MeasurementError
 from autotune.workload import Prompt, Suite
+
+ObjectiveMetric = Literal["decode_tok_s", "output_tok_s"]
+OBJECTIVE_UNITS: dict[str, str] = {"decode_tok_s": "tok/s", "output_tok_s": "tok/s"}
 
 
 class _Frozen(BaseModel):
@@ -36,15 +41,21 @@ class Metric(_Frozen):
     n: int
     higher_is_better: bool = True
 
+    @property
+    def rel_ci95(self) -> float | None:
+        return self.ci95 / abs(self.value) if self.ci95 is not None and self.value else None
+
 
 class RequestRecord(_Frozen):
     prompt_id: str
     category: str
+    round: int = Field(description="0-based round; -1 for warm-up")
     prompt_tokens: int | None
     completion_tokens: int
     ttft_s: float
     e2e_s: float
-    decode_tok_s: float | None = Field(description="tokens after the first update / time after it")
+    decode_tok_s: float | None = Field(description="tokens after the first streamed update / time after it")
+    itl_s: list[float] = Field(default_factory=list, description="inter-token latency, one entry per token")
     accept_length: float | None
     finish_reason: str | None
 
@@ -56,109 +67,207 @@ class CategoryStats(_Frozen):
     accept_length: Metric | None
 
 
+class Steadiness(_Frozen):
+    early: float
+    late: float
+    drift: float = Field(description="(late - early) / early")
+    steady: bool
+
+
 class Measurement(_Frozen):
-    requests: list[RequestRecord]
-    warmup_requests: int
+    """One measurement of one server at one concurrency."""
+
+    objective: ObjectiveMetric
     concurrency: int
+    max_tokens_cap: int | None
+    ignore_eos: bool
+    warmup_requests: int
+    rounds: int
+    round_values: list[float]
+    precision_target: float
+    precision_reached: bool
+    stop_reason: str
+    steadiness: Steadiness | None
     metrics: list[Metric]
     categories: list[CategoryStats]
+    server: ServerStats | None = None
     duration_s: float
+    requests: list[RequestRecord]
 
     def metric(self, name: str) -> Metric | None:
         return next((m for m in self.metrics if m.name == name), None)
 
-
-def mean_metric(name: str, unit: str, values: Sequence[float], *, higher_is_better: bool = True) -> Metric:
-    """Mean with a normal-approximation 95% interval (t quantile for small n)."""
-    n = len(values)
-    mean = statistics.fmean(values)
-    ci = None
-    if n >= 2:
-        t = _t95(n - 1)
-        ci = t * statistics.stdev(values) / math.sqrt(n)
-    return Metric(name=name, unit=unit, value=mean, ci95=ci, n=n, higher_is_better=higher_is_better)
+    @property
+    def value(self) -> float:
+        metric = self.metric(self.objective)
+        assert metric is not None
+        return metric.value
 
 
-def _t95(dof: int) -> float:
-    # Two-sided 95% Student t quantiles; beyond 30 degrees of freedom the normal value is close.
-    table = {
-        1: 12.71,
-        2: 4.303,
-        3: 3.182,
-        4: 2.776,
-        5: 2.571,
-        6: 2.447,
-        7: 2.365,
-        8: 2.306,
-        9: 2.262,
-        10: 2.228,
-        12: 2.179,
-        15: 2.131,
-        20: 2.086,
-        25: 2.060,
-        30: 2.042,
-    }
+class MeasureSettings(_Frozen):
+    objective: ObjectiveMetric = "decode_tok_s"
+    concurrency: int = Field(default=1, ge=1)
+    warmup_requests: int = Field(default=2, ge=0)
+    prompts_per_round: int | None = Field(default=None, ge=1, description="first N prompts of the suite")
+    max_tokens: int | None = Field(default=None, ge=1, description="cap on every prompt's max_tokens")
+    ignore_eos: bool = False
+    target_rel_ci: float = Field(default=0.02, gt=0)
+    min_rounds: int = Field(default=3, ge=1)
+    max_rounds: int = Field(default=10, ge=1)
+    max_seconds: float = Field(default=600.0, gt=0)
+    drift_tolerance: float = Field(default=0.03, gt=0)
+    request_timeout_s: float = Field(default=300.0, gt=0)
+
+
+# ---------------------------------------------------------------- statistics (pure)
+
+
+def t95(dof: int) -> float:
+    """Two-sided 95% Student t quantile."""
+    table = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+             10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 60: 2.000}  # fmt: skip
     for limit in sorted(table):
         if dof <= limit:
             return table[limit]
     return 1.96
 
 
-def summarise(records: Sequence[RequestRecord], *, warmup: int, concurrency: int, duration_s: float) -> Measurement:
+def mean_metric(name: str, unit: str, values: Sequence[float], *, higher_is_better: bool = True) -> Metric:
+    n = len(values)
+    mean = statistics.fmean(values)
+    ci = t95(n - 1) * statistics.stdev(values) / math.sqrt(n) if n >= 2 else None
+    return Metric(name=name, unit=unit, value=mean, ci95=ci, n=n, higher_is_better=higher_is_better)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile, q in [0, 100]."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no values")
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def steadiness(round_values: Sequence[float], *, tolerance: float) -> Steadiness | None:
+    """Compare the first half of the rounds with the last half."""
+    half = len(round_values) // 2
+    if half < 1:
+        return None
+    early = statistics.fmean(round_values[:half])
+    late = statistics.fmean(round_values[-half:])
+    drift = (late - early) / early if early else 0.0
+    return Steadiness(early=early, late=late, drift=drift, steady=abs(drift) <= tolerance)
+
+
+def round_value(objective: ObjectiveMetric, records: Sequence[RequestRecord], wall_s: float) -> float:
+    if objective == "output_tok_s":
+        return sum(r.completion_tokens for r in records) / wall_s
     rates = [r.decode_tok_s for r in records if r.decode_tok_s is not None]
     if not rates:
         raise MeasurementError("no request produced more than one streamed update; cannot compute decode tok/s")
-    metrics = [
-        mean_metric("decode_tok_s", "tok/s", rates),
-        mean_metric("ttft_s", "s", [r.ttft_s for r in records], higher_is_better=False),
-        Metric(name="completion_tokens", unit="tok", value=sum(r.completion_tokens for r in records), n=len(records)),
-    ]
-    accepts = [r.accept_length for r in records if r.accept_length is not None]
+    return statistics.fmean(rates)
+
+
+def summarise(
+    records: Sequence[RequestRecord],
+    round_values: Sequence[float],
+    settings: MeasureSettings,
+    *,
+    stop_reason: str,
+    duration_s: float,
+) -> Measurement:
+    measured = [r for r in records if r.round >= 0]
+    objective = mean_metric(settings.objective, OBJECTIVE_UNITS[settings.objective], round_values)
+    rel = objective.rel_ci95
+    metrics = [objective]
+    if settings.objective != "decode_tok_s":
+        rates = [r.decode_tok_s for r in measured if r.decode_tok_s is not None]
+        if rates:
+            metrics.append(mean_metric("decode_tok_s", "tok/s", rates))
+    accepts = [r.accept_length for r in measured if r.accept_length is not None]
     if accepts:
         metrics.append(mean_metric("accept_length", "tok/step", accepts))
+    ttfts = [r.ttft_s for r in measured]
+    itls = [gap for r in measured for gap in r.itl_s]
+    metrics.append(
+        Metric(name="p95_ttft_s", unit="s", value=percentile(ttfts, 95), n=len(ttfts), higher_is_better=False)
+    )
+    if itls:
+        metrics.append(
+            Metric(name="p95_itl_s", unit="s", value=percentile(itls, 95), n=len(itls), higher_is_better=False)
+        )
+    metrics.append(
+        Metric(name="completion_tokens", unit="tok", value=sum(r.completion_tokens for r in records), n=len(records))
+    )
     categories = []
-    for category in sorted({r.category for r in records}):
-        group = [r for r in records if r.category == category]
+    for category in sorted({r.category for r in measured}):
+        group = [r for r in measured if r.category == category]
         cat_rates = [r.decode_tok_s for r in group if r.decode_tok_s is not None]
         cat_accepts = [r.accept_length for r in group if r.accept_length is not None]
-        if not cat_rates:
-            continue
-        categories.append(
-            CategoryStats(
-                category=category,
-                requests=len(group),
-                decode_tok_s=mean_metric("decode_tok_s", "tok/s", cat_rates),
-                accept_length=mean_metric("accept_length", "tok/step", cat_accepts) if cat_accepts else None,
+        if cat_rates:
+            categories.append(
+                CategoryStats(
+                    category=category,
+                    requests=len(group),
+                    decode_tok_s=mean_metric("decode_tok_s", "tok/s", cat_rates),
+                    accept_length=mean_metric("accept_length", "tok/step", cat_accepts) if cat_accepts else None,
+                )
             )
-        )
     return Measurement(
-        requests=list(records),
-        warmup_requests=warmup,
-        concurrency=concurrency,
+        objective=settings.objective,
+        concurrency=settings.concurrency,
+        max_tokens_cap=settings.max_tokens,
+        ignore_eos=settings.ignore_eos,
+        warmup_requests=settings.warmup_requests,
+        rounds=len(round_values),
+        round_values=list(round_values),
+        precision_target=settings.target_rel_ci,
+        precision_reached=rel is not None and rel <= settings.target_rel_ci,
+        stop_reason=stop_reason,
+        steadiness=steadiness(round_values, tolerance=settings.drift_tolerance),
         metrics=metrics,
         categories=categories,
         duration_s=duration_s,
+        requests=list(records),
     )
 
 
+# ---------------------------------------------------------------- the client
+
+
 async def measure_request(
-    engine: Engine, client: httpx.AsyncClient, base_url: str, prompt: Prompt, *, max_tokens: int
+    engine: Engine,
+    client: httpx.AsyncClient,
+    base_url: str,
+    prompt: Prompt,
+    *,
+    max_tokens: int,
+    ignore_eos: bool,
+    round_index: int,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> RequestRecord:
-    """Stream one prompt and time it."""
-    started = time.perf_counter()
+    """Stream one prompt and time every update."""
+    started = clock()
     first_at: float | None = None
     first_tokens = 0
     last_at = started
     tokens = 0
+    itl: list[float] = []
     prompt_tokens: int | None = None
     accept: float | None = None
     finish: str | None = None
     try:
-        async for chunk in engine.stream_generate(client, base_url, prompt, max_tokens=max_tokens):
-            now = time.perf_counter()
+        stream = engine.stream_generate(client, base_url, prompt, max_tokens=max_tokens, ignore_eos=ignore_eos)
+        async for chunk in stream:
+            now = clock()
             if chunk.completion_tokens > tokens:
                 if first_at is None:
                     first_at, first_tokens = now, chunk.completion_tokens
+                else:
+                    new = chunk.completion_tokens - tokens
+                    itl.extend([(now - last_at) / new] * new)
                 last_at = now
                 tokens = chunk.completion_tokens
             prompt_tokens = chunk.prompt_tokens if chunk.prompt_tokens is not None else prompt_tokens
@@ -177,22 +286,19 @@ async def measure_request(
     return RequestRecord(
         prompt_id=prompt.id,
         category=prompt.category,
+        round=round_index,
         prompt_tokens=prompt_tokens,
         completion_tokens=tokens,
         ttft_s=first_at - started,
         e2e_s=last_at - started,
         decode_tok_s=decode_tokens / decode_s if decode_tokens > 0 and decode_s > 0 else None,
+        itl_s=itl,
         accept_length=accept,
         finish_reason=finish,
     )
 
 
-class MeasureSettings(_Frozen):
-    warmup_requests: int = 2
-    requests: int = 8
-    concurrency: int = 1
-    max_tokens: int | None = None
-    request_timeout_s: float = 300.0
+Progress = Callable[[str], None]
 
 
 async def run_measurement(
@@ -202,44 +308,73 @@ async def run_measurement(
     settings: MeasureSettings,
     *,
     client: httpx.AsyncClient | None = None,
-    on_request: Callable[[int, int], None] | None = None,
+    on_progress: Progress | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> Measurement:
-    """Warm up, then send ``settings.requests`` prompts of the suite in order at the concurrency."""
+    """Reset the server's counters, warm up, then run rounds until precise, or until a cap."""
     own_client = client is None
     client = client or httpx.AsyncClient(timeout=httpx.Timeout(settings.request_timeout_s, connect=10.0))
-    started = time.perf_counter()
-    try:
-        prompts = suite.prompts
+    prompts = suite.prompts[: settings.prompts_per_round] if settings.prompts_per_round else suite.prompts
 
-        def cap(prompt: Prompt) -> int:
-            return min(prompt.max_tokens, settings.max_tokens) if settings.max_tokens else prompt.max_tokens
+    def report(text: str) -> None:
+        if on_progress is not None:
+            on_progress(text)
 
-        for i in range(settings.warmup_requests):
-            warm = prompts[i % len(prompts)]
-            await measure_request(engine, client, base_url, warm, max_tokens=cap(warm))
-        queue = [prompts[i % len(prompts)] for i in range(settings.requests)]
-        records: list[RequestRecord | None] = [None] * len(queue)
-        done = 0
-        next_index = 0
+    def cap(prompt: Prompt) -> int:
+        return min(prompt.max_tokens, settings.max_tokens) if settings.max_tokens else prompt.max_tokens
+
+    async def send(batch: Sequence[Prompt], round_index: int) -> list[RequestRecord]:
+        queue = list(enumerate(batch))
+        results: list[RequestRecord | None] = [None] * len(batch)
 
         async def worker() -> None:
-            nonlocal done, next_index
-            while next_index < len(queue):
-                index = next_index
-                next_index += 1
-                prompt = queue[index]
-                records[index] = await measure_request(engine, client, base_url, prompt, max_tokens=cap(prompt))
-                done += 1
-                if on_request is not None:
-                    on_request(done, len(queue))
+            while queue:
+                index, prompt = queue.pop(0)
+                results[index] = await measure_request(
+                    engine,
+                    client,
+                    base_url,
+                    prompt,
+                    max_tokens=cap(prompt),
+                    ignore_eos=settings.ignore_eos,
+                    round_index=round_index,
+                    clock=clock,
+                )
 
-        await asyncio.gather(*(worker() for _ in range(min(settings.concurrency, len(queue)))))
+        await asyncio.gather(*(worker() for _ in range(min(settings.concurrency, len(batch)))))
+        return [r for r in results if r is not None]
+
+    started = clock()
+    records: list[RequestRecord] = []
+    round_values: list[float] = []
+    stop_reason = f"max rounds ({settings.max_rounds})"
+    try:
+        try:
+            await engine.reset_stats(client, base_url)
+        except httpx.HTTPError as exc:
+            raise MeasurementError(f"cannot reset the server's statistics: {exc}") from None
+        if settings.warmup_requests:
+            report(f"warm-up ({settings.warmup_requests} requests)")
+            warm = [prompts[i % len(prompts)] for i in range(settings.warmup_requests)]
+            records += await send(warm, -1)
+        for round_index in range(settings.max_rounds):
+            report(f"round {round_index + 1}" + (f", ±{_rel(round_values):.1%}" if len(round_values) > 1 else ""))
+            round_started = clock()
+            batch = await send(prompts, round_index)
+            records += batch
+            round_values.append(round_value(settings.objective, batch, clock() - round_started))
+            if len(round_values) >= max(settings.min_rounds, 2) and _rel(round_values) <= settings.target_rel_ci:
+                stop_reason = f"precision ±{settings.target_rel_ci:.0%} reached"
+                break
+            if clock() - started >= settings.max_seconds:
+                stop_reason = f"time cap ({settings.max_seconds:.0f} s)"
+                break
     finally:
         if own_client:
             await client.aclose()
-    return summarise(
-        [r for r in records if r is not None],
-        warmup=settings.warmup_requests,
-        concurrency=settings.concurrency,
-        duration_s=time.perf_counter() - started,
-    )
+    return summarise(records, round_values, settings, stop_reason=stop_reason, duration_s=clock() - started)
+
+
+def _rel(values: Sequence[float]) -> float:
+    metric = mean_metric("x", "", values)
+    return metric.rel_ci95 if metric.rel_ci95 is not None else math.inf

@@ -14,6 +14,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from autotune.gpu import GpuInventory
 from autotune.space import Candidate, FlagValue
 from autotune.study import StudyEvents, TrialRecord
 
@@ -64,6 +65,29 @@ def trials_table(records: Sequence[TrialRecord], *, flag_names: Sequence[str], b
             _speed(r),
             f"{accept:.2f}" if accept is not None else "-",
             note,
+        )
+    return table
+
+
+def inventory_table(inventory: GpuInventory) -> Table:
+    title = f"GPUs (driver {inventory.driver_version})" + (" [simulated]" if inventory.simulated else "")
+    table = Table(title=title, title_justify="left")
+    for column in ("#", "name", "total GiB", "used GiB", "free GiB", "bandwidth GB/s", "processes"):
+        table.add_column(column, justify="left" if column in ("name", "processes") else "right")
+    gib = 1024**3
+    for gpu in inventory.gpus:
+        processes = ", ".join(
+            f"{p.pid} ({p.used_memory_bytes / gib:.1f} GiB)" if p.used_memory_bytes is not None else str(p.pid)
+            for p in gpu.processes
+        )
+        table.add_row(
+            str(gpu.index),
+            gpu.name,
+            f"{gpu.memory_total_bytes / gib:.1f}",
+            f"{gpu.memory_used_bytes / gib:.1f}",
+            f"{gpu.memory_free_bytes / gib:.1f}",
+            f"{gpu.bandwidth_bytes_per_s / 1e9:.0f}" if gpu.bandwidth_bytes_per_s else "-",
+            processes or "-",
         )
     return table
 

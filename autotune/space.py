@@ -173,12 +173,53 @@ class GPUSpec(_Strict):
 
 
 class MeasurementSpec(_Strict):
+    """How each server is measured (see measure.py for the protocol)."""
+
     suite: str = "builtin:mixed"
-    warmup_requests: int = Field(default=2, ge=0)
-    requests: int = Field(default=8, ge=1)
+    warmup_requests: int = Field(default=2, ge=0, description="sent first and discarded")
+    prompts_per_round: int | None = Field(default=None, ge=1, description="use the suite's first N prompts")
     max_tokens: int | None = Field(default=None, ge=1, description="cap on every prompt's max_tokens")
-    concurrency: int = Field(default=1, ge=1)
+    ignore_eos: bool = Field(default=False, description="fixed-length generation instead of natural length")
+    concurrency: list[int] = Field(default=[1], min_length=1, description="levels measured, in order")
+    target_rel_ci: float = Field(default=0.02, gt=0, lt=1, description="stop when the 95% CI is within ±this")
+    min_rounds: int = Field(default=3, ge=2)
+    max_rounds: int = Field(default=10, ge=2)
+    max_seconds: float = Field(default=600.0, gt=0, description="time cap per concurrency level")
+    drift_tolerance: float = Field(default=0.03, gt=0, description="early vs late rounds; beyond it: drift")
     request_timeout_s: float = Field(default=300.0, gt=0)
+
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _listify(cls, value: object) -> object:
+        return [value] if isinstance(value, int) else value
+
+    @model_validator(mode="after")
+    def _check_rounds(self) -> MeasurementSpec:
+        if self.min_rounds > self.max_rounds:
+            raise ValueError(f"min_rounds: {self.min_rounds} is greater than max_rounds ({self.max_rounds})")
+        if any(c < 1 for c in self.concurrency):
+            raise ValueError("concurrency: levels must be at least 1")
+        return self
+
+
+class ObjectiveSpec(_Strict):
+    """What the study maximises: a metric at one concurrency level."""
+
+    metric: Literal["decode_tok_s", "output_tok_s"] = Field(
+        default="decode_tok_s",
+        description="decode_tok_s: mean per-request decode speed; output_tok_s: aggregate output tokens/s",
+    )
+    concurrency: int = Field(default=1, ge=1)
+
+
+class SLOSpec(_Strict):
+    """Service-level limits, used as constraints (a trial beyond them is infeasible)."""
+
+    p95_ttft_s: float | None = Field(default=None, gt=0)
+    p95_itl_s: float | None = Field(default=None, gt=0)
+
+    def limits(self) -> dict[str, float]:
+        return {k: v for k, v in (("p95_ttft_s", self.p95_ttft_s), ("p95_itl_s", self.p95_itl_s)) if v is not None}
 
 
 class LaunchSpec(_Strict):
@@ -200,7 +241,8 @@ class SearchSpace(_Strict):
     tuned: dict[str, Param] = Field(default_factory=dict)
     baselines: list[Baseline] = Field(default_factory=list)
     measurement: MeasurementSpec = MeasurementSpec()
-    objective: Literal["decode_tok_s"] = "decode_tok_s"
+    objective: ObjectiveSpec = ObjectiveSpec()
+    slo: SLOSpec = SLOSpec()
     launch: LaunchSpec = LaunchSpec()
     source: Path | None = Field(default=None, exclude=True, description="file this space was read from")
 
@@ -209,8 +251,18 @@ class SearchSpace(_Strict):
     def _canonical(cls, value: object) -> object:
         return {flag_name(str(k)): v for k, v in value.items()} if isinstance(value, dict) else value
 
+    @field_validator("objective", mode="before")
+    @classmethod
+    def _objective_shorthand(cls, value: object) -> object:
+        return {"metric": value} if isinstance(value, str) else value
+
     @model_validator(mode="after")
     def _check_consistency(self) -> SearchSpace:
+        if self.objective.concurrency not in self.measurement.concurrency:
+            raise ValueError(
+                f"objective.concurrency: {self.objective.concurrency} is not one of the measured levels "
+                f"(measurement.concurrency: {self.measurement.concurrency})"
+            )
         overlap = sorted(set(self.fixed) & set(self.tuned))
         if overlap:
             raise ValueError(f"tuned.{overlap[0]}: the flag is both fixed and tuned; keep it in one place")

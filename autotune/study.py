@@ -23,16 +23,25 @@ from typing import Any, Literal
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import FrozenTrial, TrialState
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from autotune.engines import get_engine
 from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan
 from autotune.errors import StorageError, UserError
 from autotune.gpu import GpuInventory, read_inventory
-from autotune.measure import MeasureSettings
+from autotune.measure import Measurement, MeasureSettings
 from autotune.profile import Profile, ProfileMetric, redact_env
 from autotune.server import reap_orphans
-from autotune.space import Baseline, Candidate, FlagValue, SearchSpace, baseline_params, resolve_command, suggest
+from autotune.space import (
+    Baseline,
+    Candidate,
+    FlagValue,
+    SearchSpace,
+    SLOSpec,
+    baseline_params,
+    resolve_command,
+    suggest,
+)
 from autotune.trial import OutcomeKind, TrialOutcome, TrialSetup, run_trial
 from autotune.workload import load_suite
 
@@ -41,6 +50,9 @@ CONSTRAINT_KEYS = ("memory", "config")
 DEFAULT_STUDIES_DIR = Path("studies")
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+MeasurementList = RootModel[list[Measurement]]
 
 
 class TrialFault(Exception):
@@ -116,6 +128,25 @@ def load_existing_study(name: str, storage_url: str) -> optuna.Study:
         names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
         known = f"; studies there: {', '.join(names)}" if names else "; it holds no studies"
         raise StorageError(f"no study named {name!r} in {storage_url}{known}") from None
+
+
+def measure_settings(space: SearchSpace) -> MeasureSettings:
+    """The measurement protocol's settings from a space (concurrency is set per level)."""
+    m = space.measurement
+    return MeasureSettings(
+        objective=space.objective.metric,
+        concurrency=space.objective.concurrency,
+        warmup_requests=m.warmup_requests,
+        prompts_per_round=m.prompts_per_round,
+        max_tokens=m.max_tokens,
+        ignore_eos=m.ignore_eos,
+        target_rel_ci=m.target_rel_ci,
+        min_rounds=m.min_rounds,
+        max_rounds=m.max_rounds,
+        max_seconds=m.max_seconds,
+        drift_tolerance=m.drift_tolerance,
+        request_timeout_s=m.request_timeout_s,
+    )
 
 
 def make_sampler(name: SamplerName, seed: int | None) -> optuna.samplers.BaseSampler:
@@ -239,10 +270,23 @@ def record_outcome(trial: optuna.Trial, outcome: TrialOutcome) -> None:
     trial.set_user_attr("stop_s", round(outcome.stop_s, 2))
 
 
-def set_constraints(trial: optuna.Trial, *, memory: bool = False, config: bool = False) -> None:
-    """Every key on every trial (GPSampler needs a stable count); > 0 means violated."""
+def set_constraints(
+    trial: optuna.Trial,
+    slo: SLOSpec,
+    *,
+    memory: bool = False,
+    config: bool = False,
+    measured: Measurement | None = None,
+) -> None:
+    """Every key on every trial (GPSampler needs a stable count); > 0 means violated.
+
+    SLO constraints are relative excess over the limit (0.1 = 10 % over); unmeasured trials get 0.
+    """
     trial.set_constraint("memory", 1.0 if memory else 0.0)
     trial.set_constraint("config", 1.0 if config else 0.0)
+    for name, limit in slo.limits().items():
+        metric = measured.metric(name) if measured is not None else None
+        trial.set_constraint(f"slo_{name}", (metric.value - limit) / limit if metric is not None else 0.0)
 
 
 # ---------------------------------------------------------------- running a study
@@ -320,19 +364,14 @@ class StudyRunner:
         env = dict(self.space.env)
         if self.space.gpus.devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in self.space.gpus.devices)
-        m = self.space.measurement
         self.setup = TrialSetup(
             launcher=checked.launcher,
             model=self.space.model,
             env=env,
             suite=self.suite,
-            measure=MeasureSettings(
-                warmup_requests=m.warmup_requests,
-                requests=m.requests,
-                concurrency=m.concurrency,
-                max_tokens=m.max_tokens,
-                request_timeout_s=m.request_timeout_s,
-            ),
+            measure=measure_settings(self.space),
+            concurrency_levels=self.space.measurement.concurrency,
+            objective_concurrency=self.space.objective.concurrency,
             launch_timeout_s=self.space.launch.timeout_s,
             stop_timeout_s=self.space.launch.stop_timeout_s,
             records_dir=paths.servers,
@@ -350,7 +389,8 @@ class StudyRunner:
             "model": self.space.model,
             "space_file": str(self.space.source) if self.space.source else None,
             "suite": self.suite.name,
-            "objective": f"{self.space.objective} (higher is better)",
+            "objective": f"{self.space.objective.metric} at concurrency {self.space.objective.concurrency}"
+            " (higher is better)",
             "simulated": self.inventory.simulated,
             "gpus": [g.name for g in self.inventory.gpus],
             "driver_version": self.inventory.driver_version,
@@ -419,12 +459,12 @@ class StudyRunner:
         record_outcome(trial, outcome)
         self._upload_artifacts(trial, outcome)
         if outcome.kind is OutcomeKind.OK:
-            set_constraints(trial)
+            set_constraints(trial, self.space.slo, measured=outcome.measurement)
             value = outcome.objective
             assert value is not None
             return value
         if outcome.kind.is_config_fault:
-            set_constraints(trial, memory=outcome.kind.is_memory, config=not outcome.kind.is_memory)
+            set_constraints(trial, self.space.slo, memory=outcome.kind.is_memory, config=not outcome.kind.is_memory)
             return 0.0
         raise TrialFault(f"{outcome.kind.value}: {outcome.reason}")
 
@@ -433,7 +473,7 @@ class StudyRunner:
         trial.set_user_attr("reason", f"engine rule: {reason}")
         trial.set_user_attr("feasible", False)
         trial.set_user_attr("flags", candidate.flags)
-        set_constraints(trial, config=True)
+        set_constraints(trial, self.space.slo, config=True)
         return 0.0
 
     def _finish_duplicate(self, trial: optuna.Trial, plan: LaunchPlan, original: FrozenTrial) -> float:
@@ -442,8 +482,8 @@ class StudyRunner:
                 trial.set_user_attr(key, value)
         trial.set_user_attr("duplicate_of", original.number)
         trial.set_user_attr("flags", plan.flags)
-        violated = {key for key, value in original.constraints.items() if value > 0}
-        set_constraints(trial, memory="memory" in violated, config="config" in violated)
+        for key, value in original.constraints.items():
+            trial.set_constraint(key, value)
         assert original.value is not None
         return original.value
 
@@ -455,9 +495,9 @@ class StudyRunner:
                 study_or_trial=trial,
                 mimetype="text/plain",
             )
-        if outcome.measurement is not None and outcome.log_path is not None:
+        if outcome.measurements and outcome.log_path is not None:
             path = outcome.log_path.with_suffix(".measurement.json")
-            path.write_text(outcome.measurement.model_dump_json(indent=2))
+            path.write_text(MeasurementList(outcome.measurements).model_dump_json(indent=2))
             upload_artifact(
                 artifact_store=self.artifact_store,
                 file_path=str(path),

@@ -7,6 +7,7 @@ before :func:`run_trial` returns or raises, and the outcome says what happened a
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from enum import Enum
@@ -51,18 +52,22 @@ class TrialOutcome(BaseModel):
     plan: LaunchPlan
     argv: list[str] = Field(default_factory=list)
     effective: EffectiveConfig | None = None
-    measurement: Measurement | None = None
+    measurements: list[Measurement] = Field(default_factory=list, description="one per concurrency level")
+    objective_concurrency: int = 1
     log_path: Path | None = None
     launch_s: float = 0.0
     measure_s: float = 0.0
     stop_s: float = 0.0
 
     @property
+    def measurement(self) -> Measurement | None:
+        """The measurement at the objective's concurrency."""
+        return next((m for m in self.measurements if m.concurrency == self.objective_concurrency), None)
+
+    @property
     def objective(self) -> float | None:
-        if self.measurement is None:
-            return None
-        metric = self.measurement.metric("decode_tok_s")
-        return metric.value if metric else None
+        measurement = self.measurement
+        return measurement.value if measurement is not None else None
 
 
 Phase = Callable[[str, str], None]
@@ -78,6 +83,8 @@ class TrialSetup(BaseModel):
     env: dict[str, str]
     suite: Suite
     measure: MeasureSettings
+    concurrency_levels: list[int] = Field(default=[1])
+    objective_concurrency: int = 1
     launch_timeout_s: float
     stop_timeout_s: float
     records_dir: Path
@@ -119,20 +126,24 @@ def run_trial(
             )
         measure_started = time.monotonic()
         effective: EffectiveConfig | None = None
-        measurement: Measurement | None = None
+        measurements: list[Measurement] = []
         error: str | None = None
         try:
             effective = engine.effective_config(client, base_url, plan)
-            phase("measuring", f"{setup.measure.warmup_requests} warm-up + {setup.measure.requests} requests")
-            measurement = asyncio.run(
-                run_measurement(
-                    engine,
-                    base_url,
-                    setup.suite,
-                    setup.measure,
-                    on_request=lambda done, total: phase("measuring", f"request {done}/{total}"),
+            for level in setup.concurrency_levels:
+                settings = setup.measure.model_copy(update={"concurrency": level})
+                measurements.append(
+                    asyncio.run(
+                        measure_with_server_stats(
+                            engine,
+                            base_url,
+                            setup.suite,
+                            settings,
+                            log=LogWindow(log_path),
+                            on_progress=functools.partial(_progress, phase, level),
+                        )
+                    )
                 )
-            )
         except MeasurementError as exc:
             error = exc.message
         measure_s = time.monotonic() - measure_started
@@ -156,18 +167,69 @@ def run_trial(
             launch_s=launch_s,
             measure_s=measure_s,
             stop_s=stop_s,
+            objective_concurrency=setup.objective_concurrency,
         )
     return TrialOutcome(
         kind=OutcomeKind.OK,
         plan=plan,
         argv=argv,
         effective=effective,
-        measurement=measurement,
+        measurements=measurements,
+        objective_concurrency=setup.objective_concurrency,
         log_path=log_path,
         launch_s=launch_s,
         measure_s=measure_s,
         stop_s=stop_s,
     )
+
+
+def _progress(phase: Phase | Callable[[str, str], None], level: int, text: str) -> None:
+    phase("measuring", f"concurrency {level}: {text}")
+
+
+class LogWindow:
+    """The part of a log file written after :meth:`mark` (the server's lines during measurement)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def mark(self) -> None:
+        self.offset = self.path.stat().st_size if self.path.exists() else 0
+
+    def read(self) -> str:
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(self.offset)
+                return handle.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+
+async def measure_with_server_stats(
+    engine: Engine,
+    base_url: str,
+    suite: Suite,
+    settings: MeasureSettings,
+    *,
+    log: LogWindow | None,
+    on_progress: Callable[[str], None] | None = None,
+) -> Measurement:
+    """Measure, and attach the server's own figures over the same window (log lines and /metrics)."""
+    async with httpx.AsyncClient(timeout=httpx.Timeout(settings.request_timeout_s, connect=10.0)) as client:
+        if log is not None:
+            log.mark()
+        try:
+            before = await engine.scrape_metrics(client, base_url)
+        except httpx.HTTPError:
+            before = None
+        measurement = await run_measurement(engine, base_url, suite, settings, client=client, on_progress=on_progress)
+        try:
+            after = await engine.scrape_metrics(client, base_url)
+        except httpx.HTTPError:
+            after = None
+    stats = engine.server_stats(log_window=log.read() if log else "", metrics_before=before, metrics_after=after)
+    return measurement.model_copy(update={"server": stats})
 
 
 def _read_log(path: Path) -> str:

@@ -63,7 +63,9 @@ def test_stop_kills_the_whole_group_even_if_sigterm_is_ignored(tmp_path: Path) -
 def test_exit_during_startup_is_reported_with_its_code(tmp_path: Path) -> None:
     server = ServerProcess(
         [sys.executable, "-c", "print('boom'); raise SystemExit(3)"],
-        env={}, log_path=tmp_path / "s.log", records_dir=tmp_path / "rec",
+        env={},
+        log_path=tmp_path / "s.log",
+        records_dir=tmp_path / "rec",
     )
     with server:
         result = server.wait_ready(lambda: False, timeout_s=30)
@@ -75,7 +77,10 @@ def test_deadline_without_sleeping_through_it(tmp_path: Path) -> None:
     ticks = iter(range(0, 10_000, 50))  # each clock read advances 50 s
     server = ServerProcess(
         [sys.executable, "-c", "import time; time.sleep(600)"],
-        env={}, log_path=tmp_path / "s.log", records_dir=tmp_path / "rec", clock=lambda: float(next(ticks)),
+        env={},
+        log_path=tmp_path / "s.log",
+        records_dir=tmp_path / "rec",
+        clock=lambda: float(next(ticks)),
     )
     with server:
         result = server.wait_ready(lambda: False, timeout_s=120, poll_s=0.01)
@@ -85,8 +90,12 @@ def test_deadline_without_sleeping_through_it(tmp_path: Path) -> None:
 def test_environment_is_passed(tmp_path: Path) -> None:
     out = tmp_path / "env.txt"
     code = f"import os, pathlib; pathlib.Path({str(out)!r}).write_text(os.environ['CUDA_VISIBLE_DEVICES'])"
-    server = ServerProcess([sys.executable, "-c", code], env={"CUDA_VISIBLE_DEVICES": "0,1"},
-                           log_path=tmp_path / "s.log", records_dir=tmp_path / "rec")
+    server = ServerProcess(
+        [sys.executable, "-c", code],
+        env={"CUDA_VISIBLE_DEVICES": "0,1"},
+        log_path=tmp_path / "s.log",
+        records_dir=tmp_path / "rec",
+    )
     with server:
         server.wait_ready(lambda: False, timeout_s=30)
     assert out.read_text() == "0,1"
@@ -101,7 +110,7 @@ def test_orphans_of_a_dead_tuner_are_found_and_killed(tmp_path: Path) -> None:
         from pathlib import Path
         from autotune.server import ServerProcess
         s = ServerProcess([sys.executable, "-c", "import time; time.sleep(600)"], env={{}},
-                          log_path=Path({str(tmp_path / 's.log')!r}), records_dir=Path({str(records)!r}))
+                          log_path=Path({str(tmp_path / "s.log")!r}), records_dir=Path({str(records)!r}))
         s.start()
         print(s.pid, flush=True)
         os._exit(0)
@@ -113,11 +122,19 @@ def test_orphans_of_a_dead_tuner_are_found_and_killed(tmp_path: Path) -> None:
     # A stale record whose pid now belongs to another process must not be acted on.
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
-        (records / f"server-{bystander.pid}.json").write_text(json.dumps({
-            "pid": bystander.pid, "start_ticks": (process_start_ticks(bystander.pid) or 0) + 1,
-            "owner_pid": 999_999_999, "owner_start_ticks": 1, "argv": ["x"], "log_path": "x",
-            "started_at": "2026-01-01T00:00:00Z",
-        }))
+        (records / f"server-{bystander.pid}.json").write_text(
+            json.dumps(
+                {
+                    "pid": bystander.pid,
+                    "start_ticks": (process_start_ticks(bystander.pid) or 0) + 1,
+                    "owner_pid": 999_999_999,
+                    "owner_start_ticks": 1,
+                    "argv": ["x"],
+                    "log_path": "x",
+                    "started_at": "2026-01-01T00:00:00Z",
+                }
+            )
+        )
         killed = reap_orphans(records)
         assert [r.pid for r in killed] == [orphan]
         assert wait_for(lambda: not alive(orphan))
@@ -129,8 +146,12 @@ def test_orphans_of_a_dead_tuner_are_found_and_killed(tmp_path: Path) -> None:
 
 
 def test_records_of_a_live_tuner_are_left_alone(tmp_path: Path) -> None:
-    server = ServerProcess([sys.executable, "-c", "import time; time.sleep(600)"], env={},
-                           log_path=tmp_path / "s.log", records_dir=tmp_path / "rec")
+    server = ServerProcess(
+        [sys.executable, "-c", "import time; time.sleep(600)"],
+        env={},
+        log_path=tmp_path / "s.log",
+        records_dir=tmp_path / "rec",
+    )
     with server:
         assert reap_orphans(tmp_path / "rec") == []  # the owner (this process) is alive
         assert server.poll() is None

@@ -104,23 +104,41 @@ def test_mtp_name_and_extra_buffer_limit() -> None:
     with pytest.raises(InvalidConfig, match="use NEXTN"):
         engine.normalise({"speculative-algorithm": "MTP"})
     with pytest.raises(InvalidConfig, match="at most 256"):
-        engine.normalise({
-            **NEXTN, "speculative-num-steps": 8, "speculative-eagle-topk": 64,
-            "speculative-num-draft-tokens": 300, "mamba-radix-cache-strategy": "extra_buffer",
-        })
+        engine.normalise(
+            {
+                **NEXTN,
+                "speculative-num-steps": 8,
+                "speculative-eagle-topk": 64,
+                "speculative-num-draft-tokens": 300,
+                "mamba-radix-cache-strategy": "extra_buffer",
+            }
+        )
 
 
 def test_context_length_spellings_are_one_config() -> None:
-    assert engine.normalise({"context-length": "128K"}).flags["context-length"] == 131072
-    assert engine.normalise({"context-length": "128K"}).config_key == engine.normalise({"context-length": 131072}).config_key
+    spelled = engine.normalise({"context-length": "128K"})
+    assert spelled.flags["context-length"] == 131072
+    assert spelled.config_key == engine.normalise({"context-length": 131072}).config_key
 
 
 def test_argv_uses_full_flag_names() -> None:
     plan = LaunchPlan(engine="sglang", flags={"tp-size": 2, "enable-metrics": True, "mem-fraction-static": 0.88})
     argv = engine.build_argv(["python", "-m", "sglang.launch_server"], model="m", plan=plan, host="127.0.0.1", port=9)
     assert argv == [
-        "python", "-m", "sglang.launch_server", "--model-path", "m", "--host", "127.0.0.1", "--port", "9",
-        "--tp-size", "2", "--enable-metrics", "--mem-fraction-static", "0.88",
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "m",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "9",
+        "--tp-size",
+        "2",
+        "--enable-metrics",
+        "--mem-fraction-static",
+        "0.88",
     ]
 
 
@@ -143,3 +161,69 @@ def test_failure_classification_on_recorded_logs(log: str, exit_code: int, kind:
 def test_timeout_without_memory_message_is_launch_timeout() -> None:
     failure = engine.classify_failure(exit_code=None, log_text="[2026-11-02] Load weight begin.", timed_out=True)
     assert failure.kind is FailureKind.LAUNCH_TIMEOUT
+
+
+REAL_HELP = Path(__file__).parent / "fixtures" / "sglang-0.5.23-help.txt"
+
+
+def test_real_sglang_help_accepts_the_seed_space_and_rejects_old_names() -> None:
+    from autotune.space import load_space
+    from tests.conftest import REAL_SPACE
+
+    flags = parse_help_flags(REAL_HELP.read_text())
+    assert len(flags.flags) > 500
+    space = load_space(REAL_SPACE)
+    engine.check_flags(space.all_flag_names(), flags)  # every flag of the seed space exists in 0.5.23
+    assert {"model-path", "host", "port"} <= flags.flags
+    assert "enable-metrics" in flags.switches and "mem-fraction-static" not in flags.switches
+    for old in ("mamba-scheduler-strategy", "cuda-graph-max-bs"):
+        with pytest.raises(FlagError, match=f"unknown flag --{old}"):
+            engine.check_flags([old], flags)
+
+
+# The public examples quoted in shared/sglang.md (SGLang issues and PRs).
+PUBLIC_DECODE_LINES = [
+    "[2026-07-30 13:35:13 TP0] Decode batch, #running-req: 1, #full token: 257, full token usage: 0.00, "
+    "mamba num: 3, mamba usage: 0.03, accept len: 2.83, accept rate: 0.61, cuda graph: True, "
+    "gen throughput (token/s): 93.65, #queue-req: 0",
+    "[2026-04-08 14:05:21 TP0] Decode batch, #running-req: 5, #token: 20800, token usage: 0.29, cuda graph: True, "
+    "gen throughput (token/s): 144.95, #queue-req: 0",
+    "Decode batch. #running-req: 509, #token: 180776, token usage: 0.43, gen throughput (token/s): 7897.87, "
+    "largest-len: 0, #queue-req: 0, ",
+]
+
+
+def test_decode_batch_lines_hybrid_plain_and_old_format() -> None:
+    from autotune.engines.sglang import parse_decode_line
+
+    hybrid, plain, old = (parse_decode_line(line) for line in PUBLIC_DECODE_LINES)
+    assert hybrid is not None and plain is not None and old is not None
+    assert (hybrid.rank, hybrid.running_req, hybrid.tokens, hybrid.mamba_usage) == ("TP0", 1, 257, 0.03)
+    assert (hybrid.accept_len, hybrid.accept_rate, hybrid.gen_throughput) == (2.83, 0.61, 93.65)
+    assert (plain.running_req, plain.tokens, plain.token_usage, plain.accept_len) == (5, 20800, 0.29, None)
+    assert plain.gen_throughput == 144.95 and plain.cuda_graph is True
+    assert (old.time, old.rank, old.running_req, old.gen_throughput, old.queue_req) == (None, None, 509, 7897.87, 0)
+    untagged = parse_decode_line(PUBLIC_DECODE_LINES[1].replace(" TP0]", "]"))
+    assert untagged is not None and untagged.rank is None and untagged.gen_throughput == 144.95
+    assert parse_decode_line("[2026-07-30 13:35:13 TP0] Prefill batch, #new-seq: 1, #new-token: 64") is None
+
+
+def test_server_stats_from_log_window_and_metrics() -> None:
+    log = "\n".join(
+        [
+            PUBLIC_DECODE_LINES[0],
+            PUBLIC_DECODE_LINES[0].replace("93.65", "95.65"),
+            PUBLIC_DECODE_LINES[0].replace(" TP0]", " TP1]").replace("93.65", "1.00"),
+            "other line",
+        ]
+    )
+    before = '# TYPE sglang:generation_tokens_total counter\nsglang:generation_tokens_total{model_name="m"} 100\n'
+    after = (
+        '# TYPE sglang:generation_tokens_total counter\nsglang:generation_tokens_total{model_name="m"} 612\n'
+        '# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name="m"} 2.9\n'
+    )
+    stats = engine.server_stats(log_window=log, metrics_before=before, metrics_after=after)
+    assert stats is not None
+    assert stats.log_lines == 2 and stats.gen_tok_s == pytest.approx(94.65) and stats.accept_length == 2.83
+    assert stats.generated_tokens == 512 and stats.metrics_accept_length == 2.9
+    assert engine.server_stats(log_window="nothing", metrics_before=None, metrics_after=None) is None

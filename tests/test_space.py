@@ -30,8 +30,13 @@ def test_shipped_spaces_load_with_seed_baselines() -> None:
         assert space.model == "Qwen/Qwen3.6-27B"
         assert space.fixed["tp-size"] == 2 and space.fixed["speculative-algorithm"] == "NEXTN"
         assert set(space.tuned) == {
-            "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens",
-            "mem-fraction-static", "mamba-full-memory-ratio", "max-running-requests", "cuda-graph-max-bs-decode",
+            "speculative-num-steps",
+            "speculative-eagle-topk",
+            "speculative-num-draft-tokens",
+            "mem-fraction-static",
+            "mamba-full-memory-ratio",
+            "max-running-requests",
+            "cuda-graph-max-bs-decode",
         }
         names = [b.name for b in space.baselines]
         assert names == ["cautious", "hand-found"]
@@ -43,14 +48,20 @@ def test_shipped_spaces_load_with_seed_baselines() -> None:
     ("extra", "field", "message"),
     [
         ("colour: blue\n", "colour", "unknown key"),
-        ("tuned:\n  mem-fraction-static: {type: float, low: 0.9, high: 0.8}\n",
-         "tuned.mem-fraction-static", "low (0.9) is greater than high (0.8)"),
+        (
+            "tuned:\n  mem-fraction-static: {type: float, low: 0.9, high: 0.8}\n",
+            "tuned.mem-fraction-static",
+            "low (0.9) is greater than high (0.8)",
+        ),
         ("tuned:\n  x: {type: int, low: 1, high: 2, when: 'y > 1'}\n", "tuned.x", "condition refers to 'y'"),
         ("baselines:\n  - {name: a}\n  - {name: a}\n", "baselines", "names must be unique"),
         ("tuned:\n  x: {type: int, low: 1, high: 2, when: 'nonsense'}\n", "tuned.x.when", "cannot read condition"),
         ("tuned:\n  x: {type: integer, low: 1, high: 2}\n", "tuned.x", "does not match any of the expected tags"),
-        ("tuned:\n  x: {type: int, low: 1, high: 4}\nbaselines:\n  - name: b\n    flags: {x: 9}\n",
-         "baselines.b.x", "9 is outside the tuned range"),
+        (
+            "tuned:\n  x: {type: int, low: 1, high: 4}\nbaselines:\n  - name: b\n    flags: {x: 9}\n",
+            "baselines.b.x",
+            "9 is outside the tuned range",
+        ),
         ("fixed: {x: 1}\ntuned:\n  x: {type: int, low: 1, high: 4}\n", "tuned.x", "both fixed and tuned"),
     ],
 )
@@ -105,8 +116,12 @@ def test_baseline_keeps_engine_defaults_for_unnamed_flags() -> None:
     candidate = suggest(space, study.ask(), cautious)
     assert candidate.baseline == "cautious"
     assert candidate.flags == {
-        "tp-size": 2, "speculative-algorithm": "NEXTN", "context-length": 131072,
-        "speculative-num-steps": 1, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 2,
+        "tp-size": 2,
+        "speculative-algorithm": "NEXTN",
+        "context-length": 131072,
+        "speculative-num-steps": 1,
+        "speculative-eagle-topk": 1,
+        "speculative-num-draft-tokens": 2,
     }
     assert "mem-fraction-static" not in candidate.flags
 

@@ -9,7 +9,10 @@ server's HTTP protocol. Its phases, in the order the tuner uses them:
 4. readiness: one probe of the running server (``is_ready``);
 5. effective config: what the server says it resolved (``effective_config``);
 6. failure classification: exit code + log text -> :class:`Failure` (``classify_failure``);
-7. requests: stream one generation and yield token counts (``stream_generate``).
+7. requests: stream one generation and yield token counts (``stream_generate``);
+8. server-side figures: reset lifetime counters before measuring (``reset_stats``), scrape
+   metrics (``scrape_metrics``) and read the server's own throughput and acceptance from its log
+   and metrics (``server_stats``), to cross-check the client's numbers.
 """
 
 from __future__ import annotations
@@ -101,6 +104,16 @@ class EffectiveConfig(_Frozen):
 
     version: str | None
     values: dict[str, FlagValue | None]
+
+
+class ServerStats(_Frozen):
+    """The server's own figures over a measurement window (to cross-check the client's)."""
+
+    gen_tok_s: float | None = Field(default=None, description="median logged generation throughput while busy")
+    accept_length: float | None = Field(default=None, description="mean logged accept length")
+    log_lines: int = 0
+    generated_tokens: float | None = Field(default=None, description="counter delta from /metrics")
+    metrics_accept_length: float | None = None
 
 
 class StreamChunk(_Frozen):
@@ -203,9 +216,23 @@ class Engine(ABC):
 
     @abstractmethod
     def stream_generate(
-        self, client: httpx.AsyncClient, base_url: str, prompt: Prompt, *, max_tokens: int
+        self, client: httpx.AsyncClient, base_url: str, prompt: Prompt, *, max_tokens: int, ignore_eos: bool
     ) -> AsyncIterator[StreamChunk]:
         """Send one prompt and yield an update per streamed event."""
+
+    async def reset_stats(self, client: httpx.AsyncClient, base_url: str) -> None:
+        """Reset the server's lifetime counters (e.g. average accept length) before measuring."""
+        return None
+
+    async def scrape_metrics(self, client: httpx.AsyncClient, base_url: str) -> str | None:
+        """The server's metrics text, or None where it exposes none."""
+        return None
+
+    def server_stats(
+        self, *, log_window: str, metrics_before: str | None, metrics_after: str | None
+    ) -> ServerStats | None:
+        """The server's own throughput and acceptance over a window of its log and metrics."""
+        return None
 
 
 def flag_argv(flags: Mapping[str, FlagValue]) -> list[str]:

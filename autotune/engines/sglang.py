@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from collections.abc import AsyncIterator, Mapping
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.engines.base import (
     EffectiveConfig,
@@ -20,9 +23,11 @@ from autotune.engines.base import (
     FailureKind,
     InvalidConfig,
     LaunchPlan,
+    ServerStats,
     StreamChunk,
     flag_argv,
 )
+from autotune.errors import MeasurementError
 from autotune.space import FlagValue
 from autotune.workload import Prompt
 
@@ -50,6 +55,77 @@ _INVALID = (
     re.compile(r"^AssertionError.*$", re.MULTILINE),
     re.compile(r"^ValueError: .*$", re.MULTILINE),
 )
+
+
+_DECODE_PREFIX = re.compile(
+    r"^(?:\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: (?P<rank>[A-Z]+\d+(?: [A-Z]+\d+)*))?\] )?"
+    r"Decode batch(?: \[\d+\])?[.,] (?P<fields>.*)$"
+)
+_FIELD = re.compile(r"\s*(?P<key>[^:,]+?):\s*(?P<value>[^,]+?)\s*(?:,|$)")
+
+
+class DecodeBatchLine(BaseModel):
+    """One ``Decode batch`` log line (plain or hybrid usage fields, with or without a rank tag)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    time: str | None
+    rank: str | None
+    running_req: int
+    tokens: int | None = Field(description="#token, or #full token on hybrid models")
+    token_usage: float | None
+    mamba_usage: float | None = None
+    accept_len: float | None = None
+    accept_rate: float | None = None
+    cuda_graph: bool | None = None
+    gen_throughput: float
+    queue_req: int | None = None
+
+
+def parse_decode_line(line: str) -> DecodeBatchLine | None:
+    """Parse SGLang's ``Decode batch`` line by field name; None for any other line."""
+    match = _DECODE_PREFIX.match(line.strip())
+    if match is None:
+        return None
+    fields = {m["key"].strip(): m["value"].strip() for m in _FIELD.finditer(match["fields"])}
+
+    def number(*keys: str) -> float | None:
+        for key in keys:
+            if key in fields:
+                try:
+                    return float(fields[key])
+                except ValueError:
+                    return None
+        return None
+
+    running, throughput = number("#running-req"), number("gen throughput (token/s)")
+    if running is None or throughput is None:
+        return None
+    tokens = number("#token", "#full token")
+    queue = number("#queue-req")
+    graph = next((fields[k] for k in fields if k.endswith(" graph")), None)
+    return DecodeBatchLine(
+        time=match["time"],
+        rank=match["rank"],
+        running_req=int(running),
+        tokens=int(tokens) if tokens is not None else None,
+        token_usage=number("token usage", "full token usage"),
+        mamba_usage=number("mamba usage"),
+        accept_len=number("accept len"),
+        accept_rate=number("accept rate"),
+        cuda_graph=graph == "True" if graph is not None else None,
+        gen_throughput=throughput,
+        queue_req=int(queue) if queue is not None else None,
+    )
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Sum of every sample per name (labels dropped), with prometheus_client's parser."""
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return totals
 
 
 def _line_with(text: str, needle: str) -> str:
@@ -136,7 +212,9 @@ class SGLangEngine(Engine):
         return LaunchPlan(engine=self.name, flags=out, notes=notes)
 
     def build_argv(self, launcher: list[str], *, model: str, plan: LaunchPlan, host: str, port: int) -> list[str]:
-        return [*launcher, "--model-path", model, "--host", host, "--port", str(port), *flag_argv(plan.flags)]
+        # /metrics feeds the cross-check of the client's numbers; it costs nothing measurable.
+        metrics = [] if "enable-metrics" in plan.flags else ["--enable-metrics"]
+        return [*launcher, "--model-path", model, "--host", host, "--port", str(port), *flag_argv(plan.flags), *metrics]
 
     def is_ready(self, client: httpx.Client, base_url: str) -> bool:
         try:
@@ -145,7 +223,10 @@ class SGLangEngine(Engine):
             return False
 
     def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> EffectiveConfig:
-        info = client.get(f"{base_url}/server_info", timeout=30.0).raise_for_status().json()
+        try:
+            info = client.get(f"{base_url}/server_info", timeout=30.0).raise_for_status().json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise MeasurementError(f"cannot read the effective config from /server_info: {exc}") from None
         wanted = list(plan.flags) + [STEPS, TOPK, DRAFT, "mem-fraction-static", "max-running-requests", CONTEXT]
         values: dict[str, FlagValue | None] = {}
         for flag in dict.fromkeys(wanted):
@@ -174,14 +255,41 @@ class SGLangEngine(Engine):
         last = lines[-1] if lines else "(empty log)"
         return Failure(kind=FailureKind.CRASHED, reason=f"exit code {exit_code}: {last}")
 
+    async def reset_stats(self, client: httpx.AsyncClient, base_url: str) -> None:
+        (await client.post(f"{base_url}/flush_cache")).raise_for_status()
+
+    async def scrape_metrics(self, client: httpx.AsyncClient, base_url: str) -> str | None:
+        response = await client.get(f"{base_url}/metrics")
+        return response.text if response.status_code == 200 else None
+
+    def server_stats(
+        self, *, log_window: str, metrics_before: str | None, metrics_after: str | None
+    ) -> ServerStats | None:
+        lines = [p for p in map(parse_decode_line, log_window.splitlines()) if p is not None and p.running_req > 0]
+        # One line per step is printed by every TP rank that logs; keep rank 0 (or untagged).
+        lines = [p for p in lines if p.rank is None or p.rank.startswith("TP0")]
+        accepts = [p.accept_len for p in lines if p.accept_len is not None]
+        generated = accept = None
+        if metrics_before is not None and metrics_after is not None:
+            before, after = parse_metrics(metrics_before), parse_metrics(metrics_after)
+            if "sglang:generation_tokens_total" in after:
+                generated = after["sglang:generation_tokens_total"] - before.get("sglang:generation_tokens_total", 0.0)
+            accept = after.get("sglang:spec_accept_length")
+        if not lines and generated is None:
+            return None
+        return ServerStats(
+            gen_tok_s=statistics.median(p.gen_throughput for p in lines) if lines else None,
+            accept_length=statistics.fmean(accepts) if accepts else None,
+            log_lines=len(lines),
+            generated_tokens=generated,
+            metrics_accept_length=accept,
+        )
+
     async def stream_generate(
-        self, client: httpx.AsyncClient, base_url: str, prompt: Prompt, *, max_tokens: int
+        self, client: httpx.AsyncClient, base_url: str, prompt: Prompt, *, max_tokens: int, ignore_eos: bool
     ) -> AsyncIterator[StreamChunk]:
-        body = {
-            "text": prompt.text,
-            "sampling_params": {"max_new_tokens": max_tokens, "temperature": prompt.temperature},
-            "stream": True,
-        }
+        sampling = {"max_new_tokens": max_tokens, "temperature": prompt.temperature, "ignore_eos": ignore_eos}
+        body = {"text": prompt.text, "sampling_params": sampling, "stream": True}
         async with client.stream("POST", f"{base_url}/generate", json=body) as response:
             response.raise_for_status()
             async for line in response.aiter_lines():

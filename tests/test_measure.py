@@ -1,0 +1,151 @@
+"""The measurement protocol, driven through the SGLang engine's real HTTP contract (SSE over
+httpx.MockTransport) with a deterministic clock, and the statistics it rests on."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+import pytest
+
+from autotune.engines.sglang import SGLangEngine
+from autotune.measure import Measurement, MeasureSettings, percentile, run_measurement, steadiness
+from autotune.workload import Prompt, Suite
+
+SUITE = Suite(
+    name="t",
+    prompts=[
+        Prompt(id="c1", category="coding", prompt="def f(): implement", max_tokens=40),
+        Prompt(id="h1", category="chat", prompt="hello there", max_tokens=40),
+    ],
+)
+
+
+class FakeServer:
+    """Speaks SGLang's /generate SSE; each streamed pass advances a shared clock by its duration."""
+
+    def __init__(self, rate: Callable[[str, int], float], *, accept: dict[str, float]) -> None:
+        self.now = 0.0
+        self.rate = rate
+        self.accept = accept
+        self.requests: list[dict[str, object]] = []
+        self.flushed = 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/flush_cache":
+            self.flushed += 1
+            return httpx.Response(200)
+        body = json.loads(request.content)
+        self.requests.append(body)
+        text = body["text"]
+        category = "coding" if "def" in text else "chat"
+        tokens = body["sampling_params"]["max_new_tokens"]
+        accept = self.accept[category]
+        number = len(self.requests)
+
+        async def stream() -> AsyncIterator[bytes]:
+            self.now += 0.05  # prefill
+            produced, passes = 0, 0
+            while produced < tokens:
+                step = min(tokens - produced, max(1, round(accept)))
+                produced += step
+                passes += 1
+                self.now += step / self.rate(category, number)
+                meta: dict[str, object] = {"completion_tokens": produced, "prompt_tokens": 5, "finish_reason": None}
+                if produced == tokens:
+                    meta.update(
+                        finish_reason={"type": "length", "length": tokens},
+                        spec_verify_ct=passes,
+                        spec_accept_length=produced / passes,
+                    )
+                yield f"data: {json.dumps({'text': 'x' * produced, 'meta_info': meta})}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=stream())
+
+
+def measure(server: FakeServer, settings: MeasureSettings) -> Measurement:
+    async def go() -> Measurement:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(server.handler)) as client:
+            return await run_measurement(
+                SGLangEngine(), "http://twin", SUITE, settings, client=client, clock=server.clock
+            )
+
+    return asyncio.run(go())
+
+
+def steady(category: str, number: int) -> float:
+    return 50.0 if category == "coding" else 40.0
+
+
+def test_warmup_is_sent_but_excluded_and_counters_reset() -> None:
+    server = FakeServer(lambda c, n: 5.0 if n <= 2 else steady(c, n), accept={"coding": 3, "chat": 2})
+    result = measure(server, MeasureSettings(warmup_requests=2, min_rounds=3))
+    assert server.flushed == 1
+    assert len(server.requests) == 2 + 2 * result.rounds
+    assert [r.round for r in result.requests[:2]] == [-1, -1]
+    # the slow warm-up requests (5 tok/s) do not drag the estimate down
+    assert result.value == pytest.approx(45.0, rel=1e-6)
+
+
+def test_stop_rule_reached_on_a_steady_server() -> None:
+    server = FakeServer(steady, accept={"coding": 3, "chat": 2})
+    result = measure(server, MeasureSettings(warmup_requests=0, min_rounds=3, max_rounds=10))
+    assert result.rounds == 3 and result.precision_reached
+    assert result.stop_reason == "precision ±2% reached"
+    assert result.steadiness is not None and result.steadiness.steady
+
+
+def test_noisy_server_runs_to_the_round_cap_and_says_so() -> None:
+    # alternate rounds (2 requests each) at 30 and 60 tok/s
+    server = FakeServer(lambda c, n: 30.0 if (n - 1) // 2 % 2 else 60.0, accept={"coding": 1, "chat": 1})
+    result = measure(server, MeasureSettings(warmup_requests=0, min_rounds=3, max_rounds=5))
+    assert result.rounds == 5 and not result.precision_reached
+    assert result.stop_reason == "max rounds (5)"
+
+
+def test_drift_is_flagged() -> None:
+    server = FakeServer(lambda c, n: 60.0 - 2.0 * n, accept={"coding": 1, "chat": 1})
+    result = measure(server, MeasureSettings(warmup_requests=0, min_rounds=6, max_rounds=6))
+    assert result.steadiness is not None and not result.steadiness.steady
+    assert result.steadiness.drift < -0.03
+
+
+def test_per_category_numbers_and_accept_length() -> None:
+    server = FakeServer(steady, accept={"coding": 3, "chat": 2})
+    result = measure(server, MeasureSettings(warmup_requests=0, min_rounds=3))
+    by = {c.category: c for c in result.categories}
+    assert by["coding"].decode_tok_s.value == pytest.approx(50.0)
+    assert by["chat"].decode_tok_s.value == pytest.approx(40.0)
+    assert by["coding"].accept_length is not None and by["coding"].accept_length.value == pytest.approx(40 / 14)
+    assert result.metric("p95_itl_s") is not None and result.metric("p95_ttft_s") is not None
+
+
+def test_max_tokens_cap_and_ignore_eos_are_sent_and_recorded() -> None:
+    server = FakeServer(steady, accept={"coding": 1, "chat": 1})
+    result = measure(server, MeasureSettings(warmup_requests=0, max_tokens=10, ignore_eos=True, min_rounds=2))
+    assert all(
+        r["sampling_params"] == {"max_new_tokens": 10, "temperature": 0.0, "ignore_eos": True} for r in server.requests
+    )
+    assert result.ignore_eos and result.max_tokens_cap == 10
+    assert all(r.completion_tokens == 10 for r in result.requests)
+
+
+def test_output_tok_s_objective_at_concurrency() -> None:
+    server = FakeServer(steady, accept={"coding": 1, "chat": 1})
+    result = measure(server, MeasureSettings(objective="output_tok_s", concurrency=2, warmup_requests=0))
+    assert result.objective == "output_tok_s" and result.concurrency == 2
+    assert result.metric("output_tok_s") is not None and result.metric("decode_tok_s") is not None
+
+
+def test_percentile_and_steadiness() -> None:
+    assert percentile([1, 2, 3, 4, 5], 50) == 3
+    assert percentile([1, 2], 95) == pytest.approx(1.95)
+    assert steadiness([10.0], tolerance=0.03) is None
+    flat = steadiness([10.0, 10.1, 9.9, 10.0], tolerance=0.03)
+    assert flat is not None and flat.steady
