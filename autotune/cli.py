@@ -28,6 +28,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = Console()
+if not console.is_terminal:  # piped or captured: tables need room, there is no screen to fit
+    console = Console(width=200)
 err_console = Console(stderr=True)
 _state = {"debug": False}
 
@@ -89,6 +91,10 @@ def study(
     timeout: Annotated[Optional[str], typer.Option("--timeout", help="Time budget, e.g. 45m or 8h.")] = None,
     sampler: Annotated[Sampler, typer.Option("--sampler", help="Search strategy.")] = Sampler.tpe,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Sampler seed, for a reproducible search.")] = None,
+    patience: Annotated[
+        Optional[int],
+        typer.Option("--patience", min=1, help="Stop after N trials without an improvement beyond the noise."),
+    ] = None,
 ) -> None:
     """Run (or resume) a study: launch, measure and compare configurations until the budget is spent.
 
@@ -96,13 +102,14 @@ def study(
     measured again. Ctrl-C stops the current server and records the trial as interrupted.
     """
     with error_funnel():
+        from autotune.errors import UserError
         from autotune.report import LiveView, best_summary, trials_table
         from autotune.space import load_space
         from autotune.study import StudyPaths, StudyRunner, best_record, parse_duration, preflight, records
 
         space = load_space(space_file)
-        if trials is None and timeout is None:
-            raise AutotuneError("give --trials N and/or --timeout DURATION so the study knows when to stop")
+        if trials is None and timeout is None and patience is None:
+            raise UserError("give --trials N, --timeout DURATION and/or --patience N so the study knows when to stop")
         timeout_s = parse_duration(timeout) if timeout else None
         study_name = name or space.study or space_file.stem
         paths = StudyPaths(studies_dir, study_name)
@@ -118,6 +125,9 @@ def study(
         killed, failed = runner.recover()
         if killed or failed:
             console.print(f"recovered: killed {killed} orphaned server(s), marked {failed} stale trial(s) failed")
+        retried = runner.requeue_interrupted()
+        if retried:
+            console.print(f"interrupted trials queued again: {', '.join(map(str, retried))}", highlight=False)
         queued = runner.enqueue_baselines()
         if queued:
             console.print(f"baselines queued: {', '.join(queued)}", highlight=False)
@@ -127,7 +137,7 @@ def study(
         interrupted = False
         try:
             with view:
-                runner.run(trials=trials, timeout_s=timeout_s)
+                runner.run(trials=trials, timeout_s=timeout_s, patience=patience)
         except KeyboardInterrupt:
             interrupted = True
             runner.stop_reason = "interrupted"
@@ -272,6 +282,79 @@ def check(
             for note in b["engine_rules_applied"]:
                 console.print(f"  engine rule: {note}", highlight=False)
             console.print(shlex.join(b["argv"]), highlight=False, soft_wrap=True)
+
+
+@app.command()
+def bench(
+    url: Annotated[
+        Optional[str], typer.Option("--url", help="Measure this running server (nothing is launched).")
+    ] = None,
+    profile_file: Annotated[
+        Optional[Path], typer.Option("--profile", help="Launch this exported profile (YAML), measure it, compare.")
+    ] = None,
+    engine: Annotated[str, typer.Option("--engine", help="Protocol of the server behind --url.")] = "sglang",
+    suite: Annotated[Optional[str], typer.Option("--suite", help="builtin:NAME or a JSONL file.")] = None,
+    concurrency: Annotated[Optional[int], typer.Option("--concurrency", min=1, help="Parallel requests.")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", min=1, help="Cap per request.")] = None,
+    warmup: Annotated[Optional[int], typer.Option("--warmup", min=0, help="Warm-up requests, discarded.")] = None,
+    target_ci: Annotated[
+        Optional[float], typer.Option("--target-ci", help="Stop at this relative 95% CI half width (0.02 = ±2%).")
+    ] = None,
+    max_rounds: Annotated[Optional[int], typer.Option("--max-rounds", min=2, help="Cap on rounds.")] = None,
+    ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Fixed-length generation.")] = False,
+    workdir: Annotated[Path, typer.Option("--workdir", help="Where a launched profile's log goes.")] = Path(
+        "studies/bench"
+    ),
+    as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+) -> None:
+    """Measure a running server (--url), or re-launch an exported profile (--profile) and check its numbers."""
+    with error_funnel():
+        from autotune.bench import bench_profile, bench_url, compare
+        from autotune.errors import UserError
+        from autotune.measure import MeasureSettings
+        from autotune.profile import load_profile
+        from autotune.report import measurement_table
+
+        if (url is None) == (profile_file is None):
+            raise UserError("give exactly one of --url URL or --profile PROFILE.yaml")
+        profile = load_profile(profile_file) if profile_file else None
+        base = (profile.measure if profile and profile.measure else None) or MeasureSettings()
+        overrides = {
+            "concurrency": concurrency,
+            "max_tokens": max_tokens,
+            "warmup_requests": warmup,
+            "target_rel_ci": target_ci,
+            "max_rounds": max_rounds,
+            "ignore_eos": ignore_eos or None,
+        }
+        settings = base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+        suite_ref = suite or (profile.suite if profile and profile.suite else "builtin:mixed")
+        if profile is None:
+            assert url is not None
+            measurement = bench_url(engine, url, suite_ref, settings)
+            verdict = None
+        else:
+            console.print(f"launching profile {profile_file}: {profile.summary()}", highlight=False)
+            measurement = bench_profile(profile, settings=settings, suite_ref=suite_ref, workdir=workdir)
+            verdict = compare(profile, measurement)
+        if as_json:
+            payload = {
+                "measurement": measurement.model_dump(mode="json"),
+                "verdict": verdict.model_dump(mode="json") if verdict else None,
+            }
+            print(json.dumps(payload, indent=2))
+        else:
+            console.print(measurement_table(measurement, title=f"bench ({suite_ref})"))
+            if verdict is not None:
+                word = "[green]still meets[/green]" if verdict.meets else "[red]does NOT meet[/red]"
+                console.print(
+                    f"{word} the profile's {verdict.metric}: measured {verdict.measured:.1f} "
+                    f"± {verdict.measured_ci95 or 0:.1f}, recorded {verdict.recorded:.1f} "
+                    f"± {verdict.recorded_ci95 or 0:.1f}",
+                    highlight=False,
+                )
+        if verdict is not None and not verdict.meets:
+            raise typer.Exit(1)
 
 
 @app.command()

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from autotune.engines import get_engine
 from autotune.engines.base import LaunchPlan
 from autotune.errors import UserError
+from autotune.measure import MeasureSettings
 from autotune.space import FlagValue, is_secret_name, resolve_command
 
 ExportFormat = Literal["yaml", "sh", "systemd"]
@@ -49,6 +50,7 @@ class Profile(BaseModel):
     gpus: list[str] = Field(default_factory=list)
     simulated: bool = False
     suite: str | None = None
+    measure: MeasureSettings | None = Field(default=None, description="how the metrics were measured")
     metrics: dict[str, ProfileMetric] = Field(default_factory=dict)
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 

@@ -15,8 +15,10 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune.gpu import GpuInventory
+from autotune.measure import Measurement
+from autotune.records import TrialRecord
 from autotune.space import Candidate, FlagValue
-from autotune.study import StudyEvents, TrialRecord
+from autotune.study import StudyEvents
 
 _OUTCOME_STYLE = {
     "ok": "green",
@@ -41,12 +43,22 @@ def _speed(record: TrialRecord) -> str:
     return f"{value:.1f}" + (f" ± {ci:.1f}" if isinstance(ci, (int, float)) else "")
 
 
+_SHORT = {"speculative-": "", "num-": "", "eagle-": "", "-memory": "", "-requests": "-reqs", "cuda-graph-": "graph-"}
+
+
+def short_flag(name: str) -> str:
+    """A column header short enough for a table: ``speculative-num-draft-tokens`` -> ``draft-tokens``."""
+    for long, short in _SHORT.items():
+        name = name.replace(long, short)
+    return name
+
+
 def trials_table(records: Sequence[TrialRecord], *, flag_names: Sequence[str], best: int | None = None) -> Table:
     table = Table(title="trials", title_justify="left", show_lines=False)
     table.add_column("#", justify="right")
     table.add_column("outcome")
     for name in flag_names:
-        table.add_column(name, justify="right", overflow="fold")
+        table.add_column(short_flag(name), justify="right", no_wrap=True)
     table.add_column("decode tok/s", justify="right")
     table.add_column("accept len", justify="right")
     table.add_column("note", overflow="fold")
@@ -92,6 +104,53 @@ def inventory_table(inventory: GpuInventory) -> Table:
     return table
 
 
+def measurement_table(measurement: Measurement, *, title: str = "measurement") -> Group:
+    """Overall metrics, per-category numbers and the server's own figures of one measurement."""
+    overall = Table(title=title, title_justify="left")
+    for column in ("metric", "value", "±95% CI", "unit", "n"):
+        overall.add_column(column, justify="left" if column in ("metric", "unit") else "right")
+    for m in measurement.metrics:
+        overall.add_row(
+            m.name,
+            f"{m.value:.3f}" if m.value < 10 else f"{m.value:.1f}",
+            f"{m.ci95:.3f}" if m.ci95 is not None else "-",
+            m.unit,
+            str(m.n),
+        )
+    categories = Table(title="per category", title_justify="left")
+    for column in ("category", "requests", "decode tok/s", "accept len"):
+        categories.add_column(column, justify="left" if column == "category" else "right")
+    for c in measurement.categories:
+        ci = f" ± {c.decode_tok_s.ci95:.1f}" if c.decode_tok_s.ci95 is not None else ""
+        categories.add_row(
+            c.category,
+            str(c.requests),
+            f"{c.decode_tok_s.value:.1f}{ci}",
+            f"{c.accept_length.value:.2f}" if c.accept_length else "-",
+        )
+    lines = [
+        f"concurrency {measurement.concurrency}, {measurement.rounds} rounds after {measurement.warmup_requests} "
+        f"warm-up requests; stopped: {measurement.stop_reason}; precision ±{measurement.precision_target:.0%} "
+        + ("reached" if measurement.precision_reached else "NOT reached"),
+        "generation: "
+        + ("fixed length (ignore_eos)" if measurement.ignore_eos else "natural length (EOS respected)")
+        + (f", capped at {measurement.max_tokens_cap} tokens" if measurement.max_tokens_cap else ""),
+    ]
+    if measurement.steadiness is not None:
+        st = measurement.steadiness
+        lines.append(
+            f"steadiness: early {st.early:.1f}, late {st.late:.1f} ({st.drift:+.1%}) "
+            + ("steady" if st.steady else "DRIFT: the server got faster or slower while measured")
+        )
+    server = measurement.server
+    if server is not None and server.gen_tok_s is not None:
+        lines.append(
+            f"server's own figures: gen throughput {server.gen_tok_s:.1f} tok/s over {server.log_lines} log "
+            "lines" + (f", accept len {server.accept_length:.2f}" if server.accept_length else "")
+        )
+    return Group(overall, categories, Text("\n".join(lines)))
+
+
 def best_summary(record: TrialRecord | None, *, simulated: bool) -> RenderableType:
     if record is None:
         return Text("No feasible trial measured yet.", style="yellow")
@@ -103,7 +162,7 @@ def best_summary(record: TrialRecord | None, *, simulated: bool) -> RenderableTy
     ]
     if simulated:
         lines.append("(simulated: measured on the autotune SGLang twin, not on real GPUs)")
-    return Panel("\n".join(lines), title="result", title_align="left", border_style="green")
+    return Panel("\n".join(lines), title="result", title_align="left", border_style="green", expand=False)
 
 
 class LiveView(StudyEvents):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import re
 import socket
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any, Literal
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import FrozenTrial, TrialState
-from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic import RootModel
 
 from autotune.engines import get_engine
 from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan
@@ -31,17 +30,18 @@ from autotune.errors import StorageError, UserError
 from autotune.gpu import GpuInventory, read_inventory
 from autotune.measure import Measurement, MeasureSettings
 from autotune.profile import Profile, ProfileMetric, redact_env
+from autotune.records import TrialRecord
 from autotune.server import reap_orphans
 from autotune.space import (
     Baseline,
     Candidate,
-    FlagValue,
     SearchSpace,
     SLOSpec,
     baseline_params,
     resolve_command,
     suggest,
 )
+from autotune.stopping import NoImprovement, StopRule, TimeBudget, first_reason
 from autotune.trial import OutcomeKind, TrialOutcome, TrialSetup, run_trial
 from autotune.workload import load_suite
 
@@ -162,33 +162,6 @@ def make_sampler(name: SamplerName, seed: int | None) -> optuna.samplers.BaseSam
 # ---------------------------------------------------------------- records read back
 
 
-class TrialRecord(BaseModel):
-    """One trial as autotune reads it back from storage."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    number: int
-    state: str
-    outcome: str
-    reason: str | None = None
-    value: float | None = None
-    feasible: bool = False
-    baseline: str | None = None
-    duplicate_of: int | None = None
-    flags: dict[str, FlagValue] = Field(default_factory=dict)
-    effective: dict[str, FlagValue | None] = Field(default_factory=dict)
-    engine_version: str | None = None
-    argv: list[str] = Field(default_factory=list)
-    metrics: dict[str, dict[str, float | str | None]] = Field(default_factory=dict)
-    launch_s: float | None = None
-    measure_s: float | None = None
-
-    def metric_value(self, name: str) -> float | None:
-        metric = self.metrics.get(name)
-        value = metric.get("value") if metric else None
-        return float(value) if isinstance(value, (int, float)) else None
-
-
 def trial_record(trial: FrozenTrial) -> TrialRecord:
     attrs = trial.user_attrs
     return TrialRecord(
@@ -238,7 +211,8 @@ def build_profile(study: optuna.Study, record: TrialRecord) -> Profile:
         gpu_devices=space.gpus.devices,
         gpus=study.user_attrs.get("gpus", []),
         simulated=bool(study.user_attrs.get("simulated", False)),
-        suite=study.user_attrs.get("suite"),
+        suite=study.user_attrs.get("suite_ref", space.measurement.suite),
+        measure=measure_settings(space),
         metrics=metrics,
     )
 
@@ -389,6 +363,7 @@ class StudyRunner:
             "model": self.space.model,
             "space_file": str(self.space.source) if self.space.source else None,
             "suite": self.suite.name,
+            "suite_ref": self.space.suite_path(),
             "objective": f"{self.space.objective.metric} at concurrency {self.space.objective.concurrency}"
             " (higher is better)",
             "simulated": self.inventory.simulated,
@@ -415,9 +390,29 @@ class StudyRunner:
             failed += 1
         return killed, failed
 
+    def requeue_interrupted(self) -> list[int]:
+        """Queue again, once, the sampled configurations whose trial was interrupted (Ctrl-C, crash)."""
+        trials = self.study.get_trials(deepcopy=False)
+        retried = {t.user_attrs.get("retry_of") for t in trials}
+        queued = []
+        for trial in trials:
+            if trial.state is not TrialState.FAIL or trial.user_attrs.get("outcome") != "interrupted":
+                continue
+            if trial.number in retried or trial.user_attrs.get("retry_of") is not None or not trial.params:
+                continue
+            if trial.user_attrs.get("baseline"):
+                continue  # enqueue_baselines queues it again
+            self.study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+            queued.append(trial.number)
+        return queued
+
     def enqueue_baselines(self) -> list[str]:
         """Enqueue each baseline once per study (a resumed study does not measure them again)."""
-        present = {t.user_attrs.get("baseline") for t in self.study.get_trials(deepcopy=False)}
+        present = {
+            t.user_attrs.get("baseline")
+            for t in self.study.get_trials(deepcopy=False)
+            if t.state is not TrialState.FAIL or t.user_attrs.get("outcome") != "interrupted"
+        }
         queued = []
         for baseline in self.space.baselines:
             if baseline.name in present:
@@ -508,21 +503,28 @@ class StudyRunner:
     def _after_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         self.events.trial_finished(trial_record(trial))
 
-    def run(self, *, trials: int | None, timeout_s: float | None) -> None:
+    def run(self, *, trials: int | None, timeout_s: float | None, patience: int | None = None) -> None:
+        """Run trials until the trial count, the time budget or the patience rule says stop."""
         self._describe_study()
-        deadline = time.monotonic() + timeout_s if timeout_s else None
+        rules: list[StopRule] = []
+        if timeout_s is not None:
+            rules.append(TimeBudget(timeout_s))
+        if patience is not None:
+            rules.append(NoImprovement(patience))
 
-        def stop_at_deadline(study: optuna.Study, trial: FrozenTrial) -> None:
-            if deadline is not None and time.monotonic() >= deadline:
-                self.stop_reason = "time budget spent"
+        def check_rules(study: optuna.Study, trial: FrozenTrial) -> None:
+            reason = first_reason(rules, records(study))
+            if reason is not None:
+                self.stop_reason = reason
                 study.stop()
 
         self.study.optimize(
             self.objective,
             n_trials=trials,
+            # Optuna's own timeout is the backstop; TimeBudget records the reason.
             timeout=timeout_s,
             catch=(TrialFault,),
-            callbacks=[self._after_trial, stop_at_deadline],
+            callbacks=[self._after_trial, check_rules],
         )
         if self.stop_reason is None:
             self.stop_reason = f"{trials} trials done" if trials else "time budget spent"

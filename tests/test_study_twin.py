@@ -63,7 +63,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     command[1] = str(ROOT / command[1])
     proc = run(*command, cwd=cwd)
     assert "simulated" in proc.stdout.lower()
-    assert "stopped: 12 trials done" in proc.stdout
+    assert "stopped: 10 trials done" in proc.stdout
     return cwd
 
 
@@ -89,7 +89,7 @@ def test_demo_study_beats_the_cautious_baseline(demo: Path) -> None:
     assert (demo / "studies" / "qwen3.6-27b-2xa6000-twin.db").is_file()
     data = show(demo)
     trials = data["trials"]
-    assert isinstance(trials, list) and len(trials) == 12
+    assert isinstance(trials, list) and len(trials) == 10
     assert data["simulated"] is True
     by_baseline = {t["baseline"]: t for t in trials if t["baseline"]}
     assert set(by_baseline) == {"cautious", "hand-found"}
@@ -147,7 +147,7 @@ def test_export_yaml_and_systemd(demo: Path, tmp_path: Path) -> None:
 def test_resume_keeps_trials_and_does_not_repeat_baselines(demo: Path) -> None:
     run("study", str(TWIN_SPACE), "--trials", "1", "--seed", "8", cwd=demo)
     trials = show(demo)["trials"]
-    assert isinstance(trials, list) and len(trials) == 13
+    assert isinstance(trials, list) and len(trials) == 11
     assert sum(1 for t in trials if t["baseline"] == "cautious") == 1
 
 

@@ -1,0 +1,72 @@
+"""Stop rules: small strategies over the finished trials, each saying why it fired.
+
+``study.py`` asks every rule after each trial; the first reason returned stops the study and is
+stored in it (and shown by the report). The trial cap is Optuna's own ``n_trials``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from autotune.records import TrialRecord
+
+StopRule = Callable[[Sequence[TrialRecord]], "str | None"]
+
+
+@dataclass
+class TimeBudget:
+    """Stop once the budget is spent (checked between trials)."""
+
+    seconds: float
+    clock: Callable[[], float] = time.monotonic
+    started: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+
+    def __call__(self, records: Sequence[TrialRecord]) -> str | None:
+        if self.clock() - self.started >= self.seconds:
+            return f"time budget spent ({self.seconds / 3600:.2g} h)"
+        return None
+
+
+@dataclass
+class NoImprovement:
+    """Stop after ``patience`` measured trials without beating the best by more than its noise.
+
+    A trial improves when its value exceeds the best so far by more than the larger of
+    ``min_rel_gain`` and the best's own relative 95% CI: a gain inside the noise is not a gain.
+    Duplicates (measured once, reused) do not count.
+    """
+
+    patience: int
+    min_rel_gain: float = 0.01
+
+    def __call__(self, records: Sequence[TrialRecord]) -> str | None:
+        best: float | None = None
+        best_rel_ci = 0.0
+        since = 0
+        for record in records:
+            if record.duplicate_of is not None or record.state != "COMPLETE":
+                continue
+            value = record.value if record.feasible else None
+            margin = max(self.min_rel_gain, best_rel_ci)
+            if value is not None and (best is None or value > best * (1 + margin)):
+                best, since = value, 0
+                ci = record.metrics.get("decode_tok_s", {}).get("ci95")
+                best_rel_ci = float(ci) / value if isinstance(ci, (int, float)) and value else 0.0
+            else:
+                since += 1
+        if best is not None and since >= self.patience:
+            return f"no improvement beyond the noise in {since} trials (patience {self.patience})"
+        return None
+
+
+def first_reason(rules: Sequence[StopRule], records: Sequence[TrialRecord]) -> str | None:
+    for rule in rules:
+        reason = rule(records)
+        if reason is not None:
+            return reason
+    return None
