@@ -116,9 +116,12 @@ def test_mtp_name_and_extra_buffer_limit() -> None:
 
 
 def test_context_length_spellings_are_one_config() -> None:
-    spelled = engine.normalise({"context-length": "128K"})
+    spelled = engine.normalise({"context-length": "128Ki"})
     assert spelled.flags["context-length"] == 131072
     assert spelled.config_key == engine.normalise({"context-length": 131072}).config_key
+    assert engine.normalise({"context-length": "25.6k"}).flags["context-length"] == 25600
+    with pytest.raises(InvalidConfig, match="not a length"):
+        engine.normalise({"context-length": "128K"})  # suffixes are case-sensitive in 0.5.23
 
 
 def test_argv_uses_full_flag_names() -> None:

@@ -33,7 +33,9 @@ def run(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProces
 def small_space(tmp_path: Path, **changes: object) -> Path:
     """The twin space with a quick measurement and the given top-level changes."""
     data = yaml.safe_load(TWIN_SPACE.read_text())
-    data["measurement"].update({"warmup_requests": 0, "requests": 1, "max_tokens": 24})
+    data["measurement"].update(
+        {"warmup_requests": 0, "prompts_per_round": 1, "max_tokens": 24, "min_rounds": 2, "max_rounds": 2}
+    )
     data.update(changes)
     path = tmp_path / "space.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -155,7 +157,9 @@ def test_check_prints_baseline_argv(tmp_path: Path) -> None:
     data = json.loads(run("check", str(TWIN_SPACE), "--json", cwd=tmp_path).stdout)
     cautious = next(b for b in data["baselines"] if b["name"] == "cautious")
     argv = cautious["argv"]
-    assert argv[:3] == [sys.executable, "-m", "autotune.twin"]
+    # "{python}" became the interpreter running autotune (the venv's python)
+    assert Path(argv[0]).parent == Path(sys.executable).parent and Path(argv[0]).name.startswith("python")
+    assert argv[1:3] == ["-m", "autotune.twin"]
     assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "2"
     hand = next(b for b in data["baselines"] if b["name"] == "hand-found")["argv"]
     assert hand[hand.index("--mem-fraction-static") + 1] == "0.88"

@@ -135,19 +135,23 @@ def _line_with(text: str, needle: str) -> str:
     return needle
 
 
+_SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_LENGTH = re.compile(r"^(?P<number>\d+(?:\.\d+)?)(?P<suffix>Ki|Mi|Gi|Ti|k|M|G|T)?$")
+
+
 def parse_context_length(value: FlagValue) -> int:
-    """SGLang accepts ``131072`` and ``128K`` / ``1M`` spellings."""
+    """SGLang 0.5.23's spelling: ``131072``, SI ``128k`` (x1000, decimals allowed) or IEC ``128Ki``
+    (x1024); suffixes are case-sensitive, so ``128K`` is refused, as SGLang's argparse does."""
     if isinstance(value, bool):
         raise InvalidConfig(f"--{CONTEXT} must be a number, not {value!r}")
     if isinstance(value, int):
         return value
-    text = str(value).strip().upper()
-    scale = {"K": 1024, "M": 1024 * 1024}.get(text[-1:], 1)
-    digits = text[:-1] if scale > 1 else text
-    try:
-        return int(float(digits) * scale)
-    except ValueError:
-        raise InvalidConfig(f"--{CONTEXT} {value!r} is not a length") from None
+    match = _LENGTH.match(str(value).strip())
+    if match is None or ("." in match["number"] and match["suffix"] not in _SI):
+        raise InvalidConfig(f"--{CONTEXT} {value!r} is not a length (e.g. 131072, 128Ki or 131k)")
+    scale = _IEC.get(match["suffix"] or "") or _SI.get(match["suffix"] or "") or 1
+    return int(float(match["number"]) * scale)
 
 
 class SGLangEngine(Engine):
@@ -167,7 +171,7 @@ class SGLangEngine(Engine):
           draft tokens;
         - ``MTP`` parses but fails at launch (NEXTN is the name for built-in MTP heads);
         - the ``extra_buffer`` mamba strategy allows at most 256 draft tokens;
-        - ``128K``-style context lengths are read as numbers.
+        - context lengths with SI/IEC suffixes (``128Ki``) are read as numbers.
         """
         out: dict[str, FlagValue] = {}
         for name, value in flags.items():

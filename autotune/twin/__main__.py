@@ -1,0 +1,49 @@
+"""Entry point: ``python -m autotune.twin [--twin-* options] <SGLang 0.5.23 flags>``.
+
+Argument errors exit 2 (argparse, like SGLang); launch and memory failures exit 1; a SIGTERM or
+SIGINT stops the server promptly and exits 0. ``--twin-inventory`` prints the simulated GPU
+inventory as JSON without validating any other flag.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from autotune.twin.flags import PROG, inventory_profile, parse_args, wants_inventory
+from autotune.twin.profile import ProfileError, TwinProfile, inventory, load_profile
+
+
+def _profile_or_error(name: str) -> TwinProfile | None:
+    try:
+        return load_profile(name)
+    except ProfileError as err:
+        sys.stderr.write(f"{PROG}: error: --twin-profile: {err}\n")
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if wants_inventory(argv):
+        profile = _profile_or_error(inventory_profile(argv))
+        if profile is None:
+            return 2
+        sys.stdout.write(json.dumps(inventory(profile), indent=2) + "\n")
+        return 0
+    try:
+        args, twin = parse_args(argv)
+    except SystemExit as exit_:  # argparse: --help (0) or a usage error (2)
+        return exit_.code if isinstance(exit_.code, int) else 2
+    profile = _profile_or_error(twin.profile)
+    if profile is None:
+        return 2
+    # Imported here so --help and --twin-inventory stay light.
+    from autotune.twin.app import TwinApp, configure_logging
+
+    configure_logging(args.tp_size, args.log_level)
+    load_seconds = twin.load_seconds if twin.load_seconds is not None else profile.timing.load_seconds
+    return TwinApp(args=args, profile=profile, seed=twin.seed, load_seconds=load_seconds).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

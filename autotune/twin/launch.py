@@ -1,0 +1,290 @@
+"""SGLang 0.5.23's launch-time rules, applied to parsed flags: the twin's effective configuration.
+
+Everything SGLang decides before loading weights happens here (speculative defaults and rewrites,
+DFLASH rules, the context-length limit, the mamba radix strategy, flag consistency). The result is
+a :class:`LaunchConfig`; a config SGLang would refuse raises :class:`LaunchError`, which carries
+the Python exception type SGLang dies with, so the log ends the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+
+from autotune.twin.profile import DrafterSpec, TwinProfile
+
+# Names SGLang 0.5.23 knows (SpeculativeAlgorithm); MTP is not one of them.
+KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK")
+# Without any of steps / topk / draft tokens SGLang picks these for Qwen3.5/3.6 and most models.
+DEFAULT_SPEC = (3, 1, 4)
+DEFAULT_SPEC_MAX_RUNNING = 48
+# Attention backends that run on Ampere (sm86) GPUs such as the A6000.
+AMPERE_BACKENDS = ("flashinfer", "fa3", "triton", "torch_native", "flex_attention")
+TREE_BACKENDS = ("flashinfer", "fa3", "triton")
+ALLOW_LONGER_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+
+
+class LaunchError(Exception):
+    """SGLang would refuse this configuration at launch.
+
+    Attributes:
+        exc_type: the Python exception SGLang raises (``AssertionError``, ``ValueError``, ...).
+        message: its message (empty for a bare ``AssertionError``).
+    """
+
+    def __init__(self, exc_type: str, message: str = "") -> None:
+        super().__init__(message)
+        self.exc_type = exc_type
+        self.message = message
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """Speculative decoding after SGLang's rules; ``kind`` is how the twin simulates it."""
+
+    kind: str  # "none", "mtp" (the model's own MTP heads) or "dflash"
+    algorithm: str | None = None
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+    draft_model_path: str | None = None
+    dflash_block_size: int | None = None
+    drafter: DrafterSpec | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.kind != "none"
+
+    @property
+    def tokens_per_pass(self) -> int:
+        """Tokens each request feeds to one verify pass (1 without speculative decoding)."""
+        return self.num_draft_tokens if self.num_draft_tokens is not None else 1
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """The effective launch configuration (what ``/server_info`` reports, before memory sizing)."""
+
+    tp_size: int
+    context_length: int
+    spec: SpecConfig
+    mem_fraction_static: float | None
+    max_running_requests: int | None
+    mamba_full_memory_ratio: float
+    mamba_radix_cache_strategy: str
+    max_mamba_cache_size: int | None
+    cuda_graph_max_bs_decode: int
+    disable_cuda_graph: bool
+    chunked_prefill_size: int
+    attention_backend: str
+    page_size: int
+    kv_cache_dtype: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def kv_bytes_scale(self) -> float:
+        """KV element size relative to bf16."""
+        return 0.5 if self.kv_cache_dtype.startswith("fp8") else 0.25 if self.kv_cache_dtype.startswith("fp4") else 1.0
+
+
+def resolve_launch(args: argparse.Namespace, profile: TwinProfile) -> LaunchConfig:
+    """Apply SGLang's launch rules to parsed flags.
+
+    Raises:
+        LaunchError: the configuration fails at launch in SGLang 0.5.23.
+    """
+    notes: list[str] = []
+    if args.tp_size < 1 or args.tp_size > profile.gpus.count:
+        raise LaunchError(
+            "RuntimeError",
+            f"CUDA error: invalid device ordinal (tp_size={args.tp_size}, "
+            f"{profile.gpus.count} GPUs in twin profile {profile.name})",
+        )
+    context_length = _context_length(args.context_length, profile, notes)
+    page_size = args.page_size or 1
+    backend = _attention_backend(args.attention_backend, profile)
+    spec = _speculative(args, profile, page_size, backend, notes)
+    strategy = _radix_strategy(args.mamba_radix_cache_strategy, profile, spec, page_size, notes)
+    chunked = args.chunked_prefill_size or profile.memory.default_chunked_prefill_size
+    if chunked > 0 and chunked % page_size != 0:
+        raise LaunchError(
+            "ValueError", f"chunked_prefill_size ({chunked}) must be a multiple of page_size ({page_size})"
+        )
+    max_running = args.max_running_requests
+    if max_running is None and spec.enabled:
+        max_running = DEFAULT_SPEC_MAX_RUNNING
+    if max_running is not None and max_running < 1:
+        raise LaunchError("ValueError", f"max_running_requests must be positive, got {max_running}")
+    graph_bs = args.cuda_graph_max_bs_decode
+    if graph_bs is None:
+        graph_bs = min(
+            profile.memory.default_cuda_graph_max_bs, max_running or profile.memory.default_cuda_graph_max_bs
+        )
+    if args.mem_fraction_static is not None and not 0.0 < args.mem_fraction_static < 1.0:
+        raise LaunchError("ValueError", f"mem_fraction_static must be in (0, 1), got {args.mem_fraction_static}")
+    if args.mamba_full_memory_ratio <= 0:
+        raise LaunchError("ValueError", "mamba_full_memory_ratio must be positive")
+    return LaunchConfig(
+        tp_size=args.tp_size,
+        context_length=context_length,
+        spec=spec,
+        mem_fraction_static=args.mem_fraction_static,
+        max_running_requests=max_running,
+        mamba_full_memory_ratio=args.mamba_full_memory_ratio,
+        mamba_radix_cache_strategy=strategy,
+        max_mamba_cache_size=args.max_mamba_cache_size,
+        cuda_graph_max_bs_decode=graph_bs,
+        disable_cuda_graph=args.disable_cuda_graph or args.cuda_graph_backend_decode == "disabled",
+        chunked_prefill_size=chunked,
+        attention_backend=backend,
+        page_size=page_size,
+        kv_cache_dtype=args.kv_cache_dtype,
+        notes=tuple(notes),
+    )
+
+
+def _context_length(requested: int | None, profile: TwinProfile, notes: list[str]) -> int:
+    derived = profile.model.max_context_length
+    if requested is None:
+        return derived
+    if requested > derived:
+        message = (
+            f"User-specified context_length ({requested}) is greater than the derived context_length "
+            f"({derived}). This may lead to incorrect model outputs or CUDA errors. Note that the derived "
+            f"context_length may differ from max_position_embeddings in the model's config. To allow "
+            f"overriding this maximum, set the env var {ALLOW_LONGER_CONTEXT_ENV}=1"
+        )
+        if os.environ.get(ALLOW_LONGER_CONTEXT_ENV, "").lower() not in ("1", "true"):
+            raise LaunchError("ValueError", message)
+        notes.append(f"Warning: {message}")
+    return requested
+
+
+def _attention_backend(requested: str | None, profile: TwinProfile) -> str:
+    backend = requested or profile.memory.default_attention_backend
+    if backend not in AMPERE_BACKENDS:
+        raise LaunchError(
+            "ValueError",
+            f"attention backend {backend} is not supported on {profile.gpus.name} (sm86); "
+            f"use one of {', '.join(AMPERE_BACKENDS)}",
+        )
+    return backend
+
+
+def _speculative(
+    args: argparse.Namespace, profile: TwinProfile, page_size: int, backend: str, notes: list[str]
+) -> SpecConfig:
+    if args.speculative_algorithm is None:
+        return SpecConfig(kind="none")
+    algorithm = args.speculative_algorithm.upper()
+    if algorithm not in KNOWN_ALGORITHMS:
+        raise LaunchError("ValueError", f"Unknown speculative algorithm name: {args.speculative_algorithm}")
+    if algorithm == "DFLASH":
+        return _dflash(args, profile, notes)
+    kind = _mtp_kind(algorithm, args, profile)
+    steps, topk, draft = args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens
+    given = [v for v in (steps, topk, draft) if v is not None]
+    if given and len(given) < 3:
+        # SGLang asserts without a message here.
+        raise LaunchError("AssertionError")
+    if not given:
+        steps, topk, draft = DEFAULT_SPEC
+        notes.append(
+            "speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens are not set; "
+            f"using {steps}, {topk}, {draft} for {profile.model.architectures[0]}"
+        )
+    assert steps is not None and topk is not None and draft is not None
+    if steps < 1 or topk < 1 or draft < 1:
+        raise LaunchError("ValueError", "speculative steps, topk and draft tokens must be positive")
+    if topk == 1 and draft != steps + 1:
+        notes.append(
+            f"speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 = {steps + 1} "
+            f"(was {draft}) because speculative_eagle_topk == 1"
+        )
+        draft = steps + 1
+    if topk > 1 and page_size > 1 and backend not in TREE_BACKENDS:
+        raise LaunchError(
+            "ValueError",
+            f"speculative_eagle_topk > 1 with page_size > 1 requires the flashinfer, fa3 or triton "
+            f"attention backend, got {backend}",
+        )
+    return SpecConfig(
+        kind=kind,
+        algorithm=algorithm,
+        num_steps=steps,
+        eagle_topk=topk,
+        num_draft_tokens=draft,
+        draft_model_path=args.speculative_draft_model_path or args.model_path,
+    )
+
+
+def _mtp_kind(algorithm: str, args: argparse.Namespace, profile: TwinProfile) -> str:
+    """NEXTN, or EAGLE without a separate draft model, runs the model's own MTP heads."""
+    own_heads = args.speculative_draft_model_path in (None, args.model_path)
+    if algorithm in ("NEXTN", "EAGLE") and own_heads:
+        if profile.model.mtp is None:
+            raise LaunchError("ValueError", f"{profile.model.name} has no MTP heads; NEXTN needs a draft model")
+        return "mtp"
+    raise LaunchError(
+        "ValueError",
+        f"speculative algorithm {algorithm} with draft model {args.speculative_draft_model_path} is not "
+        f"supported by the autotune twin (profile {profile.name} simulates NEXTN/EAGLE with the model's "
+        f"MTP heads and DFLASH with {[d.path for d in profile.model.drafters]})",
+    )
+
+
+def _dflash(args: argparse.Namespace, profile: TwinProfile, notes: list[str]) -> SpecConfig:
+    path = args.speculative_draft_model_path
+    if path is None:
+        raise LaunchError("ValueError", "DFLASH requires --speculative-draft-model-path (the DFlash draft model)")
+    drafter = profile.drafter(path, "DFLASH")
+    if drafter is None:
+        raise LaunchError(
+            "OSError",
+            f"{path} is not a DFLASH draft model the twin knows "
+            f"(profile {profile.name} has {[d.path for d in profile.model.drafters]})",
+        )
+    block, draft = args.speculative_dflash_block_size, args.speculative_num_draft_tokens
+    if block is not None and draft is not None and block != draft:
+        raise LaunchError(
+            "ValueError",
+            f"--speculative-dflash-block-size ({block}) must equal --speculative-num-draft-tokens ({draft})",
+        )
+    tokens = draft or block or drafter.default_block_size
+    if tokens < 2:
+        raise LaunchError("ValueError", f"DFLASH block size must be at least 2, got {tokens}")
+    for name, value in (
+        ("speculative_num_steps", args.speculative_num_steps),
+        ("speculative_eagle_topk", args.speculative_eagle_topk),
+    ):
+        if value not in (None, 1):
+            notes.append(f"DFLASH forces {name} = 1 (was {value})")
+    return SpecConfig(
+        kind="dflash",
+        algorithm="DFLASH",
+        num_steps=1,
+        eagle_topk=1,
+        num_draft_tokens=tokens,
+        draft_model_path=path,
+        dflash_block_size=tokens,
+        drafter=drafter,
+    )
+
+
+def _radix_strategy(requested: str, profile: TwinProfile, spec: SpecConfig, page_size: int, notes: list[str]) -> str:
+    if not profile.model.hybrid:
+        return requested
+    strategy = requested
+    if strategy == "auto":
+        strategy = "extra_buffer"
+        notes.append("mamba_radix_cache_strategy auto -> extra_buffer (keeps the overlap scheduler)")
+    if strategy.startswith("extra_buffer") and spec.tokens_per_pass > 256:
+        raise LaunchError(
+            "ValueError",
+            f"mamba_radix_cache_strategy {strategy} requires speculative_num_draft_tokens <= 256, "
+            f"got {spec.tokens_per_pass}",
+        )
+    if strategy == "no_buffer" and page_size != 1:
+        raise LaunchError("ValueError", f"mamba_radix_cache_strategy no_buffer requires page_size 1, got {page_size}")
+    return strategy

@@ -1,0 +1,548 @@
+"""The twin's physics: memory sizing, verify-pass timing, draft acceptance, prompt classification.
+
+Pure functions of a :class:`TwinProfile` and a :class:`LaunchConfig`; randomness comes in as a
+``random.Random``. Nothing here sleeps, logs or touches the network, so tests call it directly.
+
+Decode is a sequence of verify passes. One pass reads every weight shard once, plus the KV and
+recurrent state it attends to, pays fixed costs (launches, sampling, TP all-reduce), verifies the
+draft tokens and drafts the next ones. Each pass yields 1 + (accepted draft tokens) tokens per
+request; acceptance is drawn per pass from per-position probabilities that depend on the prompt's
+category and fall with depth.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from autotune.twin.launch import LaunchConfig
+from autotune.twin.profile import TwinProfile
+
+GIB = float(1 << 30)
+MIB = float(1 << 20)
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory
+
+
+class MemoryFailure(Exception):
+    """The server would die sizing its memory.
+
+    Attributes:
+        kind: ``too_low`` (pools do not fit in the static budget), ``too_high`` (no headroom left
+            for CUDA graphs/activations) or ``load_oom`` (the weights alone do not fit).
+        exc_type: the Python exception SGLang raises.
+        message: SGLang's message.
+        stage: ``load``, ``pool`` or ``graph``: how far startup got.
+    """
+
+    def __init__(self, *, kind: str, exc_type: str, message: str, stage: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.exc_type = exc_type
+        self.message = message
+        self.stage = stage
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Per-GPU memory after startup (bytes), as the server logs and reports it."""
+
+    total_bytes: int
+    free_bytes: int  # measured at start, before loading weights
+    weight_bytes: int  # target shard + draft weights
+    mem_fraction_static: float
+    pool_bytes: float
+    kv_pool_bytes: float
+    mamba_pool_bytes: float
+    max_total_num_tokens: int
+    max_mamba_cache_size: int
+    mamba_slots_per_request: int
+    max_running_requests: int
+    headroom_bytes: float
+    needed_headroom_bytes: float
+    graph_bytes: float
+    cuda_graph_bs: int
+
+    @property
+    def avail_after_load_bytes(self) -> float:
+        return self.free_bytes - self.weight_bytes
+
+
+def free_bytes_at_start(profile: TwinProfile) -> int:
+    """Free memory the server measures before loading (the same on every simulated rank)."""
+    gpus = profile.gpus
+    return gpus.memory_total_bytes - gpus.idle_used_bytes - gpus.runtime_reserved_bytes
+
+
+def weight_bytes_per_gpu(profile: TwinProfile, cfg: LaunchConfig) -> int:
+    """Target weights sharded by TP, plus the MTP head or drafter (also sharded)."""
+    model = profile.model
+    total = model.weight_bytes
+    if model.mtp is not None:
+        total += model.mtp.head_bytes  # loaded with the checkpoint even when unused
+    if cfg.spec.drafter is not None:
+        total += cfg.spec.drafter.weight_bytes
+    return total // cfg.tp_size
+
+
+def kv_cell_bytes(profile: TwinProfile, cfg: LaunchConfig) -> float:
+    """Bytes of full-attention KV per token per GPU, including the draft model's KV layers."""
+    per_token = profile.model.kv_bytes_per_token
+    if cfg.spec.kind == "mtp" and profile.model.mtp is not None:
+        per_token += profile.model.mtp.kv_bytes_per_token
+    if cfg.spec.drafter is not None:
+        per_token += cfg.spec.drafter.kv_bytes_per_token
+    return per_token * cfg.kv_bytes_scale / cfg.tp_size
+
+
+def graph_tokens(cfg: LaunchConfig) -> int:
+    """Tokens in the largest captured decode graph: batch size x tokens per request."""
+    return cfg.cuda_graph_max_bs_decode * cfg.spec.tokens_per_pass
+
+
+def needed_headroom_bytes(profile: TwinProfile, cfg: LaunchConfig) -> tuple[float, float]:
+    """(activations + CUDA graphs, of which graphs) that must fit in the (1 - fraction) headroom."""
+    mem = profile.memory
+    activations = mem.activation_base_bytes + mem.activation_per_prefill_token_bytes * max(cfg.chunked_prefill_size, 0)
+    graphs = 0.0 if cfg.disable_cuda_graph else mem.graph_base_bytes + mem.graph_bytes_per_token * graph_tokens(cfg)
+    return activations + graphs, graphs
+
+
+def auto_mem_fraction(profile: TwinProfile, cfg: LaunchConfig) -> float:
+    """SGLang-style automatic fraction: leave the estimated headroom plus a safety margin."""
+    needed, _ = needed_headroom_bytes(profile, cfg)
+    reserve = needed + profile.memory.auto_fraction_margin_bytes
+    return round(1.0 - reserve / free_bytes_at_start(profile), 3)
+
+
+def plan_memory(profile: TwinProfile, cfg: LaunchConfig) -> MemoryPlan:
+    """Size the pools the way SGLang does (sglang.md "Memory"); :func:`check_headroom` comes after.
+
+    pool = fraction x free - weights. Hybrid models give the mamba state r/(1+r) of the pool
+    and the full-attention KV the rest; with speculative decoding each mamba slot also holds
+    intermediate state per draft token. Feasibility is monotone in the fraction: these pool checks
+    only get easier as it grows, the headroom check only harder.
+
+    Raises:
+        MemoryFailure: ``load_oom`` or ``too_low``, with SGLang's message for the budget that ran out.
+    """
+    free = free_bytes_at_start(profile)
+    weights = weight_bytes_per_gpu(profile, cfg)
+    if weights > free:
+        raise MemoryFailure(
+            kind="load_oom",
+            exc_type="torch.OutOfMemoryError",
+            stage="load",
+            message=_oom_text(weights - free, profile.gpus.memory_total_bytes, max(free - weights, 0)),
+        )
+    fraction = cfg.mem_fraction_static if cfg.mem_fraction_static is not None else auto_mem_fraction(profile, cfg)
+    rest = fraction * free - weights
+    if rest <= 0:
+        minimum = 1 - (free - weights) / free
+        raise MemoryFailure(
+            kind="too_low",
+            exc_type="ValueError",
+            stage="pool",
+            message=(
+                f"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={fraction}. "
+                f"Raise --mem-fraction-static above {math.ceil(minimum * 1000) / 1000:.3f} "
+                f"(minimum viable = 1 - available/pre = {minimum:.4f}). If using speculative decoding, "
+                f"draft weights are now counted."
+            ),
+        )
+    kv_budget, mamba_budget, mamba_size, slots = _split_pool(profile, cfg, rest)
+    tokens = _kv_tokens(profile, cfg, kv_budget, fraction)
+    max_running = _max_running(cfg, tokens, mamba_size, slots, profile.model.hybrid)
+    needed, graphs = needed_headroom_bytes(profile, cfg)
+    return MemoryPlan(
+        total_bytes=profile.gpus.memory_total_bytes,
+        free_bytes=free,
+        weight_bytes=weights,
+        mem_fraction_static=fraction,
+        pool_bytes=rest,
+        kv_pool_bytes=tokens * kv_cell_bytes(profile, cfg),
+        mamba_pool_bytes=mamba_budget,
+        max_total_num_tokens=tokens,
+        max_mamba_cache_size=mamba_size,
+        mamba_slots_per_request=slots,
+        max_running_requests=max_running,
+        headroom_bytes=(1 - fraction) * free,
+        needed_headroom_bytes=needed,
+        graph_bytes=graphs,
+        cuda_graph_bs=0 if cfg.disable_cuda_graph else cfg.cuda_graph_max_bs_decode,
+    )
+
+
+def check_headroom(profile: TwinProfile, plan: MemoryPlan) -> None:
+    """CUDA graph capture (and warm-up activations) must fit in the (1 - fraction) headroom.
+
+    Raises:
+        MemoryFailure: ``too_high``, the CUDA out-of-memory SGLang hits while capturing graphs.
+    """
+    if plan.needed_headroom_bytes > plan.headroom_bytes:
+        raise MemoryFailure(
+            kind="too_high",
+            exc_type="torch.OutOfMemoryError",
+            stage="graph",
+            message=_oom_text(
+                plan.needed_headroom_bytes - plan.headroom_bytes + 64 * MIB,
+                profile.gpus.memory_total_bytes,
+                plan.headroom_bytes * 0.02,
+            ),
+        )
+
+
+def memory_outcome(profile: TwinProfile, cfg: LaunchConfig) -> str:
+    """``ok`` or the failure kind (``too_low``, ``too_high``, ``load_oom``) of this configuration."""
+    try:
+        check_headroom(profile, plan_memory(profile, cfg))
+    except MemoryFailure as failure:
+        return failure.kind
+    return "ok"
+
+
+def _split_pool(profile: TwinProfile, cfg: LaunchConfig, rest: float) -> tuple[float, float, int, int]:
+    """(KV budget, mamba budget, mamba slots, slots per request) for the pool ``rest``."""
+    model = profile.model
+    if not model.hybrid:
+        return rest, 0.0, 0, 1
+    slots = profile.memory.mamba_slots_per_request[cfg.mamba_radix_cache_strategy]
+    per_req = model.mamba_state_bytes_per_request / cfg.tp_size
+    per_draft = model.mamba_state_bytes_per_draft_token / cfg.tp_size
+    draft = cfg.spec.tokens_per_pass if cfg.spec.enabled else 0
+    if cfg.max_mamba_cache_size is not None:
+        size = cfg.max_mamba_cache_size
+        serving = min(cfg.max_running_requests or size // slots, size // slots)
+        mamba = size * per_req + serving * draft * per_draft
+        kv = rest - mamba
+    else:
+        ratio = cfg.mamba_full_memory_ratio
+        mamba = rest * ratio / (1 + ratio)
+        # Solve jointly: size x state + (size / slots) x draft x intermediate state = budget.
+        size = int(mamba // (per_req + draft * per_draft / slots))
+        kv = rest - mamba
+    if size <= 0:
+        raise MemoryFailure(
+            kind="too_low",
+            exc_type="RuntimeError",
+            stage="pool",
+            message=(
+                f"Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
+                f"max_mamba_cache_size={size} (total_rest_memory={rest / GIB:.2f} GB, "
+                f"mamba_cache_per_req={per_req / MIB:.2f} MB). Try: (1) reduce --max-running-requests, "
+                f"(2) increase --mem-fraction-static, (3) reduce --speculative-num-draft-tokens, or "
+                f"(4) use GPUs with more memory."
+            ),
+        )
+    return kv, mamba, size, slots
+
+
+def _kv_tokens(profile: TwinProfile, cfg: LaunchConfig, kv_budget: float, fraction: float) -> int:
+    cell = kv_cell_bytes(profile, cfg)
+    tokens = int(max(kv_budget, 0) // cell) // cfg.page_size * cfg.page_size
+    message = (
+        f"Not enough memory. Please try to increase --mem-fraction-static. "
+        f"Current value: mem_fraction_static={fraction}"
+    )
+    if tokens <= 0:
+        raise MemoryFailure(kind="too_low", exc_type="RuntimeError", stage="pool", message=message)
+    if tokens < cfg.context_length:
+        # Twin rule (SGLang would shorten the longest input instead): the full-attention KV pool
+        # must hold one request of the configured context length.
+        raise MemoryFailure(
+            kind="too_low",
+            exc_type="RuntimeError",
+            stage="pool",
+            message=f"{message} (twin: the KV pool holds {tokens} tokens, fewer than one "
+            f"context_length={cfg.context_length} request)",
+        )
+    return tokens
+
+
+def _max_running(cfg: LaunchConfig, tokens: int, mamba_size: int, slots: int, hybrid: bool) -> int:
+    if cfg.max_running_requests is not None:
+        running = min(cfg.max_running_requests, tokens // 2)
+    else:
+        estimated = max(min(int(tokens / cfg.context_length * 512), 4096), 2048)
+        running = min(estimated, tokens // 2)
+    if hybrid:
+        running = min(running, mamba_size // slots)
+        if running <= 0:
+            raise MemoryFailure(
+                kind="too_low",
+                exc_type="RuntimeError",
+                stage="pool",
+                message=(
+                    f"Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+                    f"max_mamba_cache_size={mamba_size}, mamba_ratio={slots}, resulting max_num_reqs={running}. "
+                    f"Try: (1) reduce --max-running-requests, (2) increase --mem-fraction-static, or "
+                    f"(3) use GPUs with more memory."
+                ),
+            )
+    return running
+
+
+def _oom_text(shortfall: float, total: int, free: float) -> str:
+    return (
+        f"CUDA out of memory. Tried to allocate {max(shortfall, MIB) / MIB:.2f} MiB. GPU 0 has a total "
+        f"capacity of {total / GIB:.2f} GiB of which {max(free, 0) / MIB:.2f} MiB is free. Of the allocated "
+        f"memory {0.97 * (total - free) / GIB:.2f} GiB is allocated by PyTorch. If reserved but unallocated "
+        f"memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompts
+
+
+@dataclass(frozen=True)
+class PromptClass:
+    """What the twin infers from a prompt's text (the real engine sees only text too)."""
+
+    category: str
+    prompt_tokens: int
+    long: bool
+
+
+@lru_cache(maxsize=64)
+def _keyword_pattern(keyword: str) -> re.Pattern[str]:
+    # Whole-word match where the keyword starts/ends with a word character ("repeat" must not
+    # match "repeatedly"); symbols such as ``` match anywhere.
+    start = r"(?<!\w)" if keyword[:1].isalnum() else ""
+    end = r"(?!\w)" if keyword[-1:].isalnum() else ""
+    return re.compile(start + re.escape(keyword.lower()) + end)
+
+
+def prompt_tokens(profile: TwinProfile, text: str) -> int:
+    """Prompt length in tokens: characters / chars_per_token (about 4 for English and code)."""
+    return max(1, round(len(text) / profile.prompts.chars_per_token))
+
+
+def classify_prompt(profile: TwinProfile, text: str) -> PromptClass:
+    """Category by the rule with the most distinct keywords in the text (ties: the earlier rule;
+    none: chat), so a math problem that mentions a "function" stays math; long by token count."""
+    lowered = text.lower()
+    category, best = "chat", 0
+    for rule in profile.prompts.rules:
+        hits = sum(1 for k in rule.keywords if _keyword_pattern(k).search(lowered))
+        if hits > best:
+            category, best = rule.name, hits
+    tokens = prompt_tokens(profile, text)
+    return PromptClass(category=category, prompt_tokens=tokens, long=tokens > profile.prompts.long_prompt_tokens)
+
+
+def stable_hash(text: str) -> int:
+    """A hash that is the same in every process (``hash()`` is salted per process)."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
+
+
+def natural_completion_tokens(profile: TwinProfile, text: str) -> int:
+    """Where the model would stop by itself (EOS): fixed per prompt, spread over the profile's range."""
+    low = profile.prompts.natural_completion_min_tokens
+    high = profile.prompts.natural_completion_max_tokens
+    return low + stable_hash("eos:" + text) % (high - low + 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Acceptance
+
+
+def _extend(table: Sequence[float], length: int) -> list[float]:
+    """The table's first ``length`` positions; beyond its end, keep decaying at the last ratio."""
+    values = list(table[:length])
+    if len(values) < length:
+        last = table[-1]
+        ratio = table[-1] / table[-2] if len(table) > 1 and table[-2] > 0 else last
+        while len(values) < length:
+            last *= ratio
+            values.append(last)
+    return values
+
+
+def acceptance_probs(profile: TwinProfile, cfg: LaunchConfig, prompt: PromptClass) -> tuple[float, ...]:
+    """Absolute probability that draft position i (1-based) is accepted, for i = 1..depth."""
+    spec = cfg.spec
+    if not spec.enabled:
+        return ()
+    category = prompt.category
+    if spec.kind == "dflash":
+        assert spec.drafter is not None and spec.num_draft_tokens is not None
+        probs = _extend(spec.drafter.acceptance[category], spec.num_draft_tokens - 1)
+    else:
+        mtp = profile.model.mtp
+        assert mtp is not None and spec.num_steps and spec.eagle_topk and spec.num_draft_tokens
+        depth = min(spec.num_steps, spec.num_draft_tokens - 1)
+        probs = _extend(mtp.acceptance[category], depth)
+        branch = min(spec.eagle_topk, (spec.num_draft_tokens - 1) / max(depth, 1))
+        if branch > 1:
+            probs = _widen(probs, branch, profile.tree.miss_factor_per_doubling)
+    if prompt.long:
+        scale = profile.prompts.long_acceptance_scale
+        probs = [p * scale ** (i + 1) for i, p in enumerate(probs)]
+    return tuple(probs)
+
+
+def _widen(probs: list[float], branch: float, miss_factor: float) -> list[float]:
+    """A tree with ``branch`` candidates per depth misses less often at every depth."""
+    keep = miss_factor ** math.log2(branch)
+    out: list[float] = []
+    previous = 1.0
+    for p in probs:
+        conditional = p / previous if previous > 0 else 0.0
+        previous = p
+        widened = 1 - (1 - conditional) * keep
+        out.append((out[-1] if out else 1.0) * widened)
+    return out
+
+
+def expected_accept_length(probs: Sequence[float]) -> float:
+    """Mean tokens per verify pass: the bonus token plus each position's acceptance probability."""
+    return 1.0 + sum(probs)
+
+
+def draw_accept_length(probs: Sequence[float], rng: random.Random) -> int:
+    """One pass's accepted length: positions are accepted in order until the first rejection."""
+    length = 1
+    previous = 1.0
+    for p in probs:
+        if previous <= 0 or rng.random() >= p / previous:
+            break
+        previous = p
+        length += 1
+    return length
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+
+
+def _allreduce_s(profile: TwinProfile, cfg: LaunchConfig, tokens: int) -> float:
+    if cfg.tp_size <= 1:
+        return 0.0
+    link = profile.interconnect
+    count = profile.model.num_layers * link.allreduces_per_layer
+    payload = tokens * profile.model.hidden_size * 2  # bf16 hidden states
+    return count * (link.allreduce_latency_us * 1e-6 + payload / link.allreduce_bandwidth_bytes_per_s)
+
+
+def _bandwidth(profile: TwinProfile) -> float:
+    return profile.gpus.bandwidth_bytes_per_s * profile.gpus.bandwidth_efficiency
+
+
+def _flops(profile: TwinProfile) -> float:
+    return profile.gpus.compute_flops * profile.gpus.compute_efficiency
+
+
+def draft_seconds(profile: TwinProfile, cfg: LaunchConfig, batch: int) -> float:
+    """Drafting the next pass's tokens: MTP steps in sequence, or one DFlash block."""
+    spec = cfg.spec
+    scale = 1 + profile.overheads.batch_scale * (batch - 1)
+    if spec.kind == "mtp":
+        mtp = profile.model.mtp
+        assert mtp is not None and spec.num_steps is not None and spec.eagle_topk is not None
+        step_ms = profile.overheads.draft_step_ms + (spec.eagle_topk - 1) * profile.tree.draft_step_per_extra_branch_ms
+        step_s = mtp.step_read_bytes / cfg.tp_size / _bandwidth(profile) + step_ms * 1e-3 * scale
+        tree_s = profile.tree.bookkeeping_ms * 1e-3 if spec.eagle_topk > 1 else 0.0
+        return spec.num_steps * step_s + tree_s
+    if spec.kind == "dflash":
+        drafter = spec.drafter
+        assert drafter is not None and spec.num_draft_tokens is not None
+        read_s = drafter.weight_bytes / cfg.tp_size / _bandwidth(profile)
+        return read_s + (drafter.block_fixed_ms + drafter.per_token_ms * spec.num_draft_tokens) * 1e-3 * scale
+    return 0.0
+
+
+def decode_pass_seconds(profile: TwinProfile, cfg: LaunchConfig, contexts: Sequence[int]) -> float:
+    """One verify pass over a batch; ``contexts`` holds each running request's current length.
+
+    Memory-bound until the batch's tokens make it compute-bound: the weight read is shared by
+    all requests, KV and recurrent-state reads are per request.
+    """
+    batch = len(contexts)
+    if batch == 0:
+        return 0.0
+    model = profile.model
+    tokens = cfg.spec.tokens_per_pass
+    read = model.decode_read_bytes / cfg.tp_size + sum(contexts) * kv_cell_bytes(profile, cfg)
+    if model.hybrid:
+        state = model.mamba_state_bytes_per_request / cfg.tp_size
+        intermediate = model.mamba_state_bytes_per_draft_token / cfg.tp_size
+        read += batch * (2 * state + (tokens - 1) * intermediate)
+    memory_s = read / _bandwidth(profile)
+    compute_s = batch * tokens * 2 * model.active_params / cfg.tp_size / _flops(profile)
+    over = profile.overheads
+    overhead_ms = over.fixed_pass_ms + batch * over.per_request_pass_ms
+    overhead_ms += over.attention_backend_pass_ms.get(cfg.attention_backend, 0.0)
+    if cfg.disable_cuda_graph:
+        overhead_ms += over.no_cuda_graph_pass_ms
+    verify_ms = (tokens - 1) * over.verify_token_ms * (1 + over.batch_scale * (batch - 1))
+    return (
+        max(memory_s, compute_s)
+        + _allreduce_s(profile, cfg, batch * tokens)
+        + (overhead_ms + verify_ms) * 1e-3
+        + draft_seconds(profile, cfg, batch)
+    )
+
+
+def prefill_seconds(profile: TwinProfile, cfg: LaunchConfig, new_tokens: int) -> float:
+    """Prefill ``new_tokens`` (uncached prompt tokens of one batch) in chunked-prefill chunks."""
+    if new_tokens <= 0:
+        return profile.overheads.prefill_fixed_ms * 1e-3
+    chunk = cfg.chunked_prefill_size if cfg.chunked_prefill_size > 0 else new_tokens
+    weights_s = profile.model.decode_read_bytes / cfg.tp_size / _bandwidth(profile)
+    per_token_s = 2 * profile.model.active_params / cfg.tp_size / _flops(profile)
+    total = 0.0
+    remaining = new_tokens
+    while remaining > 0:
+        step = min(chunk, remaining)
+        total += max(weights_s, step * per_token_s) + _allreduce_s(profile, cfg, step)
+        total += profile.overheads.prefill_fixed_ms * 1e-3
+        remaining -= step
+    if cfg.spec.enabled:
+        total *= 1.05  # the draft model's own prefill over the same tokens
+    return total
+
+
+def noisy(seconds: float, profile: TwinProfile, rng: random.Random) -> float:
+    """Per-pass timing noise (clock jitter, kernel variance), never below half the mean."""
+    return seconds * max(0.5, rng.gauss(1.0, profile.timing.noise_rel))
+
+
+# ---------------------------------------------------------------------------------------------
+# Single-stream estimate (what a client at concurrency 1 would measure)
+
+
+@dataclass(frozen=True)
+class StreamEstimate:
+    decode_tok_s: float
+    accept_length: float
+    passes: int
+
+
+def simulate_stream(
+    profile: TwinProfile, cfg: LaunchConfig, text: str, completion_tokens: int, rng: random.Random
+) -> StreamEstimate:
+    """Decode ``completion_tokens`` for one request alone, as the server would, without sleeping.
+
+    decode tok/s = (completion_tokens - 1) / (time of last token - time of first token), the
+    client's measure; accept length = completion_tokens / verify passes, SGLang's.
+    """
+    prompt = classify_prompt(profile, text)
+    probs = acceptance_probs(profile, cfg, prompt)
+    produced, passes, elapsed = 1, 0, 0.0  # the first token comes from prefill
+    while produced < completion_tokens:
+        elapsed += noisy(decode_pass_seconds(profile, cfg, [prompt.prompt_tokens + produced]), profile, rng)
+        produced += min(draw_accept_length(probs, rng), completion_tokens - produced)
+        passes += 1
+    return StreamEstimate(
+        decode_tok_s=(produced - 1) / elapsed if elapsed > 0 else 0.0,
+        accept_length=produced / max(passes, 1),
+        passes=passes,
+    )

@@ -1,0 +1,381 @@
+"""The twin as a process: command line, exit codes, readiness, endpoints, streaming, shutdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from autotune.twin import physics
+from autotune.twin.profile import load_profile
+
+pytestmark = pytest.mark.twin
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = ["--model-path", "Qwen/Qwen3.6-27B", "--tp-size", "2"]
+NEXTN = (
+    "--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
+    "--speculative-num-draft-tokens 4"
+).split()
+TOO_LOW = (
+    "Loaded weights leave no GPU memory for the KV cache",
+    "Not enough memory. Please try to increase --mem-fraction-static",
+    "Not enough GPU memory for hybrid (mamba/linear-attention) state cache",
+    "Hybrid (mamba/linear-attention) state cache is too small to serve any requests",
+)
+CODE_PROMPT = "Implement an LRU cache in Python without using functools.lru_cache or OrderedDict."
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def twin(*argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "autotune.twin", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(),
+        check=False,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+    def log_text(self) -> str:
+        return self.log.read_text()
+
+    def stop(self, timeout: float = 5.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=timeout)
+
+
+def start(tmp_path: Path, *argv: str) -> Server:
+    port = free_port()
+    log = tmp_path / f"twin-{port}.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "autotune.twin", *argv, "--port", str(port)],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+        )
+    return Server(process=process, url=f"http://127.0.0.1:{port}", log=log)
+
+
+def wait_for_status(server: Server, wanted: int, deadline_s: float = 20.0) -> None:
+    """Poll /health until it answers ``wanted`` (no fixed sleeps)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        assert server.process.poll() is None, server.log_text()
+        try:
+            if httpx.get(f"{server.url}/health", timeout=1.0).status_code == wanted:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"/health never answered {wanted}:\n{server.log_text()}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    running = start(
+        tmp_path_factory.mktemp("twin"),
+        *MODEL,
+        *NEXTN,
+        "--enable-metrics",
+        "--twin-load-seconds",
+        "0.3",
+        "--decode-log-interval",
+        "5",
+    )
+    try:
+        wait_for_status(running, 200)
+        yield running
+    finally:
+        running.stop()
+
+
+# -- command line -----------------------------------------------------------------------------------
+
+
+def test_help_lists_sglang_flags() -> None:
+    result = twin("--help")
+    assert result.returncode == 0
+    assert "usage: launch_server.py" in result.stdout
+    assert "  --mem-fraction-static MEM_FRACTION_STATIC" in result.stdout
+    assert "--mamba-scheduler-strategy" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        (["--mamba-scheduler-strategy", "auto"], "unrecognized arguments: --mamba-scheduler-strategy"),
+        (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["--cuda-graph-max-bs", "16"], "ambiguous option: --cuda-graph-max-bs"),
+        (["--mamba-radix-cache-strategy", "sometimes"], "argument --mamba-radix-cache-strategy: invalid choice"),
+    ],
+)
+def test_bad_flags_exit_2_like_argparse(flag: list[str], message: str) -> None:
+    result = twin(*MODEL, *flag)
+    assert result.returncode == 2
+    assert "usage: launch_server.py" in result.stderr
+    assert f"launch_server.py: error: {message}" in result.stderr
+
+
+def test_inventory_schema() -> None:
+    result = twin("--twin-inventory")
+    assert result.returncode == 0
+    inventory = json.loads(result.stdout)
+    assert inventory["driver_version"] == "twin (simulated)" and inventory["simulated"] is True
+    assert [g["index"] for g in inventory["gpus"]] == [0, 1]
+    assert inventory["gpus"][0] == {
+        "index": 0,
+        "name": "NVIDIA RTX A6000 (simulated)",
+        "uuid": "TWIN-GPU-0",
+        "memory_total_bytes": 51539607552,
+        "memory_used_bytes": 0,
+        "memory_free_bytes": 51539607552,
+        "memory_bus_width_bits": 384,
+        "memory_max_clock_mhz": 8001,
+        "bandwidth_bytes_per_s": 768000000000,
+        "processes": [],
+    }
+
+
+def test_partial_speculative_set_dies_with_assertion_error() -> None:
+    result = twin(
+        *MODEL, "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--twin-load-seconds", "0"
+    )
+    assert result.returncode == 1
+    assert result.stderr.rstrip().splitlines()[-1] == "AssertionError"
+    assert "Traceback (most recent call last)" in result.stderr
+
+
+def test_mtp_algorithm_parses_but_fails_at_launch() -> None:
+    result = twin(*MODEL, "--speculative-algorithm", "MTP", "--twin-load-seconds", "0")
+    assert result.returncode == 1
+    assert result.stderr.rstrip().splitlines()[-1].startswith("ValueError: ")
+
+
+def test_too_low_fraction_fails_after_loading() -> None:
+    result = twin(
+        *MODEL, *NEXTN, "--mem-fraction-static", "0.6", "--twin-load-seconds", "0", "--port", str(free_port())
+    )
+    assert result.returncode == 1
+    assert "Load weight end." in result.stderr
+    assert any(needle in result.stderr for needle in TOO_LOW), result.stderr
+    assert "ready to roll" not in result.stderr
+
+
+def test_too_high_fraction_fails_capturing_cuda_graphs() -> None:
+    flags = (
+        "--speculative-algorithm NEXTN --speculative-num-steps 5 --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens 6 --context-length 131072 --cuda-graph-max-bs-decode 48 "
+        "--mem-fraction-static 0.96 --twin-load-seconds 0"
+    ).split()
+    result = twin(*MODEL, *flags, "--port", str(free_port()))
+    assert result.returncode == 1
+    capture = result.stderr.index("Capture cuda graph failed")
+    assert result.stderr.index("torch.OutOfMemoryError: CUDA out of memory.") > capture
+
+
+# -- a running server -----------------------------------------------------------------------------------
+
+
+def test_startup_log(server: Server) -> None:
+    lines = server.log_text().splitlines()
+    assert "simulation, not real SGLang" in lines[0]
+    assert lines[0].startswith("[") and " TP0] " in lines[0]
+    text = "\n".join(lines)
+    for needle in (
+        "Load weight end.",
+        "avail mem=",
+        "KV Cache is allocated. #tokens:",
+        "Mamba Cache is allocated. max_mamba_cache_size:",
+        "max_total_num_tokens=",
+        "The server is fired up and ready to roll!",
+    ):
+        assert needle in text
+
+
+def test_stream_generate(server: Server) -> None:
+    body = {"text": CODE_PROMPT, "sampling_params": {"max_new_tokens": 48, "ignore_eos": True}, "stream": True}
+    chunks = []
+    with httpx.Client(timeout=30) as client, client.stream("POST", f"{server.url}/generate", json=body) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in response.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line[len("data: ") :]) for line in lines[:-1]]
+    assert len(chunks) > 5
+    texts = [c["text"] for c in chunks]
+    assert all(later.startswith(earlier) for earlier, later in zip(texts, texts[1:], strict=False))  # cumulative
+    counts = [c["meta_info"]["completion_tokens"] for c in chunks]
+    assert counts == sorted(counts) and counts[-1] == 48
+    assert any(b - a > 1 for a, b in zip(counts, counts[1:], strict=False))  # several tokens per verify pass
+    assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
+    meta = chunks[-1]["meta_info"]
+    assert meta["finish_reason"] == {"type": "length", "length": 48}
+    assert meta["prompt_tokens"] == round(len(CODE_PROMPT) / 4)
+    for field in ("id", "cached_tokens", "e2e_latency", "spec_verify_ct", "spec_accept_rate"):
+        assert field in meta
+    assert meta["spec_accept_length"] == pytest.approx(48 / meta["spec_verify_ct"], abs=1e-3)
+    assert 1.5 < meta["spec_accept_length"] <= 4.0
+
+
+def test_generate_without_streaming_and_natural_stop(server: Server) -> None:
+    text = "Say hello to person number 7."  # its natural (EOS) length is short: 50 tokens
+    assert physics.natural_completion_tokens(load_profile(), text) == 50
+    reply = httpx.post(
+        f"{server.url}/generate", json={"text": text, "sampling_params": {"max_new_tokens": 2000}}, timeout=60
+    ).json()
+    meta = reply["meta_info"]
+    assert meta["finish_reason"]["type"] == "stop"
+    assert meta["completion_tokens"] == 50
+    assert reply["text"]
+
+
+def test_server_info_reports_effective_values(server: Server) -> None:
+    info = httpx.get(f"{server.url}/server_info", timeout=5).json()
+    assert info["version"] == "0.5.23" and info["twin"] is True
+    assert info["model_path"] == "Qwen/Qwen3.6-27B" and info["tp_size"] == 2
+    assert (info["speculative_num_steps"], info["speculative_eagle_topk"], info["speculative_num_draft_tokens"]) == (
+        3,
+        1,
+        4,
+    )
+    assert info["speculative_algorithm"] == "NEXTN"
+    assert 0.8 < info["mem_fraction_static"] < 0.95  # the automatic value
+    assert 1 <= info["max_running_requests"] <= 48
+    assert info["mamba_radix_cache_strategy"] == "extra_buffer"
+    assert info["mamba_full_memory_ratio"] == 0.9
+    assert info["context_length"] == 262144
+    assert info["max_total_num_tokens"] >= info["context_length"]
+    assert "avg_spec_accept_length" in info["internal_states"][0]
+    assert httpx.get(f"{server.url}/get_server_info", timeout=5).json()["version"] == "0.5.23"
+    model = httpx.get(f"{server.url}/model_info", timeout=5).json()
+    assert model["architectures"] == ["Qwen3_5ForConditionalGeneration"] and model["is_generation"] is True
+
+
+def test_flush_cache_resets_lifetime_accept_length(server: Server) -> None:
+    httpx.post(
+        f"{server.url}/generate", json={"text": CODE_PROMPT, "sampling_params": {"max_new_tokens": 16}}, timeout=30
+    )
+    assert httpx.get(f"{server.url}/server_info", timeout=5).json()["internal_states"][0]["avg_spec_accept_length"] > 1
+    assert httpx.post(f"{server.url}/flush_cache", timeout=5).status_code == 200
+    assert httpx.get(f"{server.url}/server_info", timeout=5).json()["internal_states"][0]["avg_spec_accept_length"] == 0
+
+
+def test_metrics(server: Server) -> None:
+    httpx.post(
+        f"{server.url}/generate", json={"text": CODE_PROMPT, "sampling_params": {"max_new_tokens": 24}}, timeout=30
+    )
+    text = httpx.get(f"{server.url}/metrics", timeout=5).text
+    for name in (
+        "sglang:spec_accept_length{",
+        "sglang:spec_accept_rate{",
+        "sglang:gen_throughput{",
+        "sglang:token_usage{",
+        "sglang:mamba_usage{",
+        "sglang:num_running_reqs{",
+        "sglang:num_queue_reqs{",
+        "sglang:generation_tokens_total{",
+        "sglang:time_to_first_token_seconds_bucket{",
+        "sglang:inter_token_latency_seconds_bucket{",
+        "sglang:e2e_request_latency_seconds_count{",
+    ):
+        assert name in text
+    assert "# TYPE sglang:generation_tokens_total counter" in text
+    assert "Decode batch, #running-req: 1, #full token:" in server.log_text()
+    assert "accept len:" in server.log_text()
+
+
+def test_chat_completions_stream_with_usage_and_spec_details(server: Server) -> None:
+    body = {
+        "model": "Qwen/Qwen3.6-27B",
+        "messages": [{"role": "user", "content": CODE_PROMPT}],
+        "max_tokens": 20,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_spec_tokens_details": True,
+    }
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream("POST", f"{server.url}/v1/chat/completions", json=body) as response,
+    ):
+        lines = [line for line in response.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line[len("data: ") :]) for line in lines[:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert content
+    finish = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert len(finish) == 1 and "sglext" in finish[0]
+    assert finish[0]["sglext"]["spec_accept_length"] > 1
+    usage = chunks[-1]
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] <= 20
+
+
+def test_chat_completions_plain(server: Server) -> None:
+    body = {"messages": [{"role": "user", "content": "Tell me about Lisbon."}], "max_tokens": 12}
+    reply = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=30).json()
+    assert reply["object"] == "chat.completion"
+    assert reply["choices"][0]["message"]["role"] == "assistant"
+    assert reply["usage"]["completion_tokens"] <= 12
+    assert "sglext" not in reply
+
+
+# -- lifecycle ----------------------------------------------------------------------------------------
+
+
+def test_health_is_503_while_loading_and_sigterm_stops_promptly(tmp_path: Path) -> None:
+    loading = start(tmp_path, *MODEL, *NEXTN, "--twin-load-seconds", "30")
+    try:
+        wait_for_status(loading, 503)
+        assert httpx.get(f"{loading.url}/server_info", timeout=2).status_code == 503
+        began = time.monotonic()
+        assert loading.stop(timeout=5) == 0
+        assert time.monotonic() - began < 1.5
+    finally:
+        if loading.process.poll() is None:
+            loading.process.kill()
+
+
+def test_metrics_is_404_without_enable_metrics_and_sigterm_when_ready(tmp_path: Path) -> None:
+    ready = start(tmp_path, *MODEL, "--twin-load-seconds", "0.1", "--skip-server-warmup")
+    try:
+        wait_for_status(ready, 200)
+        assert httpx.get(f"{ready.url}/metrics", timeout=2).status_code == 404
+        info = httpx.get(f"{ready.url}/server_info", timeout=2).json()
+        assert info["speculative_algorithm"] is None and info["speculative_num_draft_tokens"] is None
+        began = time.monotonic()
+        assert ready.stop(timeout=5) == 0
+        assert time.monotonic() - began < 1.5
+    finally:
+        if ready.process.poll() is None:
+            ready.process.kill()
