@@ -167,6 +167,15 @@ class ServerProcess:
         """The exit code if the server has exited, else None."""
         return self._proc.poll() if self._proc else None
 
+    def wait_exit(self, timeout_s: float) -> int | None:
+        """The exit code once the process has exited, or None if it is still running after ``timeout_s``."""
+        if self._proc is None:
+            return None
+        try:
+            return self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
     def wait_ready(self, probe: Callable[[], bool], *, timeout_s: float, poll_s: float = 0.2) -> ReadyResult:
         """Probe until ready, until the process exits, or until the deadline."""
         started = self.clock()

@@ -38,18 +38,20 @@ from autotune.space import (
     SearchSpace,
     SLOSpec,
     baseline_params,
+    is_secret_name,
     resolve_command,
     suggest,
 )
 from autotune.stopping import NoImprovement, StopRule, TimeBudget, first_reason
 from autotune.trial import OutcomeKind, TrialOutcome, TrialSetup, run_trial
-from autotune.workload import load_suite
+from autotune.workload import Suite, load_suite
 
 SamplerName = Literal["tpe", "random"]
 CONSTRAINT_KEYS = ("memory", "config")
 DEFAULT_STUDIES_DIR = Path("studies")
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
+# Optuna would print a traceback per failed trial; autotune reports every trial itself.
+optuna.logging.set_verbosity(optuna.logging.ERROR)
 
 
 MeasurementList = RootModel[list[Measurement]]
@@ -284,12 +286,14 @@ class Preflight:
     engine: Engine
     flag_set: FlagSet
     launcher: list[str]
+    suite: Suite
     inventory: GpuInventory | None
 
 
 def preflight(space: SearchSpace, *, read_gpus: bool = True) -> Preflight:
     """Check the space against the engine it names, without launching anything."""
     engine = get_engine(space.engine)
+    suite = load_suite(space.suite_path())
     launcher = resolve_command(space.launcher)
     flag_set = engine.read_flag_set(launcher, env=space.env)
     engine.check_flags(space.all_flag_names(), flag_set)
@@ -299,7 +303,9 @@ def preflight(space: SearchSpace, *, read_gpus: bool = True) -> Preflight:
         except InvalidConfig as exc:
             raise UserError(f"baseline {baseline.name!r}: {exc}") from None
     inventory = read_inventory(space.gpus) if read_gpus else None
-    return Preflight(space=space, engine=engine, flag_set=flag_set, launcher=launcher, inventory=inventory)
+    return Preflight(
+        space=space, engine=engine, flag_set=flag_set, launcher=launcher, suite=suite, inventory=inventory
+    )
 
 
 class StudyRunner:
@@ -325,7 +331,7 @@ class StudyRunner:
         self.name = name
         self.paths = paths
         self.events = events or StudyEvents()
-        self.suite = load_suite(self.space.suite_path())
+        self.suite = checked.suite
         storage = open_storage(storage_url)
         self.study = optuna.create_study(
             study_name=name,
@@ -451,6 +457,7 @@ class StudyRunner:
             trial.set_user_attr("reason", f"{type(exc).__name__}: {exc}".strip(": "))
             trial.set_user_attr("flags", plan.flags)
             raise
+        outcome = self._redacted(outcome)
         record_outcome(trial, outcome)
         self._upload_artifacts(trial, outcome)
         if outcome.kind is OutcomeKind.OK:
@@ -481,6 +488,15 @@ class StudyRunner:
             trial.set_constraint(key, value)
         assert original.value is not None
         return original.value
+
+    def _redacted(self, outcome: TrialOutcome) -> TrialOutcome:
+        """Secret environment values never reach the stored reason or the log kept as an artifact."""
+        secrets = [value for name, value in self.space.env.items() if is_secret_name(name) and value]
+        if not secrets:
+            return outcome
+        if outcome.log_path is not None and outcome.log_path.exists():
+            outcome.log_path.write_text(redact(outcome.log_path.read_text(errors="replace"), secrets))
+        return outcome.model_copy(update={"reason": redact(outcome.reason, secrets) if outcome.reason else None})
 
     def _upload_artifacts(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
         if outcome.log_path is not None and outcome.log_path.exists():
@@ -529,6 +545,12 @@ class StudyRunner:
         if self.stop_reason is None:
             self.stop_reason = f"{trials} trials done" if trials else "time budget spent"
         self.study.set_user_attr("last_stop_reason", self.stop_reason)
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
 
 
 def _pid_alive(pid: int) -> bool:

@@ -32,6 +32,7 @@ class OutcomeKind(str, Enum):
     INVALID_CONFIG = FailureKind.INVALID_CONFIG.value
     LAUNCH_TIMEOUT = FailureKind.LAUNCH_TIMEOUT.value
     CRASHED = FailureKind.CRASHED.value
+    PORT_IN_USE = FailureKind.PORT_IN_USE.value
     MEASUREMENT_FAILED = "measurement-failed"
 
     @property
@@ -90,11 +91,24 @@ class TrialSetup(BaseModel):
     records_dir: Path
 
 
+PORT_ATTEMPTS = 3
+EXIT_GRACE_S = 2.0
+
+
 def run_trial(
     engine: Engine, setup: TrialSetup, plan: LaunchPlan, *, log_path: Path, on_phase: Phase | None = None
 ) -> TrialOutcome:
-    """Launch the plan's server, measure it, stop it."""
+    """Launch the plan's server, measure it, stop it; on a port taken meanwhile, on another port."""
+    for _ in range(PORT_ATTEMPTS):
+        outcome = _run_once(engine, setup, plan, log_path=log_path, on_phase=on_phase)
+        if outcome.kind is not OutcomeKind.PORT_IN_USE:
+            break
+    return outcome
 
+
+def _run_once(
+    engine: Engine, setup: TrialSetup, plan: LaunchPlan, *, log_path: Path, on_phase: Phase | None
+) -> TrialOutcome:
     def phase(name: str, detail: str = "") -> None:
         if on_phase is not None:
             on_phase(name, detail)
@@ -149,7 +163,8 @@ def run_trial(
         measure_s = time.monotonic() - measure_started
         phase("stopping", "")
         stop_started = time.monotonic()
-        exit_code = server.poll()
+        # A server that dropped the connection may take a moment to exit: give it that moment.
+        exit_code = server.wait_exit(EXIT_GRACE_S) if error is not None else server.poll()
         server.stop(grace_s=setup.stop_timeout_s)
         stop_s = time.monotonic() - stop_started
     if error is not None:

@@ -153,6 +153,7 @@ def test_argv_uses_full_flag_names() -> None:
         ("partial_spec.log", 1, FailureKind.INVALID_CONFIG, "AssertionError"),
         ("unknown_flag.log", 2, FailureKind.INVALID_CONFIG, "unrecognized arguments: --mamba-scheduler-strategy"),
         ("segfault.log", -11, FailureKind.CRASHED, "Segmentation fault"),
+        ("port_taken.log", 1, FailureKind.PORT_IN_USE, "address already in use"),
     ],
 )
 def test_failure_classification_on_recorded_logs(log: str, exit_code: int, kind: FailureKind, reason: str) -> None:

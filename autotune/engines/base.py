@@ -48,6 +48,7 @@ class FailureKind(str, Enum):
     INVALID_CONFIG = "invalid-config"
     LAUNCH_TIMEOUT = "launch-timeout"
     CRASHED = "crashed"
+    PORT_IN_USE = "port-in-use"
 
     @property
     def is_memory(self) -> bool:

@@ -48,6 +48,7 @@ _MEMORY_TOO_LOW = (
     "Hybrid (mamba/linear-attention) state cache is too small to serve any requests",
 )
 _MEMORY_TOO_HIGH = ("Capture cuda graph failed", "CUDA out of memory", "torch.OutOfMemoryError")
+_ERRORISH = re.compile(r"\w*(Error|Exception)\b|Fatal|Segmentation fault")
 _INVALID = (
     re.compile(r"error: unrecognized arguments: .*"),
     re.compile(r"error: ambiguous option: .*"),
@@ -247,6 +248,8 @@ class SGLangEngine(Engine):
         for needle in _MEMORY_TOO_HIGH:
             if needle in log_text:
                 return Failure(kind=FailureKind.MEMORY_TOO_HIGH, reason=_line_with(log_text, needle))
+        if "address already in use" in log_text:
+            return Failure(kind=FailureKind.PORT_IN_USE, reason=_line_with(log_text, "address already in use"))
         if timed_out:
             return Failure(
                 kind=FailureKind.LAUNCH_TIMEOUT, reason="the server did not become ready before the deadline"
@@ -256,7 +259,9 @@ class SGLangEngine(Engine):
             if match is not None:
                 return Failure(kind=FailureKind.INVALID_CONFIG, reason=match.group(0).strip() or "AssertionError")
         lines = [line.strip() for line in log_text.splitlines() if line.strip()]
-        last = lines[-1] if lines else "(empty log)"
+        # The last error-looking line says more than SGLang's closing "Received sigquit ..." line.
+        errors = [line for line in lines if _ERRORISH.search(line)]
+        last = (errors or lines or ["(empty log)"])[-1]
         return Failure(kind=FailureKind.CRASHED, reason=f"exit code {exit_code}: {last}")
 
     async def reset_stats(self, client: httpx.AsyncClient, base_url: str) -> None:

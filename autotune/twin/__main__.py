@@ -41,8 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     from autotune.twin.app import TwinApp, configure_logging
 
     configure_logging(args.tp_size, args.log_level)
+    from autotune.twin.faults import resolve_fault
+
     load_seconds = twin.load_seconds if twin.load_seconds is not None else profile.timing.load_seconds
-    return TwinApp(args=args, profile=profile, seed=twin.seed, load_seconds=load_seconds).run()
+    fault = resolve_fault(twin.fault, twin.fault_after)
+    app = TwinApp(args=args, profile=profile, seed=twin.seed, load_seconds=load_seconds, fault=fault, drift=twin.drift)
+    return app.run()
 
 
 if __name__ == "__main__":

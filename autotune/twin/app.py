@@ -20,6 +20,7 @@ import traceback
 from types import FrameType
 
 from autotune.twin import physics
+from autotune.twin.faults import NO_FAULT, Fault
 from autotune.twin.launch import LaunchConfig, LaunchError, resolve_launch
 from autotune.twin.physics import GIB, MemoryFailure, MemoryPlan
 from autotune.twin.profile import TwinProfile
@@ -64,14 +65,28 @@ def _exception_text(exc: BaseException, exc_type: str, message: str) -> str:
 class TwinApp:
     """Startup sequence and lifetime of one simulated server."""
 
-    def __init__(self, *, args: argparse.Namespace, profile: TwinProfile, seed: int, load_seconds: float) -> None:
+    def __init__(
+        self,
+        *,
+        args: argparse.Namespace,
+        profile: TwinProfile,
+        seed: int,
+        load_seconds: float,
+        fault: Fault = NO_FAULT,
+        drift: float = 0.0,
+    ) -> None:
         self.args = args
         self.profile = profile
         self.seed = seed
         self.load_seconds = max(load_seconds, 0.0)
+        self.fault = fault
+        self.drift = drift
         self.stop_event = threading.Event()
+        self.state: TwinState | None = None
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.state is not None and self.state.hung.is_set():
+            return  # a hung server does not react to SIGTERM (the tuner must SIGKILL it)
         self.stop_event.set()
 
     def _wait(self, seconds: float) -> bool:
@@ -97,8 +112,15 @@ class TwinApp:
             return 1
         for note in cfg.notes:
             log.warning(note)
+        if self.fault.active:
+            log.warning("twin fault injected: %s", self.fault.kind)
+        if self.fault.kind == "exit-on-start":
+            self._wait(self.load_seconds / 2)
+            message = "NCCL error: unhandled system error (twin fault)"
+            self._fail(_exception_text(RuntimeError(), "RuntimeError", message))
+            return 1
         log.info("server_args=ServerArgs(%s)", ", ".join(f"{k}={v!r}" for k, v in sorted(vars(args).items())))
-        state = TwinState(args=args, profile=profile, cfg=cfg, seed=self.seed)
+        state = self.state = TwinState(args=args, profile=profile, cfg=cfg, seed=self.seed, fault=self.fault)
         try:
             httpd = start_http(state, host=args.host, port=args.port, log_http=log.isEnabledFor(logging.INFO))
         except OSError as err:
@@ -122,7 +144,12 @@ class TwinApp:
         if plan is None:
             return 0 if self.stop_event.is_set() else 1
         scheduler = Scheduler(
-            profile=self.profile, cfg=cfg, plan=plan, seed=self.seed, decode_log_interval=self.args.decode_log_interval
+            profile=self.profile,
+            cfg=cfg,
+            plan=plan,
+            seed=self.seed,
+            decode_log_interval=self.args.decode_log_interval,
+            drift=self.drift,
         )
         scheduler.start()
         try:
@@ -130,8 +157,12 @@ class TwinApp:
             state.attach(plan, scheduler)
             if not self.args.skip_server_warmup and not self._warm_up(scheduler):
                 return 0
+            if self.fault.kind == "never-ready":
+                self.stop_event.wait()
+                return 0
             log.info("The server is fired up and ready to roll!")
             state.ready()  # after the line, so a 200 from /health means the log says ready too
+            scheduler.mark_ready()
             self.stop_event.wait()
             return 0
         finally:

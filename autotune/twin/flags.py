@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 from autotune.twin._sglang_flags import FLAGS
+from autotune.twin.faults import FAULT_KINDS
 from autotune.twin.profile import DEFAULT_PROFILE
 
 PROG = "launch_server.py"
@@ -89,6 +90,9 @@ class TwinOptions:
     load_seconds: float | None
     seed: int
     inventory: bool
+    fault: str | None = None
+    fault_after: int = 2
+    drift: float = 0.0
 
 
 def _add_sglang_flag(
@@ -133,6 +137,24 @@ def _add_twin_options(parser: argparse.ArgumentParser) -> None:
         "--twin-inventory",
         action="store_true",
         help="Print the simulated GPU inventory as JSON and exit.",
+    )
+    group.add_argument(
+        "--twin-fault",
+        choices=FAULT_KINDS,
+        default=None,
+        help="Inject a fault (default: the next entry of $AUTOTUNE_TWIN_FAULT_SCHEDULE, else none).",
+    )
+    group.add_argument(
+        "--twin-fault-after",
+        type=int,
+        default=2,
+        help="Generation requests served before a mid-measurement fault strikes.",
+    )
+    group.add_argument(
+        "--twin-drift",
+        type=float,
+        default=0.0,
+        help="Relative slow-down of every decode pass per minute since ready (0.05 = 5%% slower each minute).",
     )
     group.add_argument(
         "--twin-seed",
@@ -181,7 +203,18 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, TwinOptions]:
         load_seconds=args.twin_load_seconds,
         seed=seed,
         inventory=args.twin_inventory,
+        fault=args.twin_fault,
+        fault_after=args.twin_fault_after,
+        drift=args.twin_drift,
     )
-    for name in ("twin_profile", "twin_load_seconds", "twin_seed", "twin_inventory"):
+    for name in (
+        "twin_profile",
+        "twin_load_seconds",
+        "twin_seed",
+        "twin_inventory",
+        "twin_fault",
+        "twin_fault_after",
+        "twin_drift",
+    ):
         delattr(args, name)
     return args, twin

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from autotune.twin import physics
+from autotune.twin.faults import drift_factor
 from autotune.twin.launch import LaunchConfig
 from autotune.twin.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, Histogram
 from autotune.twin.physics import MemoryPlan, PromptClass
@@ -119,6 +120,7 @@ class Scheduler(threading.Thread):
         plan: MemoryPlan,
         seed: int,
         decode_log_interval: int,
+        drift: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(name="twin-scheduler", daemon=True)
@@ -136,6 +138,8 @@ class Scheduler(threading.Thread):
         self._seen_prompts: dict[int, int] = {}
         self._interval = _Interval()
         self._log_every = max(decode_log_interval, 1)
+        self._drift = drift
+        self._ready_at: float | None = None
 
     # -- called by handler threads -------------------------------------------------------------
 
@@ -178,6 +182,10 @@ class Scheduler(threading.Thread):
             self.stats.requests_total += 1
             self.stats.prompt_tokens_total += request.prompt.prompt_tokens
             self._wake.notify()
+
+    def mark_ready(self) -> None:
+        """Drift (``--twin-drift``) counts from here, so warm-up passes are not slowed."""
+        self._ready_at = self._clock()
 
     def flush_cache(self) -> None:
         """POST /flush_cache: forget cached prompts and restart the lifetime accept statistics."""
@@ -266,6 +274,8 @@ class Scheduler(threading.Thread):
             self._interval.started = self._clock()  # idle time is not generation time
         contexts = [r.prompt.prompt_tokens + r.generated for r in batch]
         seconds = physics.noisy(physics.decode_pass_seconds(self.profile, self.cfg, contexts), self.profile, self._rng)
+        if self._drift and self._ready_at is not None:
+            seconds *= drift_factor(self._drift, self._clock() - self._ready_at)
         if not self._sleep(seconds):
             return
         now = self._clock()

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import queue
 import sys
 import threading
@@ -22,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from autotune.twin._sglang_flags import SGLANG_VERSION
+from autotune.twin.faults import NO_FAULT, Fault
 from autotune.twin.launch import LaunchConfig
 from autotune.twin.metrics import gauge
 from autotune.twin.physics import GIB, MemoryPlan
@@ -31,13 +34,25 @@ from autotune.twin.scheduler import ContextTooLong, Request, Scheduler, Update
 DEFAULT_MAX_NEW_TOKENS = 128
 # How long a handler waits for the next update before checking whether the server is stopping.
 _UPDATE_POLL_S = 0.5
+_FAULT_LOCK = threading.Lock()
+log = logging.getLogger("autotune.twin")
+
+
+def _block_forever() -> None:
+    """A hung server: this handler thread never answers."""
+    threading.Event().wait()
 
 
 class TwinState:
     """What the endpoints report: loading until ``ready()``; stopping after ``stopping()``."""
 
-    def __init__(self, *, args: argparse.Namespace, profile: TwinProfile, cfg: LaunchConfig, seed: int) -> None:
+    def __init__(
+        self, *, args: argparse.Namespace, profile: TwinProfile, cfg: LaunchConfig, seed: int, fault: Fault = NO_FAULT
+    ) -> None:
         self.args = args
+        self.fault = fault
+        self.generation_requests = 0
+        self.hung = threading.Event()
         self.profile = profile
         self.cfg = cfg
         self.seed = seed
@@ -310,6 +325,8 @@ class TwinHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         path = self.path.split("?", 1)[0]
         state = self.server.state
+        if state.hung.is_set():
+            _block_forever()
         if not self._authorised(path):
             return
         if path in ("/health", "/health_generate", "/ready"):
@@ -336,6 +353,8 @@ class TwinHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         path = self.path.split("?", 1)[0]
+        if self.server.state.hung.is_set():
+            _block_forever()
         if not self._authorised(path):
             return
         if path == "/flush_cache":
@@ -369,7 +388,26 @@ class TwinHandler(BaseHTTPRequestHandler):
 
     # -- generation -----------------------------------------------------------------------------
 
+    def _inject_fault(self) -> None:
+        """Mid-measurement faults strike once enough generation requests were served."""
+        state = self.server.state
+        if state.fault.kind not in ("die-mid-measurement", "hang-mid-measurement"):
+            return
+        with _FAULT_LOCK:
+            state.generation_requests += 1
+            strikes = state.generation_requests > state.fault.after_requests
+        if not strikes:
+            return
+        if state.fault.kind == "die-mid-measurement":
+            log.error("Fatal Python error: Segmentation fault (twin fault: die-mid-measurement)")
+            logging.shutdown()
+            os._exit(139)
+        log.error("twin fault: hang-mid-measurement; the server stops answering")
+        state.hung.set()
+        _block_forever()
+
     def _start(self, text: str, max_new_tokens: int, ignore_eos: bool) -> Request | None:
+        self._inject_fault()
         scheduler = self.server.state.scheduler
         assert scheduler is not None
         try:

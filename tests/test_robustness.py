@@ -1,0 +1,269 @@
+"""Overnight robustness on real processes: injected faults, SIGKILL and resume, Ctrl-C, busy ports,
+secrets. The twin injects faults on demand (--twin-fault / a fault schedule)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from autotune.engines.sglang import SGLangEngine
+from autotune.space import load_space
+from autotune.study import measure_settings, preflight
+from autotune.trial import OutcomeKind, TrialSetup, run_trial
+from autotune.workload import load_suite
+from tests.conftest import TWIN_SPACE, autotune_cmd
+
+pytestmark = pytest.mark.twin
+STUDY = "robust"
+
+
+def quick_space(tmp_path: Path, **changes: object) -> Path:
+    data = yaml.safe_load(TWIN_SPACE.read_text())
+    data["study"] = STUDY
+    data["baselines"] = []
+    data["measurement"].update(
+        {
+            "warmup_requests": 1,
+            "prompts_per_round": 1,
+            "max_tokens": 24,
+            "min_rounds": 2,
+            "max_rounds": 2,
+            "request_timeout_s": 3,
+        }
+    )
+    data["launch"] = {"timeout_s": 20, "stop_timeout_s": 2}
+    data.update(changes)
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def load(tmp_path: Path) -> optuna.Study:
+    return optuna.load_study(study_name=STUDY, storage=f"sqlite:///{tmp_path}/studies/{STUDY}.db")
+
+
+def trials_so_far(tmp_path: Path) -> list[optuna.trial.FrozenTrial]:
+    """The study's trials, or none while the tuner has not created it yet."""
+    if not (tmp_path / "studies" / f"{STUDY}.db").exists():
+        return []
+    try:
+        return load(tmp_path).trials
+    except KeyError:
+        return []
+
+
+def processes_with(marker: str) -> list[int]:
+    """Live processes whose environment holds ``marker`` (the test's own scratch path)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() in (entry / "environ").read_bytes():
+                stat = (entry / "stat").read_text()
+                if stat[stat.rindex(")") + 2] != "Z":
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def wait_until(condition, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError("condition not reached in time")
+
+
+def test_every_fault_kind_is_classified_recorded_and_followed(tmp_path: Path) -> None:
+    schedule = tmp_path / "faults.json"
+    schedule.write_text(
+        json.dumps(["none", "exit-on-start", "never-ready", "die-mid-measurement", "hang-mid-measurement", "none"])
+    )
+    # Baselines run first, in order, so launch n meets schedule entry n; the last one SGLang refuses
+    # (a value its argparse rejects, which autotune cannot know before launching).
+    baselines = [
+        {"name": f"b{i}", "flags": {"speculative-num-steps": steps}} for i, steps in enumerate([3, 1, 2, 4, 5])
+    ]
+    baselines.append({"name": "rejected", "flags": {"speculative-num-steps": 2, "attention-backend": "no-such"}})
+    space = quick_space(
+        tmp_path,
+        env={"AUTOTUNE_TWIN_FAULT_SCHEDULE": str(schedule)},
+        fixed={"tp-size": 2, "context-length": 131072, "speculative-algorithm": "NEXTN", "speculative-eagle-topk": 1},
+        tuned={"speculative-num-steps": {"type": "int", "low": 1, "high": 5}},
+        baselines=baselines,
+        launch={"timeout_s": 6, "stop_timeout_s": 2},
+    )
+    proc = subprocess.run(
+        autotune_cmd("study", str(space), "--trials", "9", "--seed", "3"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trials = load(tmp_path).trials
+    kinds = [t.user_attrs.get("outcome") for t in trials]
+    assert kinds[:6] == ["ok", "crashed", "launch-timeout", "crashed", "measurement-failed", "invalid-config"]
+    states = [t.state.name for t in trials[:6]]
+    assert states == ["COMPLETE", "FAIL", "FAIL", "FAIL", "FAIL", "COMPLETE"]
+    assert "NCCL error" in trials[1].user_attrs["reason"]
+    assert "Segmentation fault" in trials[3].user_attrs["reason"]
+    assert "timed out" in trials[4].user_attrs["reason"]
+    assert trials[5].constraints["config"] > 0
+    for trial in trials[:5]:
+        log = tmp_path / "studies" / STUDY / "logs" / f"trial-{trial.number:04d}.log"
+        assert log.read_text(), f"trial {trial.number} kept no log"
+    # the study went on after the faults and still found the fastest measured config
+    measured = [t for t in trials if t.user_attrs.get("outcome") == "ok"]
+    assert len(measured) >= 3
+    best = load(tmp_path).best_trial
+    assert best.value == max(t.value for t in measured if t.value is not None)
+    assert processes_with(str(schedule)) == []
+
+
+def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
+    space = quick_space(
+        tmp_path,
+        env={"AUTOTUNE_TEST_MARK": str(tmp_path)},
+        measurement={
+            **yaml.safe_load(TWIN_SPACE.read_text())["measurement"],
+            "warmup_requests": 0,
+            "prompts_per_round": 1,
+            "max_tokens": 200,
+            "min_rounds": 2,
+            "max_rounds": 2,
+        },
+    )
+    tuner = subprocess.Popen(
+        autotune_cmd("study", str(space), "--trials", "5", "--seed", "4"),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    records = tmp_path / "studies" / STUDY / "servers"
+    try:
+        # one trial measured, the next one's server up
+        wait_until(
+            lambda: (
+                any(t.state.name == "COMPLETE" for t in trials_so_far(tmp_path))
+                and len(list(records.glob("server-*.json"))) == 1
+            ),
+            timeout=120,
+        )
+        record = json.loads(next(records.glob("server-*.json")).read_text())
+        orphan = record["pid"]
+        before = {t.number: t.value for t in load(tmp_path).trials if t.state.name == "COMPLETE"}
+        os.kill(tuner.pid, signal.SIGKILL)
+        tuner.wait(timeout=10)
+        assert processes_with(str(tmp_path)) == [orphan] or orphan in processes_with(str(tmp_path))
+    finally:
+        if tuner.poll() is None:
+            tuner.kill()
+    proc = subprocess.run(
+        autotune_cmd("study", str(space), "--trials", "2", "--seed", "5"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "killed 1 orphaned server(s), marked 1 stale trial(s) failed" in proc.stdout
+    assert processes_with(str(tmp_path)) == []
+    trials = load(tmp_path).trials
+    stale = [t for t in trials if t.state.name == "FAIL"]
+    assert len(stale) == 1 and stale[0].user_attrs["outcome"] == "interrupted"
+    after = {t.number: t.value for t in trials if t.state.name == "COMPLETE"}
+    assert all(after[n] == v for n, v in before.items())  # nothing measured was lost
+    retry = [t for t in trials if t.user_attrs.get("retry_of") == stale[0].number]
+    assert len(retry) == 1 and retry[0].params == stale[0].params  # the interrupted config, once more
+    keys = [
+        t.user_attrs["config_key"]
+        for t in trials
+        if t.user_attrs.get("outcome") == "ok" and t.user_attrs.get("duplicate_of") is None
+    ]
+    assert len(keys) == len(set(keys))  # no measured config measured twice
+
+
+def test_ctrl_c_stops_the_server_and_marks_the_trial(tmp_path: Path) -> None:
+    space = quick_space(tmp_path, env={"AUTOTUNE_TEST_MARK": str(tmp_path)})
+    tuner = subprocess.Popen(
+        autotune_cmd("study", str(space), "--trials", "5"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    records = tmp_path / "studies" / STUDY / "servers"
+    wait_until(lambda: len(list(records.glob("server-*.json"))) == 1, timeout=60)
+    tuner.send_signal(signal.SIGINT)
+    out, err = tuner.communicate(timeout=60)
+    assert tuner.returncode == 130, out + err
+    assert "stopped: interrupted" in out and "Traceback" not in err
+    assert processes_with(str(tmp_path)) == []
+    last = load(tmp_path).trials[-1]
+    assert last.state.name == "FAIL" and last.user_attrs["outcome"] == "interrupted"
+
+
+def test_a_port_taken_meanwhile_is_retried_on_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    space = load_space(quick_space(tmp_path))
+    checked = preflight(space, read_gpus=False)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = iter([taken.getsockname()[1]])  # the first launch gets the taken port
+    import autotune.trial as trial_module
+
+    real = trial_module.find_free_port
+    monkeypatch.setattr(trial_module, "find_free_port", lambda host: next(ports, None) or real(host))
+    setup = TrialSetup(
+        launcher=checked.launcher,
+        model=space.model,
+        env={},
+        suite=load_suite(space.suite_path()),
+        measure=measure_settings(space),
+        launch_timeout_s=20,
+        stop_timeout_s=2,
+        records_dir=tmp_path / "rec",
+    )
+    plan = SGLangEngine().normalise({**space.fixed, "speculative-num-steps": 2, "speculative-eagle-topk": 1})
+    first = taken.getsockname()[1]
+    try:
+        outcome = run_trial(SGLangEngine(), setup, plan, log_path=tmp_path / "t.log")
+    finally:
+        taken.close()
+    assert outcome.kind is OutcomeKind.OK
+    assert int(outcome.argv[outcome.argv.index("--port") + 1]) != first
+
+
+def test_secret_values_stay_out_of_db_artifacts_and_profiles(tmp_path: Path) -> None:
+    secret = "hf_SeCrEtVaLuE123"
+    space = quick_space(tmp_path, env={"HF_TOKEN": secret})
+    subprocess.run(
+        autotune_cmd("study", str(space), "--trials", "1"), cwd=tmp_path, check=True, capture_output=True, timeout=300
+    )
+    db = tmp_path / "studies" / f"{STUDY}.db"
+    with sqlite3.connect(db) as conn:
+        dump = "\n".join(conn.iterdump())
+    assert secret not in dump and "HF_TOKEN" in dump
+    for path in (tmp_path / "studies" / STUDY).rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+    for fmt in ("yaml", "sh", "systemd"):
+        out = subprocess.run(
+            autotune_cmd("export", STUDY, "--format", fmt), cwd=tmp_path, check=True, capture_output=True, text=True
+        ).stdout
+        assert secret not in out and "HF_TOKEN" in out
