@@ -17,7 +17,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from autotune.errors import GPUError
 from autotune.space import GPUSpec, resolve_command
 
-
 T = TypeVar("T")
 
 
@@ -140,3 +139,82 @@ def read_inventory(spec: GPUSpec) -> GpuInventory:
     """The GPUs this space runs on (only the selected devices)."""
     inventory = read_nvml() if spec.inventory == "nvml" else read_command(resolve_command(spec.inventory))
     return inventory.select(spec.devices)
+
+
+IDLE_TOLERANCE_BYTES = 512 * 2**20
+
+
+class Busy(_Frozen):
+    """Why the GPUs are not idle (empty reason: idle)."""
+
+    idle: bool
+    reason: str = ""
+
+
+def check_idle(inventory: GpuInventory, baseline: GpuInventory, *, tolerance: float = IDLE_TOLERANCE_BYTES) -> Busy:
+    """Idle: no compute process on the GPUs and no more memory used than at the study's start.
+
+    Another process on one GPU shrinks every rank's budget (SGLang takes the minimum), so a
+    trial launched then would be measured wrong.
+    """
+    before = {g.index: g.memory_used_bytes for g in baseline.gpus}
+    for gpu in inventory.gpus:
+        if gpu.processes:
+            pids = ", ".join(str(p.pid) for p in gpu.processes)
+            return Busy(idle=False, reason=f"GPU {gpu.index} is used by process(es) {pids}")
+        extra = gpu.memory_used_bytes - before.get(gpu.index, 0)
+        if extra > tolerance:
+            return Busy(idle=False, reason=f"GPU {gpu.index} has {extra / 2**30:.1f} GiB more in use than at the start")
+    return Busy(idle=True)
+
+
+def wait_for(
+    read: Callable[[], GpuInventory],
+    condition: Callable[[GpuInventory], Busy],
+    *,
+    timeout_s: float,
+    poll_s: float = 2.0,
+    clock: Callable[[], float] | None = None,
+    sleep: Callable[[float], None] | None = None,
+) -> tuple[Busy, float]:
+    """Poll the GPUs until ``condition`` says idle or the time is up; (last verdict, seconds waited)."""
+    import time
+
+    clock = clock or time.monotonic
+    sleep = sleep or time.sleep
+    started = clock()
+    while True:
+        verdict = condition(read())
+        waited = clock() - started
+        if verdict.idle or waited >= timeout_s:
+            return verdict, waited
+        sleep(poll_s)
+
+
+def used_bytes(inventory: GpuInventory) -> float:
+    """The most memory used on any of the GPUs (the tightest rank)."""
+    return max((g.memory_used_bytes for g in inventory.gpus), default=0)
+
+
+class Roofline(_Frozen):
+    """Decode speed against the memory-bandwidth ceiling of the GPUs."""
+
+    ceiling_tok_s: float = Field(description="tok/s if every pass read its bytes at full bandwidth")
+    share: float = Field(description="measured decode tok/s / ceiling")
+    bytes_per_pass: float
+
+
+def roofline(
+    *,
+    decode_tok_s: float,
+    accept_length: float | None,
+    weights_bytes_per_gpu: float,
+    kv_bytes_per_token_per_gpu: float | None,
+    mean_context_tokens: float,
+    bandwidth_bytes_per_s: float,
+) -> Roofline:
+    """Each decode pass reads every weight shard once plus the KV it attends to (per GPU, in
+    parallel across the TP ranks) and yields ``accept_length`` tokens."""
+    per_pass = weights_bytes_per_gpu + (kv_bytes_per_token_per_gpu or 0.0) * mean_context_tokens
+    ceiling = bandwidth_bytes_per_s / per_pass * (accept_length or 1.0)
+    return Roofline(ceiling_tok_s=ceiling, share=decode_tok_s / ceiling, bytes_per_pass=per_pass)

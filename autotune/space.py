@@ -170,6 +170,11 @@ class GPUSpec(_Strict):
         default="nvml",
         description="'nvml' reads real GPUs; a command (argv list) prints the inventory as JSON instead",
     )
+    busy_wait_s: float = Field(default=600.0, ge=0, description="wait this long for busy GPUs, then skip")
+    release_timeout_s: float = Field(default=120.0, ge=0, description="wait this long for memory after a stop")
+    model_bytes: float | None = Field(
+        default=None, gt=0, description="weight bytes of the model, all shards (read from a local model if unset)"
+    )
 
 
 class MeasurementSpec(_Strict):

@@ -15,6 +15,7 @@ import os
 import re
 import socket
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -27,7 +28,8 @@ from pydantic import RootModel
 from autotune.engines import get_engine
 from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan
 from autotune.errors import StorageError, UserError
-from autotune.gpu import GpuInventory, read_inventory
+from autotune.feasibility import FeasibilityModel, Prediction, Side, model_weight_bytes
+from autotune.gpu import GpuInventory, Roofline, check_idle, read_inventory, roofline, wait_for
 from autotune.measure import Measurement, MeasureSettings
 from autotune.profile import Profile, ProfileMetric, redact_env
 from autotune.records import TrialRecord
@@ -55,6 +57,11 @@ optuna.logging.set_verbosity(optuna.logging.ERROR)
 
 
 MeasurementList = RootModel[list[Measurement]]
+MEMORY_OUTCOMES: dict[Side, str] = {"too-low": "infeasible-memory-low", "too-high": "infeasible-memory-high"}
+MEMORY_SIDES: dict[str, Side] = {
+    **{kind: side for side, kind in MEMORY_OUTCOMES.items()},
+    **{f"predicted-{kind}": side for side, kind in MEMORY_OUTCOMES.items()},
+}
 
 
 class TrialFault(Exception):
@@ -234,16 +241,42 @@ def record_outcome(trial: optuna.Trial, outcome: TrialOutcome) -> None:
     if outcome.effective is not None:
         trial.set_user_attr("effective", outcome.effective.values)
         trial.set_user_attr("engine_version", outcome.effective.version)
-    if outcome.measurement is not None:
-        metrics = {
-            m.name: {"value": m.value, "unit": m.unit, "ci95": m.ci95, "n": m.n} for m in outcome.measurement.metrics
-        }
-        trial.set_user_attr("metrics", metrics)
-        for m in outcome.measurement.metrics:
-            trial.set_user_attr(f"{m.name} [{m.unit}]", round(m.value, 3))
+    measurement = outcome.measurement
+    if measurement is not None:
+        record_measurement(trial, measurement)
+    if len(outcome.measurements) > 1:
+        trial.set_user_attr("by_concurrency", {str(m.concurrency): _rounded(m) for m in outcome.measurements})
     trial.set_user_attr("launch_s", round(outcome.launch_s, 2))
     trial.set_user_attr("measure_s", round(outcome.measure_s, 2))
     trial.set_user_attr("stop_s", round(outcome.stop_s, 2))
+
+
+def _rounded(measurement: Measurement) -> dict[str, float]:
+    return {m.name: round(m.value, 3) for m in measurement.metrics}
+
+
+def record_measurement(trial: optuna.Trial, measurement: Measurement) -> None:
+    """Metrics with units, precision, steadiness, per-category numbers and the server's own figures."""
+    metrics = {m.name: {"value": m.value, "unit": m.unit, "ci95": m.ci95, "n": m.n} for m in measurement.metrics}
+    trial.set_user_attr("metrics", metrics)
+    for m in measurement.metrics:
+        trial.set_user_attr(f"{m.name} [{m.unit}]", round(m.value, 3))
+    trial.set_user_attr("precision_reached", measurement.precision_reached)
+    trial.set_user_attr("measurement_stop", measurement.stop_reason)
+    trial.set_user_attr("rounds", measurement.rounds)
+    if measurement.steadiness is not None:
+        trial.set_user_attr("steady", measurement.steadiness.steady)
+        trial.set_user_attr("drift", round(measurement.steadiness.drift, 4))
+    categories = {}
+    for c in measurement.categories:
+        categories[c.category] = {
+            "decode_tok_s": round(c.decode_tok_s.value, 2),
+            "accept_length": round(c.accept_length.value, 3) if c.accept_length else None,
+            "requests": c.requests,
+        }
+    trial.set_user_attr("categories", categories)
+    if measurement.server is not None:
+        trial.set_user_attr("server", measurement.server.model_dump(exclude_none=True))
 
 
 def set_constraints(
@@ -355,8 +388,28 @@ class StudyRunner:
             launch_timeout_s=self.space.launch.timeout_s,
             stop_timeout_s=self.space.launch.stop_timeout_s,
             records_dir=paths.servers,
+            read_gpus=lambda: read_inventory(self.space.gpus),
+            release_timeout_s=self.space.gpus.release_timeout_s,
         )
         self.stop_reason: str | None = None
+        self.baseline_inventory = self.inventory
+        weight_bytes = self.space.gpus.model_bytes or model_weight_bytes(self.space.model)
+        free = min((g.memory_free_bytes for g in self.inventory.gpus), default=None)
+        self.feasibility = FeasibilityModel(self.engine.memory_rules, free_bytes=free, weight_bytes=weight_bytes)
+        self._replay_memory()
+        self.launch: Callable[[LaunchPlan, Path, Callable[[str, str], None]], TrialOutcome] = (
+            lambda plan, log_path, phase: run_trial(self.engine, self.setup, plan, log_path=log_path, on_phase=phase)
+        )
+
+    def _replay_memory(self) -> None:
+        """A resumed study predicts with what its earlier launches taught."""
+        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            side = MEMORY_SIDES.get(trial.user_attrs.get("outcome", ""))
+            if side is not None and trial.user_attrs.get("duplicate_of") is None:
+                self.feasibility.observe(trial.user_attrs.get("flags", {}), side, trial=trial.number)
+            weights = trial.user_attrs.get("memory_weights_gib")
+            if isinstance(weights, (int, float)):
+                self.feasibility.observe_weights(weights * 2**30)
 
     @staticmethod
     def _mkdir(path: Path) -> Path:
@@ -449,9 +502,13 @@ class StudyRunner:
         duplicate = self._find_duplicate(plan.config_key)
         if duplicate is not None:
             return self._finish_duplicate(trial, plan, duplicate)
+        prediction = self.feasibility.predict(plan.flags)
+        if not prediction.feasible:
+            return self._finish_predicted(trial, plan, prediction)
+        self._wait_for_idle_gpus(trial, plan)
         log_path = self._mkdir(self.paths.logs) / f"trial-{trial.number:04d}.log"
         try:
-            outcome = run_trial(self.engine, self.setup, plan, log_path=log_path, on_phase=self.events.phase)
+            outcome = self.launch(plan, log_path, self.events.phase)
         except BaseException as exc:  # Ctrl-C, SIGTERM, bugs: say so in storage, then let it go
             trial.set_user_attr("outcome", "interrupted" if isinstance(exc, KeyboardInterrupt) else "error")
             trial.set_user_attr("reason", f"{type(exc).__name__}: {exc}".strip(": "))
@@ -459,6 +516,7 @@ class StudyRunner:
             raise
         outcome = self._redacted(outcome)
         record_outcome(trial, outcome)
+        self._learn_memory(trial, outcome)
         self._upload_artifacts(trial, outcome)
         if outcome.kind is OutcomeKind.OK:
             set_constraints(trial, self.space.slo, measured=outcome.measurement)
@@ -469,6 +527,81 @@ class StudyRunner:
             set_constraints(trial, self.space.slo, memory=outcome.kind.is_memory, config=not outcome.kind.is_memory)
             return 0.0
         raise TrialFault(f"{outcome.kind.value}: {outcome.reason}")
+
+    def _wait_for_idle_gpus(self, trial: optuna.Trial, plan: LaunchPlan) -> None:
+        """Never launch onto busy GPUs: wait (bounded), else record the trial as skipped-busy."""
+        read = self.setup.read_gpus
+        if read is None:
+            return
+        self.events.phase("waiting", "for idle GPUs")
+        verdict, waited = wait_for(
+            read, lambda inv: check_idle(inv, self.baseline_inventory), timeout_s=self.space.gpus.busy_wait_s
+        )
+        if waited > 0:
+            trial.set_user_attr("busy_wait_s", round(waited, 1))
+        if not verdict.idle:
+            trial.set_user_attr("outcome", "skipped-busy")
+            trial.set_user_attr("reason", verdict.reason)
+            trial.set_user_attr("flags", plan.flags)
+            raise TrialFault(f"skipped-busy: {verdict.reason}")
+
+    def _finish_predicted(self, trial: optuna.Trial, plan: LaunchPlan, prediction: Prediction) -> float:
+        """Not launched: predicted not to fit; recorded as infeasible so the sampler learns it."""
+        assert prediction.side is not None
+        trial.set_user_attr("outcome", f"predicted-{MEMORY_OUTCOMES[prediction.side]}")
+        trial.set_user_attr("reason", f"predicted without launching: {prediction.reason}")
+        trial.set_user_attr("feasible", False)
+        trial.set_user_attr("predicted_infeasible", True)
+        trial.set_user_attr("flags", plan.flags)
+        trial.set_user_attr("config_key", plan.config_key)
+        if prediction.pool_bytes is not None:
+            trial.set_user_attr("predicted_pool_gib", round(prediction.pool_bytes / 2**30, 2))
+        set_constraints(trial, self.space.slo, memory=True)
+        return 0.0
+
+    def _learn_memory(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
+        """Memory failures move the boundary; logged weights sharpen the estimate; record readings."""
+        side = MEMORY_SIDES.get(outcome.kind.value)
+        if side is not None:
+            self.feasibility.observe(outcome.plan.flags, side, trial=trial.number)
+        facts = outcome.memory
+        if facts is not None:
+            if facts.weights_bytes:
+                self.feasibility.observe_weights(facts.weights_bytes)
+            for name, value in (("weights", facts.weights_bytes), ("kv_pool", facts.kv_pool_bytes),
+                                ("graph", facts.graph_bytes)):  # fmt: skip
+                if value is not None:
+                    trial.set_user_attr(f"memory_{name}_gib", round(value / 2**30, 2))
+        if outcome.gpu_peak_used_bytes is not None:
+            trial.set_user_attr("gpu_peak_used_gib", round(outcome.gpu_peak_used_bytes / 2**30, 2))
+        if outcome.release_s is not None:
+            trial.set_user_attr("memory_release_s", round(outcome.release_s, 2))
+            trial.set_user_attr("memory_released", outcome.released)
+        share = self._roofline(outcome)
+        if share is not None:
+            trial.set_user_attr("roofline_share", round(share.share, 3))
+            trial.set_user_attr("ceiling_tok_s", round(share.ceiling_tok_s, 1))
+
+    def _roofline(self, outcome: TrialOutcome) -> Roofline | None:
+        measurement = outcome.measurement
+        bandwidth = min((g.bandwidth_bytes_per_s or 0 for g in self.inventory.gpus), default=0)
+        weights = outcome.memory.weights_bytes if outcome.memory else None
+        weights = weights or self.feasibility.weights_per_gpu(outcome.plan.flags)
+        if measurement is None or not bandwidth or not weights:
+            return None
+        speed = measurement.metric("decode_tok_s")
+        accept = measurement.metric("accept_length")
+        contexts = [(r.prompt_tokens or 0) + r.completion_tokens / 2 for r in measurement.requests if r.round >= 0]
+        if speed is None or not contexts:
+            return None
+        return roofline(
+            decode_tok_s=speed.value,
+            accept_length=accept.value if accept else None,
+            weights_bytes_per_gpu=weights,
+            kv_bytes_per_token_per_gpu=outcome.memory.kv_bytes_per_token if outcome.memory else None,
+            mean_context_tokens=sum(contexts) / len(contexts),
+            bandwidth_bytes_per_s=bandwidth,
+        )
 
     def _finish_invalid(self, trial: optuna.Trial, candidate: Candidate, reason: str) -> float:
         trial.set_user_attr("outcome", OutcomeKind.INVALID_CONFIG.value)

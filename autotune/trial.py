@@ -16,8 +16,9 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune.engines.base import EffectiveConfig, Engine, FailureKind, LaunchPlan
+from autotune.engines.base import EffectiveConfig, Engine, FailureKind, LaunchPlan, MemoryFacts
 from autotune.errors import MeasurementError
+from autotune.gpu import IDLE_TOLERANCE_BYTES, Busy, GpuInventory, used_bytes, wait_for
 from autotune.measure import Measurement, MeasureSettings, run_measurement
 from autotune.server import ServerProcess, find_free_port
 from autotune.workload import Suite
@@ -59,6 +60,10 @@ class TrialOutcome(BaseModel):
     launch_s: float = 0.0
     measure_s: float = 0.0
     stop_s: float = 0.0
+    memory: MemoryFacts | None = Field(default=None, description="what the server logged about its memory")
+    gpu_peak_used_bytes: float | None = Field(default=None, description="most memory in use, sampled while it ran")
+    release_s: float | None = Field(default=None, description="time until the GPUs had their memory back")
+    released: bool | None = None
 
     @property
     def measurement(self) -> Measurement | None:
@@ -89,6 +94,8 @@ class TrialSetup(BaseModel):
     launch_timeout_s: float
     stop_timeout_s: float
     records_dir: Path
+    read_gpus: Callable[[], GpuInventory] | None = None
+    release_timeout_s: float = 120.0
 
 
 PORT_ATTEMPTS = 3
@@ -98,12 +105,39 @@ EXIT_GRACE_S = 2.0
 def run_trial(
     engine: Engine, setup: TrialSetup, plan: LaunchPlan, *, log_path: Path, on_phase: Phase | None = None
 ) -> TrialOutcome:
-    """Launch the plan's server, measure it, stop it; on a port taken meanwhile, on another port."""
+    """Launch the plan's server, measure it, stop it; on a port taken meanwhile, on another port.
+
+    With ``setup.read_gpus``, the GPUs' memory is sampled when measuring starts and ends, and after
+    the stop the trial waits (bounded) until the memory is released, so the next trial reads true.
+    """
+    read = setup.read_gpus
+    before = used_bytes(read()) if read else None
+    samples: list[float] = []
+    sampled_phases: set[str] = set()
+
+    def phase(name: str, detail: str) -> None:
+        if read is not None and name in ("measuring", "stopping") and name not in sampled_phases:
+            sampled_phases.add(name)
+            samples.append(used_bytes(read()))
+        if on_phase is not None:
+            on_phase(name, detail)
+
     for _ in range(PORT_ATTEMPTS):
-        outcome = _run_once(engine, setup, plan, log_path=log_path, on_phase=on_phase)
+        outcome = _run_once(engine, setup, plan, log_path=log_path, on_phase=phase)
         if outcome.kind is not OutcomeKind.PORT_IN_USE:
             break
-    return outcome
+    update: dict[str, object] = {"memory": engine.memory_facts(_read_log(log_path))}
+    if read is not None and before is not None:
+        if on_phase is not None:
+            on_phase("releasing", "waiting for the GPUs' memory")
+        verdict, waited = wait_for(
+            read,
+            lambda inv: Busy(idle=used_bytes(inv) <= before + IDLE_TOLERANCE_BYTES),
+            timeout_s=setup.release_timeout_s,
+            poll_s=0.5,
+        )
+        update.update(gpu_peak_used_bytes=max(samples, default=before), release_s=waited, released=verdict.idle)
+    return outcome.model_copy(update=update)
 
 
 def _run_once(

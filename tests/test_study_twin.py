@@ -100,7 +100,8 @@ def test_demo_study_beats_the_cautious_baseline(demo: Path) -> None:
     assert best["outcome"] == "ok" and best["feasible"]
     assert best["value"] > cautious
     for t in trials:
-        assert t["outcome"] in {"ok", "infeasible-memory-low", "infeasible-memory-high", "invalid-config"}
+        assert t["outcome"] in {"ok", "infeasible-memory-low", "infeasible-memory-high", "invalid-config",
+                                "predicted-infeasible-memory-low", "predicted-infeasible-memory-high"}
         if t["outcome"] == "ok":
             assert t["metrics"]["decode_tok_s"]["unit"] == "tok/s"
             assert t["effective"]["speculative-num-draft-tokens"] >= 2

@@ -32,6 +32,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.errors import FlagError, LauncherError
+from autotune.feasibility import MemoryRules
 from autotune.space import FlagValue
 from autotune.workload import Prompt
 
@@ -117,6 +118,19 @@ class ServerStats(_Frozen):
     metrics_accept_length: float | None = None
 
 
+class MemoryFacts(_Frozen):
+    """Memory figures a server logged at start-up (per GPU)."""
+
+    weights_bytes: float | None = None
+    kv_pool_bytes: float | None = None
+    kv_tokens: int | None = None
+    graph_bytes: float | None = None
+
+    @property
+    def kv_bytes_per_token(self) -> float | None:
+        return self.kv_pool_bytes / self.kv_tokens if self.kv_pool_bytes and self.kv_tokens else None
+
+
 class StreamChunk(_Frozen):
     """One streamed update of a generation."""
 
@@ -182,6 +196,8 @@ class Engine(ABC):
     """Base class of every engine; see the module docstring for the phases."""
 
     name: ClassVar[str]
+    memory_rules: ClassVar[MemoryRules | None] = None
+    """How feasibility moves with the engine's flags (None: no prediction for this engine)."""
     renamed_flags: ClassVar[Mapping[str, str]] = {}
     reserved_flags: ClassVar[frozenset[str]] = frozenset()
     """Flags autotune sets itself (model, host, port); a space may not set them."""
@@ -233,6 +249,10 @@ class Engine(ABC):
         self, *, log_window: str, metrics_before: str | None, metrics_after: str | None
     ) -> ServerStats | None:
         """The server's own throughput and acceptance over a window of its log and metrics."""
+        return None
+
+    def memory_facts(self, log_text: str) -> MemoryFacts | None:
+        """Weights, pools and graph memory the server logged while starting (None: not logged)."""
         return None
 
 

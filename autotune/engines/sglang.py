@@ -23,11 +23,13 @@ from autotune.engines.base import (
     FailureKind,
     InvalidConfig,
     LaunchPlan,
+    MemoryFacts,
     ServerStats,
     StreamChunk,
     flag_argv,
 )
 from autotune.errors import MeasurementError
+from autotune.feasibility import MemoryRules
 from autotune.space import FlagValue
 from autotune.workload import Prompt
 
@@ -155,8 +157,28 @@ def parse_context_length(value: FlagValue) -> int:
     return int(float(match["number"]) * scale)
 
 
+_GIB = 2**30
+_WEIGHTS_LINE = re.compile(r"Load weight end\..*?mem usage=(?P<gb>[\d.]+) GB")
+_KV_LINE = re.compile(
+    r"KV Cache is allocated\. #tokens: (?P<tokens>\d+), K size: (?P<k>[\d.]+) GB, V size: (?P<v>[\d.]+) GB"
+)
+_GRAPH_LINE = re.compile(r"Capture cuda graph end\..*?mem usage=(?P<gb>[\d.]+) GB")
+_LOG_NOISE = frozenset({"enable-metrics", "decode-log-interval", "log-level", "random-seed", "served-model-name"})
+_SPEC_DEMAND = frozenset({STEPS, TOPK, DRAFT})
+
+
 class SGLangEngine(Engine):
     name = "sglang"
+    # sglang.md "Memory": the pool (fraction x free - weights) must hold KV for the context and
+    # the mamba state of the running requests (more with more draft tokens); the headroom
+    # ((1 - fraction) x free) must hold activations and CUDA graphs (batch x draft tokens).
+    memory_rules = MemoryRules(
+        fraction_flag="mem-fraction-static",
+        pool_demand=_SPEC_DEMAND | {CONTEXT, "max-running-requests", "max-mamba-cache-size"},
+        pool_irrelevant=_LOG_NOISE | {"cuda-graph-max-bs-decode", "cuda-graph-max-bs-prefill"},
+        headroom_demand=_SPEC_DEMAND | {"cuda-graph-max-bs-decode", "max-running-requests", "chunked-prefill-size"},
+        headroom_irrelevant=_LOG_NOISE | {"mamba-full-memory-ratio", "max-mamba-cache-size", CONTEXT},
+    )
     renamed_flags = {
         "mamba-scheduler-strategy": RADIX_STRATEGY,
         "cuda-graph-max-bs": "cuda-graph-max-bs-decode",
@@ -240,6 +262,17 @@ class SGLangEngine(Engine):
                 values[flag] = info[key]
         version = info.get("version")
         return EffectiveConfig(version=str(version) if version is not None else None, values=values)
+
+    def memory_facts(self, log_text: str) -> MemoryFacts | None:
+        weights, kv, graph = (pattern.search(log_text) for pattern in (_WEIGHTS_LINE, _KV_LINE, _GRAPH_LINE))
+        if weights is None and kv is None and graph is None:
+            return None
+        return MemoryFacts(
+            weights_bytes=float(weights["gb"]) * _GIB if weights else None,
+            kv_pool_bytes=(float(kv["k"]) + float(kv["v"])) * _GIB if kv else None,
+            kv_tokens=int(kv["tokens"]) if kv else None,
+            graph_bytes=float(graph["gb"]) * _GIB if graph else None,
+        )
 
     def classify_failure(self, *, exit_code: int | None, log_text: str, timed_out: bool) -> Failure:
         for needle in _MEMORY_TOO_LOW:
