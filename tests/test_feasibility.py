@@ -1,0 +1,186 @@
+"""Memory feasibility: the analytic pool rule, boundaries learned from failures, and what is not
+generalised; then on the twin, a learned boundary saves a launch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from autotune.engines.sglang import SGLangEngine
+from autotune.feasibility import FeasibilityModel, model_weight_bytes
+from autotune.gpu import GpuInventory, check_idle, roofline, wait_for
+from tests.conftest import TWIN_SPACE, autotune_cmd
+
+GIB = 2**30
+RULES = SGLangEngine.memory_rules
+BASE = {
+    "tp-size": 2,
+    "speculative-algorithm": "NEXTN",
+    "speculative-num-steps": 3,
+    "speculative-eagle-topk": 1,
+    "speculative-num-draft-tokens": 4,
+    "cuda-graph-max-bs-decode": 16,
+    "max-running-requests": 16,
+}
+
+
+def model(**kwargs: float) -> FeasibilityModel:
+    return FeasibilityModel(RULES, free_bytes=kwargs.get("free", 47 * GIB), weight_bytes=kwargs.get("weights", 54e9))
+
+
+def test_pool_rule_predicts_certain_failures_only() -> None:
+    m = model()
+    assert not m.predict({**BASE, "mem-fraction-static": 0.5}).feasible  # 23.5 GiB < 25.1 GiB of weights
+    low = m.predict({**BASE, "mem-fraction-static": 0.5})
+    assert low.side == "too-low" and "leaves nothing" in (low.reason or "")
+    assert m.predict({**BASE, "mem-fraction-static": 0.6}).feasible
+    assert m.predict(BASE).feasible  # fraction unset: SGLang picks it, nothing to predict
+
+
+def test_weights_logged_by_the_server_replace_the_estimate() -> None:
+    m = model()
+    m.observe_weights(29 * GIB)
+    assert not m.predict({**BASE, "mem-fraction-static": 0.6}).feasible
+
+
+def test_too_high_failure_generalises_to_larger_fractions_and_graph_demands() -> None:
+    m = model()
+    m.observe({**BASE, "mem-fraction-static": 0.95}, "too-high", trial=3)
+    bigger = m.predict({**BASE, "mem-fraction-static": 0.96, "cuda-graph-max-bs-decode": 32})
+    assert not bigger.feasible and bigger.side == "too-high" and "trial 3" in (bigger.reason or "")
+    # a different mamba ratio does not change the headroom side
+    assert not m.predict({**BASE, "mem-fraction-static": 0.95, "mamba-full-memory-ratio": 0.3}).feasible
+    assert m.predict({**BASE, "mem-fraction-static": 0.94}).feasible  # less fraction: more headroom
+    assert m.predict({**BASE, "mem-fraction-static": 0.96, "cuda-graph-max-bs-decode": 8}).feasible  # smaller graphs
+    assert m.predict({**BASE, "mem-fraction-static": 0.96, "chunked-prefill-size": 8192}).feasible  # not comparable
+
+
+def test_too_low_failure_generalises_to_smaller_fractions_and_larger_demands() -> None:
+    m = model()
+    m.observe({**BASE, "mem-fraction-static": 0.70, "mamba-full-memory-ratio": 0.5}, "too-low", trial=1)
+    assert not m.predict(
+        {**BASE, "mem-fraction-static": 0.68, "mamba-full-memory-ratio": 0.5, "max-running-requests": 32}
+    ).feasible
+    # graph batch does not touch the pool
+    assert not m.predict(
+        {**BASE, "mem-fraction-static": 0.70, "mamba-full-memory-ratio": 0.5, "cuda-graph-max-bs-decode": 48}
+    ).feasible
+    assert m.predict({**BASE, "mem-fraction-static": 0.72, "mamba-full-memory-ratio": 0.5}).feasible
+    # the mamba split is not monotone: another ratio is another question
+    assert m.predict({**BASE, "mem-fraction-static": 0.65, "mamba-full-memory-ratio": 0.9}).feasible
+
+
+def test_local_model_weight_bytes(tmp_path: Path) -> None:
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 123}}))
+    assert model_weight_bytes(str(tmp_path)) == 123
+    assert model_weight_bytes("Qwen/Qwen3.6-27B") is None
+
+
+def inventory(gib_used: float, processes: list[int] | None = None) -> GpuInventory:
+    used = int(gib_used * GIB)
+    return GpuInventory.model_validate(
+        {
+            "driver_version": "x",
+            "gpus": [
+                {
+                    "index": 0,
+                    "name": "g",
+                    "uuid": "u",
+                    "memory_total_bytes": 48 * GIB,
+                    "memory_used_bytes": used,
+                    "memory_free_bytes": 48 * GIB - used,
+                    "processes": [{"pid": p, "used_memory_bytes": 4 * GIB} for p in processes or []],
+                }
+            ],
+        }
+    )
+
+
+def test_idle_check_and_bounded_wait() -> None:
+    start = inventory(0.5)
+    assert check_idle(inventory(0.6), start).idle
+    busy = check_idle(inventory(0.6, [4242]), start)
+    assert not busy.idle and "4242" in busy.reason
+    assert "more in use" in check_idle(inventory(5), start).reason
+    readings = iter([inventory(5), inventory(5), inventory(0.5)])
+    ticks = iter(range(100))
+    verdict, waited = wait_for(
+        lambda: next(readings),
+        lambda inv: check_idle(inv, start),
+        timeout_s=60,
+        clock=lambda: float(next(ticks)),
+        sleep=lambda s: None,
+    )
+    assert verdict.idle and waited == 3  # one clock tick per reading, the third one idle
+    ticks = iter(range(0, 1000, 30))
+    verdict, waited = wait_for(
+        lambda: inventory(5),
+        lambda inv: check_idle(inv, start),
+        timeout_s=60,
+        clock=lambda: float(next(ticks)),
+        sleep=lambda s: None,
+    )
+    assert not verdict.idle and waited >= 60
+
+
+def test_roofline_share() -> None:
+    r = roofline(
+        decode_tok_s=50.0,
+        accept_length=3.0,
+        weights_bytes_per_gpu=27e9,
+        kv_bytes_per_token_per_gpu=None,
+        mean_context_tokens=1000,
+        bandwidth_bytes_per_s=768e9,
+    )
+    assert r.ceiling_tok_s == pytest.approx(768e9 / 27e9 * 3)
+    assert r.share == pytest.approx(50 / r.ceiling_tok_s)
+
+
+@pytest.mark.twin
+def test_a_learned_boundary_saves_a_launch_on_the_twin(tmp_path: Path) -> None:
+    data = yaml.safe_load(TWIN_SPACE.read_text())
+    data.update(
+        study="mem",
+        baselines=[
+            {"name": "high", "flags": {"mem-fraction-static": 0.96}},
+            {"name": "higher", "flags": {"mem-fraction-static": 0.97}},
+            {"name": "low", "flags": {"mem-fraction-static": 0.66}},
+            {"name": "lower", "flags": {"mem-fraction-static": 0.62}},
+        ],
+    )
+    data["fixed"].update(
+        {
+            "speculative-num-steps": 3,
+            "speculative-eagle-topk": 1,
+            "cuda-graph-max-bs-decode": 48,
+            "max-running-requests": 48,
+            "mamba-full-memory-ratio": 0.9,
+        }
+    )
+    data["tuned"] = {"mem-fraction-static": {"type": "float", "low": 0.60, "high": 0.97, "step": 0.01}}
+    data["measurement"].update(
+        {"warmup_requests": 0, "prompts_per_round": 1, "max_tokens": 16, "min_rounds": 2, "max_rounds": 2}
+    )
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump(data))
+    subprocess.run(
+        autotune_cmd("study", str(space), "--trials", "4"), cwd=tmp_path, check=True, capture_output=True, timeout=300
+    )
+    trials = optuna.load_study(study_name="mem", storage=f"sqlite:///{tmp_path}/studies/mem.db").trials
+    outcomes = [t.user_attrs["outcome"] for t in trials]
+    assert outcomes == [
+        "infeasible-memory-high",
+        "predicted-infeasible-memory-high",
+        "infeasible-memory-low",
+        "predicted-infeasible-memory-low",
+    ]
+    logs = sorted(p.name for p in (tmp_path / "studies" / "mem" / "logs").glob("trial-*.log"))
+    assert logs == ["trial-0000.log", "trial-0002.log"]  # the predicted ones were never launched
+    for trial in trials:
+        assert trial.state.name == "COMPLETE" and trial.value == 0.0 and trial.constraints["memory"] > 0
+    assert "trial 0" in trials[1].user_attrs["reason"] and "trial 2" in trials[3].user_attrs["reason"]
