@@ -151,14 +151,24 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def steadiness(round_values: Sequence[float], *, tolerance: float) -> Steadiness | None:
-    """Compare the first half of the rounds with the last half."""
-    half = len(round_values) // 2
-    if half < 1:
+    """Is there a trend across the rounds? A least-squares line through the round values: drift is
+    its relative change from the first round to the last, flagged when beyond ``tolerance`` and
+    beyond the noise (the slope's 95% interval excludes zero)."""
+    n = len(round_values)
+    if n < 3:
         return None
+    half = n // 2
     early = statistics.fmean(round_values[:half])
     late = statistics.fmean(round_values[-half:])
-    drift = (late - early) / early if early else 0.0
-    return Steadiness(early=early, late=late, drift=drift, steady=abs(drift) <= tolerance)
+    xs = range(n)
+    x_mean, y_mean = (n - 1) / 2, statistics.fmean(round_values)
+    sxx = sum((x - x_mean) ** 2 for x in xs)
+    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, round_values)) / sxx
+    residual = sum((y - (y_mean + slope * (x - x_mean))) ** 2 for x, y in zip(xs, round_values))
+    slope_se = math.sqrt(residual / (n - 2) / sxx)
+    drift = slope * (n - 1) / y_mean if y_mean else 0.0
+    significant = abs(slope) > t95(n - 2) * slope_se
+    return Steadiness(early=early, late=late, drift=drift, steady=not (significant and abs(drift) > tolerance))
 
 
 def round_value(objective: ObjectiveMetric, records: Sequence[RequestRecord], wall_s: float) -> float:

@@ -146,6 +146,10 @@ def test_output_tok_s_objective_at_concurrency() -> None:
 def test_percentile_and_steadiness() -> None:
     assert percentile([1, 2, 3, 4, 5], 50) == 3
     assert percentile([1, 2], 95) == pytest.approx(1.95)
-    assert steadiness([10.0], tolerance=0.03) is None
+    assert steadiness([10.0, 10.2], tolerance=0.03) is None
     flat = steadiness([10.0, 10.1, 9.9, 10.0], tolerance=0.03)
     assert flat is not None and flat.steady
+    noisy = steadiness([10.0, 11.0, 9.0, 10.5, 9.5, 9.7], tolerance=0.03)  # scatter, no trend
+    assert noisy is not None and noisy.steady
+    falling = steadiness([10.0, 9.8, 9.6, 9.4, 9.2, 9.0], tolerance=0.03)
+    assert falling is not None and not falling.steady and falling.drift == pytest.approx(-0.1 / 0.95, rel=1e-6)
