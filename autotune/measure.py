@@ -163,8 +163,8 @@ def steadiness(round_values: Sequence[float], *, tolerance: float) -> Steadiness
     xs = range(n)
     x_mean, y_mean = (n - 1) / 2, statistics.fmean(round_values)
     sxx = sum((x - x_mean) ** 2 for x in xs)
-    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, round_values)) / sxx
-    residual = sum((y - (y_mean + slope * (x - x_mean))) ** 2 for x, y in zip(xs, round_values))
+    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, round_values, strict=True)) / sxx
+    residual = sum((y - (y_mean + slope * (x - x_mean))) ** 2 for x, y in zip(xs, round_values, strict=True))
     slope_se = math.sqrt(residual / (n - 2) / sxx)
     drift = slope * (n - 1) / y_mean if y_mean else 0.0
     significant = abs(slope) > t95(n - 2) * slope_se

@@ -17,7 +17,7 @@ from autotune.engines.sglang import SGLangEngine
 from autotune.measure import Measurement, MeasureSettings
 from autotune.server import ServerProcess, find_free_port
 from autotune.trial import LogWindow, measure_with_server_stats
-from autotune.workload import Prompt, Suite, load_suite
+from autotune.workload import Suite, load_suite
 from tests.conftest import autotune_cmd
 
 pytestmark = pytest.mark.twin
