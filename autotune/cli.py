@@ -18,6 +18,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from autotune.errors import AutotuneError
 
@@ -42,11 +43,12 @@ def error_funnel() -> Iterator[None]:
     except AutotuneError as exc:
         if _state["debug"]:
             raise
-        err_console.print(f"[bold red]Error:[/bold red] {exc.message}", highlight=False, soft_wrap=True)
+        # Messages are plain text: "[dashboard]" or "[tok/s]" in them is not Rich markup.
+        err_console.print(f"[bold red]Error:[/bold red] {escape(exc.message)}", highlight=False, soft_wrap=True)
         if exc.hint:
-            err_console.print(f"hint: {exc.hint}", highlight=False, soft_wrap=True)
+            err_console.print(f"hint: {exc.hint}", highlight=False, soft_wrap=True, markup=False)
         if exc.log_path:
-            err_console.print(f"log: {exc.log_path}", highlight=False, soft_wrap=True)
+            err_console.print(f"log: {exc.log_path}", highlight=False, soft_wrap=True, markup=False)
         raise typer.Exit(exc.exit_code) from None
 
 
@@ -95,6 +97,23 @@ def study(
         Optional[int],
         typer.Option("--patience", min=1, help="Stop after N trials without an improvement beyond the noise."),
     ] = None,
+    total_trials: Annotated[
+        Optional[int],
+        typer.Option("--total-trials", min=1, help="Stop when the study holds N trials, counting every worker's."),
+    ] = None,
+    heartbeat: Annotated[
+        Optional[int],
+        typer.Option(
+            "--heartbeat",
+            min=1,
+            help="Seconds between trial heartbeats; a worker silent for 3 beats has its trial failed and retried "
+            "once. Default: 60 for a server database (several hosts), off for SQLite.",
+        ),
+    ] = None,
+    artifacts: Annotated[
+        Optional[Path],
+        typer.Option("--artifacts", help="Artifact folder (logs, measurements); on several hosts, a shared one."),
+    ] = None,
 ) -> None:
     """Run (or resume) a study: launch, measure and compare configurations until the budget is spent.
 
@@ -108,27 +127,37 @@ def study(
         from autotune.study import StudyPaths, StudyRunner, best_record, parse_duration, preflight, records
 
         space = load_space(space_file)
-        if trials is None and timeout is None and patience is None:
-            raise UserError("give --trials N, --timeout DURATION and/or --patience N so the study knows when to stop")
+        if trials is None and timeout is None and patience is None and total_trials is None:
+            raise UserError(
+                "give --trials N, --total-trials N, --timeout DURATION and/or --patience N "
+                "so the study knows when to stop"
+            )
         timeout_s = parse_duration(timeout) if timeout else None
         study_name = name or space.study or space_file.stem
-        paths = StudyPaths(studies_dir, study_name)
+        paths = StudyPaths(studies_dir, study_name, artifacts_dir=artifacts)
         storage_url = storage or paths.default_storage
+        if heartbeat is None and not storage_url.startswith("sqlite"):
+            heartbeat = 60
         console.print(f"[bold]autotune study[/bold] {study_name}  ({storage_url})", highlight=False)
         checked = preflight(space)
         simulated = checked.inventory is not None and checked.inventory.simulated
         if simulated:
             console.print("[yellow]GPUs are simulated: this study runs on the autotune SGLang twin.[/yellow]")
         runner = StudyRunner(
-            checked, name=study_name, storage_url=storage_url, paths=paths, sampler=sampler.value, seed=seed
+            checked,
+            name=study_name,
+            storage_url=storage_url,
+            paths=paths,
+            sampler=sampler.value,
+            seed=seed,
+            heartbeat_s=heartbeat,
         )
         killed, failed = runner.recover()
         if killed or failed:
             console.print(f"recovered: killed {killed} orphaned server(s), marked {failed} stale trial(s) failed")
-        retried = runner.requeue_interrupted()
+        retried, queued = runner.prepare()
         if retried:
             console.print(f"interrupted trials queued again: {', '.join(map(str, retried))}", highlight=False)
-        queued = runner.enqueue_baselines()
         if queued:
             console.print(f"baselines queued: {', '.join(queued)}", highlight=False)
         view = LiveView(console, total=trials, timeout_s=timeout_s, simulated=simulated)
@@ -137,7 +166,7 @@ def study(
         interrupted = False
         try:
             with view:
-                runner.run(trials=trials, timeout_s=timeout_s, patience=patience)
+                runner.run(trials=trials, timeout_s=timeout_s, patience=patience, total_trials=total_trials)
         except KeyboardInterrupt:
             interrupted = True
             runner.stop_reason = "interrupted"
@@ -178,25 +207,39 @@ def show(
     studies_dir: StudiesDir = Path("studies"),
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
 ) -> None:
-    """Show every trial of a study: outcome, key flags, decode tok/s, accept length."""
+    """Show every trial (outcome, key flags, tok/s, accept length), which flags mattered, the best per category."""
     with error_funnel():
-        from autotune.report import best_summary, trials_table
-        from autotune.study import best_record, records
+        from autotune.htmlreport import artifact_store, param_importance, trial_categories
+        from autotune.report import best_summary, category_table, importance_table, trials_table
+        from autotune.study import StudyPaths, best_record, records
 
         opened = _open(study_name, storage, studies_dir)
         all_records = records(opened)
         best = best_record(opened)
+        importance = param_importance(opened)
+        store = artifact_store(StudyPaths(studies_dir, study_name).artifacts)
+        per_category = trial_categories(opened, best.number, "best", store) if best else None
         if as_json:
             payload = {
                 "study": study_name,
                 "simulated": opened.user_attrs.get("simulated", False),
                 "best_trial": best.number if best else None,
                 "trials": [r.model_dump(mode="json") for r in all_records],
+                "importance": importance.model_dump(mode="json"),
+                "best_categories": [c.model_dump(mode="json") for c in per_category.categories] if per_category else [],
             }
             print(json.dumps(payload, indent=2))
             return
         tuned = list(opened.user_attrs.get("space", {}).get("tuned", {}))
         console.print(trials_table(all_records, flag_names=tuned, best=best.number if best else None))
+        console.print(
+            importance_table(
+                importance.values, method=importance.method, trials_used=importance.trials_used, note=importance.note
+            )
+        )
+        if best is not None and per_category is not None:
+            title = f"best trial {best.number} per prompt category"
+            console.print(category_table(per_category.categories, title=title))
         console.print(best_summary(best, simulated=bool(opened.user_attrs.get("simulated"))))
 
 
@@ -375,6 +418,70 @@ def gpus(
             print(inventory.model_dump_json(indent=2))
             return
         console.print(inventory_table(inventory))
+
+
+@app.command()
+def dashboard(
+    study_name: Annotated[str, typer.Argument(help="Study name.", metavar="STUDY")],
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on. Other machines can reach it only if you widen this.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on (0: any free one).")] = 8080,
+    storage: StorageOpt = None,
+    studies_dir: StudiesDir = Path("studies"),
+    artifacts: Annotated[
+        Optional[Path], typer.Option("--artifacts", help="The study's artifact folder, if not the default.")
+    ] = None,
+) -> None:
+    """Open the study in optuna-dashboard: every trial with its flags, numbers, server log and measurement JSON.
+
+    Needs the optional extra: pip install 'autotune\\[dashboard]'. Runs until Ctrl-C.
+    """
+    with error_funnel():
+        from autotune.dashboard import LOOPBACK, open_dashboard
+        from autotune.study import StudyPaths
+
+        _open(study_name, storage, studies_dir)
+        paths = StudyPaths(studies_dir, study_name, artifacts_dir=artifacts)
+        board = open_dashboard(
+            storage or paths.default_storage, study_name, artifacts=paths.artifacts, host=host, port=port
+        )
+        console.print(f"optuna-dashboard for study {study_name}: [bold]{board.study_url}[/bold]", highlight=False)
+        console.print(f"  a trial's page (logs, measurement JSON): {board.trial_url(0)}", highlight=False)
+        if board.artifacts is None:
+            console.print(
+                f"[yellow]no artifact store at {paths.artifacts}: trial logs are not shown "
+                "(--artifacts DIR names another folder)[/yellow]"
+            )
+        if host not in LOOPBACK:
+            console.print(f"[yellow]listening on {host}: anyone who reaches it can edit and delete studies[/yellow]")
+        console.print("Ctrl-C stops it.", highlight=False)
+        board.serve()
+
+
+@app.command()
+def report(
+    study_name: Annotated[str, typer.Argument(help="Study name.", metavar="STUDY")],
+    output: Annotated[
+        Optional[Path], typer.Option("--output", "-o", help="Report folder (default: <studies-dir>/<study>/report).")
+    ] = None,
+    storage: StorageOpt = None,
+    studies_dir: StudiesDir = Path("studies"),
+    artifacts: Annotated[
+        Optional[Path], typer.Option("--artifacts", help="The study's artifact folder, if not the default.")
+    ] = None,
+) -> None:
+    """Write a report folder: an HTML page, PNG figures, summary.json and the winner's profile."""
+    with error_funnel():
+        from autotune.htmlreport import build_report
+        from autotune.study import StudyPaths
+
+        opened = _open(study_name, storage, studies_dir)
+        paths = StudyPaths(studies_dir, study_name, artifacts_dir=artifacts)
+        files = build_report(opened, artifacts_dir=paths.artifacts, folder=output or paths.folder / "report")
+        console.print(f"wrote {files.page}  ({len(files.images)} figures)", highlight=False)
+        for skipped in files.skipped:
+            console.print(f"  not drawn: {skipped}", highlight=False)
 
 
 def main() -> None:

@@ -38,6 +38,11 @@ class MemoryRules(BaseModel):
     pool_irrelevant: frozenset[str] = frozenset()
     headroom_demand: frozenset[str] = frozenset()
     headroom_irrelevant: frozenset[str] = frozenset()
+    graph_batch_flag: str | None = Field(default=None, description="captured batch size of the decode graphs")
+    graph_width_flag: str | None = Field(default=None, description="tokens per sequence in a graph (draft tokens)")
+    graph_ignored: frozenset[str] = Field(
+        default=frozenset(), description="flags that do not change the headroom once the graph tokens are known"
+    )
 
 
 class Prediction(BaseModel):
@@ -102,28 +107,62 @@ class FeasibilityModel:
         self.rules = rules
         self.free_bytes = free_bytes
         self.weight_bytes = weight_bytes
-        self.weights_per_gpu_logged: float | None = None
+        self.weights_total_logged: float | None = None
+        self.graph_bytes_per_token_max: float | None = None
         self.failures: list[Observation] = []
 
     def observe(self, flags: Mapping[str, FlagValue], side: Side, *, trial: int | None = None) -> None:
         self.failures.append(Observation(flags=dict(flags), side=side, trial=trial))
 
-    def observe_weights(self, bytes_per_gpu: float) -> None:
-        """The weights per GPU a server logged: better than the estimate from the model's files."""
-        self.weights_per_gpu_logged = bytes_per_gpu
+    def observe_weights(self, bytes_per_gpu: float, *, flags: Mapping[str, FlagValue]) -> None:
+        """The weights per GPU a server logged under ``flags``: better than the estimate from the
+        model's files. Kept as the whole model's size, so another tensor-parallel size divides it."""
+        self.weights_total_logged = bytes_per_gpu * self._tp(flags)
 
     def _fraction(self, flags: Mapping[str, FlagValue]) -> float | None:
         assert self.rules is not None
         value = _number(flags.get(self.rules.fraction_flag))
         return value if value is not None else self.rules.default_fraction
 
-    def weights_per_gpu(self, flags: Mapping[str, FlagValue]) -> float | None:
-        if self.weights_per_gpu_logged is not None:
-            return self.weights_per_gpu_logged
-        if self.weight_bytes is None or self.rules is None:
+    def graph_tokens(self, flags: Mapping[str, FlagValue]) -> float | None:
+        """Tokens captured by the largest decode graph (batch x tokens per sequence), if known."""
+        if self.rules is None or self.rules.graph_batch_flag is None:
             return None
-        tp = _number(flags.get(self.rules.tp_flag)) or 1.0
-        return self.weight_bytes / tp
+        batch = _number(flags.get(self.rules.graph_batch_flag))
+        width = _number(flags.get(self.rules.graph_width_flag)) if self.rules.graph_width_flag else None
+        return batch * (width or 1.0) if batch is not None else None
+
+    def observe_graph(self, graph_bytes: float, *, flags: Mapping[str, FlagValue]) -> None:
+        """Graph memory a server logged. Graphs cost a fixed part plus a part per captured token,
+        so bytes / tokens bounds the per-token part from above: the tightest bound is kept."""
+        tokens = self.graph_tokens(flags)
+        if tokens:
+            bound = graph_bytes / tokens
+            current = self.graph_bytes_per_token_max
+            self.graph_bytes_per_token_max = bound if current is None else min(current, bound)
+
+    def _headroom_bound(self, failure: Observation, flags: Mapping[str, FlagValue], fraction: float) -> bool:
+        """A too-high failure at headroom h_F and graph tokens T_F means the need at T_F exceeds h_F.
+        Needs grow with T at most by the per-token bound g, so at T the need exceeds h_F - g (T_F - T):
+        a candidate with less headroom than that cannot fit either."""
+        assert self.rules is not None and self.free_bytes is not None
+        g = self.graph_bytes_per_token_max
+        t_failed, t_candidate = self.graph_tokens(failure.flags), self.graph_tokens(flags)
+        failed_fraction = self._fraction(failure.flags)
+        if g is None or t_failed is None or t_candidate is None or failed_fraction is None:
+            return False
+        ignore = self.rules.graph_ignored | {self.rules.fraction_flag}
+        if not _dominates(failure.flags, flags, demand=frozenset(), ignore=ignore):
+            return False
+        needed = (1 - failed_fraction) * self.free_bytes - g * max(0.0, t_failed - t_candidate)
+        return (1 - fraction) * self.free_bytes <= needed
+
+    def _tp(self, flags: Mapping[str, FlagValue]) -> float:
+        return (_number(flags.get(self.rules.tp_flag)) if self.rules else None) or 1.0
+
+    def weights_per_gpu(self, flags: Mapping[str, FlagValue]) -> float | None:
+        total = self.weights_total_logged if self.weights_total_logged is not None else self.weight_bytes
+        return total / self._tp(flags) if total is not None else None
 
     def predict(self, flags: Mapping[str, FlagValue]) -> Prediction:
         if self.rules is None:
@@ -157,13 +196,17 @@ class FeasibilityModel:
                     reason=f"trial {failure.trial} ran out of pool memory at {rules.fraction_flag} "
                     f"{failed_fraction:g} with demands no larger",
                 )  # fmt: skip
-            if failure.side == "too-high" and fraction >= failed_fraction and _dominates(
-                failure.flags, flags, demand=rules.headroom_demand, ignore=ignore_common | rules.headroom_irrelevant
-            ):
+            too_high = failure.side == "too-high" and (
+                (fraction >= failed_fraction and _dominates(
+                    failure.flags, flags, demand=rules.headroom_demand, ignore=ignore_common | rules.headroom_irrelevant
+                ))
+                or self._headroom_bound(failure, flags, fraction)
+            )  # fmt: skip
+            if too_high:
                 return Prediction(
                     feasible=False, side="too-high", pool_bytes=pool,
                     reason=f"trial {failure.trial} ran out of headroom at {rules.fraction_flag} "
-                    f"{failed_fraction:g} with graph demands no larger",
+                    f"{failed_fraction:g}; graphs no smaller by more than the headroom gained",
                 )  # fmt: skip
         return Prediction(feasible=True, pool_bytes=pool)
 

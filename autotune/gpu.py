@@ -137,6 +137,8 @@ def read_command(argv: list[str]) -> GpuInventory:
 
 def read_inventory(spec: GPUSpec) -> GpuInventory:
     """The GPUs this space runs on (only the selected devices)."""
+    if spec.inventory == "none":  # a CPU engine: nothing to read, nothing to predict
+        return GpuInventory(driver_version="none (CPU)", gpus=[])
     inventory = read_nvml() if spec.inventory == "nvml" else read_command(resolve_command(spec.inventory))
     return inventory.select(spec.devices)
 

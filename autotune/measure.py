@@ -293,6 +293,10 @@ async def measure_request(
         raise MeasurementError(f"prompt {prompt.id!r}: the server streamed no tokens")
     decode_s = last_at - first_at
     decode_tokens = tokens - first_tokens
+    if first_tokens * 2 > tokens:
+        # Most tokens arrived in the first update (a server that buffered its stream): the time
+        # between updates says nothing about decoding, so this request gives no decode rate.
+        decode_tokens = 0
     return RequestRecord(
         prompt_id=prompt.id,
         category=prompt.category,

@@ -25,6 +25,9 @@ class TrialRecord(BaseModel):
     engine_version: str | None = None
     argv: list[str] = Field(default_factory=list)
     metrics: dict[str, dict[str, float | str | None]] = Field(default_factory=dict)
+    roofline_share: float | None = Field(default=None, description="decode tok/s / bandwidth ceiling")
+    host: str | None = None
+    gpus: list[str] = Field(default_factory=list)
     launch_s: float | None = None
     measure_s: float | None = None
 

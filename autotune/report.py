@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune.gpu import GpuInventory
-from autotune.measure import Measurement
+from autotune.measure import CategoryStats, Measurement
 from autotune.records import TrialRecord
 from autotune.space import Candidate, FlagValue
 from autotune.study import StudyEvents
@@ -24,6 +24,8 @@ _OUTCOME_STYLE = {
     "ok": "green",
     "infeasible-memory-low": "yellow",
     "infeasible-memory-high": "yellow",
+    "predicted-infeasible-memory-low": "yellow",
+    "predicted-infeasible-memory-high": "yellow",
     "invalid-config": "magenta",
     "interrupted": "dim",
 }
@@ -61,6 +63,10 @@ def trials_table(records: Sequence[TrialRecord], *, flag_names: Sequence[str], b
         table.add_column(short_flag(name), justify="right", no_wrap=True)
     table.add_column("decode tok/s", justify="right")
     table.add_column("accept len", justify="right")
+    table.add_column("roofline", justify="right")
+    hosts = sorted({r.host for r in records if r.host})
+    if len(hosts) > 1:  # several workers: show where each trial ran, so hardware differences are visible
+        table.add_column("host")
     table.add_column("note", overflow="fold")
     for r in records:
         accept = r.metric_value("accept_length")
@@ -76,6 +82,8 @@ def trials_table(records: Sequence[TrialRecord], *, flag_names: Sequence[str], b
             *(_fmt(r.flags.get(n)) for n in flag_names),
             _speed(r),
             f"{accept:.2f}" if accept is not None else "-",
+            f"{r.roofline_share:.0%}" if r.roofline_share is not None else "-",
+            *([f"{r.host} ({', '.join(sorted(set(r.gpus)))})" if r.gpus else r.host or "-"] if len(hosts) > 1 else []),
             note,
         )
     return table
@@ -237,3 +245,34 @@ class LiveView(StudyEvents):
         if record.duplicate_of is not None:
             extra += f" (same effective config as #{record.duplicate_of}, not relaunched)"
         self.console.print(f"trial {record.number:>3} [{style}]{record.outcome}[/{style}] {extra}", highlight=False)
+
+
+def importance_table(importance: dict[str, float], *, method: str, trials_used: int, note: str | None) -> Group:
+    """Which tuned flags mattered (shares adding up to 1), largest first, with Optuna's caveat if any."""
+    table = Table(title=f"parameter importance ({method}, {trials_used} completed trials)", title_justify="left")
+    table.add_column("flag")
+    table.add_column("importance", justify="right")
+    table.add_column("", no_wrap=True)
+    for name, share in importance.items():
+        table.add_row(f"--{name}", f"{share:.1%}", "█" * round(share * 30))
+    parts: list[RenderableType] = [table] if importance else []
+    if note:
+        parts.append(Text(("parameter importance: " if not importance else "") + note, style="dim"))
+    return Group(*parts)
+
+
+def category_table(categories: Sequence[CategoryStats], *, title: str) -> Table:
+    """Decode speed and accept length per prompt category of one measurement."""
+    table = Table(title=title, title_justify="left")
+    for column in ("category", "requests", "decode tok/s", "accept len"):
+        table.add_column(column, justify="left" if column == "category" else "right")
+    for c in categories:
+        ci = f" ± {c.decode_tok_s.ci95:.1f}" if c.decode_tok_s.ci95 is not None else ""
+        accept = c.accept_length
+        table.add_row(
+            c.category,
+            str(c.requests),
+            f"{c.decode_tok_s.value:.1f}{ci}",
+            (f"{accept.value:.2f}" + (f" ± {accept.ci95:.2f}" if accept.ci95 is not None else "")) if accept else "-",
+        )
+    return table

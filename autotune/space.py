@@ -8,6 +8,7 @@ processes or engines beyond the flag spelling the user wrote.
 from __future__ import annotations
 
 import operator
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -166,9 +167,10 @@ class Baseline(_Strict):
 
 class GPUSpec(_Strict):
     devices: list[int] | None = Field(default=None, description="GPU indices, passed as CUDA_VISIBLE_DEVICES")
-    inventory: Literal["nvml"] | list[str] = Field(
+    inventory: Literal["nvml", "none"] | list[str] = Field(
         default="nvml",
-        description="'nvml' reads real GPUs; a command (argv list) prints the inventory as JSON instead",
+        description="'nvml' reads real GPUs; 'none' for CPU engines; a command (argv list) prints the inventory "
+        "as JSON instead",
     )
     busy_wait_s: float = Field(default=600.0, ge=0, description="wait this long for busy GPUs, then skip")
     release_timeout_s: float = Field(default=120.0, ge=0, description="wait this long for memory after a stop")
@@ -322,10 +324,34 @@ def _explain(error: Mapping[str, Any]) -> str:
 _FIELD_PREFIX = re.compile(r"^(?P<field>[\w.-]+): (?P<message>.*)$", re.DOTALL)
 
 
+_EXPANDED = ("launcher", "model", "fixed", "env", "gpus", "baselines", "measurement")
+_ENV_REF = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand(value: object, *, path: Path, field: str) -> object:
+    """``${NAME}`` in strings becomes the environment variable's value (a build path, a model dir)."""
+    if isinstance(value, str):
+
+        def one(match: re.Match[str]) -> str:
+            name = match["name"]
+            if name not in os.environ:
+                raise SpaceError(f"environment variable {name} is not set", path=path, field=field,
+                                 hint=f"export {name}=... first")  # fmt: skip
+            return os.environ[name]
+
+        return _ENV_REF.sub(one, value)
+    if isinstance(value, list):
+        return [_expand(v, path=path, field=f"{field}.{i}") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {k: _expand(v, path=path, field=f"{field}.{k}") for k, v in value.items()}
+    return value
+
+
 def parse_space(data: object, *, path: Path) -> SearchSpace:
     """Validate already-parsed YAML. Raises SpaceError naming the file and field."""
     if not isinstance(data, dict):
         raise SpaceError("expected a mapping of keys at the top level", path=path)
+    data = {key: _expand(value, path=path, field=key) if key in _EXPANDED else value for key, value in data.items()}
     try:
         return SearchSpace.model_validate({**data, "source": path})
     except ValidationError as exc:

@@ -64,6 +64,17 @@ class NoImprovement:
         return None
 
 
+@dataclass
+class TotalTrials:
+    """Stop once the study holds this many finished trials, whichever worker ran them."""
+
+    total: int
+
+    def __call__(self, records: Sequence[TrialRecord]) -> str | None:
+        finished = sum(1 for r in records if r.state in ("COMPLETE", "FAIL"))
+        return f"the study has {finished} trials (total {self.total})" if finished >= self.total else None
+
+
 def first_reason(rules: Sequence[StopRule], records: Sequence[TrialRecord]) -> str | None:
     for rule in rules:
         reason = rule(records)

@@ -44,8 +44,11 @@ def test_pool_rule_predicts_certain_failures_only() -> None:
 
 def test_weights_logged_by_the_server_replace_the_estimate() -> None:
     m = model()
-    m.observe_weights(29 * GIB)
+    m.observe_weights(29 * GIB, flags=BASE)
     assert not m.predict({**BASE, "mem-fraction-static": 0.6}).feasible
+    # logged at TP 2, so TP 4 holds half as much per GPU
+    assert m.predict({**BASE, "tp-size": 4, "mem-fraction-static": 0.4}).feasible
+    assert not m.predict({**BASE, "tp-size": 1, "mem-fraction-static": 0.95}).feasible
 
 
 def test_too_high_failure_generalises_to_larger_fractions_and_graph_demands() -> None:

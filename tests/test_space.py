@@ -131,3 +131,13 @@ def test_condition_parsing() -> None:
     assert condition.holds({"speculative-eagle-topk": 2})
     assert not condition.holds({"speculative-eagle-topk": 1})
     assert not condition.holds({})
+
+
+def test_environment_references_are_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_SERVER", "/opt/llama/llama-server")
+    text = MINIMAL.replace("[python, -m, sglang.launch_server]", '["${MY_SERVER}"]')
+    assert load_space(write(tmp_path, text)).launcher == ["/opt/llama/llama-server"]
+    monkeypatch.delenv("MY_SERVER")
+    with pytest.raises(SpaceError) as info:
+        load_space(write(tmp_path, text))
+    assert info.value.field == "launcher.0" and "MY_SERVER is not set" in info.value.message

@@ -7,7 +7,7 @@ from autotune.errors import UserError
 
 
 def engine_names() -> list[str]:
-    return ["sglang"]
+    return ["sglang", "llamacpp"]
 
 
 def get_engine(name: str) -> Engine:
@@ -16,4 +16,8 @@ def get_engine(name: str) -> Engine:
         from autotune.engines.sglang import SGLangEngine
 
         return SGLangEngine()
+    if name == "llamacpp":
+        from autotune.engines.llamacpp import LlamaCppEngine
+
+        return LlamaCppEngine()
     raise UserError(f"unknown engine {name!r}; known engines: {', '.join(engine_names())}")

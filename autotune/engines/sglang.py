@@ -50,6 +50,7 @@ _MEMORY_TOO_LOW = (
     "Hybrid (mamba/linear-attention) state cache is too small to serve any requests",
 )
 _MEMORY_TOO_HIGH = ("Capture cuda graph failed", "CUDA out of memory", "torch.OutOfMemoryError")
+_PORT_TAKEN = re.compile(r".*address already in use.*", re.IGNORECASE)
 _ERRORISH = re.compile(r"\w*(Error|Exception)\b|Fatal|Segmentation fault")
 _INVALID = (
     re.compile(r"error: unrecognized arguments: .*"),
@@ -178,6 +179,13 @@ class SGLangEngine(Engine):
         pool_irrelevant=_LOG_NOISE | {"cuda-graph-max-bs-decode", "cuda-graph-max-bs-prefill"},
         headroom_demand=_SPEC_DEMAND | {"cuda-graph-max-bs-decode", "max-running-requests", "chunked-prefill-size"},
         headroom_irrelevant=_LOG_NOISE | {"mamba-full-memory-ratio", "max-mamba-cache-size", CONTEXT},
+        graph_batch_flag="cuda-graph-max-bs-decode",
+        graph_width_flag=DRAFT,
+        # With the graph batch and draft tokens known, the steps, the tree width and the running
+        # requests no longer change what the graphs hold.
+        graph_ignored=_LOG_NOISE
+        | {"mamba-full-memory-ratio", "max-mamba-cache-size", CONTEXT, STEPS, TOPK, "max-running-requests",
+           "cuda-graph-max-bs-decode", DRAFT},
     )
     renamed_flags = {
         "mamba-scheduler-strategy": RADIX_STRATEGY,
@@ -281,8 +289,9 @@ class SGLangEngine(Engine):
         for needle in _MEMORY_TOO_HIGH:
             if needle in log_text:
                 return Failure(kind=FailureKind.MEMORY_TOO_HIGH, reason=_line_with(log_text, needle))
-        if "address already in use" in log_text:
-            return Failure(kind=FailureKind.PORT_IN_USE, reason=_line_with(log_text, "address already in use"))
+        bind = _PORT_TAKEN.search(log_text)
+        if bind is not None:
+            return Failure(kind=FailureKind.PORT_IN_USE, reason=bind.group(0).strip())
         if timed_out:
             return Failure(
                 kind=FailureKind.LAUNCH_TIMEOUT, reason="the server did not become ready before the deadline"

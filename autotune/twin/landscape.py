@@ -1,0 +1,647 @@
+"""The twin as a landscape: SGLang's launch rules and the twin's physics, called directly.
+
+For search benchmarks. :meth:`Landscape.evaluate` answers, in microseconds and without a process
+or a socket, what launching the twin with a candidate's flags and measuring it at concurrency 1
+would give: decode tok/s (mean over the prompts, with relative noise of a set size from a seeded
+RNG), accept length, whether it starts (or SGLang's message when it does not: too little memory
+for the pools, too much for CUDA graphs, or a configuration SGLang refuses) and how many seconds
+the launch and the measurement would take on real GPUs. :meth:`Landscape.optimum` finds the true
+feasible optimum of a discrete grid exhaustively.
+
+The flags go through the twin's own argparse (``flags.parse_args``: SGLang's types, defaults and
+errors) and launch rules (``launch.resolve_launch``), then the physics (``physics``), so the answer
+is the twin's. Plain data in and out; nothing of autotune outside ``autotune.twin`` is imported.
+
+Two simplifications, both small at concurrency 1: the decode rate is the expected value (mean
+accept length per verify pass, a fluid stream), not a draw; and seconds are for real GPUs
+(:class:`LaunchCost`), not the profile's ``timing.load_seconds``, which is a demo speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import io
+import math
+import operator
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from autotune.twin import physics
+from autotune.twin.flags import parse_args
+from autotune.twin.launch import LaunchConfig, LaunchError, resolve_launch
+from autotune.twin.physics import MemoryFailure
+from autotune.twin.profile import TwinProfile
+
+FlagValue = str | int | float | bool
+Outcome = Literal["ok", "too_low", "too_high", "load_oom", "invalid"]
+MEMORY_OUTCOMES: tuple[Outcome, ...] = ("too_low", "too_high", "load_oom")
+
+_OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+}
+
+# LaunchConfig fields that size memory but do not change a single stream's decode rate (the pass
+# time reads tp, the speculative config, the KV dtype, the backend and CUDA graphs; acceptance
+# reads the speculative config). Blanking them gives the key of the performance cache; a test
+# checks the claim against the physics.
+_MEMORY_ONLY_FIELDS: dict[str, object] = {
+    "context_length": 0,
+    "mem_fraction_static": None,
+    "max_running_requests": None,
+    "mamba_full_memory_ratio": 0.0,
+    "mamba_radix_cache_strategy": "",
+    "max_mamba_cache_size": None,
+    "cuda_graph_max_bs_decode": 0,
+    "chunked_prefill_size": 0,
+    "page_size": 0,
+    "notes": (),
+}
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt as the server sees it: the text and the request's ``max_new_tokens``."""
+
+    text: str
+    max_new_tokens: int = 256
+
+
+@dataclass(frozen=True)
+class MeasureShape:
+    """The measurement protocol's settings that decide how long a measurement takes."""
+
+    warmup_requests: int = 2
+    min_rounds: int = 3
+    max_rounds: int = 10
+    target_rel_ci: float = 0.02
+    max_seconds: float = 600.0
+    max_tokens: int | None = None
+    ignore_eos: bool = False
+
+
+@dataclass(frozen=True)
+class LaunchCost:
+    """Seconds a launch takes on real GPUs (assumptions, documented in benchmarks/README.md).
+
+    A launch pays ``startup_s`` (interpreter, NCCL, argument and launch-rule checks), loads the
+    weights of one GPU at ``load_bytes_per_s``, then captures CUDA graphs (``capture_s``); a
+    configuration SGLang refuses dies after ``invalid_s``; every launch pays ``stop_s`` to stop and
+    release memory. A pool failure dies after loading, a graph failure during capture.
+    """
+
+    startup_s: float = 30.0
+    load_bytes_per_s: float = 1.5e9
+    capture_s: float = 20.0
+    invalid_s: float = 10.0
+    stop_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What one launch + concurrency-1 measurement of a candidate gives (plain data).
+
+    Attributes:
+        outcome: ``ok``; ``too_low`` (pools do not fit under the fraction), ``too_high`` (no
+            headroom for CUDA graphs), ``load_oom`` (the weights alone do not fit: SGLang dies
+            with a CUDA OOM), or ``invalid`` (argparse or a launch rule refuses the flags).
+        tok_s: measured decode tok/s (true value x relative noise); None unless ok.
+        true_tok_s: the noise-free value; None unless ok.
+        accept_length: mean tokens per verify pass (1.0 without speculative decoding).
+        message: the last line SGLang's log ends with when it fails (``ValueError: ...``).
+        launch_s, measure_s, stop_s: simulated seconds on real GPUs.
+        weights_bytes, kv_pool_bytes, kv_tokens, graph_bytes: per GPU, as the log reports them,
+            when startup got that far.
+    """
+
+    outcome: Outcome
+    tok_s: float | None = None
+    true_tok_s: float | None = None
+    accept_length: float | None = None
+    message: str | None = None
+    launch_s: float = 0.0
+    measure_s: float = 0.0
+    stop_s: float = 0.0
+    weights_bytes: float | None = None
+    kv_pool_bytes: float | None = None
+    kv_tokens: int | None = None
+    graph_bytes: float | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return self.outcome == "ok"
+
+    @property
+    def memory(self) -> bool:
+        return self.outcome in MEMORY_OUTCOMES
+
+    @property
+    def seconds(self) -> float:
+        return self.launch_s + self.measure_s + self.stop_s
+
+
+@dataclass(frozen=True)
+class GridAxis:
+    """One tuned flag of a discrete grid: its values, and the condition under which it is set.
+
+    ``when`` is ``(flag, op, value)`` as in a search space's ``when: "flag op value"``: the axis is
+    set only when the flag is already set (fixed or an earlier axis) and the comparison holds.
+    """
+
+    name: str
+    values: tuple[FlagValue, ...]
+    when: tuple[str, str, FlagValue] | None = None
+
+    def applies(self, flags: Mapping[str, FlagValue]) -> bool:
+        if self.when is None:
+            return True
+        flag, op, value = self.when
+        return flag in flags and _OPERATORS[op](flags[flag], value)
+
+
+@dataclass(frozen=True)
+class Optimum:
+    """The true feasible optimum of a grid; how the grid splits when it was searched exhaustively."""
+
+    tok_s: float
+    flags: dict[str, FlagValue]
+    exhaustive: bool
+    classes: int | None = None
+    candidates: int = 0
+    distinct: int = 0
+    feasible: int = 0
+    memory: int = 0
+    invalid: int = 0
+    within_2pct: int = 0
+
+
+def grid(axes: Sequence[GridAxis], fixed: Mapping[str, FlagValue] | None = None) -> Iterator[dict[str, FlagValue]]:
+    """Every candidate of the grid, in order (the last axis varies fastest); False flags left out."""
+    base = dict(fixed or {})
+
+    def walk(index: int, flags: dict[str, FlagValue]) -> Iterator[dict[str, FlagValue]]:
+        if index == len(axes):
+            yield {k: v for k, v in flags.items() if v is not False}
+            return
+        axis = axes[index]
+        if not axis.applies(flags):
+            yield from walk(index + 1, flags)
+            return
+        for value in axis.values:
+            flags[axis.name] = value
+            yield from walk(index + 1, flags)
+        del flags[axis.name]
+
+    yield from walk(0, base)
+
+
+EXHAUSTIVE_LIMIT = 200_000
+
+
+def _random_candidate(
+    axes: Sequence[GridAxis],
+    fixed: Mapping[str, FlagValue],
+    rng: random.Random,
+    *,
+    keep: Mapping[str, FlagValue] | None = None,
+) -> dict[str, FlagValue]:
+    """One random candidate of the grid; values in ``keep`` are used where their axis applies."""
+    flags = dict(fixed)
+    for axis in axes:
+        if axis.applies(flags):
+            flags[axis.name] = keep[axis.name] if keep is not None and axis.name in keep else rng.choice(axis.values)
+    return flags
+
+
+def grid_size(axes: Sequence[GridAxis], fixed: Mapping[str, FlagValue] | None = None) -> int:
+    return sum(1 for _ in grid(axes, fixed))
+
+
+def flag_argv(flags: Mapping[str, FlagValue]) -> list[str]:
+    """``{"tp-size": 2, "enable-metrics": True}`` -> ``["--tp-size", "2", "--enable-metrics"]``."""
+    argv: list[str] = []
+    for name, value in flags.items():
+        if value is False:
+            continue
+        argv.append(f"--{name}")
+        if value is not True:
+            argv.append(str(value))
+    return argv
+
+
+class _ArgError(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class _Fixed:
+    """The deterministic part of an evaluation (cached per candidate)."""
+
+    outcome: Outcome
+    true_tok_s: float | None = None
+    accept_length: float | None = None
+    decode_s_per_round: float = 0.0
+    message: str | None = None
+    launch_s: float = 0.0
+    weights_bytes: float | None = None
+    kv_pool_bytes: float | None = None
+    kv_tokens: int | None = None
+    graph_bytes: float | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class Landscape:
+    """A twin profile + a prompt set as a function from flags to a measurement.
+
+    Args:
+        profile: the twin profile.
+        prompts: the suite's prompts (texts, or :class:`Prompt` with their ``max_new_tokens``).
+        model_path: the ``--model-path`` the space launches (drafters default to it, as in SGLang).
+        noise_rel: relative standard deviation of one measurement's mean (0 for none).
+        measure: the measurement protocol (its rounds, caps and warm-up set the measuring time).
+        cost: seconds of launching on real GPUs.
+        seed: seed of the noise.
+    """
+
+    def __init__(
+        self,
+        profile: TwinProfile,
+        prompts: Sequence[Prompt | str],
+        *,
+        model_path: str = "model",
+        noise_rel: float = 0.02,
+        measure: MeasureShape = MeasureShape(),
+        cost: LaunchCost = LaunchCost(),
+        seed: int = 0,
+    ) -> None:
+        if not prompts:
+            raise ValueError("a landscape needs at least one prompt")
+        self.profile = profile
+        self.prompts = [p if isinstance(p, Prompt) else Prompt(text=p) for p in prompts]
+        self.model_path = model_path
+        self.noise_rel = noise_rel
+        self.measure = measure
+        self.cost = cost
+        self.rng = random.Random(seed)
+        base, _ = parse_args(["--model-path", model_path])
+        self._base = vars(base)
+        self._flag_cache: dict[tuple[str, FlagValue], dict[str, Any] | _ArgError] = {}
+        self._perf_cache: dict[str, tuple[float, float, float]] = {}
+        self._cache: dict[tuple[tuple[str, FlagValue], ...], _Fixed] = {}
+        self._classes = [physics.classify_prompt(profile, p.text) for p in self.prompts]
+
+    # ------------------------------------------------------------------ public
+
+    def evaluate(self, flags: Mapping[str, FlagValue], *, rng: random.Random | None = None) -> Evaluation:
+        """Launch and measure ``flags`` (SGLang flag names without dashes, as ``LaunchPlan.flags``)."""
+        fixed = self._fixed(flags)
+        if fixed.outcome != "ok":
+            return Evaluation(
+                outcome=fixed.outcome,
+                message=fixed.message,
+                launch_s=fixed.launch_s,
+                stop_s=self.cost.stop_s if fixed.outcome != "invalid" else 0.0,
+                weights_bytes=fixed.weights_bytes,
+                kv_pool_bytes=fixed.kv_pool_bytes,
+                kv_tokens=fixed.kv_tokens,
+                graph_bytes=fixed.graph_bytes,
+            )
+        assert fixed.true_tok_s is not None and fixed.accept_length is not None
+        draw = rng or self.rng
+        factor = max(0.5, draw.gauss(1.0, self.noise_rel)) if self.noise_rel > 0 else 1.0
+        accept_factor = max(0.5, draw.gauss(1.0, self.noise_rel / 2)) if self.noise_rel > 0 else 1.0
+        return Evaluation(
+            outcome="ok",
+            tok_s=fixed.true_tok_s * factor,
+            true_tok_s=fixed.true_tok_s,
+            accept_length=fixed.accept_length * accept_factor,
+            launch_s=fixed.launch_s,
+            measure_s=self._measure_seconds(fixed.decode_s_per_round),
+            stop_s=self.cost.stop_s,
+            weights_bytes=fixed.weights_bytes,
+            kv_pool_bytes=fixed.kv_pool_bytes,
+            kv_tokens=fixed.kv_tokens,
+            graph_bytes=fixed.graph_bytes,
+        )
+
+    def true_value(self, flags: Mapping[str, FlagValue]) -> float | None:
+        """The noise-free tok/s of a feasible candidate; None when it does not start."""
+        return self._fixed(flags).true_tok_s
+
+    def optimum(
+        self,
+        axes: Sequence[GridAxis],
+        fixed: Mapping[str, FlagValue] | None = None,
+        *,
+        normalise: Callable[[dict[str, FlagValue]], dict[str, FlagValue] | None] | None = None,
+        exhaustive: bool | None = None,
+    ) -> Optimum:
+        """The best feasible candidate of the grid (noise-free), exactly.
+
+        Args:
+            axes, fixed: the grid (see :func:`grid`).
+            normalise: the engine's rules applied before launching (flags in, effective flags out,
+                None when the engine refuses them without launching); candidates with equal
+                effective flags are evaluated once.
+            exhaustive: evaluate every candidate (and count how the grid splits). By default
+                only grids up to ``EXHAUSTIVE_LIMIT`` candidates are; larger ones are searched by
+                performance class (see :meth:`_optimum_by_class`), which evaluates every class and,
+                best class first, only as many candidates as it takes to find one that starts.
+        """
+        fixed = dict(fixed or {})
+        if exhaustive is None:
+            exhaustive = grid_size(axes, fixed) <= EXHAUSTIVE_LIMIT
+        if not exhaustive:
+            found = self._optimum_by_class(axes, fixed, normalise)
+            if found is not None:
+                return found
+        return self._optimum_exhaustive(axes, fixed, normalise)
+
+    def _optimum_exhaustive(
+        self,
+        axes: Sequence[GridAxis],
+        fixed: dict[str, FlagValue],
+        normalise: Callable[[dict[str, FlagValue]], dict[str, FlagValue] | None] | None,
+    ) -> Optimum:
+        seen: set[tuple[tuple[str, FlagValue], ...]] = set()
+        candidates = feasible = memory = invalid = 0
+        values: list[float] = []
+        best: tuple[float, dict[str, FlagValue]] | None = None
+        for candidate in grid(axes, fixed):
+            candidates += 1
+            flags = normalise(candidate) if normalise is not None else candidate
+            if flags is None:
+                invalid += 1
+                continue
+            key = tuple(sorted(flags.items()))
+            if key in seen:
+                continue
+            seen.add(key)
+            result = self._compute(flags)
+            if result.outcome == "invalid":
+                invalid += 1
+            elif result.outcome != "ok":
+                memory += 1
+            else:
+                feasible += 1
+                assert result.true_tok_s is not None
+                values.append(result.true_tok_s)
+                if best is None or result.true_tok_s > best[0]:
+                    best = (result.true_tok_s, dict(flags))
+        if best is None:
+            raise ValueError(f"no candidate of the grid ({candidates} candidates) starts on this landscape")
+        return Optimum(
+            tok_s=best[0],
+            flags=best[1],
+            exhaustive=True,
+            candidates=candidates,
+            distinct=len(seen),
+            feasible=feasible,
+            memory=memory,
+            invalid=invalid,
+            within_2pct=sum(1 for v in values if v >= 0.98 * best[0]),
+        )
+
+    def _optimum_by_class(
+        self,
+        axes: Sequence[GridAxis],
+        fixed: dict[str, FlagValue],
+        normalise: Callable[[dict[str, FlagValue]], dict[str, FlagValue] | None] | None,
+        *,
+        probes: int = 24,
+    ) -> Optimum | None:
+        """Split the axes into those that change the decode rate and those that only size memory.
+
+        Each combination of the performance axes is a class whose members share one decode rate;
+        the classes are ranked by it, and the first class with a member that starts holds the
+        optimum. An axis counts as memory-only when varying it alone never changed the
+        performance key of ``probes`` random candidates, and every member evaluated is checked
+        against its class's key: any doubt falls back to exhaustive evaluation (None).
+        """
+        rng = random.Random(20260501)
+
+        def effective(candidate: dict[str, FlagValue]) -> dict[str, FlagValue] | None:
+            return normalise(candidate) if normalise is not None else candidate
+
+        def key_of(candidate: dict[str, FlagValue]) -> tuple[str | None, LaunchConfig | None]:
+            flags = effective(candidate)
+            if flags is None:
+                return None, None
+            try:
+                cfg = resolve_launch(self._namespace(flags), self.profile)
+            except (_ArgError, LaunchError):
+                return None, None
+            return repr(perf_key(cfg)), cfg
+
+        relevant: set[str] = set()
+        for _ in range(probes):
+            sample = _random_candidate(axes, fixed, rng)
+            for axis in axes:
+                if axis.name in relevant or axis.name not in sample:
+                    continue
+                keys = set()
+                for value in axis.values:
+                    variant = {**sample, axis.name: value}
+                    if set(_random_candidate(axes, fixed, rng, keep=variant)) != set(sample):
+                        relevant.add(axis.name)  # changes which other flags are set
+                        break
+                    key, _ = key_of({k: v for k, v in variant.items() if v is not False})
+                    if key is not None:
+                        keys.add(key)
+                if len(keys) > 1:
+                    relevant.add(axis.name)
+        perf_axes = [a for a in axes if a.name in relevant]
+        memory_axes = [a for a in axes if a.name not in relevant]
+        if any(a.when is not None and a.when[0] in {m.name for m in memory_axes} for a in perf_axes):
+            return None
+        classes: list[tuple[float, str, dict[str, FlagValue]]] = []
+        for combo in grid(perf_axes, fixed):
+            for member in grid(memory_axes, combo):
+                key, cfg = key_of(member)
+                if key is not None and cfg is not None:
+                    classes.append((self._performance(cfg)[0], key, combo))
+                    break
+        classes.sort(key=lambda c: -c[0])
+        for tok_s, key, combo in classes:
+            for member in grid(memory_axes, combo):
+                flags = effective(member)
+                if flags is None:
+                    continue
+                result = self._compute(flags)
+                if result.outcome != "ok":
+                    continue
+                if key_of(member)[0] != key:
+                    return None  # a memory-only axis changed the decode rate after all
+                return Optimum(tok_s=tok_s, flags=flags, exhaustive=False, classes=len(classes))
+        raise ValueError("no candidate of the grid starts on this landscape")
+
+    # ------------------------------------------------------------------ internals
+
+    def _namespace(self, flags: Mapping[str, FlagValue]) -> argparse.Namespace:
+        """SGLang's argparse result for these flags, built from one cached parse per flag value."""
+        changes: dict[str, Any] = {}
+        for name, value in flags.items():
+            if value is False:
+                continue
+            key = (name, value)
+            change = self._flag_cache.get(key)
+            if change is None:
+                change = self._parse_one(name, value)
+                self._flag_cache[key] = change
+            if isinstance(change, _ArgError):
+                raise change
+            changes.update(change)
+        return _Args(self._base, changes)
+
+    def _parse_one(self, name: str, value: FlagValue) -> dict[str, Any] | _ArgError:
+        argv = ["--model-path", self.model_path, *flag_argv({name: value})]
+        stderr = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(stderr):
+                parsed, _ = parse_args(argv)
+        except SystemExit:
+            lines = [line for line in stderr.getvalue().splitlines() if line.strip()]
+            return _ArgError(lines[-1] if lines else f"error: cannot parse --{name} {value}")
+        return {k: v for k, v in vars(parsed).items() if self._base.get(k, _MISSING) != v}
+
+    def _fixed(self, flags: Mapping[str, FlagValue]) -> _Fixed:
+        key = tuple(sorted(flags.items()))
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = self._cache[key] = self._compute(flags)
+        return cached
+
+    def _compute(self, flags: Mapping[str, FlagValue]) -> _Fixed:
+        profile, cost = self.profile, self.cost
+        try:
+            cfg = resolve_launch(self._namespace(flags), profile)
+        except _ArgError as err:
+            return _Fixed(outcome="invalid", message=err.message, launch_s=cost.invalid_s)
+        except LaunchError as err:
+            message = f"{err.exc_type}: {err.message}" if err.message else err.exc_type
+            return _Fixed(outcome="invalid", message=message, launch_s=cost.invalid_s)
+        weights = physics.weight_bytes_per_gpu(profile, cfg)
+        load_s = cost.startup_s + weights / cost.load_bytes_per_s
+        try:
+            plan = physics.plan_memory(profile, cfg)
+        except MemoryFailure as failure:
+            logged = float(weights) if failure.stage != "load" else None
+            return _Fixed(
+                outcome="load_oom" if failure.kind == "load_oom" else "too_low",
+                message=f"{failure.exc_type}: {failure.message}",
+                launch_s=load_s,
+                weights_bytes=logged,
+            )
+        memory = {
+            "weights_bytes": float(weights),
+            "kv_pool_bytes": plan.kv_pool_bytes,
+            "kv_tokens": plan.max_total_num_tokens,
+        }
+        try:
+            physics.check_headroom(profile, plan)
+        except MemoryFailure as failure:
+            return _Fixed(
+                outcome="too_high",
+                message=f"{failure.exc_type}: {failure.message}",
+                launch_s=load_s + cost.capture_s / 2,
+                **memory,  # type: ignore[arg-type]
+            )
+        tok_s, accept, decode_s = self._performance(cfg)
+        return _Fixed(
+            outcome="ok",
+            true_tok_s=tok_s,
+            accept_length=accept,
+            decode_s_per_round=decode_s,
+            launch_s=load_s + (0.0 if cfg.disable_cuda_graph else cost.capture_s),
+            graph_bytes=plan.graph_bytes,
+            **memory,  # type: ignore[arg-type]
+        )
+
+    def _performance(self, cfg: LaunchConfig) -> tuple[float, float, float]:
+        """(mean decode tok/s, mean accept length, seconds of one round) at concurrency 1."""
+        key = repr(perf_key(cfg))
+        cached = self._perf_cache.get(key)
+        if cached is None:
+            cached = self._perf_cache[key] = self._streams(cfg)
+        return cached
+
+    def _streams(self, cfg: LaunchConfig) -> tuple[float, float, float]:
+        rates, accepts, round_s = [], [], 0.0
+        for prompt, klass in zip(self.prompts, self._classes, strict=True):
+            tokens = self._completion_tokens(prompt, klass, cfg)
+            rate, accept, decode_s = fluid_stream(self.profile, cfg, klass, tokens)
+            rates.append(rate)
+            accepts.append(accept)
+            round_s += physics.prefill_seconds(self.profile, cfg, klass.prompt_tokens) + decode_s
+        return sum(rates) / len(rates), sum(accepts) / len(accepts), round_s
+
+    def _completion_tokens(self, prompt: Prompt, klass: physics.PromptClass, cfg: LaunchConfig) -> int:
+        limit = prompt.max_new_tokens
+        if self.measure.max_tokens is not None:
+            limit = min(limit, self.measure.max_tokens)
+        limit = max(1, min(limit, cfg.context_length - klass.prompt_tokens))
+        if self.measure.ignore_eos:
+            return limit
+        return min(limit, physics.natural_completion_tokens(self.profile, prompt.text))
+
+    def _measure_seconds(self, round_s: float) -> float:
+        """Warm-up, then rounds until the CI target (by the noise), within the round and time caps."""
+        shape = self.measure
+        warmup = round_s * min(shape.warmup_requests, len(self.prompts)) / len(self.prompts)
+        needed = math.ceil((2.0 * self.noise_rel / shape.target_rel_ci) ** 2) if self.noise_rel > 0 else 0
+        rounds = max(shape.min_rounds, min(shape.max_rounds, needed))
+        rounds = min(rounds, max(1, math.floor(shape.max_seconds / round_s))) if round_s > 0 else rounds
+        return warmup + rounds * round_s
+
+
+_MISSING = object()
+
+
+class _Args(argparse.Namespace):
+    """A parsed namespace: the values that differ from the defaults, the defaults behind them.
+
+    Copying SGLang's ~530 defaults per candidate would dominate an exhaustive search.
+    """
+
+    def __init__(self, base: dict[str, Any], changes: dict[str, Any]) -> None:
+        self.__dict__.update(changes)
+        self._defaults = base
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["_defaults"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def perf_key(cfg: LaunchConfig) -> LaunchConfig:
+    """The launch configuration with the memory-only fields blanked (see ``_MEMORY_ONLY_FIELDS``)."""
+    return dataclasses.replace(cfg, **_MEMORY_ONLY_FIELDS)  # type: ignore[arg-type]
+
+
+def fluid_stream(
+    profile: TwinProfile, cfg: LaunchConfig, prompt: physics.PromptClass, completion_tokens: int
+) -> tuple[float, float, float]:
+    """One request alone, with each verify pass yielding the mean accept length (no draws).
+
+    Returns (decode tok/s as a client measures it, accept length, decode seconds), the expected
+    values of :func:`physics.simulate_stream`.
+    """
+    accept = physics.expected_accept_length(physics.acceptance_probs(profile, cfg, prompt))
+    produced, passes, elapsed = 1.0, 0, 0.0  # the first token comes from prefill
+    while produced < completion_tokens - 1e-9:
+        elapsed += physics.decode_pass_seconds(profile, cfg, [prompt.prompt_tokens + int(produced)])
+        produced += min(accept, completion_tokens - produced)
+        passes += 1
+    rate = (produced - 1) / elapsed if elapsed > 0 else 0.0
+    return rate, produced / max(passes, 1), elapsed

@@ -1,0 +1,736 @@
+"""Search efficiency: launches until autotune's best is within 2 % of the true optimum, vs grids.
+
+Runs autotune's own study loop (``StudyRunner.objective``: the sampler, baselines, engine rules,
+duplicate skipping, memory-feasibility prediction and constraints the product uses) on the SGLang
+twin's landscape (``autotune.twin.landscape``: the twin's launch rules and physics called directly,
+with measurement noise) instead of real launches, side by side with the baselines SGLang users
+have: random search, the full grid in a fixed order, and a tiered grid like ``sglang.auto_benchmark``.
+
+    python benchmarks/search_efficiency.py --twin-profile qwen3.6-27b-2xa6000 \\
+        --space search_spaces/qwen3.6-27b-2xa6000-twin.yaml --seeds 10 --budget 80 --json out.json
+
+See benchmarks/README.md for what is measured and the assumptions behind the simulated seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from autotune.engines import get_engine  # noqa: E402
+from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan, MemoryFacts  # noqa: E402
+from autotune.gpu import GpuInventory  # noqa: E402
+from autotune.measure import Measurement, Metric  # noqa: E402
+from autotune.space import (  # noqa: E402
+    CategoricalParam,
+    FloatParam,
+    IntParam,
+    SearchSpace,
+    load_space,
+    resolve_command,
+)
+from autotune.study import Preflight, StudyPaths, StudyRunner, TrialFault  # noqa: E402
+from autotune.trial import OutcomeKind, TrialOutcome  # noqa: E402
+from autotune.twin.landscape import (  # noqa: E402
+    Evaluation,
+    GridAxis,
+    Landscape,
+    LaunchCost,
+    MeasureShape,
+    Optimum,
+    Prompt,
+    grid,
+)
+from autotune.twin.profile import TwinProfile, inventory, load_profile  # noqa: E402
+from autotune.workload import load_suite  # noqa: E402
+
+WITHIN = 0.02  # "reached": the incumbent's true value is within 2 % of the optimum
+FLOAT_POINTS = 11  # a float without a step is discretised into this many points (log-spaced if log)
+TIER_LEVELS = 4  # values per key a tiered grid tries (a user lists a few per key)
+TRIAL_CAP_FACTOR = 5  # a sampled method stops after budget x this many trials, launched or not
+GIB = float(1 << 30)
+
+# A sampler factory: seed -> sampler (None: the product's own make_sampler).
+SamplerFactory = Callable[[int], optuna.samplers.BaseSampler] | None
+
+
+# ---------------------------------------------------------------------------------------------
+# The problem: a profile, a space, its prompts, its landscape and its true optimum
+
+
+@dataclass
+class Problem:
+    profile: TwinProfile
+    space: SearchSpace
+    engine: Engine
+    prompts: list[Prompt]
+    axes: list[GridAxis]
+    measure: MeasureShape
+    noise_rel: float
+    cost: LaunchCost
+    gpus: int
+    notes: list[str]
+    optimum: Optimum | None = None
+
+    def landscape(self, seed: int) -> Landscape:
+        return Landscape(
+            self.profile,
+            self.prompts,
+            model_path=self.space.model,
+            noise_rel=self.noise_rel,
+            measure=self.measure,
+            cost=self.cost,
+            seed=seed,
+        )
+
+    def normalise(self, flags: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            return self.engine.normalise(flags).flags
+        except InvalidConfig:
+            return None
+
+
+def axes_of(space: SearchSpace, notes: list[str]) -> list[GridAxis]:
+    """The discrete grid a space defines (floats with a step are discrete; without, 11 points)."""
+    axes = []
+    for name, param in space.tuned.items():
+        values: tuple[Any, ...]
+        if isinstance(param, CategoricalParam):
+            values = tuple(param.choices)
+        elif isinstance(param, IntParam):
+            values = tuple(range(param.low, param.high + 1, param.step))
+        elif isinstance(param, FloatParam):
+            if param.step is not None:
+                count = int(math.floor((param.high - param.low) / param.step + 1e-9))
+                values = tuple(round(param.low + i * param.step, 10) for i in range(count + 1))
+            else:
+                values = tuple(_float_points(param.low, param.high, log=param.log))
+                notes.append(
+                    f"{name} has no step: the optimum is taken over {FLOAT_POINTS} "
+                    f"{'log' if param.log else 'evenly'}-spaced points ({values[0]:g} .. {values[-1]:g})"
+                )
+        else:  # pragma: no cover - the union is closed
+            raise TypeError(param)
+        when = (param.when.flag, param.when.op, param.when.value) if param.when is not None else None
+        axes.append(GridAxis(name=name, values=values, when=when))
+    return axes
+
+
+def _float_points(low: float, high: float, *, log: bool) -> list[float]:
+    if low == high:
+        return [low]
+    if log:
+        return [round(math.exp(math.log(low) + (math.log(high) - math.log(low)) * i / (FLOAT_POINTS - 1)), 10)
+                for i in range(FLOAT_POINTS)]  # fmt: skip
+    return [round(low + (high - low) * i / (FLOAT_POINTS - 1), 10) for i in range(FLOAT_POINTS)]
+
+
+def load_problem(
+    profile_ref: str, space_path: str | Path, *, noise_rel: float | None = None, cost: LaunchCost | None = None
+) -> Problem:
+    """Read a twin profile and a search space; the landscape's measurement follows the space's."""
+    profile = load_profile(profile_ref)
+    space = load_space(space_path)
+    engine = get_engine(space.engine)
+    suite = load_suite(space.suite_path())
+    m = space.measurement
+    prompts = suite.prompts[: m.prompts_per_round] if m.prompts_per_round else suite.prompts
+    notes: list[str] = []
+    if space.objective.concurrency != 1 or space.objective.metric != "decode_tok_s":
+        notes.append(
+            f"the space's objective is {space.objective.metric} at concurrency {space.objective.concurrency}; "
+            "the landscape measures decode tok/s at concurrency 1"
+        )
+    axes = axes_of(space, notes)
+    measure = MeasureShape(
+        warmup_requests=m.warmup_requests,
+        min_rounds=m.min_rounds,
+        max_rounds=m.max_rounds,
+        target_rel_ci=m.target_rel_ci,
+        max_seconds=m.max_seconds,
+        max_tokens=m.max_tokens,
+        ignore_eos=m.ignore_eos,
+    )
+    devices = space.gpus.devices
+    return Problem(
+        profile=profile,
+        space=space,
+        engine=engine,
+        prompts=[Prompt(text=p.text, max_new_tokens=p.max_tokens) for p in prompts],
+        axes=axes,
+        measure=measure,
+        # The measurement stops at a 95 % CI of +-target: its mean's relative sd is target / 1.96.
+        noise_rel=noise_rel if noise_rel is not None else m.target_rel_ci / 1.96,
+        cost=cost or LaunchCost(),
+        gpus=len(devices) if devices else profile.gpus.count,
+        notes=notes,
+    )
+
+
+def solve(problem: Problem, *, exhaustive: bool | None = None) -> Optimum:
+    """The landscape's true feasible optimum over the space's grid (cached on the problem)."""
+    if problem.optimum is None or (exhaustive and not problem.optimum.exhaustive):
+        problem.optimum = problem.landscape(0).optimum(
+            problem.axes, problem.space.fixed, normalise=problem.normalise, exhaustive=exhaustive
+        )
+    return problem.optimum
+
+
+# ---------------------------------------------------------------------------------------------
+# One run of one method: what each trial cost and found
+
+
+@dataclass
+class Step:
+    """One trial: launched or not, its outcome, what it measured and what is true."""
+
+    launched: bool
+    outcome: str
+    seconds: float = 0.0
+    measured: float | None = None
+    true: float | None = None
+
+
+@dataclass
+class Run:
+    method: str
+    seed: int
+    steps: list[Step] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def summary(self, optimum: float, gpus: int) -> dict[str, Any]:
+        """Launches, trials and GPU-hours until the incumbent is within 2 %, memory deaths, final gap."""
+        best_measured, incumbent_true = -math.inf, 0.0
+        launches = trials = 0
+        seconds = 0.0
+        reached: dict[str, Any] | None = None
+        memory = 0
+        for step in self.steps:
+            trials += 1
+            seconds += step.seconds
+            if step.launched:
+                launches += 1
+                memory += step.outcome.startswith("infeasible-memory")
+                if step.measured is not None and step.measured > best_measured:
+                    best_measured, incumbent_true = step.measured, step.true or 0.0
+            if reached is None and incumbent_true >= (1 - WITHIN) * optimum:
+                reached = {"launches": launches, "trials": trials, "gpu_hours": seconds * gpus / 3600}
+        return {
+            "launches_to_2pct": reached["launches"] if reached else None,
+            "trials_to_2pct": reached["trials"] if reached else None,
+            "gpu_hours_to_2pct": reached["gpu_hours"] if reached else None,
+            "launches": launches,
+            "trials": trials,
+            "memory_deaths": memory,
+            "memory_death_rate": memory / launches if launches else 0.0,
+            "gpu_hours": seconds * gpus / 3600,
+            "final_gap": 1 - incumbent_true / optimum,
+            "final_true_tok_s": incumbent_true,
+        }
+
+
+class LandscapeLauncher:
+    """``StudyRunner.launch`` for a landscape: the landscape's answer as the TrialOutcome a launch gives."""
+
+    def __init__(self, problem: Problem, landscape: Landscape, rng: random.Random) -> None:
+        self.problem = problem
+        self.landscape = landscape
+        self.rng = rng
+        self.evaluations: list[Evaluation] = []
+
+    def __call__(self, plan: LaunchPlan, log_path: Path, phase: Callable[[str, str], None]) -> TrialOutcome:
+        evaluation = self.landscape.evaluate(plan.flags, rng=self.rng)
+        self.evaluations.append(evaluation)
+        return outcome_of(self.problem, plan, evaluation)
+
+
+def outcome_of(problem: Problem, plan: LaunchPlan, evaluation: Evaluation) -> TrialOutcome:
+    """What ``run_trial`` would return; failures are classified by the engine from SGLang's message."""
+    memory = _memory_facts(evaluation)
+    timing = {"launch_s": evaluation.launch_s, "measure_s": evaluation.measure_s, "stop_s": evaluation.stop_s}
+    if not evaluation.feasible:
+        failure = problem.engine.classify_failure(exit_code=1, log_text=evaluation.message or "", timed_out=False)
+        return TrialOutcome(kind=OutcomeKind(failure.kind.value), reason=failure.reason, plan=plan, memory=memory,
+                            **timing)  # fmt: skip
+    assert evaluation.tok_s is not None and evaluation.accept_length is not None
+    space = problem.space
+    rounds = problem.measure.min_rounds
+    metrics = [
+        Metric(name=space.objective.metric, unit="tok/s", value=evaluation.tok_s, n=rounds,
+               ci95=evaluation.tok_s * problem.noise_rel * 1.96),
+        Metric(name="accept_length", unit="tok/step", value=evaluation.accept_length, n=rounds),
+    ]  # fmt: skip
+    if space.objective.metric != "decode_tok_s":
+        metrics.append(Metric(name="decode_tok_s", unit="tok/s", value=evaluation.tok_s, n=rounds))
+    measurement = Measurement(
+        objective=space.objective.metric,
+        concurrency=space.objective.concurrency,
+        max_tokens_cap=problem.measure.max_tokens,
+        ignore_eos=problem.measure.ignore_eos,
+        warmup_requests=problem.measure.warmup_requests,
+        rounds=rounds,
+        round_values=[evaluation.tok_s] * rounds,
+        precision_target=problem.measure.target_rel_ci,
+        precision_reached=True,
+        stop_reason="simulated (landscape)",
+        steadiness=None,
+        metrics=metrics,
+        categories=[],
+        duration_s=evaluation.measure_s,
+        requests=[],
+    )
+    return TrialOutcome(kind=OutcomeKind.OK, plan=plan, measurements=[measurement],
+                        objective_concurrency=space.objective.concurrency, memory=memory, **timing)  # fmt: skip
+
+
+def _memory_facts(evaluation: Evaluation) -> MemoryFacts | None:
+    """As the engine reads them from the log: GiB with two decimals."""
+    if evaluation.weights_bytes is None and evaluation.kv_pool_bytes is None:
+        return None
+
+    def logged(value: float | None) -> float | None:
+        return round(value / GIB, 2) * GIB if value is not None else None
+
+    return MemoryFacts(
+        weights_bytes=logged(evaluation.weights_bytes),
+        kv_pool_bytes=logged(evaluation.kv_pool_bytes),
+        kv_tokens=evaluation.kv_tokens,
+        graph_bytes=logged(evaluation.graph_bytes),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Methods
+
+
+def make_runner(problem: Problem, folder: Path, *, sampler: str, seed: int) -> StudyRunner:
+    """A real StudyRunner for the space, with the twin profile's inventory and no GPU reading."""
+    inv = GpuInventory.model_validate(inventory(problem.profile)).select(problem.space.gpus.devices)
+    checked = Preflight(
+        space=problem.space,
+        engine=problem.engine,
+        flag_set=FlagSet(flags=frozenset(problem.space.all_flag_names())),
+        launcher=resolve_command(problem.space.launcher),
+        suite=load_suite(problem.space.suite_path()),
+        inventory=inv,
+    )
+    paths = StudyPaths(folder, f"bench-{seed}")
+    runner = StudyRunner(
+        checked, name=paths.name, storage_url=paths.default_storage, paths=paths, sampler=sampler, seed=seed
+    )  # type: ignore[arg-type]
+    runner.setup = runner.setup.model_copy(update={"read_gpus": None})
+    # The same loop on an in-memory copy of the study: storage does not change what is sampled.
+    runner.study = optuna.create_study(
+        study_name=paths.name, direction="maximize", sampler=runner.study.sampler,
+        storage=optuna.storages.InMemoryStorage(),
+    )  # fmt: skip
+    return runner
+
+
+def run_study(
+    problem: Problem, seed: int, budget: int, *, sampler: str = "tpe", factory: SamplerFactory = None, name: str
+) -> Run:
+    """autotune's study loop with the landscape in place of launches, until ``budget`` launches."""
+    started = time.monotonic()
+    run = Run(method=name, seed=seed)
+    with tempfile.TemporaryDirectory(prefix="autotune-bench-") as tmp:
+        runner = make_runner(problem, Path(tmp), sampler=sampler, seed=seed)
+        if factory is not None:
+            runner.study.sampler = factory(seed)
+        launcher = LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed))
+        runner.launch = launcher
+        runner.enqueue_baselines()
+        seen = 0
+
+        def after(study: optuna.Study, trial: FrozenTrial) -> None:
+            nonlocal seen
+            launched = len(launcher.evaluations) > seen
+            evaluation = launcher.evaluations[-1] if launched else None
+            seen = len(launcher.evaluations)
+            outcome = str(trial.user_attrs.get("outcome", trial.state.name.lower()))
+            run.steps.append(
+                Step(
+                    launched=launched,
+                    outcome=outcome,
+                    seconds=evaluation.seconds if evaluation else 0.0,
+                    measured=evaluation.tok_s if evaluation else None,
+                    true=evaluation.true_tok_s if evaluation else None,
+                )
+            )
+            if sum(s.launched for s in run.steps) >= budget:
+                study.stop()
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            runner.study.optimize(
+                runner.objective, n_trials=budget * TRIAL_CAP_FACTOR, catch=(TrialFault,), callbacks=[after]
+            )
+    run.wall_s = time.monotonic() - started
+    return run
+
+
+def _launch_candidate(problem: Problem, landscape: Landscape, rng: random.Random, candidate: dict[str, Any]) -> Step:
+    """A grid tool launches what it is given: SGLang refuses invalid flags at launch (it costs a start)."""
+    flags = problem.normalise(candidate) or candidate
+    evaluation = landscape.evaluate(flags, rng=rng)
+    plan = LaunchPlan(engine=problem.engine.name, flags=flags)
+    kind = outcome_of(problem, plan, evaluation).kind.value
+    return Step(launched=True, outcome=kind, seconds=evaluation.seconds, measured=evaluation.tok_s,
+                true=evaluation.true_tok_s)  # fmt: skip
+
+
+def run_candidates(problem: Problem, seed: int, budget: int, name: str, candidates: Iterator[dict[str, Any]]) -> Run:
+    started = time.monotonic()
+    run = Run(method=name, seed=seed)
+    landscape, rng = problem.landscape(seed), random.Random(seed)
+    for candidate in candidates:
+        if len(run.steps) >= budget:
+            break
+        run.steps.append(_launch_candidate(problem, landscape, rng, candidate))
+    run.wall_s = time.monotonic() - started
+    return run
+
+
+def random_candidates(problem: Problem, seed: int) -> Iterator[dict[str, Any]]:
+    """Uniform draws from the space (conditions honoured), as a plain random-search script does."""
+    rng = random.Random(10_000 + seed)
+    while True:
+        flags: dict[str, Any] = dict(problem.space.fixed)
+        for axis in problem.axes:
+            if axis.applies(flags):
+                flags[axis.name] = rng.choice(axis.values)
+        yield {k: v for k, v in flags.items() if v is not False}
+
+
+def tiered_candidates(
+    problem: Problem, landscape: Landscape, rng: random.Random, *, per_tier: int, cartesian_keys: int = 2
+) -> list[Step]:
+    """A tiered grid like ``sglang.auto_benchmark`` (tier 2, its default), run to the end.
+
+    Stage 1 tunes the server flags with the speculative flags at the baseline's values, stage 2
+    the ``speculative-*`` flags on stage 1's best. Each stage: the baseline first, then the
+    cartesian product of the first ``cartesian_keys`` keys (in the file's order), then every other
+    key one at a time; each key tries up to ``TIER_LEVELS`` of its values; duplicates dropped;
+    the first ``per_tier`` candidates kept. Nothing is predicted and nothing is learned.
+    """
+    space = problem.space
+    base = dict(space.fixed)
+    if space.baselines:
+        base.update(space.baselines[0].flags)
+    stages = [
+        [a for a in problem.axes if not a.name.startswith("speculative-")],
+        [a for a in problem.axes if a.name.startswith("speculative-")],
+    ]
+    steps: list[Step] = []
+    measured_before: set[tuple[tuple[str, Any], ...]] = set()
+    for axes in stages:
+        if not axes:
+            continue
+        best: tuple[float, dict[str, Any]] | None = None
+        for candidate in _tier_stage(base, axes, per_tier=per_tier, cartesian_keys=cartesian_keys):
+            key = tuple(sorted(candidate.items()))
+            if key in measured_before:
+                continue  # stage 2 starts from stage 1's best, already measured
+            measured_before.add(key)
+            step = _launch_candidate(problem, landscape, rng, candidate)
+            steps.append(step)
+            if step.measured is not None and (best is None or step.measured > best[0]):
+                best = (step.measured, candidate)
+        if best is not None:
+            base = best[1]
+    return steps
+
+
+def _levels(values: Sequence[Any]) -> list[Any]:
+    if len(values) <= TIER_LEVELS:
+        return list(values)
+    picks = sorted({round(i * (len(values) - 1) / (TIER_LEVELS - 1)) for i in range(TIER_LEVELS)})
+    return [values[i] for i in picks]
+
+
+def _tier_stage(
+    base: dict[str, Any], axes: list[GridAxis], *, per_tier: int, cartesian_keys: int
+) -> Iterator[dict[str, Any]]:
+    def settle(flags: dict[str, Any]) -> dict[str, Any]:
+        # Keys whose condition no longer holds are left out, as the space defines.
+        out = {k: v for k, v in flags.items() if k not in {a.name for a in axes}}
+        for axis in axes:
+            if axis.name in flags and axis.applies(out):
+                out[axis.name] = flags[axis.name]
+        return {k: v for k, v in out.items() if v is not False}
+
+    def candidates() -> Iterator[dict[str, Any]]:
+        yield settle(base)
+        head, rest = axes[:cartesian_keys], axes[cartesian_keys:]
+        for combo in grid([GridAxis(a.name, tuple(_levels(a.values)), a.when) for a in head], base):
+            yield settle(combo)
+        for axis in rest:
+            for value in _levels(axis.values):
+                yield settle({**base, axis.name: value})
+
+    seen: set[tuple[tuple[str, Any], ...]] = set()
+    for candidate in candidates():
+        key = tuple(sorted(candidate.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        yield candidate
+        if len(seen) >= per_tier:
+            return
+
+
+def run_tiered(problem: Problem, seed: int, budget: int, *, per_tier: int) -> Run:
+    started = time.monotonic()
+    run = Run(method=f"tiered grid ({per_tier}/tier)", seed=seed)
+    run.steps = tiered_candidates(problem, problem.landscape(seed), random.Random(seed), per_tier=per_tier)[:budget]
+    run.wall_s = time.monotonic() - started
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Samplers under comparison
+
+
+def tpe_factory(**options: Any) -> SamplerFactory:
+    base = dict(multivariate=True, group=True, constant_liar=True, n_startup_trials=5)
+    base.update(options)
+
+    def make(seed: int) -> optuna.samplers.BaseSampler:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=seed, **base)
+
+    return make
+
+
+def gp_factory(**options: Any) -> SamplerFactory:
+    def make(seed: int) -> optuna.samplers.BaseSampler:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            independent = optuna.samplers.TPESampler(seed=seed, n_startup_trials=options.get("n_startup_trials", 5))
+            return optuna.samplers.GPSampler(seed=seed, independent_sampler=independent, **options)
+
+    return make
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    run: Callable[[Problem, int, int], Run]
+
+
+def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
+    known: dict[str, Method] = {
+        "autotune": Method(
+            "autotune (TPE, default)", lambda p, s, b: run_study(p, s, b, name="autotune (TPE, default)")
+        ),
+        "random-runner": Method(
+            "random (autotune loop)",
+            lambda p, s, b: run_study(p, s, b, sampler="random", name="random (autotune loop)"),
+        ),
+        "random": Method(
+            "random search", lambda p, s, b: run_candidates(p, s, b, "random search", random_candidates(p, s))
+        ),
+        "grid": Method(
+            "full grid (fixed order)",
+            lambda p, s, b: run_candidates(p, s, b, "full grid (fixed order)", grid(p.axes, p.space.fixed)),
+        ),
+        "tiered": Method(f"tiered grid ({per_tier}/tier)", lambda p, s, b: run_tiered(p, s, b, per_tier=per_tier)),
+    }
+    for startup in (2, 10, 20):
+        known[f"tpe-startup{startup}"] = _sampler_method(f"tpe:n_startup_trials={startup}")
+    known["tpe-independent"] = Method(
+        "TPE independent",
+        lambda p, s, b: run_study(
+            p, s, b, factory=tpe_factory(multivariate=False, group=False), name="TPE independent"
+        ),
+    )
+    known["gp"] = Method("GPSampler", lambda p, s, b: run_study(p, s, b, factory=gp_factory(), name="GPSampler"))
+    chosen = []
+    for name in names:
+        if name in known:
+            chosen.append(known[name])
+        elif name.split(":", 1)[0] in ("tpe", "gp"):
+            chosen.append(_sampler_method(name))
+        else:
+            raise SystemExit(
+                f"unknown method {name!r}; known: {sorted(known)}, or tpe:KEY=VALUE;... / gp:KEY=VALUE;..."
+            )
+    return chosen
+
+
+def _sampler_method(spec: str) -> Method:
+    """``tpe:n_startup_trials=2;n_ei_candidates=64`` or ``gp:n_startup_trials=5``: a sampler variant."""
+    kind, _, rest = spec.partition(":")
+    options: dict[str, Any] = {}
+    for item in filter(None, rest.split(";")):
+        key, _, value = item.partition("=")
+        options[key.strip()] = json.loads(value) if value.strip() not in ("True", "False") else value.strip() == "True"
+    factory = tpe_factory(**options) if kind == "tpe" else gp_factory(**options)
+    return Method(spec, lambda p, s, b: run_study(p, s, b, factory=factory, name=spec))
+
+
+DEFAULT_METHODS = ("autotune", "random-runner", "random", "grid", "tiered")
+
+
+# ---------------------------------------------------------------------------------------------
+# Aggregation and output
+
+
+def aggregate(rows: list[dict[str, Any]], budget: int) -> dict[str, Any]:
+    """Median and worst over seeds; a seed that never got within 2 % counts as not reached."""
+
+    def stat(key: str) -> dict[str, Any]:
+        values = [r[key] for r in rows]
+        reached = [v for v in values if v is not None]
+        ordered = sorted(values, key=lambda v: math.inf if v is None else v)
+        median = ordered[(len(ordered) - 1) // 2] if len(ordered) % 2 else None
+        if len(ordered) % 2 == 0:
+            a, b = ordered[len(ordered) // 2 - 1], ordered[len(ordered) // 2]
+            median = None if a is None or b is None else (a + b) / 2
+        return {"median": median, "worst": None if len(reached) < len(values) else max(values), "reached": len(reached)}
+
+    return {
+        "seeds": len(rows),
+        "budget": budget,
+        "launches_to_2pct": stat("launches_to_2pct"),
+        "trials_to_2pct": stat("trials_to_2pct"),
+        "gpu_hours_to_2pct": stat("gpu_hours_to_2pct"),
+        "memory_deaths": {"median": statistics.median(r["memory_deaths"] for r in rows),
+                          "worst": max(r["memory_deaths"] for r in rows)},
+        "memory_death_rate": {"median": statistics.median(r["memory_death_rate"] for r in rows),
+                              "worst": max(r["memory_death_rate"] for r in rows)},
+        "final_gap": {"median": statistics.median(r["final_gap"] for r in rows),
+                      "worst": max(r["final_gap"] for r in rows)},
+        "launches": {"median": statistics.median(r["launches"] for r in rows)},
+        "gpu_hours": {"median": statistics.median(r["gpu_hours"] for r in rows)},
+        "wall_s": {"median": statistics.median(r["wall_s"] for r in rows)},
+    }  # fmt: skip
+
+
+def benchmark(
+    problem: Problem, *, seeds: int, budget: int, method_names: Sequence[str] = DEFAULT_METHODS, per_tier: int = 8,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Every method on every seed; returns the numbers the table and ``--json`` show."""
+    optimum = solve(problem)
+    results: dict[str, Any] = {}
+    for method in methods(method_names, per_tier=per_tier):
+        rows = []
+        for seed in range(seeds):
+            run = method.run(problem, seed, budget)
+            rows.append({**run.summary(optimum.tok_s, problem.gpus), "seed": seed, "wall_s": run.wall_s})
+            if progress is not None:
+                progress(f"{method.name}: seed {seed} done")
+        results[method.name] = {"summary": aggregate(rows, budget), "runs": rows}
+    return {
+        "profile": problem.profile.name,
+        "space": str(problem.space.source),
+        "gpus": problem.gpus,
+        "noise_rel": problem.noise_rel,
+        "launch_cost": asdict(problem.cost),
+        "optimum": {"tok_s": optimum.tok_s, "flags": optimum.flags, "exhaustive": optimum.exhaustive,
+                    "grid_candidates": optimum.candidates or None, "within_2pct": optimum.within_2pct or None},
+        "notes": problem.notes,
+        "seeds": seeds,
+        "budget": budget,
+        "methods": results,
+    }  # fmt: skip
+
+
+def _fmt(value: Any, digits: int = 0, budget: int | None = None) -> str:
+    if value is None:
+        return f">{budget}" if budget is not None else "—"
+    return f"{value:.{digits}f}"
+
+
+def print_table(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 150))
+    opt = report["optimum"]
+    budget = report["budget"]
+    table = Table(
+        title=f"Search efficiency on {report['profile']} ({report['seeds']} seeds, budget {budget} launches); "
+        f"true optimum {opt['tok_s']:.2f} tok/s",
+        caption="launches/trials/GPU-h: until the best-so-far's true value is within 2 % of the optimum "
+        "(median / worst over seeds; >N = not reached in N launches). SIMULATED on the SGLang twin.",
+    )
+    for header in ("method", "launches to 2%", "trials to 2%", "GPU-h to 2%", "reached", "memory deaths",
+                   "final gap", "GPU-h total"):  # fmt: skip
+        table.add_column(header, justify="left" if header == "method" else "right")
+    for name, result in report["methods"].items():
+        s = result["summary"]
+        launches, trials, hours = s["launches_to_2pct"], s["trials_to_2pct"], s["gpu_hours_to_2pct"]
+        table.add_row(
+            name,
+            f"{_fmt(launches['median'], 0, budget)} / {_fmt(launches['worst'], 0, budget)}",
+            f"{_fmt(trials['median'], 0, budget)} / {_fmt(trials['worst'], 0, budget)}",
+            f"{_fmt(hours['median'], 2)} / {_fmt(hours['worst'], 2)}",
+            f"{launches['reached']}/{s['seeds']}",
+            f"{s['memory_deaths']['median']:g} ({s['memory_death_rate']['median']:.0%})"
+            f" / {s['memory_deaths']['worst']}",
+            f"{s['final_gap']['median']:.1%} / {s['final_gap']['worst']:.1%}",
+            f"{s['gpu_hours']['median']:.2f}",
+        )
+    console.print(table)
+    console.print(f"optimum: {json.dumps(opt['flags'])}")
+    for note in report["notes"]:
+        console.print(f"note: {note}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--twin-profile", required=True, help="twin profile: a built-in name or a YAML path")
+    parser.add_argument("--space", required=True, help="search-space YAML file")
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--budget", type=int, default=80, help="launches per run")
+    parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
+    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                        help="comma-separated: autotune, random-runner, random, grid, tiered, tpe-startup2, "
+                        "tpe-startup10, tpe-startup20, tpe-independent, gp")  # fmt: skip
+    parser.add_argument("--per-tier", type=int, default=8, help="candidates per tier of the tiered grid")
+    parser.add_argument("--noise", type=float, default=None, help="relative sd of a measurement (default: target/1.96)")
+    parser.add_argument("--exhaustive", action="store_true", help="find the optimum by evaluating every candidate")
+    args = parser.parse_args(argv)
+    problem = load_problem(args.twin_profile, args.space, noise_rel=args.noise)
+    started = time.monotonic()
+    solve(problem, exhaustive=args.exhaustive or None)
+    report = benchmark(
+        problem,
+        seeds=args.seeds,
+        budget=args.budget,
+        method_names=[m.strip() for m in args.methods.split(",") if m.strip()],
+        per_tier=args.per_tier,
+        progress=lambda text: print(text, file=sys.stderr, flush=True),
+    )
+    report["wall_s"] = time.monotonic() - started
+    print_table(report)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

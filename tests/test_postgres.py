@@ -1,0 +1,140 @@
+"""Several workers on one study through a real PostgreSQL server (Debian's package, started here)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from autotune.server import find_free_port
+from tests.conftest import TWIN_SPACE, autotune_cmd
+
+pytestmark = pytest.mark.twin
+STUDY = "shared"
+
+
+def pg_bin() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    return Path(found[-1]).parent if found else None
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[str]:
+    bindir = pg_bin()
+    if bindir is None:
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL is not installed; .ci/run installs Debian's postgresql")
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    data = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
+    if as_postgres:
+        shutil.chown(data, "postgres")
+    port = find_free_port()
+    subprocess.run([*as_postgres, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"],
+                   check=True, capture_output=True)
+    subprocess.run([*as_postgres, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(data / "log"), "-w", "-o",
+                    f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c max_connections=200", "start"],
+                   check=True, capture_output=True)
+    try:
+        subprocess.run([*as_postgres, str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
+                        "autotune"], check=True, capture_output=True)
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/autotune"
+    finally:
+        subprocess.run([*as_postgres, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+                       capture_output=True)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def space_file(tmp_path: Path, name: str) -> Path:
+    data = yaml.safe_load(TWIN_SPACE.read_text())
+    data["study"] = name
+    # topk 1: draft tokens are steps + 1, so many sampled candidates share an effective config
+    data["fixed"].update({"speculative-eagle-topk": 1, "mem-fraction-static": 0.88})
+    data["tuned"] = {"speculative-num-steps": {"type": "int", "low": 1, "high": 4},
+                     "speculative-num-draft-tokens": {"type": "int", "low": 2, "high": 9}}
+    data["baselines"] = [{"name": "hand-found", "flags": {"speculative-num-steps": 3}}]
+    data["measurement"].update({"warmup_requests": 0, "prompts_per_round": 1, "max_tokens": 32, "min_rounds": 2,
+                                "max_rounds": 2})
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def load_trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
+    storage = optuna.storages.RDBStorage(url)
+    try:
+        return optuna.load_study(study_name=name, storage=storage).trials
+    finally:
+        storage.remove_session()
+        storage.engine.dispose()
+
+
+def worker(space: Path, url: str, cwd: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(autotune_cmd("study", str(space), "--storage", url, *extra), cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def test_two_workers_share_one_study(postgres: str, tmp_path: Path) -> None:
+    space = space_file(tmp_path, STUDY)
+    hosts = [tmp_path / "host-a", tmp_path / "host-b"]  # separate folders, as on two machines
+    for host in hosts:
+        host.mkdir()
+    workers = [worker(space, postgres, host, "--total-trials", "8", "--seed", str(i)) for i, host in enumerate(hosts)]
+    outputs = [w.communicate(timeout=600)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outputs
+    trials = load_trials(postgres, STUDY)
+    finished = [t for t in trials if t.state.name in ("COMPLETE", "FAIL")]
+    assert 8 <= len(finished) <= 9  # each worker checks the total after its own trial
+    assert sum(1 for t in trials if t.user_attrs.get("baseline") == "hand-found") == 1
+    measured = [t.user_attrs["config_key"] for t in trials
+                if t.user_attrs.get("outcome") == "ok" and t.user_attrs.get("duplicate_of") is None]
+    assert len(measured) == len(set(measured)), "an effective config was measured twice"
+    assert {t.user_attrs["worker_pid"] for t in trials} == {w.pid for w in workers}
+    data = json.loads(subprocess.run(autotune_cmd("show", STUDY, "--storage", postgres, "--json"), cwd=tmp_path,
+                                     check=True, capture_output=True, text=True).stdout)
+    assert data["best_trial"] is not None
+
+
+def test_a_dead_worker_has_its_trial_failed_by_heartbeat_and_retried(postgres: str, tmp_path: Path) -> None:
+    name = "shared-kill"
+    space = space_file(tmp_path, name)
+    data = yaml.safe_load(space.read_text())
+    data["measurement"]["max_tokens"] = 200  # long enough to be killed mid-trial
+    space.write_text(yaml.safe_dump(data))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    doomed = worker(space, postgres, tmp_path / "a", "--total-trials", "6", "--heartbeat", "1", "--seed", "1")
+    records = tmp_path / "a" / "studies" / name / "servers"
+    deadline = time.monotonic() + 120
+    while not list(records.glob("server-*.json")):
+        assert time.monotonic() < deadline and doomed.poll() is None, "the first worker never launched"
+        time.sleep(0.1)
+    orphan = json.loads(next(records.glob("server-*.json")).read_text())["pid"]
+    os.killpg(doomed.pid, signal.SIGKILL)  # the worker dies mid-trial (its server survives it)
+    doomed.communicate()
+    try:
+        survivor = worker(space, postgres, tmp_path / "b", "--total-trials", "6", "--heartbeat", "1", "--seed", "2")
+        output = survivor.communicate(timeout=600)[0]
+        assert survivor.returncode == 0, output
+    finally:
+        try:
+            os.killpg(orphan, signal.SIGKILL)  # on another host the orphan would be that host's to reap
+        except ProcessLookupError:
+            pass
+    trials = load_trials(postgres, name)
+    stale = [t for t in trials if t.user_attrs.get("worker_pid") == doomed.pid]
+    assert len(stale) == 1 and stale[0].state.name == "FAIL"
+    retries = [t for t in trials if t.system_attrs.get("failed_trial") == stale[0].number]
+    assert len(retries) == 1 and retries[0].params == stale[0].params and retries[0].state.name == "COMPLETE"
+    assert sum(1 for t in trials if t.state.name in ("COMPLETE", "FAIL")) >= 6
