@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -122,7 +122,7 @@ def study(
     """
     with error_funnel():
         from autotune.errors import UserError
-        from autotune.report import LiveView, best_summary, trials_table
+        from autotune.report import LiveView, best_summary, engines_table, trials_table
         from autotune.space import load_space
         from autotune.study import StudyPaths, StudyRunner, best_record, parse_duration, preflight, records
 
@@ -175,6 +175,9 @@ def study(
         all_records = records(runner.study)
         best = best_record(runner.study)
         console.print(trials_table(all_records, flag_names=list(space.tuned), best=best.number if best else None))
+        per_engine = engines_table(all_records)
+        if per_engine is not None:
+            console.print(per_engine)
         console.print(best_summary(best, simulated=simulated))
         console.print(
             f"stopped: {runner.stop_reason}.  Export the best: autotune export {study_name} --format sh"
@@ -210,7 +213,7 @@ def show(
     """Show every trial (outcome, key flags, tok/s, accept length), which flags mattered, the best per category."""
     with error_funnel():
         from autotune.htmlreport import artifact_store, param_importance, trial_categories
-        from autotune.report import best_summary, category_table, importance_table, trials_table
+        from autotune.report import best_summary, category_table, engines_table, importance_table, trials_table
         from autotune.study import StudyPaths, best_record, records
 
         opened = _open(study_name, storage, studies_dir)
@@ -232,6 +235,9 @@ def show(
             return
         tuned = list(opened.user_attrs.get("space", {}).get("tuned", {}))
         console.print(trials_table(all_records, flag_names=tuned, best=best.number if best else None))
+        per_engine = engines_table(all_records)
+        if per_engine is not None:
+            console.print(per_engine)
         console.print(
             importance_table(
                 importance.values, method=importance.method, trials_used=importance.trials_used, note=importance.note
@@ -297,29 +303,37 @@ def check(
         checked = preflight(space, read_gpus=False)
         baselines = []
         for baseline in space.baselines:
-            plan = checked.engine.normalise({**space.fixed, **baseline.flags})
-            argv = checked.engine.build_argv(
-                checked.launcher, model=space.model, plan=plan, host="127.0.0.1", port=30000
+            name, flags = space.split_engine({**space.fixed, **baseline.flags})
+            prepared = checked.engines[name]
+            plan = prepared.engine.normalise(flags)
+            argv = prepared.engine.build_argv(
+                prepared.launcher, model=space.model, plan=plan, host="127.0.0.1", port=30000
             )
-            baselines.append({"name": baseline.name, "argv": argv, "engine_rules_applied": plan.notes})
+            baselines.append(
+                {"name": baseline.name, "engine": name, "argv": argv, "engine_rules_applied": plan.notes}
+            )
+        engines: dict[str, dict[str, Any]] = {
+            name: {"flags_checked": space.flags_for(name), "launcher_flags": len(prepared.flag_set.flags)}
+            for name, prepared in checked.engines.items()
+        }
         if as_json:
             payload = {
                 "space": str(space_file),
-                "engine": space.engine,
+                "engine": space.engine_names()[0] if len(engines) == 1 else "choice",
+                "engines": engines,
                 "valid": True,
                 "flags_checked": space.all_flag_names(),
-                "launcher_flags": len(checked.flag_set.flags),
                 "tuned": list(space.tuned),
                 "baselines": baselines,
             }
             print(json.dumps(payload, indent=2))
             return
-        console.print(
-            f"[green]ok[/green] {space_file}: engine {space.engine}, "
-            f"{len(space.all_flag_names())} flags checked against the launcher's --help "
-            f"({len(checked.flag_set.flags)} known), {len(space.tuned)} tuned",
-            highlight=False,
-        )
+        for name, info in engines.items():
+            console.print(
+                f"[green]ok[/green] {space_file}: engine {name}, {len(info['flags_checked'])} flags checked against "
+                f"the launcher's --help ({info['launcher_flags']} known), {len(space.tuned)} tuned",
+                highlight=False,
+            )
         for b in baselines:
             console.print(f"\n[bold]baseline {b['name']}[/bold]", highlight=False)
             for note in b["engine_rules_applied"]:

@@ -25,6 +25,7 @@ class TrialRecord(BaseModel):
     engine_version: str | None = None
     argv: list[str] = Field(default_factory=list)
     metrics: dict[str, dict[str, float | str | None]] = Field(default_factory=dict)
+    engine: str | None = None
     roofline_share: float | None = Field(default=None, description="decode tok/s / bandwidth ceiling")
     host: str | None = None
     gpus: list[str] = Field(default_factory=list)

@@ -17,7 +17,7 @@ from rich.text import Text
 from autotune.gpu import GpuInventory
 from autotune.measure import CategoryStats, Measurement
 from autotune.records import TrialRecord
-from autotune.space import Candidate, FlagValue
+from autotune.space import ENGINE_PARAM, Candidate, FlagValue
 from autotune.study import StudyEvents
 
 _OUTCOME_STYLE = {
@@ -79,12 +79,36 @@ def trials_table(records: Sequence[TrialRecord], *, flag_names: Sequence[str], b
         table.add_row(
             f"{r.number}{mark}",
             Text(r.outcome, style=_OUTCOME_STYLE.get(r.outcome, "red")),
-            *(_fmt(r.flags.get(n)) for n in flag_names),
+            *(_fmt(r.engine if n == ENGINE_PARAM else r.flags.get(n)) for n in flag_names),
             _speed(r),
             f"{accept:.2f}" if accept is not None else "-",
             f"{r.roofline_share:.0%}" if r.roofline_share is not None else "-",
             *([f"{r.host} ({', '.join(sorted(set(r.gpus)))})" if r.gpus else r.host or "-"] if len(hosts) > 1 else []),
             note,
+        )
+    return table
+
+
+def engines_table(records: Sequence[TrialRecord]) -> Table | None:
+    """The best of each engine on the same suite, when a study weighed several."""
+    engines = sorted({r.engine for r in records if r.engine})
+    if len(engines) < 2:
+        return None
+    table = Table(title="best of each engine (same GPUs, same prompt suite)", title_justify="left")
+    for column in ("engine", "best trial", "decode tok/s", "accept len", "measured", "infeasible"):
+        table.add_column(column, justify="left" if column == "engine" else "right")
+    for engine in engines:
+        mine = [r for r in records if r.engine == engine]
+        ok = [r for r in mine if r.feasible and r.value is not None]
+        best = max(ok, key=lambda r: r.value or 0.0) if ok else None
+        accept = best.metric_value("accept_length") if best else None
+        table.add_row(
+            engine,
+            str(best.number) if best else "-",
+            _speed(best) if best else "-",
+            f"{accept:.2f}" if accept is not None else "-",
+            str(len(ok)),
+            str(sum(1 for r in mine if r.outcome != "ok" and r.state == "COMPLETE")),
         )
     return table
 

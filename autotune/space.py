@@ -234,13 +234,32 @@ class LaunchSpec(_Strict):
     stop_timeout_s: float = Field(default=30.0, gt=0, description="grace after SIGTERM before SIGKILL")
 
 
+ENGINE_PARAM = "engine"
+"""The tuned categorical that chooses the engine when a space offers several (``engines:``)."""
+
+
+class EngineSpec(_Strict):
+    """One engine a study may choose: its launcher and the flags fixed for it."""
+
+    launcher: list[str] = Field(min_length=1)
+    fixed: dict[str, FlagValue] = Field(default_factory=dict)
+
+    @field_validator("fixed", mode="before")
+    @classmethod
+    def _canonical(cls, value: object) -> object:
+        return {flag_name(str(k)): v for k, v in value.items()} if isinstance(value, dict) else value
+
+
 class SearchSpace(_Strict):
     """A whole search-space file."""
 
     version: Literal[1]
     study: str | None = Field(default=None, pattern=r"^[\w.-]+$", description="default study name")
     engine: str = "sglang"
-    launcher: list[str] = Field(min_length=1)
+    engines: dict[str, EngineSpec] | None = Field(
+        default=None, description="several engines; the tuned categorical 'engine' chooses among them"
+    )
+    launcher: list[str] | None = Field(default=None, min_length=1)
     model: str
     gpus: GPUSpec = GPUSpec()
     env: dict[str, str] = Field(default_factory=dict)
@@ -265,6 +284,17 @@ class SearchSpace(_Strict):
 
     @model_validator(mode="after")
     def _check_consistency(self) -> SearchSpace:
+        if self.engines is None and self.launcher is None:
+            raise ValueError("launcher: required key is missing")
+        if self.engines is not None:
+            if self.launcher is not None:
+                raise ValueError("launcher: with 'engines', each engine names its own launcher")
+            choice = self.tuned.get(ENGINE_PARAM)
+            if not isinstance(choice, CategoricalParam) or not set(map(str, choice.choices)) <= set(self.engines):
+                raise ValueError(
+                    f"tuned.{ENGINE_PARAM}: with 'engines', tune '{ENGINE_PARAM}' as a categorical over "
+                    f"{sorted(self.engines)}"
+                )
         if self.objective.concurrency not in self.measurement.concurrency:
             raise ValueError(
                 f"objective.concurrency: {self.objective.concurrency} is not one of the measured levels "
@@ -292,6 +322,45 @@ class SearchSpace(_Strict):
                         f"baselines.{baseline.name}.{flag}: {value!r} is outside the tuned range of this flag"
                     )
         return self
+
+    def engine_names(self) -> list[str]:
+        return list(self.engines) if self.engines is not None else [self.engine]
+
+    def launcher_for(self, engine: str) -> list[str]:
+        if self.engines is not None:
+            return self.engines[engine].launcher
+        assert self.launcher is not None
+        return self.launcher
+
+    def fixed_for(self, engine: str) -> dict[str, FlagValue]:
+        extra = self.engines[engine].fixed if self.engines is not None else {}
+        return {**self.fixed, **extra}
+
+    def split_engine(self, flags: Mapping[str, FlagValue]) -> tuple[str, dict[str, FlagValue]]:
+        """(engine, its flags): the chosen engine's fixed flags join, the choice itself leaves."""
+        if self.engines is None:
+            return self.engine, dict(flags)
+        engine = str(flags[ENGINE_PARAM])
+        rest = {k: v for k, v in flags.items() if k != ENGINE_PARAM}
+        return engine, {**self.engines[engine].fixed, **rest}
+
+    def _owners(self, name: str) -> set[str]:
+        """The engines a tuned flag can reach, following its condition chain to the engine choice."""
+        param = self.tuned.get(name)
+        if param is None or param.when is None:
+            return set(self.engine_names())
+        if param.when.flag == ENGINE_PARAM and param.when.op == "==":
+            return {str(param.when.value)}
+        return self._owners(param.when.flag)
+
+    def flags_for(self, engine: str) -> list[str]:
+        """Every flag name that can reach this engine's command line (to check against its --help)."""
+        names = list(self.fixed_for(engine))
+        names += [n for n in self.tuned if n != ENGINE_PARAM and engine in self._owners(n)]
+        for baseline in self.baselines:
+            if str(baseline.flags.get(ENGINE_PARAM, engine)) == engine:
+                names += [f for f in baseline.flags if f != ENGINE_PARAM]
+        return list(dict.fromkeys(names))
 
     def suite_path(self) -> str:
         """The suite reference with relative paths resolved against the space file."""

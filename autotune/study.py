@@ -218,6 +218,7 @@ def trial_record(trial: FrozenTrial) -> TrialRecord:
         engine_version=attrs.get("engine_version"),
         argv=attrs.get("argv", []),
         metrics=attrs.get("metrics", {}),
+        engine=attrs.get("engine"),
         roofline_share=attrs.get("roofline_share"),
         host=attrs.get("host"),
         gpus=attrs.get("gpus", []),
@@ -242,13 +243,14 @@ def build_profile(study: optuna.Study, record: TrialRecord) -> Profile:
         name: ProfileMetric(value=float(m["value"] or 0.0), unit=str(m["unit"]), ci95=m.get("ci95"), n=m.get("n"))  # type: ignore[arg-type]
         for name, m in record.metrics.items()
     }
+    engine = record.engine or space.engine
     return Profile(
         study=study.study_name,
         trial=record.number,
-        engine=space.engine,
+        engine=engine,
         engine_version=record.engine_version,
         model=space.model,
-        launcher=space.launcher,
+        launcher=space.launcher_for(engine),
         flags=record.flags,
         env=env,
         gpu_devices=space.gpus.devices,
@@ -345,34 +347,43 @@ class StudyEvents:
     def trial_finished(self, record: TrialRecord) -> None: ...
 
 
+@dataclass(frozen=True)
+class PreparedEngine:
+    """One engine of a space, checked: its flag set read from its launcher's --help."""
+
+    engine: Engine
+    flag_set: FlagSet
+    launcher: list[str]
+
+
 @dataclass
 class Preflight:
     """Everything checked before the first launch."""
 
     space: SearchSpace
-    engine: Engine
-    flag_set: FlagSet
-    launcher: list[str]
+    engines: dict[str, PreparedEngine]
     suite: Suite
     inventory: GpuInventory | None
 
 
 def preflight(space: SearchSpace, *, read_gpus: bool = True) -> Preflight:
-    """Check the space against the engine it names, without launching anything."""
-    engine = get_engine(space.engine)
+    """Check the space against every engine it names, without launching anything."""
     suite = load_suite(space.suite_path())
-    launcher = resolve_command(space.launcher)
-    flag_set = engine.read_flag_set(launcher, env=space.env)
-    engine.check_flags(space.all_flag_names(), flag_set)
+    engines: dict[str, PreparedEngine] = {}
+    for name in space.engine_names():
+        engine = get_engine(name)
+        launcher = resolve_command(space.launcher_for(name))
+        flag_set = engine.read_flag_set(launcher, env=space.env)
+        engine.check_flags(space.flags_for(name), flag_set)
+        engines[name] = PreparedEngine(engine=engine, flag_set=flag_set, launcher=launcher)
     for baseline in space.baselines:
+        name, flags = space.split_engine({**space.fixed, **baseline.flags})
         try:
-            engine.normalise({**space.fixed, **baseline.flags})
+            engines[name].engine.normalise(flags)
         except InvalidConfig as exc:
             raise UserError(f"baseline {baseline.name!r}: {exc}") from None
     inventory = read_inventory(space.gpus) if read_gpus else None
-    return Preflight(
-        space=space, engine=engine, flag_set=flag_set, launcher=launcher, suite=suite, inventory=inventory
-    )
+    return Preflight(space=space, engines=engines, suite=suite, inventory=inventory)
 
 
 class StudyRunner:
@@ -395,7 +406,7 @@ class StudyRunner:
         self.checked = checked
         self.inventory = checked.inventory
         self.space = checked.space
-        self.engine = checked.engine
+        self.engines = {name: prepared.engine for name, prepared in checked.engines.items()}
         self.name = name
         self.paths = paths
         self.events = events or StudyEvents()
@@ -414,43 +425,65 @@ class StudyRunner:
         env = dict(self.space.env)
         if self.space.gpus.devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in self.space.gpus.devices)
-        self.setup = TrialSetup(
-            launcher=checked.launcher,
-            model=self.space.model,
-            env=env,
-            suite=self.suite,
-            measure=measure_settings(self.space),
-            concurrency_levels=self.space.measurement.concurrency,
-            objective_concurrency=self.space.objective.concurrency,
-            launch_timeout_s=self.space.launch.timeout_s,
-            stop_timeout_s=self.space.launch.stop_timeout_s,
-            records_dir=paths.servers,
-            read_gpus=lambda: read_inventory(self.space.gpus),
-            release_timeout_s=self.space.gpus.release_timeout_s,
-        )
+        self.setups = {
+            name: TrialSetup(
+                launcher=prepared.launcher,
+                model=self.space.model,
+                env=env,
+                suite=self.suite,
+                measure=measure_settings(self.space),
+                concurrency_levels=self.space.measurement.concurrency,
+                objective_concurrency=self.space.objective.concurrency,
+                launch_timeout_s=self.space.launch.timeout_s,
+                stop_timeout_s=self.space.launch.stop_timeout_s,
+                records_dir=paths.servers,
+                read_gpus=lambda: read_inventory(self.space.gpus),
+                release_timeout_s=self.space.gpus.release_timeout_s,
+            )
+            for name, prepared in checked.engines.items()
+        }
         self.stop_reason: str | None = None
         self.baseline_inventory = self.inventory
         weight_bytes = self.space.gpus.model_bytes or model_weight_bytes(self.space.model)
         free = min((g.memory_free_bytes for g in self.inventory.gpus), default=None)
-        self.feasibility = FeasibilityModel(self.engine.memory_rules, free_bytes=free, weight_bytes=weight_bytes)
+        self.feasibility = {
+            name: FeasibilityModel(engine.memory_rules, free_bytes=free, weight_bytes=weight_bytes)
+            for name, engine in self.engines.items()
+        }
         self._replay_memory()
         self.launch: Callable[[LaunchPlan, Path, Callable[[str, str], None]], TrialOutcome] = (
-            lambda plan, log_path, phase: run_trial(self.engine, self.setup, plan, log_path=log_path, on_phase=phase)
+            lambda plan, log_path, phase: run_trial(
+                self.engines[plan.engine], self.setups[plan.engine], plan, log_path=log_path, on_phase=phase
+            )
         )
+
+    @property
+    def setup(self) -> TrialSetup:
+        """The trial setup of a single-engine space."""
+        (only,) = self.setups.values()
+        return only
+
+    @setup.setter
+    def setup(self, value: TrialSetup) -> None:
+        (name,) = self.setups
+        self.setups[name] = value
 
     def _replay_memory(self) -> None:
         """A resumed study predicts with what its earlier launches taught."""
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            model = self.feasibility.get(trial.user_attrs.get("engine", self.space.engine))
+            if model is None:
+                continue
             side = MEMORY_SIDES.get(trial.user_attrs.get("outcome", ""))
-            if side is not None and trial.user_attrs.get("duplicate_of") is None:
-                self.feasibility.observe(trial.user_attrs.get("flags", {}), side, trial=trial.number)
             flags = trial.user_attrs.get("flags", {})
+            if side is not None and trial.user_attrs.get("duplicate_of") is None:
+                model.observe(flags, side, trial=trial.number)
             weights = trial.user_attrs.get("memory_weights_gib")
             if isinstance(weights, (int, float)):
-                self.feasibility.observe_weights(weights * 2**30, flags=flags)
+                model.observe_weights(weights * 2**30, flags=flags)
             graph = trial.user_attrs.get("memory_graph_gib")
             if isinstance(graph, (int, float)) and graph > 0:
-                self.feasibility.observe_graph(graph * 2**30, flags=flags)
+                model.observe_graph(graph * 2**30, flags=flags)
 
     @staticmethod
     def _mkdir(path: Path) -> Path:
@@ -459,7 +492,7 @@ class StudyRunner:
 
     def _describe_study(self) -> None:
         attrs = {
-            "engine": self.space.engine,
+            "engine": ", ".join(self.space.engine_names()),
             "model": self.space.model,
             "space_file": str(self.space.source) if self.space.source else None,
             "suite": self.suite.name,
@@ -586,14 +619,16 @@ class StudyRunner:
         trial.set_user_attr("gpus", [g.name for g in self.inventory.gpus])
         candidate = suggest(self.space, trial, self._baseline(trial))
         self.events.trial_started(trial.number, candidate)
+        engine_name, flags = self.space.split_engine(candidate.flags)
+        trial.set_user_attr("engine", engine_name)
         try:
-            plan = self.engine.normalise(candidate.flags)
+            plan = self.engines[engine_name].normalise(flags)
         except InvalidConfig as exc:
             return self._finish_invalid(trial, candidate, str(exc))
         duplicate = self._find_duplicate(trial, plan.config_key)
         if duplicate is not None:
             return self._finish_duplicate(trial, plan, duplicate)
-        prediction = self.feasibility.predict(plan.flags)
+        prediction = self.feasibility[plan.engine].predict(plan.flags)
         if not prediction.feasible:
             return self._finish_predicted(trial, plan, prediction)
         self._wait_for_idle_gpus(trial, plan)
@@ -621,7 +656,7 @@ class StudyRunner:
 
     def _wait_for_idle_gpus(self, trial: optuna.Trial, plan: LaunchPlan) -> None:
         """Never launch onto busy GPUs: wait (bounded), else record the trial as skipped-busy."""
-        read = self.setup.read_gpus
+        read = self.setups[plan.engine].read_gpus
         if read is None:
             return
         self.events.phase("waiting", "for idle GPUs")
@@ -652,15 +687,16 @@ class StudyRunner:
 
     def _learn_memory(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
         """Memory failures move the boundary; logged weights sharpen the estimate; record readings."""
+        model = self.feasibility[outcome.plan.engine]
         side = MEMORY_SIDES.get(outcome.kind.value)
         if side is not None:
-            self.feasibility.observe(outcome.plan.flags, side, trial=trial.number)
+            model.observe(outcome.plan.flags, side, trial=trial.number)
         facts = outcome.memory
         if facts is not None:
             if facts.weights_bytes:
-                self.feasibility.observe_weights(facts.weights_bytes, flags=outcome.plan.flags)
+                model.observe_weights(facts.weights_bytes, flags=outcome.plan.flags)
             if facts.graph_bytes:
-                self.feasibility.observe_graph(facts.graph_bytes, flags=outcome.plan.flags)
+                model.observe_graph(facts.graph_bytes, flags=outcome.plan.flags)
             for name, value in (("weights", facts.weights_bytes), ("kv_pool", facts.kv_pool_bytes),
                                 ("graph", facts.graph_bytes)):  # fmt: skip
                 if value is not None:
@@ -679,7 +715,7 @@ class StudyRunner:
         measurement = outcome.measurement
         bandwidth = min((g.bandwidth_bytes_per_s or 0 for g in self.inventory.gpus), default=0)
         weights = outcome.memory.weights_bytes if outcome.memory else None
-        weights = weights or self.feasibility.weights_per_gpu(outcome.plan.flags)
+        weights = weights or self.feasibility[outcome.plan.engine].weights_per_gpu(outcome.plan.flags)
         if measurement is None or not bandwidth or not weights:
             return None
         speed = measurement.metric("decode_tok_s")

@@ -47,7 +47,7 @@ from autotune.space import (  # noqa: E402
     load_space,
     resolve_command,
 )
-from autotune.study import Preflight, StudyPaths, StudyRunner, TrialFault  # noqa: E402
+from autotune.study import Preflight, PreparedEngine, StudyPaths, StudyRunner, TrialFault  # noqa: E402
 from autotune.trial import OutcomeKind, TrialOutcome  # noqa: E402
 from autotune.twin.landscape import (  # noqa: E402
     Evaluation,
@@ -324,11 +324,14 @@ def _memory_facts(evaluation: Evaluation) -> MemoryFacts | None:
 def make_runner(problem: Problem, folder: Path, *, sampler: str, seed: int) -> StudyRunner:
     """A real StudyRunner for the space, with the twin profile's inventory and no GPU reading."""
     inv = GpuInventory.model_validate(inventory(problem.profile)).select(problem.space.gpus.devices)
-    checked = Preflight(
-        space=problem.space,
+    prepared = PreparedEngine(
         engine=problem.engine,
         flag_set=FlagSet(flags=frozenset(problem.space.all_flag_names())),
-        launcher=resolve_command(problem.space.launcher),
+        launcher=resolve_command(problem.space.launcher_for(problem.space.engine)),
+    )
+    checked = Preflight(
+        space=problem.space,
+        engines={problem.space.engine: prepared},
         suite=load_suite(problem.space.suite_path()),
         inventory=inv,
     )

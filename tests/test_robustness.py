@@ -238,7 +238,7 @@ def test_a_port_taken_meanwhile_is_retried_on_another(tmp_path: Path, monkeypatc
     real = trial_module.find_free_port
     monkeypatch.setattr(trial_module, "find_free_port", lambda host: next(ports, None) or real(host))
     setup = TrialSetup(
-        launcher=checked.launcher,
+        launcher=checked.engines["sglang"].launcher,
         model=space.model,
         env={},
         suite=load_suite(space.suite_path()),
