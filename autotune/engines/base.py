@@ -219,9 +219,13 @@ class Engine(ABC):
     def build_argv(self, launcher: list[str], *, model: str, plan: LaunchPlan, host: str, port: int) -> list[str]:
         """The full command line that starts the server."""
 
-    @abstractmethod
     def is_ready(self, client: httpx.Client, base_url: str) -> bool:
-        """One readiness probe; connection errors count as not ready."""
+        """One readiness probe: ``GET /health`` answers 200 (SGLang, vLLM and llama.cpp all answer 503
+        or refuse the connection while loading); connection errors count as not ready."""
+        try:
+            return client.get(f"{base_url}/health", timeout=5.0).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     @abstractmethod
     def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> EffectiveConfig:

@@ -326,13 +326,6 @@ class LlamaCppEngine(Engine):
         metrics = [] if "metrics" in plan.flags else ["--metrics"]
         return [*launcher, "--model", model, "--host", host, "--port", str(port), *flag_argv(plan.flags), *metrics]
 
-    def is_ready(self, client: httpx.Client, base_url: str) -> bool:
-        """``/health`` is 503 ``Loading model`` while loading, 200 once requests are served."""
-        try:
-            return client.get(f"{base_url}/health", timeout=5.0).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> EffectiveConfig:
         """From ``/props``: slots (``parallel``), context per slot, model, build; from ``/slots`` (on
         by default): whether the slots speculate at all (``/props`` shows the request defaults'

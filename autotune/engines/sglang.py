@@ -251,12 +251,6 @@ class SGLangEngine(Engine):
         metrics = [] if "enable-metrics" in plan.flags else ["--enable-metrics"]
         return [*launcher, "--model-path", model, "--host", host, "--port", str(port), *flag_argv(plan.flags), *metrics]
 
-    def is_ready(self, client: httpx.Client, base_url: str) -> bool:
-        try:
-            return client.get(f"{base_url}/health", timeout=5.0).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> EffectiveConfig:
         try:
             info = client.get(f"{base_url}/server_info", timeout=30.0).raise_for_status().json()
