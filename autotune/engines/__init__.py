@@ -7,7 +7,7 @@ from autotune.errors import UserError
 
 
 def engine_names() -> list[str]:
-    return ["sglang", "llamacpp"]
+    return ["sglang", "llamacpp", "vllm"]
 
 
 def get_engine(name: str) -> Engine:
@@ -20,4 +20,8 @@ def get_engine(name: str) -> Engine:
         from autotune.engines.llamacpp import LlamaCppEngine
 
         return LlamaCppEngine()
+    if name == "vllm":
+        from autotune.engines.vllm import VLLMEngine
+
+        return VLLMEngine()
     raise UserError(f"unknown engine {name!r}; known engines: {', '.join(engine_names())}")

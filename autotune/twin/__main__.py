@@ -1,5 +1,9 @@
 """Entry point: ``python -m autotune.twin [--twin-* options] <SGLang 0.5.23 flags>``.
 
+``python -m autotune.twin --personality vllm serve MODEL [vLLM 0.33 flags]`` runs the vLLM
+personality instead (``autotune.twin.vllm_app``); ``--personality`` must come first. Without it,
+the SGLang twin runs exactly as before.
+
 Argument errors exit 2 (argparse, like SGLang); launch and memory failures exit 1; a SIGTERM or
 SIGINT stops the server promptly and exits 0. ``--twin-inventory`` prints the simulated GPU
 inventory as JSON without validating any other flag.
@@ -22,8 +26,28 @@ def _profile_or_error(name: str) -> TwinProfile | None:
         return None
 
 
+PERSONALITIES = ("sglang", "vllm")
+
+
+def _personality(argv: list[str]) -> tuple[str, list[str]]:
+    """``--personality NAME`` (or ``--personality=NAME``) as the first argument; default SGLang."""
+    if argv[:1] == ["--personality"] and len(argv) > 1:
+        return argv[1], argv[2:]
+    if argv[:1] and argv[0].startswith("--personality="):
+        return argv[0].split("=", 1)[1], argv[1:]
+    return "sglang", argv
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    personality, argv = _personality(argv)
+    if personality not in PERSONALITIES:
+        sys.stderr.write(f"{PROG}: error: --personality: {personality!r} is not one of {', '.join(PERSONALITIES)}\n")
+        return 2
+    if personality == "vllm":
+        from autotune.twin.vllm_app import main as vllm_main
+
+        return vllm_main(argv)
     if wants_inventory(argv):
         profile = _profile_or_error(inventory_profile(argv))
         if profile is None:

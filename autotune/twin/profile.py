@@ -197,6 +197,19 @@ class TimingSpec(_Strict):
     noise_rel: float = Field(ge=0, lt=0.5)
 
 
+class VllmSpec(_Strict):
+    """What the vLLM personality needs beyond the shared physics (every field has a default, so
+    profiles written before the personality existed still load)."""
+
+    non_torch_bytes: int = Field(default=536_870_912, ge=0)
+    sampler_bytes_per_token: int = Field(default=2_097_152, ge=0)
+    default_max_num_seqs: int = Field(default=256, ge=1)
+    default_max_num_batched_tokens: int = Field(default=2048, ge=1)
+    default_max_cudagraph_capture_size: int = Field(default=512, ge=1)
+    prefix_caching_state_pages: int = Field(default=1, ge=0)
+    extra_pass_ms: float = Field(default=0.0, ge=0)
+
+
 class TwinProfile(_Strict):
     """One simulated deployment: GPU set, model, drafters, calibration constants."""
 
@@ -210,6 +223,7 @@ class TwinProfile(_Strict):
     overheads: OverheadSpec
     memory: MemorySpec
     timing: TimingSpec
+    vllm: VllmSpec = VllmSpec()
 
     def drafter(self, path: str | None, algorithm: str) -> DrafterSpec | None:
         """The drafter the profile knows for this draft model path and algorithm, if any."""

@@ -254,15 +254,7 @@ class Scheduler(threading.Thread):
             self._running.extend(batch)
             usage = self._usage_locked()
             queued = len(self._waiting)
-        log.info(
-            "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, %s, #running-req: %d, #queue-req: %d",
-            len(batch),
-            new_tokens,
-            cached,
-            usage,
-            len(self._running) - len(batch),
-            queued,
-        )
+        self._log_prefill(batch, new_tokens, cached, usage, queued)
         for request in batch:
             self._advance(request, 1, now)
             with self.lock:
@@ -273,7 +265,7 @@ class Scheduler(threading.Thread):
         if self._interval.started is None:
             self._interval.started = self._clock()  # idle time is not generation time
         contexts = [r.prompt.prompt_tokens + r.generated for r in batch]
-        seconds = physics.noisy(physics.decode_pass_seconds(self.profile, self.cfg, contexts), self.profile, self._rng)
+        seconds = physics.noisy(self._pass_seconds(contexts), self.profile, self._rng)
         if self._drift and self._ready_at is not None:
             seconds *= drift_factor(self._drift, self._clock() - self._ready_at)
         if not self._sleep(seconds):
@@ -286,12 +278,33 @@ class Scheduler(threading.Thread):
             accepted = physics.draw_accept_length(request.probs, self._rng) if self.cfg.spec.enabled else 1
             accepted = min(accepted, request.target_tokens - request.generated)
             request.verify_ct += 1
+            self._on_accept(request, accepted)
             produced += accepted
             self._advance(request, accepted, now)
             with self.lock:
                 if accepted:
                     self.stats.itl.observe(seconds / accepted, accepted)
         self._account_pass(len(batch), produced)
+
+    # -- hooks a personality overrides (the defaults are SGLang's) -------------------------------
+
+    def _log_prefill(self, batch: list[Request], new_tokens: int, cached: int, usage: str, queued: int) -> None:
+        log.info(
+            "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, %s, #running-req: %d, #queue-req: %d",
+            len(batch),
+            new_tokens,
+            cached,
+            usage,
+            len(self._running) - len(batch),
+            queued,
+        )
+
+    def _pass_seconds(self, contexts: list[int]) -> float:
+        """One decode pass over requests of these lengths, before noise and drift."""
+        return physics.decode_pass_seconds(self.profile, self.cfg, contexts)
+
+    def _on_accept(self, request: Request, accepted: int) -> None:
+        """A decode pass gave ``request`` ``accepted`` tokens (1 + accepted draft tokens)."""
 
     def _advance(self, request: Request, tokens: int, now: float) -> None:
         """Give ``request`` ``tokens`` more tokens and publish the update; retire it when done."""

@@ -1,0 +1,771 @@
+"""vLLM (``vllm serve MODEL``): flags, launch rules, protocol.
+
+Facts from the vllm 0.33.0 wheel (shared/vllm.md; its ``--help=all`` is recorded in
+tests/fixtures/vllm-0.33.0-serve-help.txt). The launcher is the ``serve`` command itself, e.g.
+``[/opt/vllm/.venv/bin/vllm, serve]`` or, for the twin, ``[python, -m, autotune.twin, --personality,
+vllm, serve]``; :meth:`VLLMEngine.build_argv` puts the model right after it (vLLM's positional
+``model_tag``), then ``--host`` and ``--port``, then the plan's flags. The flag set is read from
+``LAUNCHER --help=all`` (vLLM 0.33's plain ``--help`` lists only the groups).
+
+Speculative decoding is tuned through **fields** that the engine folds into one
+``--speculative-config`` JSON object when it builds the command line:
+
+============================ ============================ =========================================
+field (space spelling)        JSON key                     note
+============================ ============================ =========================================
+``speculative-method``        ``method``                   ``mtp`` for Qwen3.5/3.6/Next MTP heads;
+                                                           ``qwen3_next_mtp`` & co. become ``mtp``
+``num-speculative-tokens``    ``num_speculative_tokens``   k; required with ``mtp``
+``speculative-model``         ``model``                    the draft model (draft_model, eagle, ...)
+``prompt-lookup-min``/``-max`` ``prompt_lookup_min``/``max`` ngram only; default 5, one mirrors the
+                                                           other; dropped for other methods (vLLM
+                                                           sets them to 0 there)
+``draft-tensor-parallel-size`` ``draft_tensor_parallel_size`` 1 or the target's TP
+``speculative-config.KEY``    ``KEY``                      any other key (vLLM's own dotted syntax)
+============================ ============================ =========================================
+
+vLLM's shorthands ``--spec-method``, ``--spec-model`` and ``--spec-tokens`` and a literal
+``--speculative-config`` JSON are accepted too and folded the same way, so equal settings are one
+effective config; a key given twice (JSON and a field or shorthand) is refused, as vLLM refuses it,
+and a space may not mix ``speculative-config`` with fields at all (:meth:`VLLMEngine.check_flags`).
+The plan keeps the fields, not the JSON, so a study shows ``num-speculative-tokens: 3`` and the
+feasibility rules can order it.
+
+Other rules applied in :meth:`VLLMEngine.normalise`: short aliases (``tp``, ``sc``, ``cc``, ``O``)
+and underscores become vLLM's long spelling; ``--max-num-seqs`` and ``--max-num-batched-tokens``
+are always both given (their defaults depend on the GPU, so trials would not compare) and
+``max-num-batched-tokens >= max-num-seqs``; ``--max-model-len`` spellings (``32k``, ``32K``,
+``-1``/``auto``) are read as vLLM reads them; ``false`` for a switch vLLM turns on by default
+(prefix caching, chunked prefill, async scheduling, ...) is passed as its negative spelling
+(``--disable-prefix-caching``); ``--disable-log-stats`` is refused (it turns off both ``/metrics`` and
+the log lines autotune cross-checks with).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel, ConfigDict
+
+from autotune.engines.base import (
+    EffectiveConfig,
+    Engine,
+    Failure,
+    FailureKind,
+    FlagSet,
+    InvalidConfig,
+    LaunchPlan,
+    MemoryFacts,
+    ServerStats,
+    StreamChunk,
+    parse_help_flags,
+    run_help,
+)
+from autotune.errors import FlagError, LauncherError, MeasurementError
+from autotune.feasibility import MemoryRules
+from autotune.space import FlagValue
+from autotune.workload import Prompt
+
+SPEC_CONFIG = "speculative-config"
+DOTTED = SPEC_CONFIG + "."
+METHOD = "speculative-method"
+TOKENS = "num-speculative-tokens"
+DRAFT_MODEL = "speculative-model"
+LOOKUP_MIN = "prompt-lookup-min"
+LOOKUP_MAX = "prompt-lookup-max"
+DRAFT_TP = "draft-tensor-parallel-size"
+MAX_SEQS = "max-num-seqs"
+MAX_BATCHED = "max-num-batched-tokens"
+MAX_MODEL_LEN = "max-model-len"
+UTILIZATION = "gpu-memory-utilization"
+TP = "tensor-parallel-size"
+SPEC_METRICS = "per-request-spec-decode-metrics"
+DISABLE_LOG_STATS = "disable-log-stats"
+
+# Field -> JSON key of --speculative-config (the module docstring's table).
+SPEC_FIELDS: dict[str, str] = {
+    METHOD: "method",
+    TOKENS: "num_speculative_tokens",
+    DRAFT_MODEL: "model",
+    LOOKUP_MIN: "prompt_lookup_min",
+    LOOKUP_MAX: "prompt_lookup_max",
+    DRAFT_TP: "draft_tensor_parallel_size",
+}
+FIELD_OF_KEY = {key: field for field, key in SPEC_FIELDS.items()}
+SPEC_SHORTHANDS: dict[str, str] = {
+    "spec-method": "method",
+    "spec-model": "model",
+    "spec-tokens": "num_speculative_tokens",
+}
+ALIASES: dict[str, str] = {
+    "tp": TP,
+    "sc": SPEC_CONFIG,
+    "cc": "compilation-config",
+    "O": "optimization-level",
+    "device-memory-utilization": UTILIZATION,
+}
+# Switches vLLM 0.33 turns on by default (or decides at run time): false -> the negative spelling.
+NEGATIONS: dict[str, str] = {
+    "enable-prefix-caching": "disable-prefix-caching",
+    "enable-chunked-prefill": "disable-chunked-prefill",
+    "async-scheduling": "no-async-scheduling",
+    "enable-flashinfer-autotune": "disable-flashinfer-autotune",
+    "enable-batch-sharded-sampling": "disable-batch-sharded-sampling",
+    "scheduler-reserve-full-isl": "no-scheduler-reserve-full-isl",
+    "swa-bounded-replay": "no-swa-bounded-replay",
+    "enforce-eager": "no-enforce-eager",
+}
+POSITIVE_OF = {negative: positive for positive, negative in NEGATIONS.items()}
+# vLLM 0.33's MTPModelTypes other than "mtp": rewritten to "mtp" with a warning.
+MTP_ALIASES = frozenset(
+    (
+        "deepseek_mtp dots3_note_mtp mimo_mtp mimo_v2_mtp glm4_moe_mtp glm4_moe_lite_mtp glm_ocr_mtp ernie_mtp "
+        "nemotron_h_mtp exaone_moe_mtp exaone4_5_mtp qwen3_next_mtp qwen4_exp_mtp qwen3_5_mtp longcat_flash_mtp "
+        "bailing_hybrid_v3_mtp minimax_m3_mtp bailing_hybrid_mtp kimi_k3_mtp pangu_ultra_moe_mtp step3p5_mtp "
+        "step5_mtp hy_v3_mtp hy_v4_mtp gemma4_mtp inkling_mtp glm5_next_mtp"
+    ).split()
+)
+NEEDS_DRAFT_MODEL = frozenset({"draft_model", "eagle", "eagle3", "dflash"})
+NGRAM = frozenset({"ngram", "ngram_gpu"})
+DEFAULT_LOOKUP = 5
+
+# Log text -> failure kind, checked in order (vllm.md "Memory").
+_RETRYABLE = ("Error in memory profiling",)
+_MEMORY_TOO_LOW = (
+    "No available memory for the cache blocks",
+    "To serve at least one request with the model's max seq len",
+    "Cannot auto-fit max_model_len",
+)
+_MEMORY_TOO_HIGH = (
+    "is less than desired GPU memory utilization",
+    "CUDA out of memory occurred when warming up sampler",
+    "CUDA out of memory",
+    "OutOfMemoryError",
+)
+_PORT_IN_USE = re.compile(r"address already in use", re.IGNORECASE)
+_INVALID = (
+    re.compile(r"error: unrecognized arguments: .*"),
+    re.compile(r"error: ambiguous option: .*"),
+    re.compile(r"error: argument .*"),
+    re.compile(r"\b(?:ValueError|NotImplementedError|TypeError): .*"),
+    re.compile(r"\bValidationError: .*(?:\n.*){0,2}"),
+)
+_ERRORISH = re.compile(r"\w*(Error|Exception)\b|Fatal|Segmentation fault")
+_ENGINE_DEATH = "Engine core initialization failed"
+
+# vLLM's stats lines: "Key: value" fields separated by ", " (a value may hold ", " itself, as the
+# per-position rates do; the next field starts with a capital letter and ends in ": ").
+_FIELD = re.compile(r"(?P<key>[A-Z][\w .%/-]*?): (?P<value>.*?)(?=, [A-Z][\w .%/-]*?: |$)")
+_ENGINE_LINE = re.compile(r"Engine (?P<engine>\d+): (?P<fields>Avg .*)$")
+_SPEC_LINE = re.compile(r"SpecDecoding metrics: (?P<fields>.*)$")
+_NUMBER = re.compile(r"^-?\d+(?:\.\d+)?|^nan")
+
+_GIB = 2**30
+_WEIGHTS_LINE = re.compile(r"Model loading took (?P<gib>[\d.]+) GiB")
+_KV_MEMORY_LINE = re.compile(r"Available KV cache memory: (?P<gib>-?[\d.]+) GiB")
+_KV_TOKENS_LINE = re.compile(r"KV cache size: (?P<tokens>[\d,]+) tokens")
+_GRAPH_LINE = re.compile(r"Graph capturing finished in [\d.]+ secs?, took (?P<gib>-?[\d.]+) GiB")
+
+# What a reply of cache_config_info says, under the flag it answers for.
+_CACHE_LABELS = {
+    "gpu_memory_utilization": UTILIZATION,
+    "cache_dtype": "kv-cache-dtype",
+    "enable_prefix_caching": "enable-prefix-caching",
+    "block_size": "block-size",
+    "num_gpu_blocks": "num-gpu-blocks",
+    "kv_cache_size_tokens": "kv-cache-size-tokens",
+    "kv_cache_max_concurrency": "kv-cache-max-concurrency",
+    "mamba_cache_mode": "mamba-cache-mode",
+}
+_LOG_NOISE = frozenset({"served-model-name", "seed", SPEC_METRICS, "enable-log-requests", "uvicorn-log-level"})
+_DEMAND = frozenset({MAX_MODEL_LEN, MAX_SEQS, MAX_BATCHED, "max-cudagraph-capture-size", TOKENS})
+
+
+class _Line(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineStatsLine(_Line):
+    """vLLM's periodic ``Engine 000: Avg prompt throughput ...`` line (one logging interval)."""
+
+    engine: int
+    prompt_throughput: float
+    generation_throughput: float
+    running: int | None = None
+    waiting: int | None = None
+    kv_cache_usage: float | None = None  # percent
+    prefix_cache_hit_rate: float | None = None  # percent
+
+
+class SpecDecodingLine(_Line):
+    """vLLM's ``SpecDecoding metrics: ...`` line (one logging interval)."""
+
+    mean_acceptance_length: float
+    accepted: int | None = None
+    drafted: int | None = None
+    per_position: list[float] = []
+    draft_acceptance_rate: float | None = None  # percent
+
+    @property
+    def drafts(self) -> float | None:
+        """Verify steps in the interval (``Drafted`` tokens / draft positions)."""
+        if self.drafted is None or not self.per_position:
+            return None
+        return self.drafted / len(self.per_position)
+
+
+def _fields(text: str) -> dict[str, str]:
+    return {m["key"].strip(): m["value"].strip() for m in _FIELD.finditer(text)}
+
+
+def _leading_number(text: str | None) -> float | None:
+    if text is None:
+        return None
+    match = _NUMBER.match(text.strip())
+    return float(match.group(0)) if match else None
+
+
+def parse_engine_line(line: str) -> EngineStatsLine | None:
+    """Parse the periodic engine line by field name (prefix and field order do not matter)."""
+    match = _ENGINE_LINE.search(line.strip())
+    if match is None:
+        return None
+    fields = _fields(match["fields"])
+    prompt = _leading_number(fields.get("Avg prompt throughput"))
+    generation = _leading_number(fields.get("Avg generation throughput"))
+    if prompt is None or generation is None:
+        return None
+    usage_key = next((k for k in fields if k.endswith("KV cache usage")), None)
+    running, waiting = _leading_number(fields.get("Running")), _leading_number(fields.get("Waiting"))
+    return EngineStatsLine(
+        engine=int(match["engine"]),
+        prompt_throughput=prompt,
+        generation_throughput=generation,
+        running=int(running) if running is not None else None,
+        waiting=int(waiting) if waiting is not None else None,
+        kv_cache_usage=_leading_number(fields.get(usage_key)) if usage_key else None,
+        prefix_cache_hit_rate=_leading_number(fields.get("Prefix cache hit rate")),
+    )
+
+
+def parse_spec_line(line: str) -> SpecDecodingLine | None:
+    """Parse the ``SpecDecoding metrics`` line by field name; older releases print other fields."""
+    match = _SPEC_LINE.search(line.strip())
+    if match is None:
+        return None
+    fields = _fields(match["fields"])
+    mean = _leading_number(fields.get("Mean acceptance length"))
+    if mean is None:
+        return None
+    accepted, drafted = _leading_number(fields.get("Accepted")), _leading_number(fields.get("Drafted"))
+    positions = fields.get("Per-position acceptance rate", "")
+    per_position = [float(p) for p in positions.split(",") if _NUMBER.match(p.strip())] if positions else []
+    return SpecDecodingLine(
+        mean_acceptance_length=mean,
+        accepted=int(accepted) if accepted is not None else None,
+        drafted=int(drafted) if drafted is not None else None,
+        per_position=per_position,
+        draft_acceptance_rate=_leading_number(fields.get("Avg Draft acceptance rate")),
+    )
+
+
+def counter_totals(text: str) -> dict[str, float]:
+    """Sum of every sample per name over its labels (engines, positions), with prometheus_client."""
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return totals
+
+
+def info_labels(text: str, name: str) -> dict[str, str] | None:
+    """The labels of an info-style gauge (``vllm:cache_config_info``) of the first engine."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                return dict(sample.labels)
+    return None
+
+
+_SUFFIX = re.compile(r"^(?P<number>\d+(?:\.\d+)?)(?P<suffix>[kKmMgGtT])?$")
+
+
+def parse_max_model_len(value: FlagValue) -> int | str:
+    """vLLM 0.33's ``--max-model-len``: ``32k`` = 32000, ``32K`` = 32768 (no decimals with binary
+    suffixes), ``-1`` or ``auto`` = fit what memory allows (returned as ``"auto"``)."""
+    if isinstance(value, bool):
+        raise InvalidConfig(f"--{MAX_MODEL_LEN} must be a length, not {value!r}")
+    text = str(value).strip()
+    if text in ("-1", "auto"):
+        return "auto"
+    match = _SUFFIX.match(text)
+    if match is None or (match["suffix"] and match["suffix"].isupper() and "." in match["number"]):
+        raise InvalidConfig(f"--{MAX_MODEL_LEN} {value!r} is not a length (e.g. 131072, 128k, 128K or auto)")
+    suffix = match["suffix"] or ""
+    scale = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    length = int(float(match["number"]) * scale.get(suffix, 1))
+    if length < 1:
+        raise InvalidConfig(f"--{MAX_MODEL_LEN} must be positive (or -1 / auto)")
+    return length
+
+
+def canonical_name(name: str) -> str:
+    """vLLM's spelling of a flag name: aliases resolved, underscores read as dashes (before a dot)."""
+    head, dot, tail = name.partition(".")
+    head = ALIASES.get(head, head)
+    head = ALIASES.get(head.replace("_", "-"), head.replace("_", "-"))
+    return head + dot + tail
+
+
+def _int(value: FlagValue, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise InvalidConfig(f"{what} must be an integer, not {value!r}")
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidConfig(f"{what} must be an integer, not {value!r}") from None
+
+
+_PREFIX = re.compile(r"^\(\w+ pid=\d+\) (?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\] )?")
+
+
+def _clean(line: str) -> str:
+    """A log line without vLLM's ``(EngineCore pid=N) ERROR 11-30 01:06:24 [core.py:1584]`` prefix."""
+    return _PREFIX.sub("", line.strip()).strip()
+
+
+def _line_with(text: str, needle: str) -> str:
+    for line in text.splitlines():
+        if needle in line:
+            return _clean(line)
+    return needle
+
+
+class VLLMEngine(Engine):
+    name = "vllm"
+    # vllm.md "Memory": the budget is utilization x TOTAL memory (it must be free at start); the
+    # KV cache gets budget - (weights + activations + graphs), and must hold one request of
+    # max-model-len plus (1 + k) mamba-state pages per running request on hybrid models. So every
+    # demand flag makes a "too low" failure worse. "Too high": the budget does not fit the free
+    # memory, or what is left outside it cannot hold the sampler warm-up (max-num-seqs x (1 + k)).
+    memory_rules = MemoryRules(
+        fraction_flag=UTILIZATION,
+        default_fraction=0.92,
+        tp_flag=TP,
+        pool_demand=_DEMAND,
+        pool_irrelevant=_LOG_NOISE,
+        headroom_demand=frozenset({MAX_SEQS, TOKENS, MAX_BATCHED, "max-cudagraph-capture-size"}),
+        headroom_irrelevant=_LOG_NOISE | {MAX_MODEL_LEN},
+    )
+    reserved_flags = frozenset({"model", "host", "port"})
+
+    def __init__(self) -> None:
+        self._flag_set: FlagSet | None = None
+
+    # -- 1. valid flags ----------------------------------------------------------------------------
+
+    def read_flag_set(self, launcher: list[str], *, env: Mapping[str, str] | None = None) -> FlagSet:
+        """``LAUNCHER --help=all`` (vLLM 0.33 groups its plain ``--help``); the launcher ends in ``serve``."""
+        if not launcher or launcher[-1] != "serve":
+            raise LauncherError(
+                f"a vLLM launcher ends with its 'serve' command, got {launcher}",
+                hint="e.g. launcher: [/opt/vllm/.venv/bin/vllm, serve]",
+            )
+        flag_set = parse_help_flags(run_help([*launcher, "--help=all"], env=env))
+        if UTILIZATION not in flag_set.flags:  # a release whose --help lists every flag
+            flag_set = parse_help_flags(run_help([*launcher, "--help"], env=env))
+        self._flag_set = flag_set
+        return flag_set
+
+    def check_flags(self, names: list[str], flag_set: FlagSet) -> None:
+        """vLLM's flags (aliases and underscores allowed), plus the speculative fields; see the module
+        docstring for the rules on mixing them."""
+        canonical = [canonical_name(n) for n in names]
+        real: list[str] = []
+        fields: dict[str, list[str]] = {}
+        for raw, name in zip(names, canonical, strict=True):
+            if name in self.reserved_flags:
+                raise FlagError(f"--{raw} is set by autotune itself; remove it from the search space", flag=raw)
+            if name == DISABLE_LOG_STATS:
+                raise FlagError(
+                    f"--{DISABLE_LOG_STATS} turns off vLLM's /metrics and stats lines, which autotune reads",
+                    flag=raw,
+                    hint="remove it from the search space",
+                )
+            key = SPEC_FIELDS.get(name) or SPEC_SHORTHANDS.get(name)
+            if name.startswith(DOTTED):
+                key = name[len(DOTTED) :].replace("-", "_")
+            if key is not None:
+                fields.setdefault(key, []).append(raw)
+                if name in SPEC_SHORTHANDS:
+                    real.append(name)
+                continue
+            real.append(name)
+        flag_set.check(list(dict.fromkeys(real)), engine=self.name)
+        if fields and SPEC_CONFIG not in flag_set.flags:
+            first = next(iter(fields.values()))[0]
+            raise FlagError(f"--{first}: this vLLM has no --{SPEC_CONFIG} to fold it into", flag=first)
+        for key, spellings in fields.items():
+            if len(spellings) > 1:
+                raise FlagError(
+                    f"{' and '.join('--' + s for s in spellings)} both set the speculative key '{key}'",
+                    flag=spellings[1],
+                    hint="keep one of them",
+                )
+        if fields and SPEC_CONFIG in canonical:
+            raw = names[canonical.index(SPEC_CONFIG)]
+            raise FlagError(
+                f"--{raw} and speculative fields ({', '.join(s for v in fields.values() for s in v)}) set one "
+                "JSON object twice",
+                flag=raw,
+                hint="give the speculative settings either as --speculative-config JSON or as fields, not both",
+            )
+        missing = [f for f in (MAX_SEQS, MAX_BATCHED) if f not in canonical]
+        if missing:
+            raise FlagError(
+                f"vLLM needs both --{MAX_SEQS} and --{MAX_BATCHED}; missing --{missing[0]}",
+                flag=missing[0],
+                hint="their defaults depend on the GPU (256 / 2048 below 70 GiB, 1024 / 8192 on H100/H200), so "
+                "set both in fixed: or tuned: for trials to compare",
+            )
+
+    # -- 2. normalise ------------------------------------------------------------------------------
+
+    def normalise(self, flags: Mapping[str, FlagValue]) -> LaunchPlan:
+        """vLLM 0.33's rules (module docstring); refuses what vLLM refuses at parse or config time."""
+        out: dict[str, FlagValue] = {}
+        notes: list[str] = []
+        spec: dict[str, FlagValue] = {}
+        source: dict[str, str] = {}
+        spec_json: tuple[str, dict[str, Any]] | None = None
+        for raw, value in flags.items():
+            name = canonical_name(raw)
+            if name in POSITIVE_OF:  # --disable-prefix-caching: true == enable-prefix-caching: false
+                if value is False:
+                    continue
+                name, value = POSITIVE_OF[name], False
+            if value is False and name not in NEGATIONS:
+                continue
+            if name == DISABLE_LOG_STATS:
+                raise InvalidConfig(f"--{DISABLE_LOG_STATS} turns off the metrics and log lines autotune reads")
+            if name == SPEC_CONFIG:
+                spec_json = (raw, self._json_object(value))
+                continue
+            key = SPEC_FIELDS.get(name) or SPEC_SHORTHANDS.get(name)
+            if name.startswith(DOTTED):
+                key = name[len(DOTTED) :].replace("-", "_")
+            if key is not None:
+                if key in spec:
+                    raise InvalidConfig(f"--{source[key]} and --{raw} both set the speculative key '{key}'")
+                spec[key], source[key] = value, raw
+                continue
+            if name in out:
+                raise InvalidConfig(f"--{name} is given twice (as --{raw} too)")
+            out[name] = round(value, 6) if isinstance(value, float) else value
+        if spec_json is not None:
+            raw, given = spec_json
+            for key, value in given.items():
+                key = key.replace("-", "_")
+                if key in spec:
+                    raise InvalidConfig(f"--{source[key]} and --{raw}['{key}'] are mutually exclusive")
+                spec[key] = value
+        if spec:
+            out.update(self._speculative(spec, out, notes))
+        if MAX_MODEL_LEN in out:
+            out[MAX_MODEL_LEN] = parse_max_model_len(out[MAX_MODEL_LEN])
+        if "optimization-level" in out:
+            level = _int(out["optimization-level"], "--optimization-level")
+            if level not in (0, 1, 2, 3):
+                raise InvalidConfig(f"--optimization-level must be 0..3 (-O0 .. -O3), got {level}")
+            out["optimization-level"] = level
+        if UTILIZATION in out:
+            fraction = out[UTILIZATION]
+            if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+                raise InvalidConfig(f"--{UTILIZATION} must be in (0, 1], got {fraction!r}")
+        if MAX_SEQS not in out or MAX_BATCHED not in out:
+            missing = ", ".join(f"--{f}" for f in (MAX_SEQS, MAX_BATCHED) if f not in out)
+            raise InvalidConfig(
+                f"vLLM's defaults for --{MAX_SEQS} and --{MAX_BATCHED} depend on the GPU; give both "
+                f"(missing {missing}) so trials compare"
+            )
+        seqs, batched = _int(out[MAX_SEQS], f"--{MAX_SEQS}"), _int(out[MAX_BATCHED], f"--{MAX_BATCHED}")
+        if batched < seqs:
+            raise InvalidConfig(
+                f"max_num_batched_tokens ({batched}) must be greater than or equal to max_num_seqs ({seqs})"
+            )
+        return LaunchPlan(engine=self.name, flags=out, notes=notes)
+
+    @staticmethod
+    def _json_object(value: FlagValue) -> dict[str, Any]:
+        try:
+            data = json.loads(str(value))
+        except json.JSONDecodeError as exc:
+            raise InvalidConfig(f"--{SPEC_CONFIG} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise InvalidConfig(f"--{SPEC_CONFIG} must be a JSON object")
+        return data
+
+    @staticmethod
+    def _speculative(
+        spec: dict[str, FlagValue], flags: Mapping[str, FlagValue], notes: list[str]
+    ) -> dict[str, FlagValue]:
+        """vLLM's SpeculativeConfig rules; returns the fields the plan keeps."""
+        method = spec.get("method")
+        if method is None and spec.get("model") is not None:
+            method = spec["method"] = "ngram" if spec["model"] in ("ngram", "[ngram]") else "draft_model"
+            notes.append(f"speculative method {method} inferred from the draft model (vLLM's rule)")
+        if isinstance(method, str) and method in MTP_ALIASES:
+            notes.append(f"speculative method {method} is replaced by mtp (vLLM rewrites it)")
+            method = spec["method"] = "mtp"
+        model, k = spec.get("model"), spec.get("num_speculative_tokens")
+        if k is not None:
+            k = spec["num_speculative_tokens"] = _int(k, "num_speculative_tokens")
+            if k < 1:
+                raise InvalidConfig(f"num_speculative_tokens must be at least 1, got {k}")
+        if method is None and model is None:
+            raise InvalidConfig("speculative settings without a method or a draft model")
+        if method == "mtp" and k is None:
+            raise InvalidConfig("speculative method mtp needs num_speculative_tokens")
+        if method in NEEDS_DRAFT_MODEL and model is None:
+            raise InvalidConfig(f"speculative method {method} needs a draft model ({DRAFT_MODEL})")
+        if method in NGRAM:
+            low, high = spec.get("prompt_lookup_min"), spec.get("prompt_lookup_max")
+            if low is None and high is None:
+                low = high = DEFAULT_LOOKUP
+            low, high = (high if low is None else low), (low if high is None else high)
+            low, high = _int(low, "prompt_lookup_min"), _int(high, "prompt_lookup_max")  # type: ignore[arg-type]
+            if low > high:
+                raise InvalidConfig(f"prompt_lookup_min={low} must be <= prompt_lookup_max={high}")
+            spec["prompt_lookup_min"], spec["prompt_lookup_max"] = low, high
+        else:
+            dropped = [key for key in ("prompt_lookup_min", "prompt_lookup_max") if spec.pop(key, None) is not None]
+            if dropped:
+                notes.append(f"{', '.join(dropped)} dropped: vLLM ignores them for method {method}")
+        draft_tp = spec.get("draft_tensor_parallel_size")
+        target_tp = _int(flags.get(TP, 1), f"--{TP}")
+        if draft_tp is not None and _int(draft_tp, "draft_tensor_parallel_size") not in (1, target_tp):
+            raise InvalidConfig(f"draft_tensor_parallel_size={draft_tp} must be 1 or the target's --{TP} ({target_tp})")
+        return {FIELD_OF_KEY.get(key, DOTTED + key): value for key, value in sorted(spec.items())}
+
+    # -- 3. argv -----------------------------------------------------------------------------------
+
+    def build_argv(self, launcher: list[str], *, model: str, plan: LaunchPlan, host: str, port: int) -> list[str]:
+        """``LAUNCHER MODEL --host H --port P FLAGS [--speculative-config JSON]``."""
+        argv = [*launcher, model, "--host", host, "--port", str(port)]
+        spec: dict[str, FlagValue] = {}
+        for name, value in plan.flags.items():
+            if name in SPEC_FIELDS:
+                spec[SPEC_FIELDS[name]] = value
+            elif name.startswith(DOTTED):
+                spec[name[len(DOTTED) :]] = value
+            elif value is False:
+                if name in NEGATIONS:
+                    argv.append(f"--{NEGATIONS[name]}")
+            else:
+                argv.append(f"--{name}")
+                if value is not True:
+                    argv.append(str(value))
+        if spec:
+            argv += [f"--{SPEC_CONFIG}", json.dumps(spec, sort_keys=True, separators=(",", ":"))]
+            known = self._flag_set is None or SPEC_METRICS in self._flag_set.flags
+            if SPEC_METRICS not in plan.flags and known:
+                argv += [f"--{SPEC_METRICS}", "summary"]  # per-request accept length in every response
+        return argv
+
+    # -- 4./5. readiness, effective config ---------------------------------------------------------
+
+    # Readiness: the port refuses connections until the engine is ready, then /health answers 200,
+    # which is the base class's probe.
+
+    def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> EffectiveConfig:
+        """``max-model-len`` from ``/v1/models`` (auto-fit shrinks it silently), the cache config from
+        the labels of ``vllm:cache_config_info``, the version from ``/version``."""
+        try:
+            models = client.get(f"{base_url}/v1/models", timeout=30.0).raise_for_status().json()
+            metrics = client.get(f"{base_url}/metrics", timeout=30.0).raise_for_status().text
+            version_reply = client.get(f"{base_url}/version", timeout=30.0)
+        except (httpx.HTTPError, ValueError) as exc:
+            raise MeasurementError(f"cannot read the effective config from /v1/models and /metrics: {exc}") from None
+        values: dict[str, FlagValue | None] = {}
+        cards = models.get("data") or []
+        if cards and isinstance(cards[0].get("max_model_len"), int):
+            values[MAX_MODEL_LEN] = cards[0]["max_model_len"]
+        for label, value in (info_labels(metrics, "vllm:cache_config_info") or {}).items():
+            if label in _CACHE_LABELS:
+                values[_CACHE_LABELS[label]] = _label_value(value)
+        version = None
+        if version_reply.status_code == 200:
+            try:
+                version = version_reply.json().get("version")
+            except ValueError:
+                version = None
+        return EffectiveConfig(version=str(version) if version is not None else None, values=values)
+
+    # -- 6. failures -------------------------------------------------------------------------------
+
+    def classify_failure(self, *, exit_code: int | None, log_text: str, timed_out: bool) -> Failure:
+        """vllm.md's memory messages first (a memory error also ends in ``Engine core initialization
+        failed``), then port, deadline, argparse / config-build refusals, else a crash."""
+        for needle in _RETRYABLE:
+            if needle in log_text:
+                return Failure(kind=FailureKind.CRASHED, reason=f"retryable: {_line_with(log_text, needle)}")
+        for needle in _MEMORY_TOO_LOW:
+            if needle in log_text:
+                return Failure(kind=FailureKind.MEMORY_TOO_LOW, reason=_line_with(log_text, needle))
+        for needle in _MEMORY_TOO_HIGH:
+            if needle in log_text:
+                return Failure(kind=FailureKind.MEMORY_TOO_HIGH, reason=_line_with(log_text, needle))
+        port = _PORT_IN_USE.search(log_text)
+        if port is not None:
+            return Failure(kind=FailureKind.PORT_IN_USE, reason=_line_with(log_text, port.group(0)))
+        if timed_out:
+            return Failure(
+                kind=FailureKind.LAUNCH_TIMEOUT, reason="the server did not become ready before the deadline"
+            )
+        for pattern in _INVALID:
+            match = pattern.search(log_text)
+            if match is not None:
+                return Failure(kind=FailureKind.INVALID_CONFIG, reason=" ".join(match.group(0).split()))
+        lines = [_clean(line) for line in log_text.splitlines() if _clean(line)]
+        errors = [line for line in lines if _ERRORISH.search(line) and _ENGINE_DEATH not in line]
+        last = (errors or lines or ["(empty log)"])[-1]
+        return Failure(kind=FailureKind.CRASHED, reason=f"exit code {exit_code}: {last}")
+
+    def memory_facts(self, log_text: str) -> MemoryFacts | None:
+        """``Model loading took``, ``Available KV cache memory``, ``GPU KV cache size``, ``Graph
+        capturing finished`` (the first rank's, per GPU)."""
+        weights, kv, tokens, graph = (
+            p.search(log_text) for p in (_WEIGHTS_LINE, _KV_MEMORY_LINE, _KV_TOKENS_LINE, _GRAPH_LINE)
+        )
+        if weights is None and kv is None and tokens is None and graph is None:
+            return None
+        return MemoryFacts(
+            weights_bytes=float(weights["gib"]) * _GIB if weights else None,
+            kv_pool_bytes=float(kv["gib"]) * _GIB if kv else None,
+            kv_tokens=int(tokens["tokens"].replace(",", "")) if tokens else None,
+            graph_bytes=float(graph["gib"]) * _GIB if graph else None,
+        )
+
+    # -- 7. requests -------------------------------------------------------------------------------
+
+    async def stream_generate(
+        self, client: httpx.AsyncClient, base_url: str, prompt: Prompt, *, max_tokens: int, ignore_eos: bool
+    ) -> AsyncIterator[StreamChunk]:
+        """OpenAI ``/v1/completions`` (``/v1/chat/completions`` for a messages prompt), streamed with
+        ``stream_options`` ``include_usage`` and ``continuous_usage_stats``: every chunk carries the
+        cumulative completion tokens (a chunk is one engine step, so several tokens with speculative
+        decoding); the final usage chunk carries ``metrics.speculative_decoding`` when the server runs
+        with ``--per-request-spec-decode-metrics``."""
+        body: dict[str, Any] = {
+            "max_tokens": max_tokens,
+            "temperature": prompt.temperature,
+            "ignore_eos": ignore_eos,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+        if prompt.messages is not None:
+            path = "/v1/chat/completions"
+            body["messages"] = [m.model_dump() for m in prompt.messages]
+        else:
+            path = "/v1/completions"
+            body["prompt"] = prompt.text
+        tokens = 0
+        finish: str | None = None
+        async with client.stream("POST", f"{base_url}{path}", json=body) as response:
+            response.raise_for_status()
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                event = json.loads(data)
+                if "error" in event:
+                    raise MeasurementError(f"vLLM: {event['error']}")
+                choices = event.get("choices") or []
+                usage = event.get("usage") or {}
+                for choice in choices:
+                    finish = choice.get("finish_reason") or finish
+                if "completion_tokens" in usage:
+                    tokens = int(usage["completion_tokens"])
+                elif any((c.get("text") or (c.get("delta") or {}).get("content")) for c in choices):
+                    tokens += 1  # a server without continuous usage: count steps
+                spec = ((event.get("metrics") or {}).get("speculative_decoding")) or {}
+                accept = spec.get("mean_acceptance_length")
+                yield StreamChunk(
+                    completion_tokens=tokens,
+                    prompt_tokens=usage.get("prompt_tokens"),
+                    finished=finish is not None,
+                    accept_length=float(accept) if accept is not None else None,
+                    finish_reason=finish,
+                )
+
+    # -- 8. server-side figures --------------------------------------------------------------------
+
+    async def scrape_metrics(self, client: httpx.AsyncClient, base_url: str) -> str | None:
+        response = await client.get(f"{base_url}/metrics")
+        return response.text if response.status_code == 200 else None
+
+    def server_stats(
+        self, *, log_window: str, metrics_before: str | None, metrics_after: str | None
+    ) -> ServerStats | None:
+        """Median logged generation throughput of busy intervals (summed over engines), the logged
+        acceptance (weighted by verify steps), and counter deltas: generated tokens and
+        1 + Δaccepted / Δdrafts."""
+        engine_lines = [p for p in map(parse_engine_line, log_window.splitlines()) if p is not None]
+        busy = [p for p in engine_lines if p.generation_throughput > 0]
+        spec_lines = [p for p in map(parse_spec_line, log_window.splitlines()) if p is not None]
+        per_engine: dict[int, list[float]] = {}
+        for p in busy:
+            per_engine.setdefault(p.engine, []).append(p.generation_throughput)
+        gen = sum(statistics.median(v) for v in per_engine.values()) if per_engine else None
+        accept: float | None = None
+        if spec_lines:
+            weighted = [(p.accepted, p.drafts) for p in spec_lines if p.accepted is not None and p.drafts]
+            if len(weighted) == len(spec_lines):
+                accept = 1 + sum(float(a or 0) for a, _ in weighted) / sum(float(d or 0) for _, d in weighted)
+            else:
+                accept = statistics.fmean(p.mean_acceptance_length for p in spec_lines)
+        generated = metrics_accept = None
+        if metrics_before is not None and metrics_after is not None:
+            before, after = counter_totals(metrics_before), counter_totals(metrics_after)
+
+            def delta(name: str) -> float | None:
+                return after[name] - before.get(name, 0.0) if name in after else None
+
+            generated = delta("vllm:generation_tokens_total")
+            drafts, accepted = (
+                delta("vllm:spec_decode_num_drafts_total"),
+                delta("vllm:spec_decode_num_accepted_tokens_total"),
+            )
+            if drafts and accepted is not None:
+                metrics_accept = 1 + accepted / drafts
+        if not busy and generated is None:
+            return None
+        return ServerStats(
+            gen_tok_s=gen,
+            accept_length=accept,
+            log_lines=len(busy),
+            generated_tokens=generated,
+            metrics_accept_length=metrics_accept,
+        )
+
+
+def _label_value(text: str) -> FlagValue | None:
+    """A Prometheus label back to a value: ``None``, ``True``/``False``, numbers, else the text."""
+    if text == "None":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text

@@ -1,0 +1,450 @@
+"""The vLLM personality's HTTP side: vLLM's endpoints, JSON shapes and ``/metrics`` names.
+
+The port is bound at start but only listens once the engine is ready (vLLM binds its socket
+before building the engine and starts uvicorn after), so a client sees connection refused until
+then, and ``/health`` 200 after. OpenAI completions and chat completions stream one chunk per
+engine step (``stream_options.continuous_usage_stats`` puts the cumulative usage on each), then a
+usage chunk with ``metrics.speculative_decoding`` when ``--per-request-spec-decode-metrics`` is on.
+The plumbing (JSON, SSE, faults) is the SGLang personality's handler's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+import uuid
+from http import HTTPStatus
+from http.server import ThreadingHTTPServer
+from typing import Any
+
+from autotune.twin import physics
+from autotune.twin._vllm_flags import VLLM_VERSION
+from autotune.twin.faults import NO_FAULT, Fault
+from autotune.twin.metrics import E2E_BUCKETS, Histogram
+from autotune.twin.profile import TwinProfile
+from autotune.twin.scheduler import Request, Update
+from autotune.twin.server import TwinHandler, chat_prompt
+from autotune.twin.vllm_config import KvPlan, VllmConfig
+from autotune.twin.vllm_scheduler import VllmScheduler
+
+DEFAULT_COMPLETION_TOKENS = 16  # vLLM's default max_tokens for /v1/completions
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0)
+
+
+def _label(value: object) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class VllmState:
+    """What the endpoints report for one ready engine."""
+
+    def __init__(
+        self,
+        *,
+        args: argparse.Namespace,
+        profile: TwinProfile,
+        vc: VllmConfig,
+        kv: KvPlan,
+        scheduler: VllmScheduler,
+        fault: Fault = NO_FAULT,
+    ) -> None:
+        self.args = args
+        self.profile = profile
+        self.vc = vc
+        self.cfg = vc.cfg
+        self.kv = kv
+        self.scheduler = scheduler
+        self.fault = fault
+        self.generation_requests = 0
+        self.hung = threading.Event()
+        self.phase = "ready"
+        self.started = time.time()
+        self.ttft = Histogram(TTFT_BUCKETS)
+        self.tpot = Histogram(TPOT_BUCKETS)
+        self.e2e = Histogram(E2E_BUCKETS)
+        self.histogram_lock = threading.Lock()
+
+    @property
+    def is_ready(self) -> bool:
+        return self.phase == "ready"
+
+    @property
+    def served_model_name(self) -> str:
+        return self.vc.served_model_name
+
+    def stopping(self) -> None:
+        self.phase = "stopping"
+
+    def observe(self, request: Request, last: Update) -> None:
+        """A request ended: feed the latency histograms."""
+        first = self.scheduler.first_token_at(request)
+        with self.histogram_lock:
+            self.e2e.observe(last.e2e_latency)
+            if first is not None:
+                self.ttft.observe(first - request.created)
+                if last.completion_tokens > 1:
+                    end = request.created + last.e2e_latency
+                    self.tpot.observe((end - first) / (last.completion_tokens - 1))
+
+    # -- JSON payloads ---------------------------------------------------------------------------
+
+    def models(self) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": self.served_model_name,
+                    "object": "model",
+                    "created": int(self.started),
+                    "owned_by": "vllm",
+                    "root": self.vc.model,
+                    "parent": None,
+                    "max_model_len": self.kv.max_model_len,
+                    "permission": [
+                        {
+                            "id": f"modelperm-{uuid.uuid4().hex}",
+                            "object": "model_permission",
+                            "created": int(self.started),
+                            "allow_create_engine": False,
+                            "allow_sampling": True,
+                            "allow_logprobs": True,
+                            "allow_search_indices": False,
+                            "allow_view": True,
+                            "allow_fine_tuning": False,
+                            "organization": "*",
+                            "group": None,
+                            "is_blocking": False,
+                        }
+                    ],
+                }
+            ],
+        }
+
+    def cache_config_labels(self) -> dict[str, object]:
+        """``vllm:cache_config_info``: every CacheConfig field as a label (strings), as vLLM does."""
+        vc, kv, hybrid = self.vc, self.kv, self.profile.model.hybrid
+        return {
+            "block_size": vc.block_size,
+            "cache_dtype": vc.kv_cache_dtype,
+            "cache_hit_alignment_tokens": None,
+            "effective_attention_block_size": vc.block_size,
+            "enable_mamba_shared_prefix_checkpoint": False,
+            "enable_prefix_caching": vc.enable_prefix_caching,
+            "gpu_memory_utilization": vc.gpu_memory_utilization,
+            "hash_block_size": vc.block_size,
+            "is_attention_free": False,
+            "kv_cache_max_concurrency": round(kv.max_concurrency, 2),
+            "kv_cache_size_tokens": kv.kv_tokens,
+            "kv_sharing_fast_prefill": False,
+            "mamba_cache_dtype": "auto",
+            "mamba_cache_mode": ("align" if vc.enable_prefix_caching else "none") if hybrid else "none",
+            "mamba_ssm_cache_dtype": "auto",
+            "num_cpu_blocks": None,
+            "num_gpu_blocks": kv.kv_tokens // vc.block_size,
+            "num_gpu_blocks_override": None,
+            "prefix_caching_hash_algo": "sha256",
+            "sliding_window": None,
+            "user_specified_block_size": False,
+        }
+
+    def metrics_text(self) -> str:
+        engine = f'model_name="{_label(self.served_model_name)}",engine="0"'
+        lines = ["# autotune vLLM twin: simulated metrics, not real vLLM"]
+        if not self.vc.log_stats:  # --disable-log-stats: no vllm:* metrics at all
+            return "\n".join(lines) + "\n"
+        snap = self.scheduler.snapshot()
+
+        def gauge(name: str, value: float, doc: str) -> None:
+            lines.extend([f"# HELP {name} {doc}", f"# TYPE {name} gauge", f"{name}{{{engine}}} {float(value)}"])
+
+        def counter(name: str, samples: list[tuple[str, float]], doc: str) -> None:
+            lines.extend([f"# HELP {name}_total {doc}", f"# TYPE {name}_total counter"])
+            lines.extend(f"{name}_total{{{engine}{extra}}} {float(v)}" for extra, v in samples)
+
+        gauge("vllm:num_requests_running", snap.running, "Number of requests in model execution batches.")
+        gauge("vllm:num_requests_waiting", snap.waiting, "Number of requests waiting to be processed.")
+        gauge("vllm:kv_cache_usage_perc", snap.kv_usage, "KV-cache usage. 1 means 100 percent usage.")
+        counter("vllm:prefix_cache_queries", [("", snap.prefix_queries)], "Prefix cache queries, in terms of tokens.")
+        counter("vllm:prefix_cache_hits", [("", snap.prefix_hits)], "Prefix cache hits, in terms of tokens.")
+        counter("vllm:prompt_tokens", [("", snap.prompt_tokens)], "Number of prefill tokens processed.")
+        counter("vllm:generation_tokens", [("", snap.generation_tokens)], "Number of generation tokens processed.")
+        reasons = [(f',finished_reason="{r}"', float(snap.success.get(r, 0))) for r in ("abort", "length", "stop")]
+        counter("vllm:request_success", reasons, "Count of successfully processed requests.")
+        if self.vc.speculative:
+            counter("vllm:spec_decode_num_drafts", [("", snap.drafts)], "Number of spec decoding drafts.")
+            counter("vllm:spec_decode_num_draft_tokens", [("", snap.draft_tokens)], "Number of draft tokens.")
+            counter("vllm:spec_decode_num_accepted_tokens", [("", snap.accepted_tokens)], "Number of accepted tokens.")
+            per_pos = [(f',position="{i}"', float(n)) for i, n in enumerate(snap.accepted_per_pos)]
+            counter("vllm:spec_decode_num_accepted_tokens_per_pos", per_pos, "Accepted tokens per draft position.")
+        info = ",".join(f'{k}="{_label(v)}"' for k, v in sorted(self.cache_config_labels().items()))
+        lines += [
+            "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+            "# TYPE vllm:cache_config_info gauge",
+            f'vllm:cache_config_info{{{info},engine="0"}} 1.0',
+        ]
+        with self.histogram_lock:
+            lines += self.ttft.render("vllm:time_to_first_token_seconds", engine)
+            lines += self.tpot.render("vllm:request_time_per_output_token_seconds", engine)
+            lines += self.e2e.render("vllm:e2e_request_latency_seconds", engine)
+        return "\n".join(lines) + "\n"
+
+
+class VllmHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], log_http: bool) -> None:
+        # Bound now, listening only from ``activate()``: the port refuses until the engine is ready.
+        super().__init__(address, VllmHandler, bind_and_activate=False)
+        self.state: VllmState | None = None
+        self.log_http = log_http
+        self.server_bind()
+
+    def activate(self, state: VllmState) -> None:
+        self.state = state
+        self.server_activate()
+        threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.2}, name="twin-http", daemon=True
+        ).start()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
+
+
+class VllmHandler(TwinHandler):
+    """vLLM's routes on the shared handler's plumbing."""
+
+    server: VllmHTTPServer  # type: ignore[assignment]
+
+    @property
+    def vstate(self) -> VllmState:
+        assert self.server.state is not None
+        return self.server.state
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        if not self.server.log_http:
+            return
+        try:
+            phrase = HTTPStatus(int(code)).phrase
+        except ValueError:
+            phrase = ""
+        host, port = self.client_address[:2]
+        request = f'"{self.command} {self.path} HTTP/1.1" {code} {phrase}'
+        line = f"(APIServer pid={os.getpid()}) INFO:     {host}:{port} - {request}"
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def _openai_error(self, status: int, message: str, kind: str, param: str | None = None) -> None:
+        self._send_json(status, {"error": {"message": message, "type": kind, "param": param, "code": status}})
+
+    def _authorised(self, path: str) -> bool:
+        keys = self.vstate.args.api_key
+        if not keys or not path.startswith("/v1"):
+            return True
+        if self.headers.get("Authorization", "") in {f"Bearer {k}" for k in keys}:
+            return True
+        self._send_json(HTTPStatus.UNAUTHORIZED, {"error": "Unauthorized"})
+        return False
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        path = self.path.split("?", 1)[0]
+        state = self.vstate
+        if state.hung.is_set():
+            threading.Event().wait()
+        if not self._authorised(path):
+            return
+        if path in ("/health", "/ping"):
+            self._send_text(HTTPStatus.OK if state.is_ready else HTTPStatus.SERVICE_UNAVAILABLE, "")
+        elif path == "/v1/models":
+            self._send_json(HTTPStatus.OK, state.models())
+        elif path == "/version":
+            self._send_json(HTTPStatus.OK, {"version": VLLM_VERSION})
+        elif path == "/metrics":
+            self._send_text(HTTPStatus.OK, state.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
+        else:
+            self._send_json(HTTPStatus.NOT_FOUND, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        path = self.path.split("?", 1)[0]
+        if self.vstate.hung.is_set():
+            threading.Event().wait()
+        if not self._authorised(path):
+            return
+        if path not in ("/v1/completions", "/v1/chat/completions"):
+            self._send_json(HTTPStatus.NOT_FOUND, {"detail": "Not Found"})
+            return
+        body = self._read_json()
+        if body is not None:
+            self._complete(body, chat=path == "/v1/chat/completions")
+
+    def _complete(self, body: dict[str, Any], *, chat: bool) -> None:
+        state = self.vstate
+        model = body.get("model")
+        if model is not None and model != state.served_model_name:
+            self._openai_error(HTTPStatus.NOT_FOUND, f"The model `{model}` does not exist.", "NotFoundError", "model")
+            return
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                self._openai_error(HTTPStatus.BAD_REQUEST, "'messages' must be a non-empty list", "BadRequestError")
+                return
+            text = chat_prompt(messages)
+        else:
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+                prompt = prompt[0]
+            if not isinstance(prompt, str):
+                self._openai_error(HTTPStatus.BAD_REQUEST, "the twin accepts one prompt string", "BadRequestError")
+                return
+            text = prompt
+        length = state.kv.max_model_len
+        prompt_tokens = physics.prompt_tokens(state.profile, text)
+        limit = body.get("max_completion_tokens") or body.get("max_tokens")
+        if prompt_tokens >= length:
+            self._openai_error(
+                HTTPStatus.BAD_REQUEST,
+                f"This model's maximum context length is {length} tokens. However, your request has "
+                f"{prompt_tokens} input tokens. Please reduce the length of the input messages.",
+                "BadRequestError",
+            )
+            return
+        if limit is None:
+            max_new = length - prompt_tokens if chat else DEFAULT_COMPLETION_TOKENS
+        else:
+            max_new = int(limit)
+            if max_new > length - prompt_tokens:
+                self._openai_error(
+                    HTTPStatus.BAD_REQUEST,
+                    f"'max_tokens' or 'max_completion_tokens' is too large: {max_new}. This model's maximum "
+                    f"context length is {length} tokens and your request has {prompt_tokens} input tokens "
+                    f"({max_new} > {length} - {prompt_tokens}).",
+                    "BadRequestError",
+                    "max_tokens",
+                )
+                return
+        request = self._start(text, max_new, bool(body.get("ignore_eos", False)))
+        if request is None:
+            return
+        reply = _Reply(state, request, chat=chat, body=body)
+        try:
+            if not body.get("stream"):
+                last = self._final(request)
+                if last is not None:
+                    state.observe(request, last)
+                    self._send_json(HTTPStatus.OK, reply.complete(last))
+                return
+            self._begin_stream()
+            options = body.get("stream_options") or {}
+            continuous = bool(options.get("include_usage") and options.get("continuous_usage_stats"))
+            if chat:
+                self._event(reply.chunk({"role": "assistant", "content": ""}, None, None))
+            last = None
+            for last in self._updates(request):
+                self._event(reply.delta(last, continuous))
+            if last is not None:
+                state.observe(request, last)
+                if options.get("include_usage"):
+                    self._event(reply.usage_chunk(last))
+            self._event("[DONE]")
+        except (BrokenPipeError, ConnectionResetError):
+            request.aborted = True
+        finally:
+            state.scheduler.forget(request)
+
+
+class _Reply:
+    """vLLM-shaped chunks and responses for one request."""
+
+    def __init__(self, state: VllmState, request: Request, *, chat: bool, body: dict[str, Any]) -> None:
+        self.state = state
+        self.request = request
+        self.chat = chat
+        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.model = str(body.get("model") or state.served_model_name)
+        self.metrics = state.vc.per_request_spec_metrics != "none" and state.vc.speculative is not None
+
+    def _usage(self, update: Update) -> dict[str, Any]:
+        prompt = self.request.prompt.prompt_tokens
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt,
+            "total_tokens": prompt + update.completion_tokens,
+            "completion_tokens": update.completion_tokens,
+        }
+        if self.request.cached_tokens:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.request.cached_tokens}
+        return usage
+
+    def _finish(self, update: Update) -> str | None:
+        if not update.finished or update.finish_reason is None:
+            return None
+        return "length" if update.finish_reason.get("type") == "length" else "stop"
+
+    def _base(self) -> dict[str, Any]:
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    def chunk(
+        self, delta: dict[str, Any], finish: str | None, update: Update | None, continuous: bool = False
+    ) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish, "stop_reason": None}
+        if self.chat:
+            choice["delta"] = delta
+        else:
+            choice["text"] = delta.get("content", "")
+        out = self._base()
+        out["choices"] = [choice]
+        if continuous and update is not None:
+            out["usage"] = self._usage(update)
+        return out
+
+    def delta(self, update: Update, continuous: bool) -> dict[str, Any]:
+        return self.chunk({"content": update.delta} if update.delta else {}, self._finish(update), update, continuous)
+
+    def _metrics(self) -> dict[str, Any] | None:
+        if not self.metrics:
+            return None
+        spec = self.state.scheduler.spec_metrics(self.request)
+        return {"speculative_decoding": spec} if spec is not None else None
+
+    def usage_chunk(self, update: Update) -> dict[str, Any]:
+        out = self._base()
+        out["choices"] = []
+        out["usage"] = self._usage(update)
+        metrics = self._metrics()
+        if metrics is not None:
+            out["metrics"] = metrics
+        return out
+
+    def complete(self, update: Update) -> dict[str, Any]:
+        finish = self._finish(update)
+        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish, "stop_reason": None}
+        if self.chat:
+            choice["message"] = {
+                "role": "assistant",
+                "content": update.text,
+                "reasoning_content": None,
+                "tool_calls": [],
+            }
+        else:
+            choice["text"] = update.text
+        out: dict[str, Any] = {"id": self.id, "object": "chat.completion" if self.chat else "text_completion"}
+        out.update(created=self.created, model=self.model, choices=[choice], usage=self._usage(update))
+        metrics = self._metrics()
+        if metrics is not None:
+            out["metrics"] = metrics
+        return out
+
+
+def start_http(host: str, port: int, *, log_http: bool) -> VllmHTTPServer:
+    """Bind the port (raises OSError if it is taken); it listens after ``activate``."""
+    return VllmHTTPServer((host, port), log_http)
+
+
+__all__ = ["VllmHTTPServer", "VllmState", "start_http"]
