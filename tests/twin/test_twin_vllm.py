@@ -358,8 +358,7 @@ def test_engine_streams_and_cross_checks_against_the_twin(server: Server) -> Non
 
 
 def test_idle_server_prints_no_stats_lines(server: Server) -> None:
-    wait_for(lambda: "Avg generation throughput: 0.0" in server.log_text() or "Avg prompt" not in server.log_text())
-    time.sleep(0.3)  # let a last interval close
+    time.sleep(0.6)  # three intervals: the last busy interval and the one after it are logged
     settled = server.log_text().count("Avg prompt throughput")
     time.sleep(0.6)  # three more intervals, idle
     assert server.log_text().count("Avg prompt throughput") == settled
