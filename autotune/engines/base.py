@@ -26,7 +26,7 @@ import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from enum import Enum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -258,6 +258,22 @@ class Engine(ABC):
     def memory_facts(self, log_text: str) -> MemoryFacts | None:
         """Weights, pools and graph memory the server logged while starting (None: not logged)."""
         return None
+
+
+async def sse_events(
+    client: httpx.AsyncClient, url: str, *, body: Mapping[str, object], headers: Mapping[str, str] | None = None
+) -> AsyncIterator[dict[str, Any]]:
+    """POST ``body`` and yield each server-sent ``data: {json}`` event until ``data: [DONE]``."""
+    async with client.stream("POST", url, json=body, headers=headers) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            event: dict[str, Any] = json.loads(data)
+            yield event
 
 
 def flag_argv(flags: Mapping[str, FlagValue]) -> list[str]:

@@ -14,7 +14,6 @@ is the draft's confidence floor). On a CPU, ``--threads 1`` keeps a 2-core machi
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from collections.abc import AsyncIterator, Mapping
@@ -35,6 +34,7 @@ from autotune.engines.base import (
     StreamChunk,
     flag_argv,
     run_help,
+    sse_events,
 )
 from autotune.errors import MeasurementError
 from autotune.space import FlagValue
@@ -429,26 +429,18 @@ class LlamaCppEngine(Engine):
         # connection just as the next request is sent on it ("Server disconnected without
         # sending a response"), which would fail a measurement for nothing.
         headers = {"Connection": "close"}
-        async with client.stream("POST", f"{base_url}/completion", json=body, headers=headers) as response:
-            response.raise_for_status()
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                event = json.loads(data)
-                if "error" in event:
-                    raise MeasurementError(f"llama-server: {event['error']}")
-                finished = bool(event.get("stop"))
-                timings = RequestTimings.model_validate(event["timings"]) if "timings" in event else None
-                yield StreamChunk(
-                    completion_tokens=int(event.get("tokens_predicted", 0)),
-                    prompt_tokens=event.get("tokens_evaluated"),
-                    finished=finished,
-                    accept_length=timings.accept_length if timings is not None and finished else None,
-                    finish_reason=_finish_reason(event.get("stop_type")) if finished else None,
-                )
+        async for event in sse_events(client, f"{base_url}/completion", body=body, headers=headers):
+            if "error" in event:
+                raise MeasurementError(f"llama-server: {event['error']}")
+            finished = bool(event.get("stop"))
+            timings = RequestTimings.model_validate(event["timings"]) if "timings" in event else None
+            yield StreamChunk(
+                completion_tokens=int(event.get("tokens_predicted", 0)),
+                prompt_tokens=event.get("tokens_evaluated"),
+                finished=finished,
+                accept_length=timings.accept_length if timings is not None and finished else None,
+                finish_reason=_finish_reason(event.get("stop_type")) if finished else None,
+            )
 
 
 def flag_set_from_entries(entries: list[HelpEntry]) -> FlagSet:

@@ -7,7 +7,6 @@ and configs SGLang would refuse are never launched.
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from collections.abc import AsyncIterator, Mapping
@@ -27,6 +26,7 @@ from autotune.engines.base import (
     ServerStats,
     StreamChunk,
     flag_argv,
+    sse_events,
 )
 from autotune.errors import MeasurementError
 from autotune.feasibility import MemoryRules
@@ -335,21 +335,14 @@ class SGLangEngine(Engine):
     ) -> AsyncIterator[StreamChunk]:
         sampling = {"max_new_tokens": max_tokens, "temperature": prompt.temperature, "ignore_eos": ignore_eos}
         body = {"text": prompt.text, "sampling_params": sampling, "stream": True}
-        async with client.stream("POST", f"{base_url}/generate", json=body) as response:
-            response.raise_for_status()
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                meta = json.loads(data).get("meta_info", {})
-                finish = meta.get("finish_reason")
-                accept = meta.get("spec_accept_length")
-                yield StreamChunk(
-                    completion_tokens=int(meta.get("completion_tokens", 0)),
-                    prompt_tokens=meta.get("prompt_tokens"),
-                    finished=finish is not None,
-                    accept_length=float(accept) if accept is not None else None,
-                    finish_reason=finish.get("type") if isinstance(finish, dict) else finish,
-                )
+        async for event in sse_events(client, f"{base_url}/generate", body=body):
+            meta = event.get("meta_info", {})
+            finish = meta.get("finish_reason")
+            accept = meta.get("spec_accept_length")
+            yield StreamChunk(
+                completion_tokens=int(meta.get("completion_tokens", 0)),
+                prompt_tokens=meta.get("prompt_tokens"),
+                finished=finish is not None,
+                accept_length=float(accept) if accept is not None else None,
+                finish_reason=finish.get("type") if isinstance(finish, dict) else finish,
+            )

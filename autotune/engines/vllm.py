@@ -66,6 +66,7 @@ from autotune.engines.base import (
     StreamChunk,
     parse_help_flags,
     run_help,
+    sse_events,
 )
 from autotune.errors import FlagError, LauncherError, MeasurementError
 from autotune.feasibility import MemoryRules
@@ -677,34 +678,26 @@ class VLLMEngine(Engine):
             body["prompt"] = prompt.text
         tokens = 0
         finish: str | None = None
-        async with client.stream("POST", f"{base_url}{path}", json=body) as response:
-            response.raise_for_status()
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                event = json.loads(data)
-                if "error" in event:
-                    raise MeasurementError(f"vLLM: {event['error']}")
-                choices = event.get("choices") or []
-                usage = event.get("usage") or {}
-                for choice in choices:
-                    finish = choice.get("finish_reason") or finish
-                if "completion_tokens" in usage:
-                    tokens = int(usage["completion_tokens"])
-                elif any((c.get("text") or (c.get("delta") or {}).get("content")) for c in choices):
-                    tokens += 1  # a server without continuous usage: count steps
-                spec = ((event.get("metrics") or {}).get("speculative_decoding")) or {}
-                accept = spec.get("mean_acceptance_length")
-                yield StreamChunk(
-                    completion_tokens=tokens,
-                    prompt_tokens=usage.get("prompt_tokens"),
-                    finished=finish is not None,
-                    accept_length=float(accept) if accept is not None else None,
-                    finish_reason=finish,
-                )
+        async for event in sse_events(client, f"{base_url}{path}", body=body):
+            if "error" in event:
+                raise MeasurementError(f"vLLM: {event['error']}")
+            choices = event.get("choices") or []
+            usage = event.get("usage") or {}
+            for choice in choices:
+                finish = choice.get("finish_reason") or finish
+            if "completion_tokens" in usage:
+                tokens = int(usage["completion_tokens"])
+            elif any((c.get("text") or (c.get("delta") or {}).get("content")) for c in choices):
+                tokens += 1  # a server without continuous usage: count steps
+            spec = ((event.get("metrics") or {}).get("speculative_decoding")) or {}
+            accept = spec.get("mean_acceptance_length")
+            yield StreamChunk(
+                completion_tokens=tokens,
+                prompt_tokens=usage.get("prompt_tokens"),
+                finished=finish is not None,
+                accept_length=float(accept) if accept is not None else None,
+                finish_reason=finish,
+            )
 
     # -- 8. server-side figures --------------------------------------------------------------------
 
