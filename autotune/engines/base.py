@@ -246,8 +246,10 @@ class Engine(ABC):
         return None
 
     async def scrape_metrics(self, client: httpx.AsyncClient, base_url: str) -> str | None:
-        """The server's metrics text, or None where it exposes none."""
-        return None
+        """The server's Prometheus text from ``GET /metrics`` (SGLang, vLLM and llama.cpp all serve
+        it there), or None where it is not served."""
+        response = await client.get(f"{base_url}/metrics")
+        return response.text if response.status_code == 200 else None
 
     def server_stats(
         self, *, log_window: str, metrics_before: str | None, metrics_after: str | None

@@ -371,10 +371,6 @@ class LlamaCppEngine(Engine):
         last = lines[-1] if lines else "(empty log)"
         return Failure(kind=FailureKind.CRASHED, reason=f"exit code {exit_code}: {last}")
 
-    async def scrape_metrics(self, client: httpx.AsyncClient, base_url: str) -> str | None:
-        response = await client.get(f"{base_url}/metrics")
-        return response.text if response.status_code == 200 else None
-
     def server_stats(
         self, *, log_window: str, metrics_before: str | None, metrics_after: str | None
     ) -> ServerStats | None:

@@ -303,10 +303,6 @@ class SGLangEngine(Engine):
     async def reset_stats(self, client: httpx.AsyncClient, base_url: str) -> None:
         (await client.post(f"{base_url}/flush_cache")).raise_for_status()
 
-    async def scrape_metrics(self, client: httpx.AsyncClient, base_url: str) -> str | None:
-        response = await client.get(f"{base_url}/metrics")
-        return response.text if response.status_code == 200 else None
-
     def server_stats(
         self, *, log_window: str, metrics_before: str | None, metrics_after: str | None
     ) -> ServerStats | None:

@@ -701,10 +701,6 @@ class VLLMEngine(Engine):
 
     # -- 8. server-side figures --------------------------------------------------------------------
 
-    async def scrape_metrics(self, client: httpx.AsyncClient, base_url: str) -> str | None:
-        response = await client.get(f"{base_url}/metrics")
-        return response.text if response.status_code == 200 else None
-
     def server_stats(
         self, *, log_window: str, metrics_before: str | None, metrics_after: str | None
     ) -> ServerStats | None:
