@@ -10,6 +10,13 @@ Two sources, both things a user's machine can know:
    draft tokens); one that failed "too high" fails for every larger fraction with graph demands
    at least as large (graph batch, draft tokens). Flags an engine's rules do not order must be
    equal for a failure to speak for a candidate.
+3. Launches that started and served. The headroom ((1 - fraction) x the free memory the server
+   saw) must hold the CUDA graphs and everything else the server allocates at run time
+   (activations, workspaces). A served run tells both: the graphs from its log, the rest from the
+   memory still available after the pools minus the graphs minus what NVML showed free at the
+   peak. Graphs grow with the captured tokens (batch x draft tokens), the rest does not once the
+   activation flags are no smaller, so a candidate whose headroom cannot hold the rest plus its
+   graphs (bounded from below by the logged ones) is predicted to fail without launching.
 """
 
 from __future__ import annotations
@@ -33,6 +40,11 @@ class MemoryRules(BaseModel):
 
     fraction_flag: str
     default_fraction: float | None = Field(default=None, description="fraction assumed when the flag is unset")
+    budget_of: Literal["free", "total"] = Field(
+        default="free",
+        description="what the fraction is of: the free memory at start (SGLang), or the GPU's total memory, "
+        "which must then be free at start (vLLM)",
+    )
     tp_flag: str = "tp-size"
     pool_demand: frozenset[str] = frozenset()
     pool_irrelevant: frozenset[str] = frozenset()
@@ -42,6 +54,9 @@ class MemoryRules(BaseModel):
     graph_width_flag: str | None = Field(default=None, description="tokens per sequence in a graph (draft tokens)")
     graph_ignored: frozenset[str] = Field(
         default=frozenset(), description="flags that do not change the headroom once the graph tokens are known"
+    )
+    activation_demand: frozenset[str] = Field(
+        default=frozenset(), description="flags whose larger values need more run-time memory outside the graphs"
     )
 
 
@@ -60,6 +75,29 @@ class Observation(BaseModel):
     flags: dict[str, FlagValue]
     side: Side
     trial: int | None = None
+
+
+class HeadroomUse(BaseModel):
+    """How much of its headroom a launch that served used, per GPU."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    flags: dict[str, FlagValue]
+    server_free_bytes: float = Field(description="free memory the server measured before loading")
+    runtime_bytes: float = Field(description="headroom used besides the CUDA graphs (activations, workspaces)")
+    trial: int | None = None
+
+
+class GraphPoint(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tokens: float
+    bytes: float
+
+
+# Logged figures have two decimals of GB and NVML is sampled: a prediction from a served run needs
+# the candidate to miss by more than this to call it infeasible.
+HEADROOM_MARGIN_BYTES = 128 * 2**20
 
 
 def _number(value: FlagValue | None) -> float | None:
@@ -100,16 +138,26 @@ class FeasibilityModel:
     Args:
         rules: the engine's memory rules (None: never predict anything).
         free_bytes: free memory per GPU at study start (the smallest over the GPUs used).
+        total_bytes: memory per GPU (the smallest); needed by rules whose budget is of the total.
         weight_bytes: the model's weight bytes, all shards together (None if unknown).
     """
 
-    def __init__(self, rules: MemoryRules | None, *, free_bytes: float | None, weight_bytes: float | None) -> None:
+    def __init__(
+        self,
+        rules: MemoryRules | None,
+        *,
+        free_bytes: float | None,
+        weight_bytes: float | None,
+        total_bytes: float | None = None,
+    ) -> None:
         self.rules = rules
         self.free_bytes = free_bytes
+        self.total_bytes = total_bytes
         self.weight_bytes = weight_bytes
         self.weights_total_logged: float | None = None
-        self.graph_bytes_per_token_max: float | None = None
+        self.graph_points: list[GraphPoint] = []
         self.failures: list[Observation] = []
+        self.headroom_uses: list[HeadroomUse] = []
 
     def observe(self, flags: Mapping[str, FlagValue], side: Side, *, trial: int | None = None) -> None:
         self.failures.append(Observation(flags=dict(flags), side=side, trial=trial))
@@ -124,22 +172,60 @@ class FeasibilityModel:
         value = _number(flags.get(self.rules.fraction_flag))
         return value if value is not None else self.rules.default_fraction
 
-    def graph_tokens(self, flags: Mapping[str, FlagValue]) -> float | None:
-        """Tokens captured by the largest decode graph (batch x tokens per sequence), if known."""
+    def graph_tokens(self, flags: Mapping[str, FlagValue], *, logged_batch: int | None = None) -> float | None:
+        """Tokens captured by the largest decode graph (batch x tokens per sequence), if known;
+        ``logged_batch``: the largest batch the server said it captured (when the flag is unset)."""
         if self.rules is None or self.rules.graph_batch_flag is None:
             return None
         batch = _number(flags.get(self.rules.graph_batch_flag))
+        batch = batch if batch is not None else (float(logged_batch) if logged_batch else None)
         width = _number(flags.get(self.rules.graph_width_flag)) if self.rules.graph_width_flag else None
         return batch * (width or 1.0) if batch is not None else None
 
-    def observe_graph(self, graph_bytes: float, *, flags: Mapping[str, FlagValue]) -> None:
-        """Graph memory a server logged. Graphs cost a fixed part plus a part per captured token,
-        so bytes / tokens bounds the per-token part from above: the tightest bound is kept."""
-        tokens = self.graph_tokens(flags)
+    def observe_graph(
+        self, graph_bytes: float, *, flags: Mapping[str, FlagValue], logged_batch: int | None = None
+    ) -> None:
+        """Graph memory a server logged, at the tokens its graphs captured."""
+        tokens = self.graph_tokens(flags, logged_batch=logged_batch)
         if tokens:
-            bound = graph_bytes / tokens
-            current = self.graph_bytes_per_token_max
-            self.graph_bytes_per_token_max = bound if current is None else min(current, bound)
+            self.graph_points.append(GraphPoint(tokens=tokens, bytes=graph_bytes))
+
+    @property
+    def graph_bytes_per_token_max(self) -> float | None:
+        """Graphs cost a fixed part plus a part per captured token, so bytes / tokens of any
+        launch bounds the per-token part from above: the tightest bound."""
+        return min((p.bytes / p.tokens for p in self.graph_points), default=None)
+
+    def graph_bytes_at_least(self, tokens: float | None) -> float:
+        """A lower bound of the graph memory at ``tokens`` (unknown: the fewest tokens, 0): graphs
+        never shrink with more tokens, and grow per token by at most the per-token bound."""
+        per_token = self.graph_bytes_per_token_max
+        at = tokens or 0.0
+        bounds = [0.0]
+        for point in self.graph_points:
+            if point.tokens <= at:
+                bounds.append(point.bytes)
+            elif per_token is not None:
+                bounds.append(point.bytes - per_token * (point.tokens - at))
+        return max(bounds)
+
+    def observe_headroom(self, use: HeadroomUse) -> None:
+        """What a launch that served used of its headroom besides the graphs."""
+        if self.rules is not None and self.rules.graph_batch_flag is not None:
+            self.headroom_uses.append(use)
+
+    def _served_bound(self, flags: Mapping[str, FlagValue], fraction: float) -> HeadroomUse | None:
+        """A served run whose run-time memory, plus this candidate's graphs, exceeds its headroom."""
+        assert self.rules is not None
+        rules = self.rules
+        graphs = self.graph_bytes_at_least(self.graph_tokens(flags))
+        for use in self.headroom_uses:
+            ignore = rules.graph_ignored | {rules.fraction_flag}
+            if not _dominates(use.flags, flags, demand=rules.activation_demand, ignore=ignore):
+                continue
+            if use.runtime_bytes + graphs > (1 - fraction) * use.server_free_bytes + HEADROOM_MARGIN_BYTES:
+                return use
+        return None
 
     def _headroom_bound(self, failure: Observation, flags: Mapping[str, FlagValue], fraction: float) -> bool:
         """A too-high failure at headroom h_F and graph tokens T_F means the need at T_F exceeds h_F.
@@ -170,7 +256,16 @@ class FeasibilityModel:
         rules = self.rules
         fraction = self._fraction(flags)
         weights = self.weights_per_gpu(flags)
-        pool = fraction * self.free_bytes - weights if None not in (fraction, weights, self.free_bytes) else None  # type: ignore[operator]
+        base = self.total_bytes if rules.budget_of == "total" else self.free_bytes
+        pool = fraction * base - weights if None not in (fraction, weights, base) else None  # type: ignore[operator]
+        if rules.budget_of == "total" and None not in (fraction, base, self.free_bytes):
+            budget = fraction * base  # type: ignore[operator]
+            if budget > self.free_bytes:  # type: ignore[operator]
+                return Prediction(
+                    feasible=False, side="too-high", pool_bytes=pool,
+                    reason=f"{rules.fraction_flag} {fraction:g} asks for {budget / 2**30:.1f} GiB of the GPU's "
+                    f"{base / 2**30:.1f} GiB, but only {self.free_bytes / 2**30:.1f} GiB are free",  # type: ignore[operator]
+                )  # fmt: skip
         if weights is not None and self.free_bytes is not None and weights >= self.free_bytes:
             return Prediction(
                 feasible=False, side="too-high", pool_bytes=pool,
@@ -180,7 +275,7 @@ class FeasibilityModel:
         if pool is not None and pool <= 0:
             return Prediction(
                 feasible=False, side="too-low", pool_bytes=pool,
-                reason=f"{rules.fraction_flag} {fraction:g} of {self.free_bytes / 2**30:.1f} GiB free leaves nothing "  # type: ignore[operator]
+                reason=f"{rules.fraction_flag} {fraction:g} of {base / 2**30:.1f} GiB {rules.budget_of} leaves nothing "  # type: ignore[operator]
                 f"after {weights / 2**30:.1f} GiB of weights per GPU",  # type: ignore[operator]
             )  # fmt: skip
         for failure in self.failures:
@@ -188,8 +283,12 @@ class FeasibilityModel:
             if fraction is None or failed_fraction is None:
                 continue
             ignore_common = frozenset({rules.fraction_flag})
-            if failure.side == "too-low" and fraction <= failed_fraction and _dominates(
-                failure.flags, flags, demand=rules.pool_demand, ignore=ignore_common | rules.pool_irrelevant
+            if (
+                failure.side == "too-low"
+                and fraction <= failed_fraction
+                and _dominates(
+                    failure.flags, flags, demand=rules.pool_demand, ignore=ignore_common | rules.pool_irrelevant
+                )
             ):
                 return Prediction(
                     feasible=False, side="too-low", pool_bytes=pool,
@@ -208,7 +307,32 @@ class FeasibilityModel:
                     reason=f"trial {failure.trial} ran out of headroom at {rules.fraction_flag} "
                     f"{failed_fraction:g}; graphs no smaller by more than the headroom gained",
                 )  # fmt: skip
+        served = self._served_bound(flags, fraction) if fraction is not None else None
+        if served is not None:
+            headroom = (1 - fraction) * served.server_free_bytes  # type: ignore[operator]
+            return Prediction(
+                feasible=False, side="too-high", pool_bytes=pool,
+                reason=f"{rules.fraction_flag} {fraction:g} leaves {headroom / 2**30:.2f} GiB of headroom; trial "
+                f"{served.trial} used {served.runtime_bytes / 2**30:.2f} GiB besides its graphs, and these graphs "
+                f"need at least {self.graph_bytes_at_least(self.graph_tokens(flags)) / 2**30:.2f} GiB",
+            )  # fmt: skip
         return Prediction(feasible=True, pool_bytes=pool)
+
+
+def headroom_use(
+    flags: Mapping[str, FlagValue],
+    *,
+    server_free_bytes: float,
+    avail_after_pools_bytes: float,
+    graph_bytes: float,
+    free_at_peak_bytes: float,
+    trial: int | None = None,
+) -> HeadroomUse:
+    """What a served launch used of its headroom besides the graphs: the memory available after
+    the pools, less the graphs, less what NVML still showed free at the peak."""
+    runtime = avail_after_pools_bytes - graph_bytes - max(free_at_peak_bytes, 0.0)
+    return HeadroomUse(flags=dict(flags), server_free_bytes=server_free_bytes, runtime_bytes=max(runtime, 0.0),
+                       trial=trial)  # fmt: skip
 
 
 def model_weight_bytes(model: str) -> float | None:

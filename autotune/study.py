@@ -33,7 +33,7 @@ from pydantic import RootModel
 from autotune.engines import get_engine
 from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan
 from autotune.errors import StorageError, UserError
-from autotune.feasibility import FeasibilityModel, Prediction, Side, model_weight_bytes
+from autotune.feasibility import FeasibilityModel, HeadroomUse, Prediction, Side, headroom_use, model_weight_bytes
 from autotune.gpu import GpuInventory, Roofline, check_idle, read_inventory, roofline, wait_for
 from autotune.measure import Measurement, MeasureSettings
 from autotune.profile import Profile, ProfileMetric, redact_env
@@ -446,8 +446,9 @@ class StudyRunner:
         self.baseline_inventory = self.inventory
         weight_bytes = self.space.gpus.model_bytes or model_weight_bytes(self.space.model)
         free = min((g.memory_free_bytes for g in self.inventory.gpus), default=None)
+        total = min((g.memory_total_bytes for g in self.inventory.gpus), default=None)
         self.feasibility = {
-            name: FeasibilityModel(engine.memory_rules, free_bytes=free, weight_bytes=weight_bytes)
+            name: FeasibilityModel(engine.memory_rules, free_bytes=free, total_bytes=total, weight_bytes=weight_bytes)
             for name, engine in self.engines.items()
         }
         self._replay_memory()
@@ -483,7 +484,18 @@ class StudyRunner:
                 model.observe_weights(weights * 2**30, flags=flags)
             graph = trial.user_attrs.get("memory_graph_gib")
             if isinstance(graph, (int, float)) and graph > 0:
-                model.observe_graph(graph * 2**30, flags=flags)
+                model.observe_graph(graph * 2**30, flags=flags, logged_batch=trial.user_attrs.get("memory_graph_batch"))
+            runtime = trial.user_attrs.get("memory_runtime_gib")
+            server_free = trial.user_attrs.get("memory_server_free_gib")
+            if isinstance(runtime, (int, float)) and isinstance(server_free, (int, float)):
+                model.observe_headroom(
+                    HeadroomUse(
+                        flags=flags,
+                        server_free_bytes=server_free * 2**30,
+                        runtime_bytes=runtime * 2**30,
+                        trial=trial.number,
+                    )  # fmt: skip
+                )
 
     @staticmethod
     def _mkdir(path: Path) -> Path:
@@ -696,11 +708,18 @@ class StudyRunner:
             if facts.weights_bytes:
                 model.observe_weights(facts.weights_bytes, flags=outcome.plan.flags)
             if facts.graph_bytes:
-                model.observe_graph(facts.graph_bytes, flags=outcome.plan.flags)
+                model.observe_graph(facts.graph_bytes, flags=outcome.plan.flags, logged_batch=facts.graph_batch)
             for name, value in (("weights", facts.weights_bytes), ("kv_pool", facts.kv_pool_bytes),
                                 ("graph", facts.graph_bytes)):  # fmt: skip
                 if value is not None:
                     trial.set_user_attr(f"memory_{name}_gib", round(value / 2**30, 2))
+            if facts.graph_batch is not None:
+                trial.set_user_attr("memory_graph_batch", facts.graph_batch)
+        use = self._headroom_use(trial, outcome)
+        if use is not None:
+            model.observe_headroom(use)
+            trial.set_user_attr("memory_runtime_gib", round(use.runtime_bytes / 2**30, 3))
+            trial.set_user_attr("memory_server_free_gib", round(use.server_free_bytes / 2**30, 3))
         if outcome.gpu_peak_used_bytes is not None:
             trial.set_user_attr("gpu_peak_used_gib", round(outcome.gpu_peak_used_bytes / 2**30, 2))
         if outcome.release_s is not None:
@@ -710,6 +729,23 @@ class StudyRunner:
         if share is not None:
             trial.set_user_attr("roofline_share", round(share.share, 3))
             trial.set_user_attr("ceiling_tok_s", round(share.ceiling_tok_s, 1))
+
+    def _headroom_use(self, trial: optuna.Trial, outcome: TrialOutcome) -> HeadroomUse | None:
+        """A served launch's run-time memory outside its graphs, from its log and the NVML peak."""
+        facts, peak = outcome.memory, outcome.gpu_peak_used_bytes
+        totals = [g.memory_total_bytes for g in self.inventory.gpus]
+        if outcome.kind is not OutcomeKind.OK or facts is None or peak is None or not totals:
+            return None
+        if facts.free_at_start_bytes is None or facts.avail_after_pools_bytes is None or facts.graph_bytes is None:
+            return None
+        return headroom_use(
+            outcome.plan.flags,
+            server_free_bytes=facts.free_at_start_bytes,
+            avail_after_pools_bytes=facts.avail_after_pools_bytes,
+            graph_bytes=facts.graph_bytes,
+            free_at_peak_bytes=min(totals) - peak,
+            trial=trial.number,
+        )
 
     def _roofline(self, outcome: TrialOutcome) -> Roofline | None:
         measurement = outcome.measurement

@@ -207,6 +207,7 @@ class Step:
     seconds: float = 0.0
     measured: float | None = None
     true: float | None = None
+    flags: dict[str, Any] | None = None
 
 
 @dataclass
@@ -297,8 +298,12 @@ def outcome_of(problem: Problem, plan: LaunchPlan, evaluation: Evaluation) -> Tr
         duration_s=evaluation.measure_s,
         requests=[],
     )
+    # NVML's peak while measuring: the idle GPUs' use plus what the serving server holds.
+    held = evaluation.held_bytes
+    peak = problem.profile.gpus.idle_used_bytes + held if held is not None else None
     return TrialOutcome(kind=OutcomeKind.OK, plan=plan, measurements=[measurement],
-                        objective_concurrency=space.objective.concurrency, memory=memory, **timing)  # fmt: skip
+                        objective_concurrency=space.objective.concurrency, memory=memory, gpu_peak_used_bytes=peak,
+                        **timing)  # fmt: skip
 
 
 def _memory_facts(evaluation: Evaluation) -> MemoryFacts | None:
@@ -314,6 +319,9 @@ def _memory_facts(evaluation: Evaluation) -> MemoryFacts | None:
         kv_pool_bytes=logged(evaluation.kv_pool_bytes),
         kv_tokens=evaluation.kv_tokens,
         graph_bytes=logged(evaluation.graph_bytes),
+        free_at_start_bytes=logged(evaluation.server_free_bytes),
+        avail_after_pools_bytes=logged(evaluation.avail_after_pools_bytes),
+        graph_batch=evaluation.graph_batch if evaluation.graph_bytes is not None else None,
     )
 
 
@@ -376,6 +384,7 @@ def run_study(
                     seconds=evaluation.seconds if evaluation else 0.0,
                     measured=evaluation.tok_s if evaluation else None,
                     true=evaluation.true_tok_s if evaluation else None,
+                    flags=trial.user_attrs.get("flags"),
                 )
             )
             if sum(s.launched for s in run.steps) >= budget:

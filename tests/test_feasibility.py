@@ -12,12 +12,18 @@ import pytest
 import yaml
 
 from autotune.engines.sglang import SGLangEngine
-from autotune.feasibility import FeasibilityModel, model_weight_bytes
+from autotune.engines.vllm import VLLMEngine
+from autotune.feasibility import FeasibilityModel, headroom_use, model_weight_bytes
 from autotune.gpu import GpuInventory, check_idle, roofline, wait_for
+from autotune.twin import physics
+from autotune.twin.flags import parse_args
+from autotune.twin.launch import resolve_launch
+from autotune.twin.profile import load_profile
 from tests.conftest import TWIN_SPACE, autotune_cmd
 
 GIB = 2**30
 RULES = SGLangEngine.memory_rules
+VLLM_RULES = VLLMEngine.memory_rules
 BASE = {
     "tp-size": 2,
     "speculative-algorithm": "NEXTN",
@@ -76,6 +82,68 @@ def test_too_low_failure_generalises_to_smaller_fractions_and_larger_demands() -
     assert m.predict({**BASE, "mem-fraction-static": 0.72, "mamba-full-memory-ratio": 0.5}).feasible
     # the mamba split is not monotone: another ratio is another question
     assert m.predict({**BASE, "mem-fraction-static": 0.65, "mamba-full-memory-ratio": 0.9}).feasible
+
+
+def served(m: FeasibilityModel, flags: dict[str, object], *, runtime_gib: float, graph_gib: float) -> None:
+    """A launch that served: its graphs as logged, its run-time memory from the NVML peak."""
+    free, fraction = 46.5 * GIB, float(flags["mem-fraction-static"])  # type: ignore[arg-type]
+    m.observe_graph(graph_gib * GIB, flags=flags)  # type: ignore[arg-type]
+    m.observe_headroom(
+        headroom_use(
+            flags,  # type: ignore[arg-type]
+            server_free_bytes=free,
+            avail_after_pools_bytes=(1 - fraction) * free,
+            graph_bytes=graph_gib * GIB,
+            free_at_peak_bytes=(1 - fraction) * free - graph_gib * GIB - runtime_gib * GIB,
+            trial=7,
+        )
+    )
+
+
+def test_a_served_launch_bounds_the_headroom_of_later_candidates() -> None:
+    m = model()
+    # 0.12 x 46.5 GiB of headroom; graphs of 16 x 4 tokens took 0.5 GiB, the rest 1.6 GiB
+    served(m, {**BASE, "mem-fraction-static": 0.88}, runtime_gib=1.6, graph_gib=0.5)
+    assert m.headroom_uses[0].runtime_bytes == pytest.approx(1.6 * GIB)
+    # 0.03 x 46.5 = 1.40 GiB cannot hold 1.6 GiB plus graphs no smaller than 0.5 GiB
+    high = m.predict({**BASE, "mem-fraction-static": 0.97})
+    assert not high.feasible and high.side == "too-high" and "trial 7 used 1.60 GiB" in (high.reason or "")
+    # 0.96 leaves 1.86 GiB: larger graphs (more tokens) need at least the logged 0.5 GiB, so no
+    assert not m.predict({**BASE, "mem-fraction-static": 0.96, "cuda-graph-max-bs-decode": 32}).feasible
+    # far fewer graph tokens: the logged graphs shrink by at most the per-token bound, to 0.125 GiB
+    assert m.graph_bytes_at_least(16.0) == pytest.approx(0.5 * GIB - (0.5 * GIB / 64) * 48)
+    assert m.predict({**BASE, "mem-fraction-static": 0.96, "cuda-graph-max-bs-decode": 4}).feasible
+    assert m.predict({**BASE, "mem-fraction-static": 0.95}).feasible  # 2.33 GiB hold 1.6 + 0.5
+    # an activation flag set on one side only is not comparable
+    assert m.predict({**BASE, "mem-fraction-static": 0.97, "chunked-prefill-size": 8192}).feasible
+    served_flags = {**BASE, "mem-fraction-static": 0.88, "chunked-prefill-size": 4096}
+    other = model()
+    served(other, served_flags, runtime_gib=1.6, graph_gib=0.5)
+    assert not other.predict({**served_flags, "mem-fraction-static": 0.97, "chunked-prefill-size": 8192}).feasible
+    assert other.predict({**served_flags, "mem-fraction-static": 0.97, "chunked-prefill-size": 1024}).feasible
+    assert other.predict({**served_flags, "mem-fraction-static": 0.97, "attention-backend": "triton"}).feasible
+
+
+def test_vllm_utilization_is_of_the_total_and_must_be_free_at_start() -> None:
+    # an 80 GiB GPU on which another process holds 10 GiB; 16 GB of weights
+    m = FeasibilityModel(VLLM_RULES, free_bytes=70 * GIB, total_bytes=80 * GIB, weight_bytes=16e9)
+    refused = m.predict({"gpu-memory-utilization": 0.9})  # 72 GiB > 70 GiB free
+    assert not refused.feasible and refused.side == "too-high"
+    assert "asks for 72.0 GiB of the GPU's 80.0 GiB, but only 70.0 GiB are free" in (refused.reason or "")
+    fits = m.predict({"gpu-memory-utilization": 0.85})
+    assert fits.feasible and fits.pool_bytes == pytest.approx(0.85 * 80 * GIB - 16e9)
+    assert not m.predict({}).feasible  # the default 0.92 asks for 73.6 GiB
+    tiny = m.predict({"gpu-memory-utilization": 0.15})  # 12 GiB < 14.9 GiB of weights
+    assert not tiny.feasible and tiny.side == "too-low" and "of 80.0 GiB total leaves nothing" in (tiny.reason or "")
+
+
+def test_served_launches_without_graph_sizes_predict_nothing() -> None:
+    m = FeasibilityModel(VLLM_RULES, free_bytes=79 * GIB, weight_bytes=16e9)
+    m.observe_headroom(
+        headroom_use({"gpu-memory-utilization": 0.9}, server_free_bytes=79 * GIB, avail_after_pools_bytes=2 * GIB,
+                     graph_bytes=0.0, free_at_peak_bytes=0.0)  # fmt: skip
+    )
+    assert m.headroom_uses == [] and m.predict({"gpu-memory-utilization": 0.99}).feasible
 
 
 def test_local_model_weight_bytes(tmp_path: Path) -> None:
@@ -187,3 +255,43 @@ def test_a_learned_boundary_saves_a_launch_on_the_twin(tmp_path: Path) -> None:
     for trial in trials:
         assert trial.state.name == "COMPLETE" and trial.value == 0.0 and trial.constraints["memory"] > 0
     assert "trial 0" in trials[1].user_attrs["reason"] and "trial 2" in trials[3].user_attrs["reason"]
+
+
+@pytest.mark.twin
+def test_a_served_launch_saves_a_launch_that_would_run_out_of_headroom(tmp_path: Path) -> None:
+    """The twin's simulated GPUs show what a serving server holds (NVML's view), so the study learns the
+    run-time memory outside the graphs from the first launch and skips a fraction that cannot hold it."""
+    data = yaml.safe_load(TWIN_SPACE.read_text())
+    hand_found = {"speculative-num-steps": 3, "speculative-eagle-topk": 1, "cuda-graph-max-bs-decode": 48,
+                  "max-running-requests": 16, "mamba-full-memory-ratio": 0.5}  # fmt: skip
+    data.update(
+        study="served",
+        baselines=[{"name": "served", "flags": {"mem-fraction-static": 0.88}},
+                   {"name": "tight", "flags": {"mem-fraction-static": 0.96}}],
+    )  # fmt: skip
+    data["fixed"].update(hand_found)
+    data["tuned"] = {"mem-fraction-static": {"type": "float", "low": 0.80, "high": 0.97, "step": 0.01}}
+    data["measurement"].update(
+        {"warmup_requests": 0, "prompts_per_round": 1, "max_tokens": 16, "min_rounds": 2, "max_rounds": 2}
+    )
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump(data))
+    subprocess.run(
+        autotune_cmd("study", str(space), "--trials", "2"), cwd=tmp_path, check=True, capture_output=True, timeout=300
+    )
+    trials = optuna.load_study(study_name="served", storage=f"sqlite:///{tmp_path}/studies/served.db").trials
+    assert [t.user_attrs["outcome"] for t in trials] == ["ok", "predicted-infeasible-memory-high"]
+    assert sorted(p.name for p in (tmp_path / "studies" / "served" / "logs").glob("trial-*.log")) == ["trial-0000.log"]
+    # what the twin really needs outside its graphs: activations of the default prefill chunk
+    profile = load_profile()
+    argv = ["--model-path", "Qwen/Qwen3.6-27B", "--tp-size", "2", "--context-length", "131072",
+            "--speculative-algorithm", "NEXTN", "--speculative-num-draft-tokens", "4",
+            *[x for k, v in hand_found.items() for x in (f"--{k}", str(v))]]  # fmt: skip
+    needed, graphs = physics.needed_headroom_bytes(profile, resolve_launch(parse_args(argv)[0], profile))
+    served = trials[0].user_attrs
+    assert served["memory_runtime_gib"] == pytest.approx((needed - graphs) / GIB, abs=0.03)
+    assert served["memory_graph_batch"] == 48 and served["gpu_peak_used_gib"] > served["memory_weights_gib"]
+    assert "trial 0 used" in trials[1].user_attrs["reason"] and trials[1].constraints["memory"] > 0
+    # and the twin agrees: that fraction dies of memory when launched
+    tight = resolve_launch(parse_args([*argv, "--mem-fraction-static", "0.96"])[0], profile)
+    assert physics.memory_outcome(profile, tight) == "too_high"

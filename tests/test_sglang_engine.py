@@ -162,6 +162,20 @@ def test_failure_classification_on_recorded_logs(log: str, exit_code: int, kind:
     assert reason in failure.reason
 
 
+def test_memory_facts_from_the_startup_log() -> None:
+    facts = engine.memory_facts((LOGS / "startup_ok.log").read_text())
+    assert facts is not None
+    assert facts.weights_bytes == pytest.approx(27.19 * 2**30) and facts.graph_bytes == pytest.approx(1.12 * 2**30)
+    assert facts.kv_tokens == 180224 and facts.kv_pool_bytes == pytest.approx(11.0 * 2**30)
+    assert facts.free_at_start_bytes == pytest.approx(47.21 * 2**30)
+    assert facts.avail_after_pools_bytes == pytest.approx(5.66 * 2**30)
+    assert facts.graph_batch == 48
+    # a failed capture logs its batch sizes but no graph memory: nothing to size graphs with
+    died = engine.memory_facts((LOGS / "too_high.log").read_text())
+    assert died is not None and died.graph_bytes is None and died.graph_batch is None
+    assert engine.memory_facts("nothing here") is None
+
+
 def test_timeout_without_memory_message_is_launch_timeout() -> None:
     failure = engine.classify_failure(exit_code=None, log_text="[2026-11-02] Load weight begin.", timed_out=True)
     assert failure.kind is FailureKind.LAUNCH_TIMEOUT

@@ -125,6 +125,9 @@ class MemoryFacts(_Frozen):
     kv_pool_bytes: float | None = None
     kv_tokens: int | None = None
     graph_bytes: float | None = None
+    free_at_start_bytes: float | None = Field(default=None, description="free memory the server saw before loading")
+    avail_after_pools_bytes: float | None = Field(default=None, description="memory left once the pools were sized")
+    graph_batch: int | None = Field(default=None, description="largest batch size captured in a CUDA graph")
 
     @property
     def kv_bytes_per_token(self) -> float | None:

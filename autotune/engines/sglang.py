@@ -164,6 +164,9 @@ _KV_LINE = re.compile(
     r"KV Cache is allocated\. #tokens: (?P<tokens>\d+), K size: (?P<k>[\d.]+) GB, V size: (?P<v>[\d.]+) GB"
 )
 _GRAPH_LINE = re.compile(r"Capture cuda graph end\..*?mem usage=(?P<gb>[\d.]+) GB")
+_FREE_LINE = re.compile(r"Load weight begin\. avail mem=(?P<gb>[\d.]+) GB")
+_POOLS_LINE = re.compile(r"Memory pool end\. avail mem=(?P<gb>[\d.]+) GB")
+_CAPTURE_LINE = re.compile(r"Capture cuda graph bs \[(?P<sizes>[\d, ]+)\]")
 _LOG_NOISE = frozenset({"enable-metrics", "decode-log-interval", "log-level", "random-seed", "served-model-name"})
 _SPEC_DEMAND = frozenset({STEPS, TOPK, DRAFT})
 
@@ -185,7 +188,9 @@ class SGLangEngine(Engine):
         # requests no longer change what the graphs hold.
         graph_ignored=_LOG_NOISE
         | {"mamba-full-memory-ratio", "max-mamba-cache-size", CONTEXT, STEPS, TOPK, "max-running-requests",
-           "cuda-graph-max-bs-decode", DRAFT},
+           "cuda-graph-max-bs-decode", DRAFT},  # fmt: skip
+        # Outside the graphs, run-time memory is mostly the prefill chunk's activations.
+        activation_demand=frozenset({"chunked-prefill-size", "max-prefill-tokens"}),
     )
     renamed_flags = {
         "mamba-scheduler-strategy": RADIX_STRATEGY,
@@ -269,11 +274,16 @@ class SGLangEngine(Engine):
         weights, kv, graph = (pattern.search(log_text) for pattern in (_WEIGHTS_LINE, _KV_LINE, _GRAPH_LINE))
         if weights is None and kv is None and graph is None:
             return None
+        free, pools, capture = (p.search(log_text) for p in (_FREE_LINE, _POOLS_LINE, _CAPTURE_LINE))
+        sizes = [int(size) for size in capture["sizes"].split(",") if size.strip()] if capture else []
         return MemoryFacts(
             weights_bytes=float(weights["gb"]) * _GIB if weights else None,
             kv_pool_bytes=(float(kv["k"]) + float(kv["v"])) * _GIB if kv else None,
             kv_tokens=int(kv["tokens"]) if kv else None,
             graph_bytes=float(graph["gb"]) * _GIB if graph else None,
+            free_at_start_bytes=float(free["gb"]) * _GIB if free else None,
+            avail_after_pools_bytes=float(pools["gb"]) * _GIB if pools else None,
+            graph_batch=max(sizes) if sizes and graph else None,
         )
 
     def classify_failure(self, *, exit_code: int | None, log_text: str, timed_out: bool) -> Failure:

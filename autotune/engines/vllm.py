@@ -358,6 +358,7 @@ class VLLMEngine(Engine):
     memory_rules = MemoryRules(
         fraction_flag=UTILIZATION,
         default_fraction=0.92,
+        budget_of="total",
         tp_flag=TP,
         pool_demand=_DEMAND,
         pool_irrelevant=_LOG_NOISE,

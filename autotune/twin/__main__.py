@@ -15,6 +15,7 @@ import json
 import sys
 
 from autotune.twin.flags import PROG, inventory_profile, parse_args, wants_inventory
+from autotune.twin.gpu_state import holdings
 from autotune.twin.profile import ProfileError, TwinProfile, inventory, load_profile
 
 
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         profile = _profile_or_error(inventory_profile(argv))
         if profile is None:
             return 2
-        sys.stdout.write(json.dumps(inventory(profile), indent=2) + "\n")
+        sys.stdout.write(json.dumps(inventory(profile, holdings()), indent=2) + "\n")
         return 0
     try:
         args, twin = parse_args(argv)

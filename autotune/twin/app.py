@@ -21,6 +21,7 @@ from types import FrameType
 
 from autotune.twin import physics
 from autotune.twin.faults import NO_FAULT, Fault
+from autotune.twin.gpu_state import Publisher, visible_devices
 from autotune.twin.launch import LaunchConfig, LaunchError, resolve_launch
 from autotune.twin.physics import GIB, MemoryFailure, MemoryPlan
 from autotune.twin.profile import TwinProfile
@@ -83,6 +84,7 @@ class TwinApp:
         self.drift = drift
         self.stop_event = threading.Event()
         self.state: TwinState | None = None
+        self.gpus = Publisher(visible_devices(profile.gpus.count, getattr(args, "tp_size", 1) or 1))
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.state is not None and self.state.hung.is_set():
@@ -138,6 +140,7 @@ class TwinApp:
             state.stopping()
             httpd.shutdown()
             httpd.server_close()
+            self.gpus.release()
 
     def _serve(self, state: TwinState, cfg: LaunchConfig) -> int:
         plan = self._load_and_size(cfg)
@@ -179,8 +182,11 @@ class TwinApp:
         weights = physics.weight_bytes_per_gpu(profile, cfg)
         log.info("Load weight begin. avail mem=%.2f GB", free / GIB)
         started = time.monotonic()
+        self.gpus.hold(profile.gpus.runtime_reserved_bytes)
         if not self._wait(self.load_seconds * _WEIGHT_SHARE):
             return None
+        if weights <= free:
+            self.gpus.hold(profile.gpus.runtime_reserved_bytes + weights)
         try:
             plan = physics.plan_memory(profile, cfg)
         except MemoryFailure as failure:
@@ -190,6 +196,7 @@ class TwinApp:
             return None
         self._log_weights(started, free, weights)
         self._log_pools(plan)
+        self.gpus.hold(physics.held_bytes(profile, plan, ready=False))
         if cfg.disable_cuda_graph:
             log.info("Disable cuda graph.")
             try:
@@ -197,6 +204,7 @@ class TwinApp:
             except MemoryFailure as failure:
                 self._fail(_exception_text(failure, failure.exc_type, failure.message))
                 return None
+            self.gpus.hold(physics.held_bytes(profile, plan, ready=True))
             return plan
         avail = (plan.free_bytes - plan.weight_bytes - plan.pool_bytes) / GIB
         log.info("Capture cuda graph begin. This can take up to several minutes. avail mem=%.2f GB", avail)
@@ -215,6 +223,7 @@ class TwinApp:
                 f"{failure.exc_type}: {failure.message}"
             )
             return None
+        self.gpus.hold(physics.held_bytes(profile, plan, ready=True))
         log.info(
             "Capture cuda graph end. Time elapsed: %.2f s. mem usage=%.2f GB. avail mem=%.2f GB.",
             time.monotonic() - capture_started,

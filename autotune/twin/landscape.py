@@ -120,6 +120,9 @@ class Evaluation:
         launch_s, measure_s, stop_s: simulated seconds on real GPUs.
         weights_bytes, kv_pool_bytes, kv_tokens, graph_bytes: per GPU, as the log reports them,
             when startup got that far.
+        server_free_bytes, avail_after_pools_bytes, graph_batch: the log's free memory before
+            loading, memory left after the pools, and largest captured batch.
+        held_bytes: memory per GPU the serving server holds (what NVML adds to the idle use).
     """
 
     outcome: Outcome
@@ -134,6 +137,10 @@ class Evaluation:
     kv_pool_bytes: float | None = None
     kv_tokens: int | None = None
     graph_bytes: float | None = None
+    server_free_bytes: float | None = None
+    avail_after_pools_bytes: float | None = None
+    graph_batch: int | None = None
+    held_bytes: float | None = None
 
     @property
     def feasible(self) -> bool:
@@ -257,7 +264,17 @@ class _Fixed:
     kv_pool_bytes: float | None = None
     kv_tokens: int | None = None
     graph_bytes: float | None = None
+    server_free_bytes: float | None = None
+    avail_after_pools_bytes: float | None = None
+    graph_batch: int | None = None
+    held_bytes: float | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+
+    def memory_log(self) -> dict[str, Any]:
+        """The memory figures the server's log gives (as far as startup got)."""
+        names = ("weights_bytes", "kv_pool_bytes", "kv_tokens", "graph_bytes", "server_free_bytes",
+                 "avail_after_pools_bytes", "graph_batch")  # fmt: skip
+        return {name: getattr(self, name) for name in names}
 
 
 class Landscape:
@@ -311,10 +328,7 @@ class Landscape:
                 message=fixed.message,
                 launch_s=fixed.launch_s,
                 stop_s=self.cost.stop_s if fixed.outcome != "invalid" else 0.0,
-                weights_bytes=fixed.weights_bytes,
-                kv_pool_bytes=fixed.kv_pool_bytes,
-                kv_tokens=fixed.kv_tokens,
-                graph_bytes=fixed.graph_bytes,
+                **fixed.memory_log(),
             )
         assert fixed.true_tok_s is not None and fixed.accept_length is not None
         draw = rng or self.rng
@@ -328,10 +342,8 @@ class Landscape:
             launch_s=fixed.launch_s,
             measure_s=self._measure_seconds(fixed.decode_s_per_round),
             stop_s=self.cost.stop_s,
-            weights_bytes=fixed.weights_bytes,
-            kv_pool_bytes=fixed.kv_pool_bytes,
-            kv_tokens=fixed.kv_tokens,
-            graph_bytes=fixed.graph_bytes,
+            held_bytes=fixed.held_bytes,
+            **fixed.memory_log(),
         )
 
     def true_value(self, flags: Mapping[str, FlagValue]) -> float | None:
@@ -541,11 +553,14 @@ class Landscape:
                 message=f"{failure.exc_type}: {failure.message}",
                 launch_s=load_s,
                 weights_bytes=logged,
+                server_free_bytes=float(physics.free_bytes_at_start(profile)),
             )
         memory = {
             "weights_bytes": float(weights),
             "kv_pool_bytes": plan.kv_pool_bytes,
             "kv_tokens": plan.max_total_num_tokens,
+            "server_free_bytes": float(plan.free_bytes),
+            "avail_after_pools_bytes": plan.free_bytes - plan.weight_bytes - plan.pool_bytes,
         }
         try:
             physics.check_headroom(profile, plan)
@@ -564,6 +579,8 @@ class Landscape:
             decode_s_per_round=decode_s,
             launch_s=load_s + (0.0 if cfg.disable_cuda_graph else cost.capture_s),
             graph_bytes=plan.graph_bytes,
+            graph_batch=plan.cuda_graph_bs or None,
+            held_bytes=physics.held_bytes(profile, plan, ready=True),
             **memory,  # type: ignore[arg-type]
         )
 

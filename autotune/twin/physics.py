@@ -199,6 +199,13 @@ def check_headroom(profile: TwinProfile, plan: MemoryPlan) -> None:
         )
 
 
+def held_bytes(profile: TwinProfile, plan: MemoryPlan, *, ready: bool) -> float:
+    """Memory per GPU a server holds (what NVML shows) once its pools are allocated: its CUDA
+    context, the weights and the pools; once ready also the graphs and the warm-up's activations."""
+    held = profile.gpus.runtime_reserved_bytes + plan.weight_bytes + plan.kv_pool_bytes + plan.mamba_pool_bytes
+    return held + plan.needed_headroom_bytes if ready else held
+
+
 def memory_outcome(profile: TwinProfile, cfg: LaunchConfig) -> str:
     """``ok`` or the failure kind (``too_low``, ``too_high``, ``load_oom``) of this configuration."""
     try:

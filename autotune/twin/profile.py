@@ -7,11 +7,14 @@ documents every field with its unit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from autotune.twin.gpu_state import Holding
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 DEFAULT_PROFILE = "qwen3.6-27b-2xa6000"
@@ -271,26 +274,32 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> TwinProfile:
         raise ProfileError(f"{path}: invalid twin profile: {problems}") from None
 
 
-def inventory(profile: TwinProfile) -> dict[str, Any]:
-    """The simulated GPU inventory, in the schema autotune's GPU reader expects."""
+def inventory(profile: TwinProfile, holdings: Sequence[Holding] = ()) -> dict[str, Any]:
+    """The simulated GPU inventory, in the schema autotune's GPU reader expects.
+
+    ``holdings``: the memory running twin servers hold (:mod:`autotune.twin.gpu_state`), shown
+    as used memory and as the processes holding it, the way NVML shows a real server.
+    """
     gpus = profile.gpus
-    free = gpus.memory_total_bytes - gpus.idle_used_bytes
+
+    def gpu(index: int) -> dict[str, Any]:
+        held = [(h.pid, h.used_bytes[index]) for h in holdings if index in h.used_bytes]
+        used = min(gpus.memory_total_bytes, gpus.idle_used_bytes + sum(b for _, b in held))
+        return {
+            "index": index,
+            "name": f"{gpus.name} (simulated)",
+            "uuid": f"TWIN-GPU-{index}",
+            "memory_total_bytes": gpus.memory_total_bytes,
+            "memory_used_bytes": used,
+            "memory_free_bytes": gpus.memory_total_bytes - used,
+            "memory_bus_width_bits": gpus.memory_bus_width_bits,
+            "memory_max_clock_mhz": gpus.memory_max_clock_mhz,
+            "bandwidth_bytes_per_s": gpus.bandwidth_bytes_per_s,
+            "processes": [{"pid": pid, "used_memory_bytes": b} for pid, b in held],
+        }
+
     return {
         "driver_version": "twin (simulated)",
         "simulated": True,
-        "gpus": [
-            {
-                "index": index,
-                "name": f"{gpus.name} (simulated)",
-                "uuid": f"TWIN-GPU-{index}",
-                "memory_total_bytes": gpus.memory_total_bytes,
-                "memory_used_bytes": gpus.idle_used_bytes,
-                "memory_free_bytes": free,
-                "memory_bus_width_bits": gpus.memory_bus_width_bits,
-                "memory_max_clock_mhz": gpus.memory_max_clock_mhz,
-                "bandwidth_bytes_per_s": gpus.bandwidth_bytes_per_s,
-                "processes": [],
-            }
-            for index in range(gpus.count)
-        ],
+        "gpus": [gpu(index) for index in range(gpus.count)],
     }

@@ -33,6 +33,7 @@ from types import FrameType
 
 from autotune.twin._vllm_flags import VLLM_VERSION
 from autotune.twin.faults import NO_FAULT, Fault, resolve_fault
+from autotune.twin.gpu_state import Publisher, holdings, visible_devices
 from autotune.twin.launch import LaunchError
 from autotune.twin.physics import GIB, MemoryFailure
 from autotune.twin.profile import ProfileError, TwinProfile, inventory, load_profile
@@ -119,6 +120,7 @@ class VllmApp:
         self.load_seconds = max(load, 0.0)
         self.log = VllmLog()
         self.stop_event = threading.Event()
+        self.gpus: Publisher | None = None
         self.state: VllmState | None = None
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -168,6 +170,8 @@ class VllmApp:
                 self.state.stopping()
                 httpd.shutdown()
             httpd.server_close()
+            if self.gpus is not None:
+                self.gpus.release()
 
     def _start(self, httpd: VllmHTTPServer, host: str, port: int) -> int:
         if not self._wait(self.load_seconds * _CONFIG_SHARE):
@@ -237,12 +241,15 @@ class VllmApp:
         for rank in range(tp):
             self.info(f"Worker_TP{rank}", "gpu_model_runner.py:5040", f"Starting to load model {vc.model}...")
         loading = time.monotonic()
+        self.gpus = Publisher(visible_devices(profile.gpus.count, tp))
+        self.gpus.hold(profile.gpus.runtime_reserved_bytes)
         if not self._wait(self.load_seconds * _WEIGHT_SHARE):
             return None
         try:
             run = profile_run(profile, vc)
         except MemoryFailure as failure:
             return self._engine_failed(failure.exc_type, failure.message)
+        self.gpus.hold(profile.gpus.runtime_reserved_bytes + run.weight_bytes)
         for rank in range(tp):
             self.info(
                 f"Worker_TP{rank}",
@@ -262,6 +269,7 @@ class VllmApp:
             kv = size_kv(profile, vc, run)
         except MemoryFailure as failure:
             return self._engine_failed(failure.exc_type, failure.message)
+        self.gpus.hold(run.requested_bytes)  # vLLM fills what it asked for with the KV cache
         if kv.auto_fit:
             self.info(
                 "EngineCore",
@@ -398,7 +406,7 @@ def main(argv: list[str]) -> int:
         except ProfileError as err:
             sys.stderr.write(f"{PROG}: error: --twin-profile: {err}\n")
             return 2
-        sys.stdout.write(json.dumps(inventory(profile), indent=2) + "\n")
+        sys.stdout.write(json.dumps(inventory(profile, holdings()), indent=2) + "\n")
         return 0
     if not argv or argv[0] != "serve":
         sys.stderr.write(

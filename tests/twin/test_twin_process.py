@@ -12,11 +12,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
 import pytest
 
 from autotune.twin import physics
+from autotune.twin.flags import parse_args
+from autotune.twin.gpu_state import HOST_ENV
+from autotune.twin.launch import resolve_launch
 from autotune.twin.profile import load_profile
 
 pytestmark = pytest.mark.twin
@@ -36,19 +40,21 @@ TOO_LOW = (
 CODE_PROMPT = "Implement an LRU cache in Python without using functools.lru_cache or OrderedDict."
 
 
-def _env() -> dict[str, str]:
+def _env(host: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    if host is not None:  # a simulated host of its own: no other test's twins on its GPUs
+        env[HOST_ENV] = host
     return env
 
 
-def twin(*argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def twin(*argv: str, timeout: float = 30, host: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "autotune.twin", *argv],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=_env(),
+        env=_env(host),
         check=False,
     )
 
@@ -74,7 +80,7 @@ class Server:
         return self.process.wait(timeout=timeout)
 
 
-def start(tmp_path: Path, *argv: str) -> Server:
+def start(tmp_path: Path, *argv: str, host: str | None = None) -> Server:
     port = free_port()
     log = tmp_path / f"twin-{port}.log"
     with log.open("wb") as sink:
@@ -82,7 +88,7 @@ def start(tmp_path: Path, *argv: str) -> Server:
             [sys.executable, "-m", "autotune.twin", *argv, "--port", str(port)],
             stdout=sink,
             stderr=subprocess.STDOUT,
-            env=_env(),
+            env=_env(host),
         )
     return Server(process=process, url=f"http://127.0.0.1:{port}", log=log)
 
@@ -147,8 +153,8 @@ def test_bad_flags_exit_2_like_argparse(flag: list[str], message: str) -> None:
     assert f"launch_server.py: error: {message}" in result.stderr
 
 
-def test_inventory_schema() -> None:
-    result = twin("--twin-inventory")
+def test_inventory_schema(tmp_path: Path) -> None:
+    result = twin("--twin-inventory", host=tmp_path.name)
     assert result.returncode == 0
     inventory = json.loads(result.stdout)
     assert inventory["driver_version"] == "twin (simulated)" and inventory["simulated"] is True
@@ -165,6 +171,49 @@ def test_inventory_schema() -> None:
         "bandwidth_bytes_per_s": 768000000000,
         "processes": [],
     }
+
+
+def inventory_on(host: str) -> dict[str, Any]:
+    result = twin("--twin-inventory", host=host)
+    assert result.returncode == 0, result.stderr
+    return cast(dict[str, Any], json.loads(result.stdout))
+
+
+def test_inventory_shows_what_a_serving_twin_holds_until_it_stops(tmp_path: Path) -> None:
+    host = tmp_path.name
+    flags = [*MODEL, *NEXTN, "--context-length", "131072", "--mem-fraction-static", "0.88",
+             "--mamba-full-memory-ratio", "0.5", "--cuda-graph-max-bs-decode", "16"]  # fmt: skip
+    server = start(tmp_path, *flags, "--twin-load-seconds", "0.2", host=host)
+    try:
+        wait_for_status(server, 200)
+        serving = inventory_on(host)
+        other_host = inventory_on(f"{host}-other")
+    finally:
+        assert server.stop() == 0
+    stopped = inventory_on(host)
+    profile = load_profile()
+    cfg = resolve_launch(parse_args(flags)[0], profile)
+    held = physics.held_bytes(profile, physics.plan_memory(profile, cfg), ready=True)
+    for index in (0, 1):  # tp-size 2: both GPUs, as NVML would show a real TP server
+        gpu = serving["gpus"][index]
+        assert gpu["processes"] == [{"pid": server.process.pid, "used_memory_bytes": int(held)}]
+        assert gpu["memory_used_bytes"] == profile.gpus.idle_used_bytes + int(held)
+        assert gpu["memory_free_bytes"] == gpu["memory_total_bytes"] - gpu["memory_used_bytes"]
+        assert stopped["gpus"][index]["processes"] == [] and other_host["gpus"][index]["processes"] == []
+        assert stopped["gpus"][index]["memory_used_bytes"] == profile.gpus.idle_used_bytes
+    # the server's own log says what it saw: free memory, then what the pools left
+    text = server.log_text()
+    assert f"Load weight begin. avail mem={physics.free_bytes_at_start(profile) / physics.GIB:.2f} GB" in text
+
+
+def test_a_killed_twins_memory_is_not_counted(tmp_path: Path) -> None:
+    host = tmp_path.name
+    server = start(tmp_path, *MODEL, "--twin-load-seconds", "0.1", host=host)
+    wait_for_status(server, 200)
+    assert inventory_on(host)["gpus"][0]["processes"] != []
+    server.process.kill()  # no chance to tidy up: the inventory must notice the pid is gone
+    server.process.wait(timeout=5)
+    assert inventory_on(host)["gpus"][0]["processes"] == []
 
 
 def test_partial_speculative_set_dies_with_assertion_error() -> None:

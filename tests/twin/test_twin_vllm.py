@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from autotune.engines.base import FailureKind, LaunchPlan, parse_help_flags
 from autotune.engines.vllm import VLLMEngine, counter_totals, parse_engine_line, parse_spec_line
+from autotune.twin.profile import load_profile
 from autotune.twin.vllm_flags import help_text
 from autotune.workload import Prompt
 
@@ -400,3 +401,13 @@ def test_metrics_names_and_cache_config_info(server: Server) -> None:
     assert positions == {"0", "1", "2"}
     info = families["vllm:cache_config_info"].samples[0].labels
     assert info["gpu_memory_utilization"] == "0.92" and info["engine"] == "0" and int(info["num_gpu_blocks"]) > 0
+
+
+def test_inventory_shows_what_the_serving_twin_asked_for(server: Server) -> None:
+    """vLLM fills gpu-memory-utilization x total memory; NVML (the inventory) shows it held by the server."""
+    result = twin("--personality", "vllm", "--twin-inventory")
+    assert result.returncode == 0, result.stderr
+    total = load_profile().gpus.memory_total_bytes
+    for gpu in json.loads(result.stdout)["gpus"]:  # tp 2: both GPUs
+        held = {p["pid"]: p["used_memory_bytes"] for p in gpu["processes"]}
+        assert held.get(server.process.pid) == int(0.92 * total)  # vLLM's default utilization
