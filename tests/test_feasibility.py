@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 import yaml
+from optuna.trial import FrozenTrial
 
 from autotune.engines.sglang import SGLangEngine
 from autotune.engines.vllm import VLLMEngine
@@ -212,6 +214,20 @@ def test_roofline_share() -> None:
     assert r.share == pytest.approx(50 / r.ceiling_tok_s)
 
 
+def fraction_study(tmp_path: Path, data: dict[str, Any], *, low: float) -> list[FrozenTrial]:
+    """Run the study ``data`` with only mem-fraction-static tuned (from ``low``) for its baselines, briefly."""
+    data["tuned"] = {"mem-fraction-static": {"type": "float", "low": low, "high": 0.97, "step": 0.01}}
+    data["measurement"].update(
+        {"warmup_requests": 0, "prompts_per_round": 1, "max_tokens": 16, "min_rounds": 2, "max_rounds": 2}
+    )
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump(data))
+    command = autotune_cmd("study", str(space), "--trials", str(len(data["baselines"])))
+    subprocess.run(command, cwd=tmp_path, check=True, capture_output=True, timeout=300)
+    storage = f"sqlite:///{tmp_path}/studies/{data['study']}.db"
+    return optuna.load_study(study_name=data["study"], storage=storage).trials
+
+
 @pytest.mark.twin
 def test_a_learned_boundary_saves_a_launch_on_the_twin(tmp_path: Path) -> None:
     data = yaml.safe_load(TWIN_SPACE.read_text())
@@ -233,16 +249,7 @@ def test_a_learned_boundary_saves_a_launch_on_the_twin(tmp_path: Path) -> None:
             "mamba-full-memory-ratio": 0.9,
         }
     )
-    data["tuned"] = {"mem-fraction-static": {"type": "float", "low": 0.60, "high": 0.97, "step": 0.01}}
-    data["measurement"].update(
-        {"warmup_requests": 0, "prompts_per_round": 1, "max_tokens": 16, "min_rounds": 2, "max_rounds": 2}
-    )
-    space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump(data))
-    subprocess.run(
-        autotune_cmd("study", str(space), "--trials", "4"), cwd=tmp_path, check=True, capture_output=True, timeout=300
-    )
-    trials = optuna.load_study(study_name="mem", storage=f"sqlite:///{tmp_path}/studies/mem.db").trials
+    trials = fraction_study(tmp_path, data, low=0.60)
     outcomes = [t.user_attrs["outcome"] for t in trials]
     assert outcomes == [
         "infeasible-memory-high",
@@ -270,16 +277,7 @@ def test_a_served_launch_saves_a_launch_that_would_run_out_of_headroom(tmp_path:
                    {"name": "tight", "flags": {"mem-fraction-static": 0.96}}],
     )  # fmt: skip
     data["fixed"].update(hand_found)
-    data["tuned"] = {"mem-fraction-static": {"type": "float", "low": 0.80, "high": 0.97, "step": 0.01}}
-    data["measurement"].update(
-        {"warmup_requests": 0, "prompts_per_round": 1, "max_tokens": 16, "min_rounds": 2, "max_rounds": 2}
-    )
-    space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump(data))
-    subprocess.run(
-        autotune_cmd("study", str(space), "--trials", "2"), cwd=tmp_path, check=True, capture_output=True, timeout=300
-    )
-    trials = optuna.load_study(study_name="served", storage=f"sqlite:///{tmp_path}/studies/served.db").trials
+    trials = fraction_study(tmp_path, data, low=0.80)
     assert [t.user_attrs["outcome"] for t in trials] == ["ok", "predicted-infeasible-memory-high"]
     assert sorted(p.name for p in (tmp_path / "studies" / "served" / "logs").glob("trial-*.log")) == ["trial-0000.log"]
     # what the twin really needs outside its graphs: activations of the default prefill chunk
