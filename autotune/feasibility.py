@@ -152,6 +152,7 @@ class FeasibilityModel:
     ) -> None:
         self.rules = rules
         self.free_bytes = free_bytes
+        self.server_free_logged: float | None = None
         self.total_bytes = total_bytes
         self.weight_bytes = weight_bytes
         self.weights_total_logged: float | None = None
@@ -166,6 +167,18 @@ class FeasibilityModel:
         """The weights per GPU a server logged under ``flags``: better than the estimate from the
         model's files. Kept as the whole model's size, so another tensor-parallel size divides it."""
         self.weights_total_logged = bytes_per_gpu * self._tp(flags)
+
+    def observe_server_free(self, free_bytes: float) -> None:
+        """The free memory a server measured before loading (after its own CUDA context): the
+        memory its fraction is of. Of several readings the largest, so nothing is called
+        infeasible on a reading that happened to be low."""
+        current = self.server_free_logged
+        self.server_free_logged = free_bytes if current is None else max(current, free_bytes)
+
+    @property
+    def start_free_bytes(self) -> float | None:
+        """Free memory at a server's start: as servers logged it, else NVML's reading."""
+        return self.server_free_logged if self.server_free_logged is not None else self.free_bytes
 
     def _fraction(self, flags: Mapping[str, FlagValue]) -> float | None:
         assert self.rules is not None
@@ -231,7 +244,8 @@ class FeasibilityModel:
         """A too-high failure at headroom h_F and graph tokens T_F means the need at T_F exceeds h_F.
         Needs grow with T at most by the per-token bound g, so at T the need exceeds h_F - g (T_F - T):
         a candidate with less headroom than that cannot fit either."""
-        assert self.rules is not None and self.free_bytes is not None
+        free = self.start_free_bytes
+        assert self.rules is not None and free is not None
         g = self.graph_bytes_per_token_max
         t_failed, t_candidate = self.graph_tokens(failure.flags), self.graph_tokens(flags)
         failed_fraction = self._fraction(failure.flags)
@@ -240,8 +254,8 @@ class FeasibilityModel:
         ignore = self.rules.graph_ignored | {self.rules.fraction_flag}
         if not _dominates(failure.flags, flags, demand=frozenset(), ignore=ignore):
             return False
-        needed = (1 - failed_fraction) * self.free_bytes - g * max(0.0, t_failed - t_candidate)
-        return (1 - fraction) * self.free_bytes <= needed
+        needed = (1 - failed_fraction) * free - g * max(0.0, t_failed - t_candidate)
+        return (1 - fraction) * free <= needed
 
     def _tp(self, flags: Mapping[str, FlagValue]) -> float:
         return (_number(flags.get(self.rules.tp_flag)) if self.rules else None) or 1.0
@@ -256,7 +270,8 @@ class FeasibilityModel:
         rules = self.rules
         fraction = self._fraction(flags)
         weights = self.weights_per_gpu(flags)
-        base = self.total_bytes if rules.budget_of == "total" else self.free_bytes
+        free = self.start_free_bytes
+        base = self.total_bytes if rules.budget_of == "total" else free
         pool = fraction * base - weights if None not in (fraction, weights, base) else None  # type: ignore[operator]
         if rules.budget_of == "total" and None not in (fraction, base, self.free_bytes):
             budget = fraction * base  # type: ignore[operator]
@@ -266,11 +281,11 @@ class FeasibilityModel:
                     reason=f"{rules.fraction_flag} {fraction:g} asks for {budget / 2**30:.1f} GiB of the GPU's "
                     f"{base / 2**30:.1f} GiB, but only {self.free_bytes / 2**30:.1f} GiB are free",  # type: ignore[operator]
                 )  # fmt: skip
-        if weights is not None and self.free_bytes is not None and weights >= self.free_bytes:
+        if weights is not None and free is not None and weights >= free:
             return Prediction(
                 feasible=False, side="too-high", pool_bytes=pool,
                 reason=f"the weights ({weights / 2**30:.1f} GiB per GPU) exceed the free memory "
-                f"({self.free_bytes / 2**30:.1f} GiB)",
+                f"({free / 2**30:.1f} GiB)",
             )  # fmt: skip
         if pool is not None and pool <= 0:
             return Prediction(

@@ -487,6 +487,8 @@ class StudyRunner:
                 model.observe_graph(graph * 2**30, flags=flags, logged_batch=trial.user_attrs.get("memory_graph_batch"))
             runtime = trial.user_attrs.get("memory_runtime_gib")
             server_free = trial.user_attrs.get("memory_server_free_gib")
+            if isinstance(server_free, (int, float)):
+                model.observe_server_free(server_free * 2**30)
             if isinstance(runtime, (int, float)) and isinstance(server_free, (int, float)):
                 model.observe_headroom(
                     HeadroomUse(
@@ -715,11 +717,13 @@ class StudyRunner:
                     trial.set_user_attr(f"memory_{name}_gib", round(value / 2**30, 2))
             if facts.graph_batch is not None:
                 trial.set_user_attr("memory_graph_batch", facts.graph_batch)
+            if facts.free_at_start_bytes is not None:
+                model.observe_server_free(facts.free_at_start_bytes)
+                trial.set_user_attr("memory_server_free_gib", round(facts.free_at_start_bytes / 2**30, 3))
         use = self._headroom_use(trial, outcome)
         if use is not None:
             model.observe_headroom(use)
             trial.set_user_attr("memory_runtime_gib", round(use.runtime_bytes / 2**30, 3))
-            trial.set_user_attr("memory_server_free_gib", round(use.server_free_bytes / 2**30, 3))
         if outcome.gpu_peak_used_bytes is not None:
             trial.set_user_attr("gpu_peak_used_gib", round(outcome.gpu_peak_used_bytes / 2**30, 2))
         if outcome.release_s is not None:

@@ -59,6 +59,18 @@ def test_weights_logged_by_the_server_replace_the_estimate() -> None:
     assert not m.predict({**BASE, "tp-size": 1, "mem-fraction-static": 0.95}).feasible
 
 
+def test_the_free_memory_a_server_logged_replaces_nvmls() -> None:
+    # NVML shows 47 GiB free; the server, after its own CUDA context, saw 46 GiB (and once 45.8)
+    m = model(weights=2 * 25.5 * GIB)
+    flags = {**BASE, "mem-fraction-static": 0.55}  # 0.55 x 47 = 25.85 GiB > 25.5; 0.55 x 46 = 25.3 GiB < 25.5
+    assert m.predict(flags).feasible
+    m.observe_server_free(46 * GIB)
+    m.observe_server_free(45.8 * GIB)  # the largest reading counts: never infeasible on a low one
+    assert m.start_free_bytes == 46 * GIB
+    low = m.predict(flags)
+    assert not low.feasible and low.side == "too-low" and "of 46.0 GiB free leaves nothing" in (low.reason or "")
+
+
 def test_too_high_failure_generalises_to_larger_fractions_and_graph_demands() -> None:
     m = model()
     m.observe({**BASE, "mem-fraction-static": 0.95}, "too-high", trial=3)
