@@ -89,13 +89,23 @@ class Publisher:
         holding = Holding(
             pid=self.pid, started=_start_time(self.pid), used_bytes={d: int(bytes_per_gpu) for d in self.devices}
         )
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_suffix(".tmp")
-        partial.write_text(holding.model_dump_json())
-        partial.replace(self.path)  # readers never see half a file
+        for attempt in range(3):  # this host's last other server may remove the folder meanwhile
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                partial.write_text(holding.model_dump_json())
+                partial.replace(self.path)  # readers never see half a file
+                return
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
 
     def release(self) -> None:
         self.path.unlink(missing_ok=True)
+        try:
+            self.path.parent.rmdir()  # this host's last server leaves no empty folder behind
+        except OSError:
+            pass
 
 
 def holdings(host: str | None = None) -> list[Holding]:
