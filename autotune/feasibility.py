@@ -211,7 +211,9 @@ class FeasibilityModel:
 
     def graph_bytes_at_least(self, tokens: float | None) -> float:
         """A lower bound of the graph memory at ``tokens`` (unknown: the fewest tokens, 0): graphs
-        never shrink with more tokens, and grow per token by at most the per-token bound."""
+        never shrink with more tokens, and grow per token by at most the per-token bound. Beyond
+        the most tokens seen, they keep growing by the observed slope when the observations lie on
+        a line (:meth:`graph_slope`), less a tenth for safety."""
         per_token = self.graph_bytes_per_token_max
         at = tokens or 0.0
         bounds = [0.0]
@@ -220,7 +222,31 @@ class FeasibilityModel:
                 bounds.append(point.bytes)
             elif per_token is not None:
                 bounds.append(point.bytes - per_token * (point.tokens - at))
+        slope = self.graph_slope()
+        if slope is not None:
+            top = max(self.graph_points, key=lambda p: p.tokens)
+            if at > top.tokens:
+                bounds.append(top.bytes + 0.9 * slope * (at - top.tokens))
         return max(bounds)
+
+    def graph_slope(self) -> float | None:
+        """Graph bytes per captured token, when at least three token counts were logged and all lie
+        within 5 % (or 32 MiB) of one rising line; else None (no extrapolation)."""
+        by_tokens: dict[float, list[float]] = {}
+        for point in self.graph_points:
+            by_tokens.setdefault(point.tokens, []).append(point.bytes)
+        if len(by_tokens) < 3:
+            return None
+        xs = list(by_tokens)
+        ys = [sum(values) / len(values) for values in by_tokens.values()]
+        mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+        spread = sum((x - mean_x) ** 2 for x in xs)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+        intercept = mean_y - slope * mean_x
+        tolerance = [max(0.05 * y, 32 * 2**20) for y in ys]
+        if slope <= 0 or any(abs(intercept + slope * x - y) > t for x, y, t in zip(xs, ys, tolerance, strict=True)):
+            return None
+        return slope
 
     def observe_headroom(self, use: HeadroomUse) -> None:
         """What a launch that served used of its headroom besides the graphs."""

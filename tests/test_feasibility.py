@@ -151,6 +151,26 @@ def test_vllm_utilization_is_of_the_total_and_must_be_free_at_start() -> None:
     assert not tiny.feasible and tiny.side == "too-low" and "of 80.0 GiB total leaves nothing" in (tiny.reason or "")
 
 
+def test_graphs_beyond_the_most_tokens_seen_grow_along_the_logged_line() -> None:
+    m = model()
+    base, per_token = 0.2 * GIB, 5 * 2**20
+    for tokens in (40, 96, 192):  # batch 8, 24, 48 at 4 draft tokens
+        m.observe_graph(base + per_token * tokens, flags={**BASE, "cuda-graph-max-bs-decode": tokens // 4})
+    assert m.graph_slope() == pytest.approx(per_token)
+    at_512 = m.graph_bytes_at_least(512)
+    assert base + per_token * 192 < at_512 < base + per_token * 512  # along the line, less a tenth
+    assert at_512 == pytest.approx(base + per_token * 192 + 0.9 * per_token * 320)
+    # two token counts are a line by definition: no extrapolation; nor when the points do not lie on one
+    two = model()
+    for tokens in (96, 192):
+        two.observe_graph(base + per_token * tokens, flags={**BASE, "cuda-graph-max-bs-decode": tokens // 4})
+    assert two.graph_slope() is None and two.graph_bytes_at_least(512) == base + per_token * 192
+    bent = model()
+    for tokens, gib in ((40, 0.4), (96, 0.45), (192, 1.5)):
+        bent.observe_graph(gib * GIB, flags={**BASE, "cuda-graph-max-bs-decode": tokens // 4})
+    assert bent.graph_slope() is None
+
+
 def test_served_launches_without_graph_sizes_predict_nothing() -> None:
     m = FeasibilityModel(VLLM_RULES, free_bytes=79 * GIB, weight_bytes=16e9)
     m.observe_headroom(
