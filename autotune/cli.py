@@ -212,8 +212,8 @@ def show(
 ) -> None:
     """Show every trial (outcome, key flags, tok/s, accept length), which flags mattered, the best per category."""
     with error_funnel():
-        from autotune.htmlreport import artifact_store, param_importance, trial_categories
         from autotune.report import best_summary, category_table, engines_table, importance_table, trials_table
+        from autotune.report_summary import artifact_store, param_importance, trial_categories
         from autotune.study import StudyPaths, best_record, records
 
         opened = _open(study_name, storage, studies_dir)

@@ -182,7 +182,8 @@ def _study(tmp_path: Path, directions: list[str]) -> optuna.Study:
 
 
 def test_a_study_with_nothing_feasible_still_reports(tmp_path: Path) -> None:
-    from autotune.htmlreport import summarise, write_report
+    from autotune.htmlreport import write_report
+    from autotune.report_summary import summarise
 
     study = _study(tmp_path, ["maximize"])
     for outcome, fraction in (("infeasible-memory-low", 0.5), ("predicted-infeasible-memory-low", 0.55)):
@@ -209,7 +210,8 @@ def test_a_study_with_nothing_feasible_still_reports(tmp_path: Path) -> None:
 
 
 def test_two_objectives_draw_a_pareto_front(tmp_path: Path) -> None:
-    from autotune.htmlreport import summarise, write_report
+    from autotune.htmlreport import write_report
+    from autotune.report_summary import summarise
 
     study = _study(tmp_path, ["maximize", "minimize"])
     for speed, latency in ((40.0, 0.05), (50.0, 0.08), (45.0, 0.09), (30.0, 0.04)):

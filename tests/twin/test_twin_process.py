@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -19,13 +13,12 @@ import pytest
 
 from autotune.twin import physics
 from autotune.twin.flags import parse_args
-from autotune.twin.gpu_state import HOST_ENV
 from autotune.twin.launch import resolve_launch
 from autotune.twin.profile import load_profile
+from tests.twin.processes import Server, free_port, start_twin, twin
 
 pytestmark = pytest.mark.twin
 
-REPO = Path(__file__).resolve().parents[2]
 MODEL = ["--model-path", "Qwen/Qwen3.6-27B", "--tp-size", "2"]
 NEXTN = (
     "--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
@@ -40,57 +33,8 @@ TOO_LOW = (
 CODE_PROMPT = "Implement an LRU cache in Python without using functools.lru_cache or OrderedDict."
 
 
-def _env(host: str | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    if host is not None:  # a simulated host of its own: no other test's twins on its GPUs
-        env[HOST_ENV] = host
-    return env
-
-
-def twin(*argv: str, timeout: float = 30, host: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "autotune.twin", *argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=_env(host),
-        check=False,
-    )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Server:
-    process: subprocess.Popen[bytes]
-    url: str
-    log: Path
-
-    def log_text(self) -> str:
-        return self.log.read_text()
-
-    def stop(self, timeout: float = 5.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=timeout)
-
-
 def start(tmp_path: Path, *argv: str, host: str | None = None) -> Server:
-    port = free_port()
-    log = tmp_path / f"twin-{port}.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "autotune.twin", *argv, "--port", str(port)],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env=_env(host),
-        )
-    return Server(process=process, url=f"http://127.0.0.1:{port}", log=log)
+    return start_twin(tmp_path, *argv, host=host)
 
 
 def wait_for_status(server: Server, wanted: int, deadline_s: float = 20.0) -> None:

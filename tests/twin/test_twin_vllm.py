@@ -5,15 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -25,10 +19,10 @@ from autotune.engines.vllm import VLLMEngine, counter_totals, parse_engine_line,
 from autotune.twin.profile import load_profile
 from autotune.twin.vllm_flags import help_text
 from autotune.workload import Prompt
+from tests.twin.processes import REPO, Server, start_twin, twin
 
 pytestmark = pytest.mark.twin
 
-REPO = Path(__file__).resolve().parents[2]
 REAL_HELP = REPO / "tests" / "fixtures" / "vllm-0.33.0-serve-help.txt"
 SERVE = ["--personality", "vllm", "serve", "Qwen/Qwen3.6-27B", "-tp", "2"]
 BATCH = ["--max-num-seqs", "8", "--max-num-batched-tokens", "2048"]
@@ -41,55 +35,8 @@ TWIN_OPTIONS = {
 engine = VLLMEngine()
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
-def twin(*argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "autotune.twin", *argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=_env(),
-        check=False,
-    )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Server:
-    process: subprocess.Popen[bytes]
-    url: str
-    log: Path
-
-    def log_text(self) -> str:
-        return self.log.read_text()
-
-    def stop(self, timeout: float = 5.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=timeout)
-
-
 def start(tmp_path: Path, *argv: str) -> Server:
-    port = free_port()
-    log = tmp_path / f"vllm-twin-{port}.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "autotune.twin", *argv, "--host", "127.0.0.1", "--port", str(port)],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env=_env(),
-        )
-    return Server(process=process, url=f"http://127.0.0.1:{port}", log=log)
+    return start_twin(tmp_path, *argv, "--host", "127.0.0.1", name="vllm-twin")
 
 
 def wait_ready(server: Server, deadline_s: float = 20.0) -> int:

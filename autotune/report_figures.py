@@ -1,0 +1,395 @@
+"""The report's figures, drawn from a :class:`StudySummary` (matplotlib with the headless ``Agg``
+backend, imported only when drawing); they present the summary and compute nothing of their own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from autotune.records import TrialRecord
+from autotune.report_summary import DRAFT_DEPTH, DRAFT_TOKENS, MEM_FRACTION, TOPK, StudySummary
+from autotune.space import FlagValue
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+
+class Look(NamedTuple):
+    """How an outcome is drawn. Markers differ as well as colours, so the figures read in greyscale."""
+
+    colour: str
+    marker: str
+    label: str
+    hollow: bool = False  # predicted, never launched
+
+    def style(self, size: float) -> dict[str, Any]:
+        """Keyword arguments for ``Axes.plot`` / ``errorbar``."""
+        face = "none" if self.hollow else self.colour
+        return {
+            "color": self.colour,
+            "marker": self.marker,
+            "markerfacecolor": face,
+            "markersize": size,
+            "linestyle": "",
+        }
+
+
+_OUTCOME_LOOK = {
+    "ok": Look("#2a9d3a", "o", "ok (measured)"),
+    "infeasible-memory-low": Look("#e69f00", "v", "memory: too little for the KV pools"),
+    "infeasible-memory-high": Look("#d55e00", "^", "memory: too much, CUDA graphs failed"),
+    "invalid-config": Look("#8e44ad", "s", "invalid flag combination"),
+}
+_FAILED_LOOK = Look("#c0392b", "X", "failed (crash, timeout, interrupted)")
+
+
+def outcome_look(outcome: str) -> Look:
+    """How an outcome is drawn; ``predicted-X`` (never launched) is X's look, hollow."""
+    measured = outcome.removeprefix("predicted-")
+    if measured != outcome and measured in _OUTCOME_LOOK:
+        look = _OUTCOME_LOOK[measured]
+        return look._replace(label=f"{look.label} (predicted, not launched)", hollow=True)
+    return _OUTCOME_LOOK.get(outcome, _FAILED_LOOK)
+
+
+def _flag(record: TrialRecord, name: str) -> float | None:
+    """A flag's value as the server ran it (read back), else as requested; None when unknown."""
+    value: FlagValue | None = record.effective.get(name, record.flags.get(name))
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+@dataclass(frozen=True)
+class ReportFigure:
+    """One figure of the report: its file, its title, how to read it, and why it is missing if it is."""
+
+    file: str
+    title: str
+    caption: str
+    skipped: str | None = None
+
+
+def _new_figure(width: float = 8.0, height: float = 4.5) -> tuple[Figure, Axes]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _outcome_legend(ax: Axes, outcomes: set[str]) -> None:
+    from matplotlib.lines import Line2D
+
+    handles = []
+    for outcome in sorted(outcomes, key=lambda o: (o != "ok", o)):
+        look = outcome_look(outcome)
+        handles.append(Line2D([], [], label=look.label, **look.style(8)))
+    if handles:
+        ax.legend(handles=handles, fontsize=8, loc="best", framealpha=0.9)
+
+
+def _value_label(s: StudySummary) -> str:
+    return f"{s.objective_metric} [{s.objective_unit}]" if s.objective_unit else s.objective_metric
+
+
+def _draw_history(s: StudySummary) -> Figure:
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = _new_figure()
+    best_so_far: list[tuple[int, float]] = []
+    current: float | None = None
+    for r in s.trials:
+        value = r.metric_value(s.objective_metric) if r.outcome == "ok" else 0.0
+        ci = r.metrics.get(s.objective_metric, {}).get("ci95") if r.outcome == "ok" else None
+        if value is None:
+            continue
+        yerr = ci if isinstance(ci, (int, float)) else None
+        ax.errorbar(r.number, value, yerr=yerr, capsize=3, **outcome_look(r.outcome).style(8))
+        if r.baseline:
+            ax.annotate(r.baseline, (r.number, value), textcoords="offset points", xytext=(6, 6), fontsize=8)
+        if r.feasible and r.value is not None and (current is None or r.value > current):
+            current = r.value
+        if current is not None:
+            best_so_far.append((r.number, current))
+    if best_so_far:
+        xs, ys = zip(*best_so_far, strict=True)
+        ax.step(xs, ys, where="post", color="#1f4e9c", linewidth=1.5, label="best feasible so far")
+    _outcome_legend(ax, {r.outcome for r in s.trials})
+    handles, labels = ax.get_legend_handles_labels()
+    legend = ax.get_legend()
+    if legend is not None and handles:
+        ax.legend(handles=[*legend.legend_handles, *handles], fontsize=8, loc="best", framealpha=0.9)
+    ax.set_xlabel("trial number")
+    ax.set_ylabel(_value_label(s))
+    ax.set_title("Optimisation history (failed and infeasible trials drawn at 0)")
+    ax.grid(alpha=0.3)
+    ax.set_ylim(bottom=-1)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    return fig
+
+
+def _draw_importance(s: StudySummary) -> Figure:
+    from matplotlib.ticker import PercentFormatter
+
+    names = list(s.importance.values)[::-1]
+    shares = [s.importance.values[n] for n in names]
+    fig, ax = _new_figure(8.0, 0.5 * len(names) + 1.6)
+    bars = ax.barh(names, shares, color="#1f4e9c")
+    ax.bar_label(bars, labels=[f"{v:.0%}" for v in shares], padding=3, fontsize=9)
+    ax.set_xlim(0, min(max(max(shares) * 1.15, 0.05), 1.12))
+    ax.xaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_xlabel(f"share of importance for {s.objective_metric} ({s.importance.method})")
+    ax.set_title(f"Which flags mattered ({s.importance.trials_used} completed trials)")
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def _annotate_groups(ax: Axes, points: Sequence[tuple[float, float, str]]) -> None:
+    """Label points, one label per cluster, so trials that landed close together do not print over each other.
+
+    Points closer than ~2 % of the axis span in x and ~4 % in y share one label.
+    """
+    if not points:
+        return
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    dx, dy = (max(xs) - min(xs)) * 0.02 or 1e-9, (max(ys) - min(ys)) * 0.04 or 1e-9
+    clusters: list[tuple[float, float, list[str]]] = []
+    for x, y, text in points:
+        for cx, cy, texts in clusters:
+            if abs(x - cx) <= dx and abs(y - cy) <= dy:
+                texts.append(text)
+                break
+        else:
+            clusters.append((x, y, [text]))
+    for x, y, texts in clusters:
+        ax.annotate(", ".join(texts), (x, y), textcoords="offset points", xytext=(6, 4), fontsize=7, color="#555555")
+
+
+_SERIES = ["#1f4e9c", "#17becf", "#9467bd", "#7f7f7f", "#bcbd22", "#8c564b"]  # no green: that is "ok"
+
+
+def _draw_versus(s: StudySummary, flag: str, *, colour_by: str | None = None) -> Figure:
+    from matplotlib.lines import Line2D
+
+    fig, ax = _new_figure()
+    outcomes: set[str] = set()
+    groups = sorted({g for r in s.trials if r.outcome == "ok" and (g := _flag(r, colour_by or "")) is not None})
+    labels: list[tuple[float, float, str]] = []
+    for r in s.trials:
+        x = _flag(r, flag)
+        value = r.metric_value(s.objective_metric) if r.outcome == "ok" else 0.0
+        if x is None or value is None:
+            continue
+        look = outcome_look(r.outcome)
+        group = _flag(r, colour_by) if colour_by else None
+        if r.outcome == "ok" and group is not None:
+            colour = _SERIES[groups.index(group) % len(_SERIES)]
+            look = look._replace(colour=colour)
+        else:
+            outcomes.add(r.outcome)
+        ax.plot(x, value, **look.style(8))
+        labels.append((x, value, f"#{r.number}"))
+    _annotate_groups(ax, labels)
+    _outcome_legend(ax, outcomes)
+    if colour_by and groups:
+        handles = [
+            Line2D(
+                [],
+                [],
+                color=_SERIES[i % len(_SERIES)],
+                marker="o",
+                linestyle="",
+                markersize=8,
+                label=f"ok, {short_name(colour_by)} {g:g}",
+            )
+            for i, g in enumerate(groups)
+        ]
+        legend = ax.get_legend()
+        ax.legend(
+            handles=[*handles, *(legend.legend_handles if legend else [])], fontsize=8, loc="best", framealpha=0.9
+        )
+    ax.set_xlabel(f"--{flag} (as the server ran it)")
+    ax.set_ylabel(_value_label(s))
+    ax.set_title(f"{s.objective_metric} vs --{flag} (failed and infeasible trials at 0)")
+    ax.grid(alpha=0.3)
+    ax.set_ylim(bottom=-1)
+    return fig
+
+
+def _draw_categories(s: StudySummary) -> Figure:
+    names = sorted({c.category for tc in s.categories for c in tc.categories})
+    fig, ax = _new_figure(8.0, 4.0)
+    width = min(0.8 / len(s.categories), 0.25)
+    palette = ["#1f4e9c", "#9aa7b8", "#c9b27c", "#6c8f6b", "#b07aa1"]
+    for i, tc in enumerate(s.categories):
+        by_name = {c.category: c for c in tc.categories}
+        xs, heights, errors = [], [], []
+        for j, name in enumerate(names):
+            stats = by_name.get(name)
+            if stats is None or stats.accept_length is None:
+                continue
+            xs.append(j + (i - (len(s.categories) - 1) / 2) * width)
+            heights.append(stats.accept_length.value)
+            errors.append(stats.accept_length.ci95 or 0.0)
+        bars = ax.bar(xs, heights, width, yerr=errors, capsize=3, label=tc.label, color=palette[i % len(palette)])
+        ax.bar_label(bars, labels=[f"{h:.2f}" for h in heights], padding=2, fontsize=8)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_xlim(-0.7, len(names) - 0.3)
+    ax.set_ylim(
+        0,
+        max(
+            (
+                c.accept_length.value + (c.accept_length.ci95 or 0)
+                for tc in s.categories
+                for c in tc.categories
+                if c.accept_length
+            ),
+            default=1.0,
+        )
+        * 1.15,
+    )
+    ax.set_xlabel("prompt category")
+    ax.set_ylabel("accept length [tok/step]")
+    ax.set_title("Accepted tokens per verify step, by prompt category")
+    ax.legend(fontsize=8, loc="lower right", framealpha=0.9)
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+def _draw_feasibility(s: StudySummary, x_flag: str, y_flag: str) -> Figure:
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = _new_figure()
+    outcomes: set[str] = set()
+    labels: list[tuple[float, float, str]] = []
+    for r in s.trials:
+        x, y = _flag(r, x_flag), _flag(r, y_flag)
+        if x is None or y is None:
+            continue
+        outcomes.add(r.outcome)
+        ax.plot(x, y, alpha=0.85, **outcome_look(r.outcome).style(10))
+        speed = r.metric_value(s.objective_metric)
+        shown = f" ({speed:.0f})" if speed is not None and r.outcome == "ok" else ""
+        labels.append((x, y, f"#{r.number}{shown}"))
+    _annotate_groups(ax, labels)
+    _outcome_legend(ax, outcomes)
+    ax.set_xlabel(f"--{x_flag}")
+    ax.set_ylabel(f"--{y_flag}")
+    ax.set_title(f"Tried configurations by outcome (label: #trial ({s.objective_unit}))")
+    ax.grid(alpha=0.3)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    return fig
+
+
+def _draw_pareto(s: StudySummary) -> Figure:
+    assert s.pareto is not None
+    fig, ax = _new_figure()
+    for point in s.pareto:
+        ax.plot(*point.values[:2], marker="o", linestyle="", color="#1f4e9c" if point.on_front else "#bbbbbb")
+    front = sorted((p.values for p in s.pareto if p.on_front), key=lambda v: v[0])
+    if front:
+        ax.plot([v[0] for v in front], [v[1] for v in front], color="#1f4e9c", linewidth=1, label="Pareto front")
+        ax.legend(fontsize=8)
+    ax.set_xlabel(f"objective 1 ({s.directions[0]})")
+    ax.set_ylabel(f"objective 2 ({s.directions[1]})")
+    ax.set_title("Pareto front")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def _tuned(s: StudySummary, flag: str) -> str | None:
+    if flag not in s.tuned:
+        return f"--{flag} is not tuned in this study"
+    if sum(1 for r in s.trials if _flag(r, flag) is not None) < 2:
+        return f"fewer than 2 trials with a known --{flag}"
+    return None
+
+
+def plan_figures(s: StudySummary) -> list[tuple[ReportFigure, Callable[[], Figure] | None]]:
+    """The report's figures in page order; each with a drawing function, or None and a reason."""
+    plans: list[tuple[ReportFigure, Callable[[], Figure] | None]] = []
+
+    def add(fig: ReportFigure, draw: Callable[[], Figure], skipped: str | None) -> None:
+        if skipped:
+            plans.append((ReportFigure(fig.file, fig.title, fig.caption, skipped), None))
+        else:
+            plans.append((fig, draw))
+
+    add(
+        ReportFigure(
+            "history.png",
+            "Optimisation history",
+            f"Each trial's {s.objective_metric} with its 95% confidence interval; the line is the best feasible "
+            "value so far. Trials that did not fit in memory, were invalid, or failed are drawn at 0.",
+        ),
+        lambda: _draw_history(s),
+        None if s.trials else "no trials yet",
+    )
+    add(
+        ReportFigure(
+            "importance.png",
+            "Parameter importance",
+            "How much each tuned flag explains the difference between the best trials and the rest "
+            f"(Optuna's {s.importance.method}). Infeasible trials count with value 0, so flags that decide "
+            "whether a configuration fits rank high too.",
+        ),
+        lambda: _draw_importance(s),
+        None if s.importance.values else (s.importance.note or "not available"),
+    )
+    add(
+        ReportFigure(
+            "speed-vs-mem-fraction.png",
+            f"{s.objective_metric} vs {MEM_FRACTION}",
+            "Share of GPU memory SGLang reserves for weights and KV cache. Too low and the pools do not fit; "
+            "too high and CUDA graphs run out of memory.",
+        ),
+        lambda: _draw_versus(s, MEM_FRACTION),
+        _tuned(s, MEM_FRACTION),
+    )
+    add(
+        ReportFigure(
+            "speed-vs-draft-depth.png",
+            f"{s.objective_metric} vs draft depth ({DRAFT_DEPTH})",
+            "Deeper drafts propose more tokens per verify step but each further token is accepted less "
+            "often and costs a draft pass. Labels give the trial and its tree width (topk).",
+        ),
+        lambda: _draw_versus(s, DRAFT_DEPTH, colour_by=TOPK),
+        _tuned(s, DRAFT_DEPTH),
+    )
+    add(
+        ReportFigure(
+            "accept-by-category.png",
+            "Accept length per prompt category",
+            "Mean accepted tokens per verify step, per prompt category of the suite, for the best trial and "
+            "the measured baselines (error bars: 95% CI).",
+        ),
+        lambda: _draw_categories(s),
+        None if s.categories else "no per-category measurements stored",
+    )
+    feasibility_skip = _tuned(s, MEM_FRACTION) or (
+        None
+        if sum(1 for r in s.trials if _flag(r, MEM_FRACTION) is not None and _flag(r, DRAFT_TOKENS) is not None) >= 2
+        else f"fewer than 2 trials with both --{MEM_FRACTION} and --{DRAFT_TOKENS} known"
+    )
+    add(
+        ReportFigure(
+            "feasibility.png",
+            "Feasibility map",
+            f"Every tried configuration by --{MEM_FRACTION} and --{DRAFT_TOKENS}, coloured by outcome: where "
+            "the memory boundary lies and which draft sizes ran.",
+        ),
+        lambda: _draw_feasibility(s, MEM_FRACTION, DRAFT_TOKENS),
+        feasibility_skip,
+    )
+    add(
+        ReportFigure("pareto.png", "Pareto front", "Trials on the front are not beaten on both objectives at once."),
+        lambda: _draw_pareto(s),
+        None if s.pareto else f"the study has {len(s.directions)} objective; a Pareto front needs two",
+    )
+    return plans
+
+
+def short_name(flag: str) -> str:
+    return flag.removeprefix("speculative-").replace("num-", "")

@@ -1,0 +1,70 @@
+"""Twin processes for the twin's own tests: run one to completion, or start a server and stop it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune.twin.gpu_state import HOST_ENV
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def twin_env(host: str | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    if host is not None:  # a simulated host of its own: no other test's twins on its GPUs
+        env[HOST_ENV] = host
+    return env
+
+
+def twin(*argv: str, timeout: float = 30, host: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m autotune.twin ARGV`` to completion, output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "autotune.twin", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=twin_env(host),
+        check=False,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+    def log_text(self) -> str:
+        return self.log.read_text()
+
+    def stop(self, timeout: float = 5.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=timeout)
+
+
+def start_twin(tmp_path: Path, *argv: str, name: str = "twin", host: str | None = None) -> Server:
+    """``python -m autotune.twin ARGV --port P`` in the background, its output in ``tmp_path``."""
+    port = free_port()
+    log = tmp_path / f"{name}-{port}.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "autotune.twin", *argv, "--port", str(port)],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=twin_env(host),
+        )
+    return Server(process=process, url=f"http://127.0.0.1:{port}", log=log)
