@@ -105,9 +105,36 @@ class LaunchCost:
     stop_s: float = 10.0
 
 
-@dataclass(frozen=True)
-class Evaluation:
-    """What one launch + concurrency-1 measurement of a candidate gives (plain data).
+@dataclass(frozen=True, kw_only=True)
+class ServerMemory:
+    """Memory per GPU as a launch's log reports it, as far as startup got, and what it held.
+
+    Attributes:
+        weights_bytes, kv_pool_bytes, kv_tokens, graph_bytes: weights, KV pool (and its tokens),
+            CUDA graphs.
+        server_free_bytes, avail_after_pools_bytes, graph_batch: the free memory before loading,
+            memory left after the pools, and the largest captured batch.
+        held_bytes: memory the serving server holds (what NVML adds to the idle use); not logged.
+    """
+
+    weights_bytes: float | None = None
+    kv_pool_bytes: float | None = None
+    kv_tokens: int | None = None
+    graph_bytes: float | None = None
+    server_free_bytes: float | None = None
+    avail_after_pools_bytes: float | None = None
+    graph_batch: int | None = None
+    held_bytes: float | None = None
+
+    def server_memory(self) -> dict[str, Any]:
+        """These fields, to pass on to another record of the same launch."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(ServerMemory)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evaluation(ServerMemory):
+    """What one launch + concurrency-1 measurement of a candidate gives (plain data); its memory
+    figures are those of :class:`ServerMemory`.
 
     Attributes:
         outcome: ``ok``; ``too_low`` (pools do not fit under the fraction), ``too_high`` (no
@@ -118,11 +145,6 @@ class Evaluation:
         accept_length: mean tokens per verify pass (1.0 without speculative decoding).
         message: the last line SGLang's log ends with when it fails (``ValueError: ...``).
         launch_s, measure_s, stop_s: simulated seconds on real GPUs.
-        weights_bytes, kv_pool_bytes, kv_tokens, graph_bytes: per GPU, as the log reports them,
-            when startup got that far.
-        server_free_bytes, avail_after_pools_bytes, graph_batch: the log's free memory before
-            loading, memory left after the pools, and largest captured batch.
-        held_bytes: memory per GPU the serving server holds (what NVML adds to the idle use).
     """
 
     outcome: Outcome
@@ -133,14 +155,6 @@ class Evaluation:
     launch_s: float = 0.0
     measure_s: float = 0.0
     stop_s: float = 0.0
-    weights_bytes: float | None = None
-    kv_pool_bytes: float | None = None
-    kv_tokens: int | None = None
-    graph_bytes: float | None = None
-    server_free_bytes: float | None = None
-    avail_after_pools_bytes: float | None = None
-    graph_batch: int | None = None
-    held_bytes: float | None = None
 
     @property
     def feasible(self) -> bool:
@@ -250,8 +264,8 @@ class _ArgError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True)
-class _Fixed:
+@dataclass(frozen=True, kw_only=True)
+class _Fixed(ServerMemory):
     """The deterministic part of an evaluation (cached per candidate)."""
 
     outcome: Outcome
@@ -260,21 +274,7 @@ class _Fixed:
     decode_s_per_round: float = 0.0
     message: str | None = None
     launch_s: float = 0.0
-    weights_bytes: float | None = None
-    kv_pool_bytes: float | None = None
-    kv_tokens: int | None = None
-    graph_bytes: float | None = None
-    server_free_bytes: float | None = None
-    avail_after_pools_bytes: float | None = None
-    graph_batch: int | None = None
-    held_bytes: float | None = None
     extras: dict[str, Any] = field(default_factory=dict)
-
-    def memory_log(self) -> dict[str, Any]:
-        """The memory figures the server's log gives (as far as startup got)."""
-        names = ("weights_bytes", "kv_pool_bytes", "kv_tokens", "graph_bytes", "server_free_bytes",
-                 "avail_after_pools_bytes", "graph_batch")  # fmt: skip
-        return {name: getattr(self, name) for name in names}
 
 
 class Landscape:
@@ -328,7 +328,7 @@ class Landscape:
                 message=fixed.message,
                 launch_s=fixed.launch_s,
                 stop_s=self.cost.stop_s if fixed.outcome != "invalid" else 0.0,
-                **fixed.memory_log(),
+                **fixed.server_memory(),
             )
         assert fixed.true_tok_s is not None and fixed.accept_length is not None
         draw = rng or self.rng
@@ -342,8 +342,7 @@ class Landscape:
             launch_s=fixed.launch_s,
             measure_s=self._measure_seconds(fixed.decode_s_per_round),
             stop_s=self.cost.stop_s,
-            held_bytes=fixed.held_bytes,
-            **fixed.memory_log(),
+            **fixed.server_memory(),
         )
 
     def true_value(self, flags: Mapping[str, FlagValue]) -> float | None:
