@@ -496,7 +496,7 @@ class StudyRunner:
                         server_free_bytes=server_free * 2**30,
                         runtime_bytes=runtime * 2**30,
                         trial=trial.number,
-                    )  # fmt: skip
+                    )
                 )
 
     @staticmethod

@@ -84,7 +84,7 @@ class TwinApp:
         self.drift = drift
         self.stop_event = threading.Event()
         self.state: TwinState | None = None
-        self.gpus = Publisher(visible_devices(profile.gpus.count, getattr(args, "tp_size", 1) or 1))
+        self.gpus = Publisher(visible_devices(profile.gpus.count, args.tp_size))
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.state is not None and self.state.hung.is_set():
