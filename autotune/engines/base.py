@@ -24,7 +24,7 @@ import os
 import re
 import subprocess
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from enum import Enum
 from typing import Any, ClassVar
 
@@ -279,6 +279,30 @@ async def sse_events(
                 break
             event: dict[str, Any] = json.loads(data)
             yield event
+
+
+def line_with(text: str, needle: str) -> str:
+    """The first log line holding ``needle``, stripped; the needle itself if none does."""
+    for line in text.splitlines():
+        if needle in line:
+            return line.strip()
+    return needle
+
+
+def memory_failure(
+    log_text: str,
+    *,
+    too_low: Sequence[str],
+    too_high: Sequence[str],
+    describe: Callable[[str, str], str] = line_with,
+) -> Failure | None:
+    """The first of an engine's memory messages found in a log (too low before too high), as a
+    failure whose reason is the line that says it; None when the log names no memory failure."""
+    for kind, needles in ((FailureKind.MEMORY_TOO_LOW, too_low), (FailureKind.MEMORY_TOO_HIGH, too_high)):
+        for needle in needles:
+            if needle in log_text:
+                return Failure(kind=kind, reason=describe(log_text, needle))
+    return None
 
 
 def flag_argv(flags: Mapping[str, FlagValue]) -> list[str]:

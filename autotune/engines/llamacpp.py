@@ -33,6 +33,8 @@ from autotune.engines.base import (
     ServerStats,
     StreamChunk,
     flag_argv,
+    line_with,
+    memory_failure,
     run_help,
     sse_events,
 )
@@ -354,9 +356,9 @@ class LlamaCppEngine(Engine):
         """``failed to allocate`` (a buffer for the KV cache, weights or compute) is memory asked
         beyond what the machine has: :attr:`FailureKind.MEMORY_TOO_HIGH`, like a too-large
         ``--ctx-size``. A taken port (``couldn't bind``) is no fault of the config: a crash."""
-        for needle in _MEMORY:
-            if needle in log_text:
-                return Failure(kind=FailureKind.MEMORY_TOO_HIGH, reason=_line_with(log_text, needle))
+        memory = memory_failure(log_text, too_low=(), too_high=_MEMORY)
+        if memory is not None:
+            return memory
         if timed_out:
             return Failure(
                 kind=FailureKind.LAUNCH_TIMEOUT, reason="the server did not become ready before the deadline"
@@ -366,7 +368,7 @@ class LlamaCppEngine(Engine):
             if match is not None:
                 return Failure(kind=FailureKind.INVALID_CONFIG, reason=match.group(0).strip())
         if _BIND in log_text:
-            return Failure(kind=FailureKind.CRASHED, reason=_line_with(log_text, _BIND))
+            return Failure(kind=FailureKind.CRASHED, reason=line_with(log_text, _BIND))
         lines = [line.strip() for line in log_text.splitlines() if line.strip()]
         last = lines[-1] if lines else "(empty log)"
         return Failure(kind=FailureKind.CRASHED, reason=f"exit code {exit_code}: {last}")
@@ -463,10 +465,3 @@ def _finish_reason(stop_type: object) -> str | None:
     if stop_type in ("eos", "word"):
         return "stop"
     return str(stop_type) if stop_type else None
-
-
-def _line_with(text: str, needle: str) -> str:
-    for line in text.splitlines():
-        if needle in line:
-            return line.strip()
-    return needle

@@ -26,6 +26,7 @@ from autotune.engines.base import (
     ServerStats,
     StreamChunk,
     flag_argv,
+    memory_failure,
     sse_events,
 )
 from autotune.errors import MeasurementError
@@ -130,13 +131,6 @@ def parse_metrics(text: str) -> dict[str, float]:
         for sample in family.samples:
             totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
     return totals
-
-
-def _line_with(text: str, needle: str) -> str:
-    for line in text.splitlines():
-        if needle in line:
-            return line.strip()
-    return needle
 
 
 _SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
@@ -287,12 +281,9 @@ class SGLangEngine(Engine):
         )
 
     def classify_failure(self, *, exit_code: int | None, log_text: str, timed_out: bool) -> Failure:
-        for needle in _MEMORY_TOO_LOW:
-            if needle in log_text:
-                return Failure(kind=FailureKind.MEMORY_TOO_LOW, reason=_line_with(log_text, needle))
-        for needle in _MEMORY_TOO_HIGH:
-            if needle in log_text:
-                return Failure(kind=FailureKind.MEMORY_TOO_HIGH, reason=_line_with(log_text, needle))
+        memory = memory_failure(log_text, too_low=_MEMORY_TOO_LOW, too_high=_MEMORY_TOO_HIGH)
+        if memory is not None:
+            return memory
         bind = _PORT_TAKEN.search(log_text)
         if bind is not None:
             return Failure(kind=FailureKind.PORT_IN_USE, reason=bind.group(0).strip())

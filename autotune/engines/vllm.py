@@ -64,6 +64,8 @@ from autotune.engines.base import (
     MemoryFacts,
     ServerStats,
     StreamChunk,
+    line_with,
+    memory_failure,
     parse_help_flags,
     run_help,
     sse_events,
@@ -342,10 +344,7 @@ def _clean(line: str) -> str:
 
 
 def _line_with(text: str, needle: str) -> str:
-    for line in text.splitlines():
-        if needle in line:
-            return _clean(line)
-    return needle
+    return _clean(line_with(text, needle))
 
 
 class VLLMEngine(Engine):
@@ -617,12 +616,9 @@ class VLLMEngine(Engine):
         for needle in _RETRYABLE:
             if needle in log_text:
                 return Failure(kind=FailureKind.CRASHED, reason=f"retryable: {_line_with(log_text, needle)}")
-        for needle in _MEMORY_TOO_LOW:
-            if needle in log_text:
-                return Failure(kind=FailureKind.MEMORY_TOO_LOW, reason=_line_with(log_text, needle))
-        for needle in _MEMORY_TOO_HIGH:
-            if needle in log_text:
-                return Failure(kind=FailureKind.MEMORY_TOO_HIGH, reason=_line_with(log_text, needle))
+        memory = memory_failure(log_text, too_low=_MEMORY_TOO_LOW, too_high=_MEMORY_TOO_HIGH, describe=_line_with)
+        if memory is not None:
+            return memory
         port = _PORT_IN_USE.search(log_text)
         if port is not None:
             return Failure(kind=FailureKind.PORT_IN_USE, reason=_line_with(log_text, port.group(0)))
