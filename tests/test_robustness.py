@@ -14,6 +14,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import sqlalchemy.exc
 import yaml
 
 from autotune.engines.sglang import SGLangEngine
@@ -58,8 +59,8 @@ def trials_so_far(tmp_path: Path) -> list[optuna.trial.FrozenTrial]:
         return []
     try:
         return load(tmp_path).trials
-    except KeyError:
-        return []
+    except (KeyError, sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError):
+        return []  # the tuner is creating the study's tables right now
 
 
 def processes_with(marker: str) -> list[int]:
@@ -179,6 +180,7 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
     finally:
         if tuner.poll() is None:
             tuner.kill()
+            tuner.wait(timeout=10)
     proc = subprocess.run(
         autotune_cmd("study", str(space), "--trials", "2", "--seed", "5"),
         cwd=tmp_path,
