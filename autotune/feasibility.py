@@ -28,9 +28,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autotune.outcomes import MemorySide as Side
 from autotune.space import FlagValue
-
-Side = Literal["too-low", "too-high"]
 
 
 class MemoryRules(BaseModel):

@@ -12,24 +12,21 @@ import subprocess
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from autotune.errors import GPUError
+from autotune.models import Frozen
 from autotune.space import GPUSpec, resolve_command
 
 T = TypeVar("T")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class GpuProcess(_Frozen):
+class GpuProcess(Frozen):
     pid: int
     used_memory_bytes: int | None
 
 
-class GpuInfo(_Frozen):
+class GpuInfo(Frozen):
     index: int
     name: str
     uuid: str
@@ -42,7 +39,7 @@ class GpuInfo(_Frozen):
     processes: list[GpuProcess] = Field(default_factory=list)
 
 
-class GpuInventory(_Frozen):
+class GpuInventory(Frozen):
     driver_version: str
     simulated: bool = False
     gpus: list[GpuInfo]
@@ -146,7 +143,7 @@ def read_inventory(spec: GPUSpec) -> GpuInventory:
 IDLE_TOLERANCE_BYTES = 512 * 2**20
 
 
-class Busy(_Frozen):
+class Busy(Frozen):
     """Why the GPUs are not idle (empty reason: idle)."""
 
     idle: bool
@@ -198,7 +195,7 @@ def used_bytes(inventory: GpuInventory) -> float:
     return max((g.memory_used_bytes for g in inventory.gpus), default=0)
 
 
-class Roofline(_Frozen):
+class Roofline(Frozen):
     """Decode speed against the memory-bandwidth ceiling of the GPUs."""
 
     ceiling_tok_s: float = Field(description="tok/s if every pass read its bytes at full bandwidth")

@@ -17,21 +17,18 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from autotune.engines.base import Engine, ServerStats
 from autotune.errors import MeasurementError
+from autotune.models import Frozen
 from autotune.workload import Prompt, Suite
 
 ObjectiveMetric = Literal["decode_tok_s", "output_tok_s"]
 OBJECTIVE_UNITS: dict[str, str] = {"decode_tok_s": "tok/s", "output_tok_s": "tok/s"}
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Metric(_Frozen):
+class Metric(Frozen):
     """A number with its unit, direction and uncertainty."""
 
     name: str
@@ -46,7 +43,7 @@ class Metric(_Frozen):
         return self.ci95 / abs(self.value) if self.ci95 is not None and self.value else None
 
 
-class RequestRecord(_Frozen):
+class RequestRecord(Frozen):
     prompt_id: str
     category: str
     round: int = Field(description="0-based round; -1 for warm-up")
@@ -60,21 +57,21 @@ class RequestRecord(_Frozen):
     finish_reason: str | None
 
 
-class CategoryStats(_Frozen):
+class CategoryStats(Frozen):
     category: str
     requests: int
     decode_tok_s: Metric
     accept_length: Metric | None
 
 
-class Steadiness(_Frozen):
+class Steadiness(Frozen):
     early: float
     late: float
     drift: float = Field(description="(late - early) / early")
     steady: bool
 
 
-class Measurement(_Frozen):
+class Measurement(Frozen):
     """One measurement of one server at one concurrency."""
 
     objective: ObjectiveMetric
@@ -104,7 +101,7 @@ class Measurement(_Frozen):
         return metric.value
 
 
-class MeasureSettings(_Frozen):
+class MeasureSettings(Frozen):
     objective: ObjectiveMetric = "decode_tok_s"
     concurrency: int = Field(default=1, ge=1)
     warmup_requests: int = Field(default=2, ge=0)

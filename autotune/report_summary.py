@@ -18,10 +18,11 @@ from typing import Any
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta
 from optuna.trial import FrozenTrial, TrialState
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from autotune.errors import AutotuneError
 from autotune.measure import OBJECTIVE_UNITS, CategoryStats, Measurement
+from autotune.models import Frozen
 from autotune.profile import Profile, render_shell
 from autotune.records import TrialRecord
 from autotune.study import MeasurementList, best_record, build_profile, records
@@ -36,11 +37,7 @@ TOPK = "speculative-eagle-topk"
 READING_PREFIXES = ("roofline", "memory")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Importance(_Frozen):
+class Importance(Frozen):
     """Which tuned flags mattered for the objective, as shares that add up to 1."""
 
     method: str = "PED-ANOVA"
@@ -49,7 +46,7 @@ class Importance(_Frozen):
     note: str | None = Field(default=None, description="why there are no values, or a caveat about them")
 
 
-class TrialCategories(_Frozen):
+class TrialCategories(Frozen):
     """Per prompt category numbers of one measured trial (at the objective's concurrency)."""
 
     trial: int
@@ -57,7 +54,7 @@ class TrialCategories(_Frozen):
     categories: list[CategoryStats]
 
 
-class BaselineComparison(_Frozen):
+class BaselineComparison(Frozen):
     name: str
     trial: int
     outcome: str
@@ -65,13 +62,13 @@ class BaselineComparison(_Frozen):
     best_gain: float | None = Field(default=None, description="(best - baseline) / baseline")
 
 
-class ParetoPoint(_Frozen):
+class ParetoPoint(Frozen):
     trial: int
     values: list[float]
     on_front: bool
 
 
-class StudySummary(_Frozen):
+class StudySummary(Frozen):
     """Everything the report shows, computed from one study."""
 
     study: str

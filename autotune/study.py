@@ -33,9 +33,11 @@ from pydantic import RootModel
 from autotune.engines import get_engine
 from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan
 from autotune.errors import StorageError, UserError
-from autotune.feasibility import FeasibilityModel, HeadroomUse, Prediction, Side, headroom_use, model_weight_bytes
+from autotune.feasibility import FeasibilityModel, HeadroomUse, Prediction, headroom_use, model_weight_bytes
 from autotune.gpu import GpuInventory, Roofline, check_idle, read_inventory, roofline, wait_for
 from autotune.measure import Measurement, MeasureSettings
+from autotune.outcomes import MemorySide as Side
+from autotune.outcomes import OutcomeKind
 from autotune.profile import Profile, ProfileMetric, redact_env
 from autotune.records import TrialRecord
 from autotune.server import reap_orphans
@@ -50,7 +52,7 @@ from autotune.space import (
     suggest,
 )
 from autotune.stopping import NoImprovement, StopRule, TimeBudget, TotalTrials, first_reason
-from autotune.trial import OutcomeKind, TrialOutcome, TrialSetup, run_trial
+from autotune.trial import TrialOutcome, TrialSetup, run_trial
 from autotune.workload import Suite, load_suite
 
 SamplerName = Literal["tpe", "random"]

@@ -10,40 +10,20 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable
-from enum import Enum
 from pathlib import Path
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune.engines.base import EffectiveConfig, Engine, FailureKind, LaunchPlan, MemoryFacts
+from autotune.engines.base import EffectiveConfig, Engine, LaunchPlan, MemoryFacts
 from autotune.errors import MeasurementError
 from autotune.gpu import IDLE_TOLERANCE_BYTES, Busy, GpuInventory, used_bytes, wait_for
 from autotune.measure import Measurement, MeasureSettings, run_measurement
+from autotune.outcomes import OutcomeKind
 from autotune.server import ServerProcess, find_free_port
 from autotune.workload import Suite
 
 HOST = "127.0.0.1"
-
-
-class OutcomeKind(str, Enum):
-    OK = "ok"
-    MEMORY_TOO_LOW = FailureKind.MEMORY_TOO_LOW.value
-    MEMORY_TOO_HIGH = FailureKind.MEMORY_TOO_HIGH.value
-    INVALID_CONFIG = FailureKind.INVALID_CONFIG.value
-    LAUNCH_TIMEOUT = FailureKind.LAUNCH_TIMEOUT.value
-    CRASHED = FailureKind.CRASHED.value
-    PORT_IN_USE = FailureKind.PORT_IN_USE.value
-    MEASUREMENT_FAILED = "measurement-failed"
-
-    @property
-    def is_memory(self) -> bool:
-        return self in (OutcomeKind.MEMORY_TOO_LOW, OutcomeKind.MEMORY_TOO_HIGH)
-
-    @property
-    def is_config_fault(self) -> bool:
-        """The configuration itself is at fault (the sampler should learn to avoid it)."""
-        return self.is_memory or self is OutcomeKind.INVALID_CONFIG
 
 
 class TrialOutcome(BaseModel):
@@ -164,7 +144,7 @@ def _run_once(
                 exit_code=ready.exit_code, log_text=_read_log(log_path), timed_out=ready.timed_out
             )
             return TrialOutcome(
-                kind=OutcomeKind(failure.kind.value),
+                kind=failure.kind,
                 reason=failure.reason,
                 plan=plan,
                 argv=argv,
@@ -205,7 +185,7 @@ def _run_once(
         kind = OutcomeKind.MEASUREMENT_FAILED
         if exit_code is not None:  # the server died under load: let its log say why
             failure = engine.classify_failure(exit_code=exit_code, log_text=_read_log(log_path), timed_out=False)
-            kind, error = OutcomeKind(failure.kind.value), f"{failure.reason} ({error})"
+            kind, error = failure.kind, f"{failure.reason} ({error})"
         return TrialOutcome(
             kind=kind,
             reason=error,

@@ -39,6 +39,7 @@ from autotune.engines import get_engine  # noqa: E402
 from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan, MemoryFacts  # noqa: E402
 from autotune.gpu import GpuInventory  # noqa: E402
 from autotune.measure import Measurement, Metric  # noqa: E402
+from autotune.outcomes import OutcomeKind  # noqa: E402
 from autotune.space import (  # noqa: E402
     CategoricalParam,
     FloatParam,
@@ -48,7 +49,7 @@ from autotune.space import (  # noqa: E402
     resolve_command,
 )
 from autotune.study import Preflight, PreparedEngine, StudyPaths, StudyRunner, TrialFault  # noqa: E402
-from autotune.trial import OutcomeKind, TrialOutcome  # noqa: E402
+from autotune.trial import TrialOutcome  # noqa: E402
 from autotune.twin.landscape import (  # noqa: E402
     Evaluation,
     GridAxis,
@@ -269,7 +270,7 @@ def outcome_of(problem: Problem, plan: LaunchPlan, evaluation: Evaluation) -> Tr
     timing = {"launch_s": evaluation.launch_s, "measure_s": evaluation.measure_s, "stop_s": evaluation.stop_s}
     if not evaluation.feasible:
         failure = problem.engine.classify_failure(exit_code=1, log_text=evaluation.message or "", timed_out=False)
-        return TrialOutcome(kind=OutcomeKind(failure.kind.value), reason=failure.reason, plan=plan, memory=memory,
+        return TrialOutcome(kind=failure.kind, reason=failure.reason, plan=plan, memory=memory,
                             **timing)  # fmt: skip
     assert evaluation.tok_s is not None and evaluation.accept_length is not None
     space = problem.space

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from autotune.engines.base import LaunchPlan
-from autotune.trial import OutcomeKind
+from autotune.outcomes import OutcomeKind
 from autotune.twin import physics
 from autotune.twin.flags import parse_args
 from autotune.twin.landscape import GridAxis, Landscape, MeasureShape, Prompt, grid, grid_size, perf_key

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from autotune.engines import engine_names, get_engine
-from autotune.engines.base import FailureKind, InvalidConfig, LaunchPlan, StreamChunk
+from autotune.engines.base import InvalidConfig, LaunchPlan, StreamChunk
 from autotune.engines.llamacpp import (
     LlamaCppEngine,
     RequestLog,
@@ -37,9 +37,10 @@ from autotune.engines.llamacpp import (
 )
 from autotune.errors import FlagError
 from autotune.measure import MeasureSettings
+from autotune.outcomes import OutcomeKind
 from autotune.server import ServerProcess, find_free_port
 from autotune.space import FlagValue
-from autotune.trial import LogWindow, OutcomeKind, TrialSetup, measure_with_server_stats, run_trial
+from autotune.trial import LogWindow, TrialSetup, measure_with_server_stats, run_trial
 from autotune.workload import Prompt, Suite, load_suite
 from tests.conftest import ROOT, SPACES, autotune_cmd
 
@@ -178,14 +179,14 @@ def test_argv_uses_long_names_model_host_port_and_metrics() -> None:
 @pytest.mark.parametrize(
     ("log", "kind", "reason"),
     [
-        ("unknown_flag.log", FailureKind.INVALID_CONFIG, "error: invalid argument: --no-such-flag"),
-        ("removed_flag.log", FailureKind.INVALID_CONFIG, 'error while handling argument "--draft-max"'),
-        ("bad_value.log", FailureKind.INVALID_CONFIG, "unknown speculative type: draft-fancy"),
-        ("ctx_too_large.log", FailureKind.MEMORY_TOO_HIGH, "failed to allocate buffer of size 98304000000"),
-        ("port_taken.log", FailureKind.CRASHED, "couldn't bind HTTP server socket"),
+        ("unknown_flag.log", OutcomeKind.INVALID_CONFIG, "error: invalid argument: --no-such-flag"),
+        ("removed_flag.log", OutcomeKind.INVALID_CONFIG, 'error while handling argument "--draft-max"'),
+        ("bad_value.log", OutcomeKind.INVALID_CONFIG, "unknown speculative type: draft-fancy"),
+        ("ctx_too_large.log", OutcomeKind.MEMORY_TOO_HIGH, "failed to allocate buffer of size 98304000000"),
+        ("port_taken.log", OutcomeKind.CRASHED, "couldn't bind HTTP server socket"),
     ],
 )
-def test_failures_are_classified_from_the_log(log: str, kind: FailureKind, reason: str) -> None:
+def test_failures_are_classified_from_the_log(log: str, kind: OutcomeKind, reason: str) -> None:
     failure = engine.classify_failure(exit_code=1, log_text=fixture(log), timed_out=False)
     assert failure.kind is kind
     assert reason in failure.reason
@@ -193,10 +194,10 @@ def test_failures_are_classified_from_the_log(log: str, kind: FailureKind, reaso
 
 def test_timeout_and_unknown_crash() -> None:
     assert (
-        engine.classify_failure(exit_code=None, log_text="loading", timed_out=True).kind is FailureKind.LAUNCH_TIMEOUT
+        engine.classify_failure(exit_code=None, log_text="loading", timed_out=True).kind is OutcomeKind.LAUNCH_TIMEOUT
     )
     crash = engine.classify_failure(exit_code=-11, log_text="line one\nSegmentation fault\n", timed_out=False)
-    assert crash.kind is FailureKind.CRASHED and crash.reason == "exit code -11: Segmentation fault"
+    assert crash.kind is OutcomeKind.CRASHED and crash.reason == "exit code -11: Segmentation fault"
 
 
 # ---------------------------------------------------------------- protocol, on recorded responses

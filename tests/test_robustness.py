@@ -18,9 +18,10 @@ import sqlalchemy.exc
 import yaml
 
 from autotune.engines.sglang import SGLangEngine
+from autotune.outcomes import OutcomeKind
 from autotune.space import load_space
 from autotune.study import measure_settings, preflight
-from autotune.trial import OutcomeKind, TrialSetup, run_trial
+from autotune.trial import TrialSetup, run_trial
 from autotune.workload import load_suite
 from tests.conftest import TWIN_SPACE, autotune_cmd
 

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from autotune.engines import get_engine
-from autotune.engines.base import FailureKind, InvalidConfig, LaunchPlan, parse_help_flags
+from autotune.engines.base import InvalidConfig, LaunchPlan, parse_help_flags
 from autotune.engines.sglang import SGLangEngine
 from autotune.errors import FlagError, UserError
+from autotune.outcomes import OutcomeKind
 
 LOGS = Path(__file__).parent / "fixtures" / "sglang_logs"
 engine = SGLangEngine()
@@ -148,15 +149,15 @@ def test_argv_uses_full_flag_names() -> None:
 @pytest.mark.parametrize(
     ("log", "exit_code", "kind", "reason"),
     [
-        ("too_low.log", 1, FailureKind.MEMORY_TOO_LOW, "Not enough memory. Please try to increase"),
-        ("too_high.log", 1, FailureKind.MEMORY_TOO_HIGH, "Capture cuda graph failed"),
-        ("partial_spec.log", 1, FailureKind.INVALID_CONFIG, "AssertionError"),
-        ("unknown_flag.log", 2, FailureKind.INVALID_CONFIG, "unrecognized arguments: --mamba-scheduler-strategy"),
-        ("segfault.log", -11, FailureKind.CRASHED, "Segmentation fault"),
-        ("port_taken.log", 1, FailureKind.PORT_IN_USE, "address already in use"),
+        ("too_low.log", 1, OutcomeKind.MEMORY_TOO_LOW, "Not enough memory. Please try to increase"),
+        ("too_high.log", 1, OutcomeKind.MEMORY_TOO_HIGH, "Capture cuda graph failed"),
+        ("partial_spec.log", 1, OutcomeKind.INVALID_CONFIG, "AssertionError"),
+        ("unknown_flag.log", 2, OutcomeKind.INVALID_CONFIG, "unrecognized arguments: --mamba-scheduler-strategy"),
+        ("segfault.log", -11, OutcomeKind.CRASHED, "Segmentation fault"),
+        ("port_taken.log", 1, OutcomeKind.PORT_IN_USE, "address already in use"),
     ],
 )
-def test_failure_classification_on_recorded_logs(log: str, exit_code: int, kind: FailureKind, reason: str) -> None:
+def test_failure_classification_on_recorded_logs(log: str, exit_code: int, kind: OutcomeKind, reason: str) -> None:
     failure = engine.classify_failure(exit_code=exit_code, log_text=(LOGS / log).read_text(), timed_out=False)
     assert failure.kind is kind
     assert reason in failure.reason
@@ -178,7 +179,7 @@ def test_memory_facts_from_the_startup_log() -> None:
 
 def test_timeout_without_memory_message_is_launch_timeout() -> None:
     failure = engine.classify_failure(exit_code=None, log_text="[2026-11-02] Load weight begin.", timed_out=True)
-    assert failure.kind is FailureKind.LAUNCH_TIMEOUT
+    assert failure.kind is OutcomeKind.LAUNCH_TIMEOUT
 
 
 REAL_HELP = Path(__file__).parent / "fixtures" / "sglang-0.5.23-help.txt"

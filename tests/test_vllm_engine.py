@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from autotune.engines import engine_names, get_engine
-from autotune.engines.base import FailureKind, FlagSet, InvalidConfig, LaunchPlan, parse_help_flags
+from autotune.engines.base import FlagSet, InvalidConfig, LaunchPlan, parse_help_flags
 from autotune.engines.vllm import (
     VLLMEngine,
     parse_engine_line,
@@ -19,6 +19,7 @@ from autotune.engines.vllm import (
     parse_spec_line,
 )
 from autotune.errors import FlagError, LauncherError
+from autotune.outcomes import OutcomeKind
 from autotune.workload import ChatMessage, Prompt
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -260,25 +261,25 @@ def test_per_request_metrics_flag_only_where_the_launcher_has_it() -> None:
     ("log", "exit_code", "kind", "reason"),
     [
         # argparse (instant): vllm 0.33.0 itself, on a CPU machine
-        ("argparse_unknown_flag.real.log", 2, FailureKind.INVALID_CONFIG, "unrecognized arguments: --bogus-flag 1"),
-        ("argparse_bad_json.real.log", 2, FailureKind.INVALID_CONFIG, "argument --speculative-config/-sc"),
-        ("argparse_bad_int.real.log", 2, FailureKind.INVALID_CONFIG, "argument --max-num-seqs: invalid int value"),
+        ("argparse_unknown_flag.real.log", 2, OutcomeKind.INVALID_CONFIG, "unrecognized arguments: --bogus-flag 1"),
+        ("argparse_bad_json.real.log", 2, OutcomeKind.INVALID_CONFIG, "argument --speculative-config/-sc"),
+        ("argparse_bad_int.real.log", 2, OutcomeKind.INVALID_CONFIG, "argument --max-num-seqs: invalid int value"),
         # config build (seconds)
-        ("config_batched_below_seqs.log", 1, FailureKind.INVALID_CONFIG, "max_num_batched_tokens (32) must be"),
-        ("config_spec_key_twice.log", 1, FailureKind.INVALID_CONFIG, "are mutually exclusive"),
+        ("config_batched_below_seqs.log", 1, OutcomeKind.INVALID_CONFIG, "max_num_batched_tokens (32) must be"),
+        ("config_spec_key_twice.log", 1, OutcomeKind.INVALID_CONFIG, "are mutually exclusive"),
         # engine start (minutes), each memory message of vllm.md
-        ("engine_free_memory.log", 1, FailureKind.MEMORY_TOO_HIGH, "is less than desired GPU memory utilization"),
-        ("engine_no_kv_memory.log", 1, FailureKind.MEMORY_TOO_LOW, "No available memory for the cache blocks"),
-        ("engine_max_seq_len.log", 1, FailureKind.MEMORY_TOO_LOW, "To serve at least one request with the model's"),
-        ("engine_auto_fit.log", 1, FailureKind.MEMORY_TOO_LOW, "Cannot auto-fit max_model_len"),
-        ("engine_sampler_oom.log", 1, FailureKind.MEMORY_TOO_HIGH, "CUDA out of memory occurred when warming up"),
-        ("engine_graph_oom.log", 1, FailureKind.MEMORY_TOO_HIGH, "CUDA out of memory. Tried to allocate"),
-        ("engine_memory_profiling.log", 1, FailureKind.CRASHED, "retryable: AssertionError: Error in memory profiling"),
-        ("engine_nccl.log", 1, FailureKind.CRASHED, "RuntimeError: NCCL error"),
-        ("port_in_use.log", 1, FailureKind.PORT_IN_USE, "Address already in use"),
+        ("engine_free_memory.log", 1, OutcomeKind.MEMORY_TOO_HIGH, "is less than desired GPU memory utilization"),
+        ("engine_no_kv_memory.log", 1, OutcomeKind.MEMORY_TOO_LOW, "No available memory for the cache blocks"),
+        ("engine_max_seq_len.log", 1, OutcomeKind.MEMORY_TOO_LOW, "To serve at least one request with the model's"),
+        ("engine_auto_fit.log", 1, OutcomeKind.MEMORY_TOO_LOW, "Cannot auto-fit max_model_len"),
+        ("engine_sampler_oom.log", 1, OutcomeKind.MEMORY_TOO_HIGH, "CUDA out of memory occurred when warming up"),
+        ("engine_graph_oom.log", 1, OutcomeKind.MEMORY_TOO_HIGH, "CUDA out of memory. Tried to allocate"),
+        ("engine_memory_profiling.log", 1, OutcomeKind.CRASHED, "retryable: AssertionError: Error in memory profiling"),
+        ("engine_nccl.log", 1, OutcomeKind.CRASHED, "RuntimeError: NCCL error"),
+        ("port_in_use.log", 1, OutcomeKind.PORT_IN_USE, "Address already in use"),
     ],
 )
-def test_failure_classification_on_recorded_logs(log: str, exit_code: int, kind: FailureKind, reason: str) -> None:
+def test_failure_classification_on_recorded_logs(log: str, exit_code: int, kind: OutcomeKind, reason: str) -> None:
     failure = engine.classify_failure(exit_code=exit_code, log_text=(LOGS / log).read_text(), timed_out=False)
     assert failure.kind is kind, failure.reason
     assert reason in failure.reason
@@ -287,7 +288,7 @@ def test_failure_classification_on_recorded_logs(log: str, exit_code: int, kind:
 
 def test_timeout_without_memory_message_is_launch_timeout() -> None:
     failure = engine.classify_failure(exit_code=None, log_text="(APIServer pid=1) INFO ... loading", timed_out=True)
-    assert failure.kind is FailureKind.LAUNCH_TIMEOUT
+    assert failure.kind is OutcomeKind.LAUNCH_TIMEOUT
 
 
 def test_memory_facts_from_the_startup_log() -> None:

@@ -25,39 +25,21 @@ import re
 import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from enum import Enum
 from typing import Any, ClassVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from autotune.errors import FlagError, LauncherError
 from autotune.feasibility import MemoryRules
+from autotune.models import Frozen
+from autotune.outcomes import OutcomeKind
 from autotune.space import FlagValue
 from autotune.workload import Prompt
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class FailureKind(str, Enum):
-    """Why a launch did not produce a measurable server."""
-
-    MEMORY_TOO_LOW = "infeasible-memory-low"
-    MEMORY_TOO_HIGH = "infeasible-memory-high"
-    INVALID_CONFIG = "invalid-config"
-    LAUNCH_TIMEOUT = "launch-timeout"
-    CRASHED = "crashed"
-    PORT_IN_USE = "port-in-use"
-
-    @property
-    def is_memory(self) -> bool:
-        return self in (FailureKind.MEMORY_TOO_LOW, FailureKind.MEMORY_TOO_HIGH)
-
-
-class Failure(_Frozen):
-    kind: FailureKind
+class Failure(Frozen):
+    kind: OutcomeKind
     reason: str = Field(description="the log line or rule that decided the kind")
 
 
@@ -65,7 +47,7 @@ class InvalidConfig(Exception):
     """Raised by ``normalise`` when the engine would refuse this combination of flags."""
 
 
-class FlagSet(_Frozen):
+class FlagSet(Frozen):
     """The flags a launcher accepts, read from its ``--help``."""
 
     flags: frozenset[str]
@@ -87,7 +69,7 @@ class FlagSet(_Frozen):
             )
 
 
-class LaunchPlan(_Frozen):
+class LaunchPlan(Frozen):
     """Everything needed to start one server, after the engine's rules were applied."""
 
     engine: str
@@ -101,14 +83,14 @@ class LaunchPlan(_Frozen):
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-class EffectiveConfig(_Frozen):
+class EffectiveConfig(Frozen):
     """What the running server reports it resolved."""
 
     version: str | None
     values: dict[str, FlagValue | None]
 
 
-class ServerStats(_Frozen):
+class ServerStats(Frozen):
     """The server's own figures over a measurement window (to cross-check the client's)."""
 
     gen_tok_s: float | None = Field(default=None, description="median logged generation throughput while busy")
@@ -118,7 +100,7 @@ class ServerStats(_Frozen):
     metrics_accept_length: float | None = None
 
 
-class MemoryFacts(_Frozen):
+class MemoryFacts(Frozen):
     """Memory figures a server logged at start-up (per GPU)."""
 
     weights_bytes: float | None = None
@@ -134,7 +116,7 @@ class MemoryFacts(_Frozen):
         return self.kv_pool_bytes / self.kv_tokens if self.kv_pool_bytes and self.kv_tokens else None
 
 
-class StreamChunk(_Frozen):
+class StreamChunk(Frozen):
     """One streamed update of a generation."""
 
     completion_tokens: int
@@ -298,7 +280,7 @@ def memory_failure(
 ) -> Failure | None:
     """The first of an engine's memory messages found in a log (too low before too high), as a
     failure whose reason is the line that says it; None when the log names no memory failure."""
-    for kind, needles in ((FailureKind.MEMORY_TOO_LOW, too_low), (FailureKind.MEMORY_TOO_HIGH, too_high)):
+    for kind, needles in ((OutcomeKind.MEMORY_TOO_LOW, too_low), (OutcomeKind.MEMORY_TOO_HIGH, too_high)):
         for needle in needles:
             if needle in log_text:
                 return Failure(kind=kind, reason=describe(log_text, needle))

@@ -26,7 +26,6 @@ from autotune.engines.base import (
     EffectiveConfig,
     Engine,
     Failure,
-    FailureKind,
     FlagSet,
     InvalidConfig,
     LaunchPlan,
@@ -39,6 +38,7 @@ from autotune.engines.base import (
     sse_events,
 )
 from autotune.errors import MeasurementError
+from autotune.outcomes import OutcomeKind
 from autotune.space import FlagValue
 from autotune.workload import Prompt
 
@@ -354,24 +354,24 @@ class LlamaCppEngine(Engine):
 
     def classify_failure(self, *, exit_code: int | None, log_text: str, timed_out: bool) -> Failure:
         """``failed to allocate`` (a buffer for the KV cache, weights or compute) is memory asked
-        beyond what the machine has: :attr:`FailureKind.MEMORY_TOO_HIGH`, like a too-large
+        beyond what the machine has: :attr:`OutcomeKind.MEMORY_TOO_HIGH`, like a too-large
         ``--ctx-size``. A taken port (``couldn't bind``) is no fault of the config: a crash."""
         memory = memory_failure(log_text, too_low=(), too_high=_MEMORY)
         if memory is not None:
             return memory
         if timed_out:
             return Failure(
-                kind=FailureKind.LAUNCH_TIMEOUT, reason="the server did not become ready before the deadline"
+                kind=OutcomeKind.LAUNCH_TIMEOUT, reason="the server did not become ready before the deadline"
             )
         for pattern in _INVALID:
             match = pattern.search(log_text)
             if match is not None:
-                return Failure(kind=FailureKind.INVALID_CONFIG, reason=match.group(0).strip())
+                return Failure(kind=OutcomeKind.INVALID_CONFIG, reason=match.group(0).strip())
         if _BIND in log_text:
-            return Failure(kind=FailureKind.CRASHED, reason=line_with(log_text, _BIND))
+            return Failure(kind=OutcomeKind.CRASHED, reason=line_with(log_text, _BIND))
         lines = [line.strip() for line in log_text.splitlines() if line.strip()]
         last = lines[-1] if lines else "(empty log)"
-        return Failure(kind=FailureKind.CRASHED, reason=f"exit code {exit_code}: {last}")
+        return Failure(kind=OutcomeKind.CRASHED, reason=f"exit code {exit_code}: {last}")
 
     def server_stats(
         self, *, log_window: str, metrics_before: str | None, metrics_after: str | None

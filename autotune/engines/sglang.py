@@ -19,7 +19,6 @@ from autotune.engines.base import (
     EffectiveConfig,
     Engine,
     Failure,
-    FailureKind,
     InvalidConfig,
     LaunchPlan,
     MemoryFacts,
@@ -31,6 +30,7 @@ from autotune.engines.base import (
 )
 from autotune.errors import MeasurementError
 from autotune.feasibility import MemoryRules
+from autotune.outcomes import OutcomeKind
 from autotune.space import FlagValue
 from autotune.workload import Prompt
 
@@ -286,20 +286,20 @@ class SGLangEngine(Engine):
             return memory
         bind = _PORT_TAKEN.search(log_text)
         if bind is not None:
-            return Failure(kind=FailureKind.PORT_IN_USE, reason=bind.group(0).strip())
+            return Failure(kind=OutcomeKind.PORT_IN_USE, reason=bind.group(0).strip())
         if timed_out:
             return Failure(
-                kind=FailureKind.LAUNCH_TIMEOUT, reason="the server did not become ready before the deadline"
+                kind=OutcomeKind.LAUNCH_TIMEOUT, reason="the server did not become ready before the deadline"
             )
         for pattern in _INVALID:
             match = pattern.search(log_text)
             if match is not None:
-                return Failure(kind=FailureKind.INVALID_CONFIG, reason=match.group(0).strip() or "AssertionError")
+                return Failure(kind=OutcomeKind.INVALID_CONFIG, reason=match.group(0).strip() or "AssertionError")
         lines = [line.strip() for line in log_text.splitlines() if line.strip()]
         # The last error-looking line says more than SGLang's closing "Received sigquit ..." line.
         errors = [line for line in lines if _ERRORISH.search(line)]
         last = (errors or lines or ["(empty log)"])[-1]
-        return Failure(kind=FailureKind.CRASHED, reason=f"exit code {exit_code}: {last}")
+        return Failure(kind=OutcomeKind.CRASHED, reason=f"exit code {exit_code}: {last}")
 
     async def reset_stats(self, client: httpx.AsyncClient, base_url: str) -> None:
         (await client.post(f"{base_url}/flush_cache")).raise_for_status()

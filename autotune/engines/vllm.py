@@ -57,7 +57,6 @@ from autotune.engines.base import (
     EffectiveConfig,
     Engine,
     Failure,
-    FailureKind,
     FlagSet,
     InvalidConfig,
     LaunchPlan,
@@ -72,6 +71,7 @@ from autotune.engines.base import (
 )
 from autotune.errors import FlagError, LauncherError, MeasurementError
 from autotune.feasibility import MemoryRules
+from autotune.outcomes import OutcomeKind
 from autotune.space import FlagValue
 from autotune.workload import Prompt
 
@@ -615,25 +615,25 @@ class VLLMEngine(Engine):
         failed``), then port, deadline, argparse / config-build refusals, else a crash."""
         for needle in _RETRYABLE:
             if needle in log_text:
-                return Failure(kind=FailureKind.CRASHED, reason=f"retryable: {_line_with(log_text, needle)}")
+                return Failure(kind=OutcomeKind.CRASHED, reason=f"retryable: {_line_with(log_text, needle)}")
         memory = memory_failure(log_text, too_low=_MEMORY_TOO_LOW, too_high=_MEMORY_TOO_HIGH, describe=_line_with)
         if memory is not None:
             return memory
         port = _PORT_IN_USE.search(log_text)
         if port is not None:
-            return Failure(kind=FailureKind.PORT_IN_USE, reason=_line_with(log_text, port.group(0)))
+            return Failure(kind=OutcomeKind.PORT_IN_USE, reason=_line_with(log_text, port.group(0)))
         if timed_out:
             return Failure(
-                kind=FailureKind.LAUNCH_TIMEOUT, reason="the server did not become ready before the deadline"
+                kind=OutcomeKind.LAUNCH_TIMEOUT, reason="the server did not become ready before the deadline"
             )
         for pattern in _INVALID:
             match = pattern.search(log_text)
             if match is not None:
-                return Failure(kind=FailureKind.INVALID_CONFIG, reason=" ".join(match.group(0).split()))
+                return Failure(kind=OutcomeKind.INVALID_CONFIG, reason=" ".join(match.group(0).split()))
         lines = [_clean(line) for line in log_text.splitlines() if _clean(line)]
         errors = [line for line in lines if _ERRORISH.search(line) and _ENGINE_DEATH not in line]
         last = (errors or lines or ["(empty log)"])[-1]
-        return Failure(kind=FailureKind.CRASHED, reason=f"exit code {exit_code}: {last}")
+        return Failure(kind=OutcomeKind.CRASHED, reason=f"exit code {exit_code}: {last}")
 
     def memory_facts(self, log_text: str) -> MemoryFacts | None:
         """``Model loading took``, ``Available KV cache memory``, ``GPU KV cache size``, ``Graph

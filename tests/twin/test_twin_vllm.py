@@ -14,8 +14,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from autotune.engines.base import FailureKind, LaunchPlan, parse_help_flags
+from autotune.engines.base import LaunchPlan, parse_help_flags
 from autotune.engines.vllm import VLLMEngine, counter_totals, parse_engine_line, parse_spec_line
+from autotune.outcomes import OutcomeKind
 from autotune.twin.profile import load_profile
 from autotune.twin.vllm_flags import help_text
 from autotune.workload import Prompt
@@ -130,7 +131,7 @@ def test_help_and_argparse_errors_exit_like_vllm() -> None:
     assert ambiguous.returncode == 2 and "ambiguous option: --max-num" in ambiguous.stderr
     for result in (unknown, bad_json, ambiguous):
         assert engine.classify_failure(exit_code=2, log_text=result.stderr, timed_out=False).kind is (
-            FailureKind.INVALID_CONFIG
+            OutcomeKind.INVALID_CONFIG
         )
     assert twin("--personality", "vllm", "chat").returncode == 2
     assert twin("--personality", "tgi").returncode == 2
@@ -163,24 +164,24 @@ def test_config_stage_failures_are_invalid_configs(flags: list[str], message: st
     assert message in result.stderr
     assert "Initializing a V1 LLM engine" not in result.stderr  # refused before the engine starts
     failure = engine.classify_failure(exit_code=1, log_text=result.stderr, timed_out=False)
-    assert failure.kind is FailureKind.INVALID_CONFIG and message in failure.reason
+    assert failure.kind is OutcomeKind.INVALID_CONFIG and message in failure.reason
 
 
 @pytest.mark.parametrize(
     ("flags", "kind", "message"),
     [
-        (["--gpu-memory-utilization", "0.99"], FailureKind.MEMORY_TOO_HIGH, "less than desired GPU memory utilization"),
-        (["--gpu-memory-utilization", "0.55"], FailureKind.MEMORY_TOO_LOW, "No available memory for the cache blocks"),
-        (["--gpu-memory-utilization", "0.75"], FailureKind.MEMORY_TOO_LOW, "To serve at least one request"),
-        (["--gpu-memory-utilization", "0.583", "--max-model-len", "auto"], FailureKind.MEMORY_TOO_LOW, "auto-fit"),
+        (["--gpu-memory-utilization", "0.99"], OutcomeKind.MEMORY_TOO_HIGH, "less than desired GPU memory utilization"),
+        (["--gpu-memory-utilization", "0.55"], OutcomeKind.MEMORY_TOO_LOW, "No available memory for the cache blocks"),
+        (["--gpu-memory-utilization", "0.75"], OutcomeKind.MEMORY_TOO_LOW, "To serve at least one request"),
+        (["--gpu-memory-utilization", "0.583", "--max-model-len", "auto"], OutcomeKind.MEMORY_TOO_LOW, "auto-fit"),
         (
             ["--gpu-memory-utilization", "0.97", "--max-num-seqs", "256"],
-            FailureKind.MEMORY_TOO_HIGH,
+            OutcomeKind.MEMORY_TOO_HIGH,
             "warming up sampler",
         ),
     ],
 )
-def test_engine_stage_memory_failures_are_classified(flags: list[str], kind: FailureKind, message: str) -> None:
+def test_engine_stage_memory_failures_are_classified(flags: list[str], kind: OutcomeKind, message: str) -> None:
     args = [*BATCH, *flags] if "--max-num-seqs" not in flags else ["--max-num-batched-tokens", "2048", *flags]
     result = twin(*SERVE, *args, "--twin-load-seconds", "0.05")
     assert result.returncode == 1, result.stderr
