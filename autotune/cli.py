@@ -14,13 +14,16 @@ from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from autotune.errors import AutotuneError
+
+if TYPE_CHECKING:
+    from autotune.study import StudyView
 
 app = typer.Typer(
     help="Find the fastest launch configuration of an LLM inference server by experiment.",
@@ -124,7 +127,8 @@ def study(
         from autotune.errors import UserError
         from autotune.report import LiveView, best_summary, engines_table, trials_table
         from autotune.space import load_space
-        from autotune.study import StudyPaths, StudyRunner, best_record, parse_duration, preflight, records
+        from autotune.stopping import parse_duration
+        from autotune.study import StudyPaths, StudyRunner, best_of, preflight
 
         space = load_space(space_file)
         if trials is None and timeout is None and patience is None and total_trials is None:
@@ -143,7 +147,7 @@ def study(
         simulated = checked.inventory is not None and checked.inventory.simulated
         if simulated:
             console.print("[yellow]GPUs are simulated: this study runs on the autotune SGLang twin.[/yellow]")
-        runner = StudyRunner(
+        runner = StudyRunner.open(
             checked,
             name=study_name,
             storage_url=storage_url,
@@ -172,8 +176,8 @@ def study(
             runner.stop_reason = "interrupted"
         finally:
             signal.signal(signal.SIGTERM, previous)
-        all_records = records(runner.study)
-        best = best_record(runner.study)
+        all_records = runner.records()
+        best = best_of(all_records)
         console.print(trials_table(all_records, flag_names=list(space.tuned), best=best.number if best else None))
         per_engine = engines_table(all_records)
         if per_engine is not None:
@@ -188,10 +192,10 @@ def study(
             raise typer.Exit(130)
 
 
-def _open(name: str, storage: str | None, studies_dir: Path):  # type: ignore[no-untyped-def]
-    from autotune.study import StudyPaths, load_existing_study
+def _open(name: str, storage: str | None, studies_dir: Path, artifacts: Path | None = None) -> StudyView:
+    from autotune.study import StudyPaths, StudyView
 
-    paths = StudyPaths(studies_dir, name)
+    paths = StudyPaths(studies_dir, name, artifacts_dir=artifacts)
     url = storage or paths.default_storage
     if storage is None and not (studies_dir / f"{name}.db").exists():
         from autotune.errors import StorageError
@@ -200,7 +204,7 @@ def _open(name: str, storage: str | None, studies_dir: Path):  # type: ignore[no
             f"no study named {name!r}: {studies_dir / (name + '.db')} does not exist",
             hint="pass --storage URL or --studies-dir DIR if it lives elsewhere",
         )
-    return load_existing_study(name, url)
+    return StudyView.open(name, url, artifacts_dir=paths.artifacts)
 
 
 @app.command()
@@ -213,19 +217,17 @@ def show(
     """Show every trial (outcome, key flags, tok/s, accept length), which flags mattered, the best per category."""
     with error_funnel():
         from autotune.report import best_summary, category_table, engines_table, importance_table, trials_table
-        from autotune.report_summary import artifact_store, param_importance, trial_categories
-        from autotune.study import StudyPaths, best_record, records
+        from autotune.report_summary import trial_categories
 
         opened = _open(study_name, storage, studies_dir)
-        all_records = records(opened)
-        best = best_record(opened)
-        importance = param_importance(opened)
-        store = artifact_store(StudyPaths(studies_dir, study_name).artifacts)
-        per_category = trial_categories(opened, best.number, "best", store) if best else None
+        all_records = opened.records()
+        best = opened.best()
+        importance = opened.importance()
+        per_category = trial_categories(opened, best.number, "best") if best else None
         if as_json:
             payload = {
                 "study": study_name,
-                "simulated": opened.user_attrs.get("simulated", False),
+                "simulated": opened.info.simulated,
                 "best_trial": best.number if best else None,
                 "trials": [r.model_dump(mode="json") for r in all_records],
                 "importance": importance.model_dump(mode="json"),
@@ -233,7 +235,7 @@ def show(
             }
             print(json.dumps(payload, indent=2))
             return
-        tuned = list(opened.user_attrs.get("space", {}).get("tuned", {}))
+        tuned = opened.info.tuned
         console.print(trials_table(all_records, flag_names=tuned, best=best.number if best else None))
         per_engine = engines_table(all_records)
         if per_engine is not None:
@@ -246,7 +248,7 @@ def show(
         if best is not None and per_category is not None:
             title = f"best trial {best.number} per prompt category"
             console.print(category_table(per_category.categories, title=title))
-        console.print(best_summary(best, simulated=bool(opened.user_attrs.get("simulated"))))
+        console.print(best_summary(best, simulated=opened.info.simulated))
 
 
 @app.command()
@@ -266,18 +268,16 @@ def export(
     with error_funnel():
         from autotune.errors import UserError
         from autotune.profile import render
-        from autotune.study import best_record, build_profile, records
-
         opened = _open(study_name, storage, studies_dir)
         if trial is None:
-            chosen = best_record(opened)
+            chosen = opened.best()
             if chosen is None:
                 raise UserError(f"study {study_name!r} has no feasible measured trial yet")
         else:
-            chosen = next((r for r in records(opened) if r.number == trial), None)
+            chosen = opened.record(trial)
             if chosen is None or chosen.outcome != "ok":
                 raise UserError(f"trial {trial} of study {study_name!r} was not measured successfully")
-        text = render(build_profile(opened, chosen), fmt.value, host=host, port=port)
+        text = render(opened.profile(chosen), fmt.value, host=host, port=port)
         if output is None:
             sys.stdout.write(text)
         else:
@@ -368,8 +368,8 @@ def bench(
     with error_funnel():
         from autotune.bench import bench_profile, bench_url, compare
         from autotune.errors import UserError
-        from autotune.measure import MeasureSettings
         from autotune.profile import load_profile
+        from autotune.protocol import MeasureSettings
         from autotune.report import measurement_table
 
         if (url is None) == (profile_file is None):
@@ -490,9 +490,9 @@ def report(
         from autotune.htmlreport import build_report
         from autotune.study import StudyPaths
 
-        opened = _open(study_name, storage, studies_dir)
+        opened = _open(study_name, storage, studies_dir, artifacts)
         paths = StudyPaths(studies_dir, study_name, artifacts_dir=artifacts)
-        files = build_report(opened, artifacts_dir=paths.artifacts, folder=output or paths.folder / "report")
+        files = build_report(opened, folder=output or paths.folder / "report")
         console.print(f"wrote {files.page}  ({len(files.images)} figures)", highlight=False)
         for skipped in files.skipped:
             console.print(f"  not drawn: {skipped}", highlight=False)

@@ -87,6 +87,22 @@ class HeadroomUse(BaseModel):
     trial: int | None = None
 
 
+class MemoryLesson(BaseModel):
+    """What one trial taught about memory, in exact bytes: stored with the trial, and learned from
+    the same way whether the trial just ran or a resumed study reads it back."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    flags: dict[str, FlagValue]
+    trial: int
+    side: Side | None = Field(default=None, description="the launch died of memory on this side")
+    weights_bytes: float | None = None
+    graph_bytes: float | None = None
+    graph_batch: int | None = None
+    server_free_bytes: float | None = Field(default=None, description="free memory the server logged before loading")
+    runtime_bytes: float | None = Field(default=None, description="headroom used besides the graphs (served launches)")
+
+
 class GraphPoint(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -158,6 +174,22 @@ class FeasibilityModel:
         self.graph_points: list[GraphPoint] = []
         self.failures: list[Observation] = []
         self.headroom_uses: list[HeadroomUse] = []
+
+    def learn(self, lesson: MemoryLesson) -> None:
+        """Everything one trial taught: its failure side, logged weights and graphs, free memory, headroom use."""
+        if lesson.side is not None:
+            self.observe(lesson.flags, lesson.side, trial=lesson.trial)
+        if lesson.weights_bytes:
+            self.observe_weights(lesson.weights_bytes, flags=lesson.flags)
+        if lesson.graph_bytes:
+            self.observe_graph(lesson.graph_bytes, flags=lesson.flags, logged_batch=lesson.graph_batch)
+        if lesson.server_free_bytes is not None:
+            self.observe_server_free(lesson.server_free_bytes)
+            if lesson.runtime_bytes is not None:
+                self.observe_headroom(
+                    HeadroomUse(flags=lesson.flags, server_free_bytes=lesson.server_free_bytes,
+                                runtime_bytes=lesson.runtime_bytes, trial=lesson.trial)
+                )  # fmt: skip
 
     def observe(self, flags: Mapping[str, FlagValue], side: Side, *, trial: int | None = None) -> None:
         self.failures.append(Observation(flags=dict(flags), side=side, trial=trial))

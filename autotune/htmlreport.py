@@ -13,12 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import optuna
-
 from autotune.errors import UserError
 from autotune.profile import render_yaml
 from autotune.report_figures import ReportFigure, outcome_look, plan_figures, short_name
 from autotune.report_summary import StudySummary, summarise
+from autotune.study.view import StudyView
 
 
 def _fmt(value: object) -> str:
@@ -99,7 +98,7 @@ def _trials_rows(s: StudySummary) -> list[list[str]]:
             note = (note + "; " if note else "") + f"same effective config as #{r.duplicate_of}"
         elif r.outcome != "ok" and r.reason:
             note = (note + ": " if note else "") + r.reason
-        ci = r.metrics.get(s.objective_metric, {}).get("ci95")
+        ci = r.metric_ci95(s.objective_metric)
         colour = outcome_look(r.outcome).colour
         rows.append(
             [
@@ -164,10 +163,10 @@ def render_html(s: StudySummary, figures: Sequence[ReportFigure]) -> str:
         metric_rows = [
             [
                 e(name),
-                _num(_as_float(m.get("value")), 3),
-                _num(_as_float(m.get("ci95")), 3),
-                e(str(m.get("unit", ""))),
-                e(_fmt(m.get("n"))),
+                _num(m.value, 3),
+                _num(m.ci95, 3),
+                e(m.unit),
+                e(_fmt(m.n)),
             ]
             for name, m in s.best.metrics.items()
         ]
@@ -247,10 +246,6 @@ def _one_flag_a_line(script: str) -> str:
     return "\n".join(lines)
 
 
-def _as_float(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 @dataclass(frozen=True)
 class ReportFiles:
     folder: Path
@@ -294,9 +289,9 @@ def write_report(s: StudySummary, folder: Path) -> ReportFiles:
     return ReportFiles(folder=folder, page=page, images=images, skipped=skipped)
 
 
-def build_report(study: optuna.Study, *, artifacts_dir: Path | None, folder: Path) -> ReportFiles:
+def build_report(view: StudyView, *, folder: Path) -> ReportFiles:
     """Compute the study's summary and write its report folder."""
-    return write_report(summarise(study, artifacts_dir=artifacts_dir), folder)
+    return write_report(summarise(view), folder)
 
 
 __all__ = ["ReportFiles", "build_report", "write_report"]

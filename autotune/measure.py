@@ -14,7 +14,6 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from typing import Literal
 
 import httpx
 from pydantic import Field
@@ -22,9 +21,9 @@ from pydantic import Field
 from autotune.engines.base import Engine, ServerStats
 from autotune.errors import MeasurementError
 from autotune.models import Frozen
+from autotune.protocol import MeasureSettings, ObjectiveMetric
 from autotune.workload import Prompt, Suite
 
-ObjectiveMetric = Literal["decode_tok_s", "output_tok_s"]
 OBJECTIVE_UNITS: dict[str, str] = {"decode_tok_s": "tok/s", "output_tok_s": "tok/s"}
 
 
@@ -99,21 +98,6 @@ class Measurement(Frozen):
         metric = self.metric(self.objective)
         assert metric is not None
         return metric.value
-
-
-class MeasureSettings(Frozen):
-    objective: ObjectiveMetric = "decode_tok_s"
-    concurrency: int = Field(default=1, ge=1)
-    warmup_requests: int = Field(default=2, ge=0)
-    prompts_per_round: int | None = Field(default=None, ge=1, description="first N prompts of the suite")
-    max_tokens: int | None = Field(default=None, ge=1, description="cap on every prompt's max_tokens")
-    ignore_eos: bool = False
-    target_rel_ci: float = Field(default=0.02, gt=0)
-    min_rounds: int = Field(default=3, ge=1)
-    max_rounds: int = Field(default=10, ge=1)
-    max_seconds: float = Field(default=600.0, gt=0)
-    drift_tolerance: float = Field(default=0.03, gt=0)
-    request_timeout_s: float = Field(default=300.0, gt=0)
 
 
 # ---------------------------------------------------------------- statistics (pure)

@@ -27,6 +27,7 @@ class OutcomeKind(str, Enum):
     SKIPPED_BUSY = "skipped-busy"
     INTERRUPTED = "interrupted"
     ERROR = "error"
+    FAILED = "failed"  # failed by Optuna, not by autotune: its worker stopped beating (heartbeat)
 
     @property
     def memory_side(self) -> MemorySide | None:

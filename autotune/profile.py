@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from autotune.engines import get_engine
 from autotune.engines.base import LaunchPlan
 from autotune.errors import UserError
-from autotune.measure import MeasureSettings
+from autotune.protocol import MeasureSettings
 from autotune.space import FlagValue, is_secret_name, resolve_command
 
 ExportFormat = Literal["yaml", "sh", "systemd"]

@@ -1,16 +1,25 @@
-"""A trial as autotune reads it back from storage (built from Optuna's records in study.py)."""
+"""A trial as autotune reads it back from storage (built from Optuna's records by ``study.attrs``)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from autotune.feasibility import MemoryLesson
+from autotune.models import Frozen
 from autotune.space import FlagValue
 
 
-class TrialRecord(BaseModel):
-    """One trial as autotune reads it back from storage."""
+class MetricRecord(Frozen):
+    """One stored metric with its unit, 95% CI half-width and sample count."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    value: float | None = None
+    unit: str = ""
+    ci95: float | None = None
+    n: int | None = None
+
+
+class TrialRecord(Frozen):
+    """One trial as autotune reads it back from storage."""
 
     number: int
     state: str
@@ -20,19 +29,29 @@ class TrialRecord(BaseModel):
     feasible: bool = False
     baseline: str | None = None
     duplicate_of: int | None = None
+    retry_of: int | None = None
+    config_key: str | None = None
     flags: dict[str, FlagValue] = Field(default_factory=dict)
     effective: dict[str, FlagValue | None] = Field(default_factory=dict)
     engine_version: str | None = None
     argv: list[str] = Field(default_factory=list)
-    metrics: dict[str, dict[str, float | str | None]] = Field(default_factory=dict)
+    metrics: dict[str, MetricRecord] = Field(default_factory=dict)
     engine: str | None = None
     roofline_share: float | None = Field(default=None, description="decode tok/s / bandwidth ceiling")
     host: str | None = None
+    worker_pid: int | None = None
     gpus: list[str] = Field(default_factory=list)
     launch_s: float | None = None
     measure_s: float | None = None
+    memory: MemoryLesson | None = Field(default=None, description="what the trial taught about memory")
+    readings: dict[str, float | int | str] = Field(
+        default_factory=dict, description="memory and roofline readings, as shown to people"
+    )
 
     def metric_value(self, name: str) -> float | None:
         metric = self.metrics.get(name)
-        value = metric.get("value") if metric else None
-        return float(value) if isinstance(value, (int, float)) else None
+        return metric.value if metric else None
+
+    def metric_ci95(self, name: str) -> float | None:
+        metric = self.metrics.get(name)
+        return metric.ci95 if metric else None

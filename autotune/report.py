@@ -41,7 +41,7 @@ def _speed(record: TrialRecord) -> str:
     value = record.metric_value("decode_tok_s")
     if value is None:
         return "-"
-    ci = record.metrics.get("decode_tok_s", {}).get("ci95")
+    ci = record.metric_ci95("decode_tok_s")
     return f"{value:.1f}" + (f" ± {ci:.1f}" if isinstance(ci, (int, float)) else "")
 
 

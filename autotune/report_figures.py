@@ -102,7 +102,7 @@ def _draw_history(s: StudySummary) -> Figure:
     current: float | None = None
     for r in s.trials:
         value = r.metric_value(s.objective_metric) if r.outcome == "ok" else 0.0
-        ci = r.metrics.get(s.objective_metric, {}).get("ci95") if r.outcome == "ok" else None
+        ci = r.metric_ci95(s.objective_metric) if r.outcome == "ok" else None
         if value is None:
             continue
         yerr = ci if isinstance(ci, (int, float)) else None

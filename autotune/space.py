@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autotune.errors import SpaceError
+from autotune.protocol import MeasureProtocol, MeasureSettings, ObjectiveMetric
 
 FlagValue = str | int | float | bool
 """A flag's value as the user writes it; ``True`` means a bare switch, ``False`` leaves it out."""
@@ -179,21 +180,11 @@ class GPUSpec(_Strict):
     )
 
 
-class MeasurementSpec(_Strict):
+class MeasurementSpec(MeasureProtocol):
     """How each server is measured (see measure.py for the protocol)."""
 
     suite: str = "builtin:mixed"
-    warmup_requests: int = Field(default=2, ge=0, description="sent first and discarded")
-    prompts_per_round: int | None = Field(default=None, ge=1, description="use the suite's first N prompts")
-    max_tokens: int | None = Field(default=None, ge=1, description="cap on every prompt's max_tokens")
-    ignore_eos: bool = Field(default=False, description="fixed-length generation instead of natural length")
     concurrency: list[int] = Field(default=[1], min_length=1, description="levels measured, in order")
-    target_rel_ci: float = Field(default=0.02, gt=0, lt=1, description="stop when the 95% CI is within ±this")
-    min_rounds: int = Field(default=3, ge=2)
-    max_rounds: int = Field(default=10, ge=2)
-    max_seconds: float = Field(default=600.0, gt=0, description="time cap per concurrency level")
-    drift_tolerance: float = Field(default=0.03, gt=0, description="early vs late rounds; beyond it: drift")
-    request_timeout_s: float = Field(default=300.0, gt=0)
 
     @field_validator("concurrency", mode="before")
     @classmethod
@@ -201,9 +192,7 @@ class MeasurementSpec(_Strict):
         return [value] if isinstance(value, int) else value
 
     @model_validator(mode="after")
-    def _check_rounds(self) -> MeasurementSpec:
-        if self.min_rounds > self.max_rounds:
-            raise ValueError(f"min_rounds: {self.min_rounds} is greater than max_rounds ({self.max_rounds})")
+    def _check_levels(self) -> MeasurementSpec:
         if any(c < 1 for c in self.concurrency):
             raise ValueError("concurrency: levels must be at least 1")
         return self
@@ -212,7 +201,7 @@ class MeasurementSpec(_Strict):
 class ObjectiveSpec(_Strict):
     """What the study maximises: a metric at one concurrency level."""
 
-    metric: Literal["decode_tok_s", "output_tok_s"] = Field(
+    metric: ObjectiveMetric = Field(
         default="decode_tok_s",
         description="decode_tok_s: mean per-request decode speed; output_tok_s: aggregate output tokens/s",
     )
@@ -361,6 +350,13 @@ class SearchSpace(_Strict):
             if str(baseline.flags.get(ENGINE_PARAM, engine)) == engine:
                 names += [f for f in baseline.flags if f != ENGINE_PARAM]
         return list(dict.fromkeys(names))
+
+    def measure_settings(self) -> MeasureSettings:
+        """The settings each measurement runs with (the objective's concurrency; others set per level)."""
+        protocol = self.measurement.model_dump(include=set(MeasureProtocol.model_fields))
+        return MeasureSettings.model_validate(
+            {**protocol, "objective": self.objective.metric, "concurrency": self.objective.concurrency}
+        )
 
     def suite_path(self) -> str:
         """The suite reference with relative paths resolved against the space file."""

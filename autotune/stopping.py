@@ -6,10 +6,12 @@ stored in it (and shown by the report). The trial cap is Optuna's own ``n_trials
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from autotune.errors import UserError
 from autotune.records import TrialRecord
 
 StopRule = Callable[[Sequence[TrialRecord]], "str | None"]
@@ -55,7 +57,7 @@ class NoImprovement:
             margin = max(self.min_rel_gain, best_rel_ci)
             if value is not None and (best is None or value > best * (1 + margin)):
                 best, since = value, 0
-                ci = record.metrics.get("decode_tok_s", {}).get("ci95")
+                ci = record.metric_ci95("decode_tok_s")
                 best_rel_ci = float(ci) / value if isinstance(ci, (int, float)) and value else 0.0
             else:
                 since += 1
@@ -81,3 +83,20 @@ def first_reason(rules: Sequence[StopRule], records: Sequence[TrialRecord]) -> s
         if reason is not None:
             return reason
     return None
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``30m``, ``8h``, ``1h30m`` or plain seconds -> seconds."""
+    text = text.strip().lower()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    parts = _DURATION.findall(text)
+    if not parts or _DURATION.sub("", text).strip():
+        raise UserError(f"cannot read duration {text!r}; write e.g. 90s, 30m, 8h or 1h30m")
+    scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    return sum(float(n) * scale[u] for n, u in parts)

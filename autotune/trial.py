@@ -18,8 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from autotune.engines.base import EffectiveConfig, Engine, LaunchPlan, MemoryFacts
 from autotune.errors import MeasurementError
 from autotune.gpu import IDLE_TOLERANCE_BYTES, Busy, GpuInventory, used_bytes, wait_for
-from autotune.measure import Measurement, MeasureSettings, run_measurement
+from autotune.measure import Measurement, run_measurement
 from autotune.outcomes import OutcomeKind
+from autotune.protocol import MeasureSettings
 from autotune.server import ServerProcess, find_free_port
 from autotune.workload import Suite
 

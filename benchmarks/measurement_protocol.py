@@ -24,7 +24,8 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.engines.sglang import SGLangEngine
-from autotune.measure import MeasureSettings, run_measurement
+from autotune.measure import run_measurement
+from autotune.protocol import MeasureSettings
 from autotune.server import ServerProcess, find_free_port
 from autotune.workload import Suite, load_suite
 

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
@@ -40,6 +39,7 @@ from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan, Me
 from autotune.gpu import GpuInventory  # noqa: E402
 from autotune.measure import Measurement, Metric  # noqa: E402
 from autotune.outcomes import OutcomeKind  # noqa: E402
+from autotune.records import TrialRecord  # noqa: E402
 from autotune.space import (  # noqa: E402
     CategoricalParam,
     FloatParam,
@@ -48,7 +48,15 @@ from autotune.space import (  # noqa: E402
     load_space,
     resolve_command,
 )
-from autotune.study import Preflight, PreparedEngine, StudyPaths, StudyRunner, TrialFault  # noqa: E402
+from autotune.study import (  # noqa: E402
+    Launcher,
+    Preflight,
+    PreparedEngine,
+    StudyEvents,
+    StudyPaths,
+    StudyRunner,
+    make_sampler,
+)
 from autotune.trial import TrialOutcome  # noqa: E402
 from autotune.twin.landscape import (  # noqa: E402
     Evaluation,
@@ -330,8 +338,16 @@ def _memory_facts(evaluation: Evaluation) -> MemoryFacts | None:
 # Methods
 
 
-def make_runner(problem: Problem, folder: Path, *, sampler: str, seed: int) -> StudyRunner:
-    """A real StudyRunner for the space, with the twin profile's inventory and no GPU reading."""
+def make_runner(
+    problem: Problem,
+    folder: Path,
+    *,
+    sampler: optuna.samplers.BaseSampler,
+    launcher: Launcher | None = None,
+    events: StudyEvents | None = None,
+) -> StudyRunner:
+    """autotune's StudyRunner through its front door: the twin profile's inventory, no GPU reading,
+    an in-memory storage (storage does not change what is sampled) and, unless given, real launches."""
     inv = GpuInventory.model_validate(inventory(problem.profile)).select(problem.space.gpus.devices)
     prepared = PreparedEngine(
         engine=problem.engine,
@@ -344,17 +360,41 @@ def make_runner(problem: Problem, folder: Path, *, sampler: str, seed: int) -> S
         suite=load_suite(problem.space.suite_path()),
         inventory=inv,
     )
-    paths = StudyPaths(folder, f"bench-{seed}")
-    runner = StudyRunner(
-        checked, name=paths.name, storage_url=paths.default_storage, paths=paths, sampler=sampler, seed=seed
-    )  # type: ignore[arg-type]
-    runner.setup = runner.setup.model_copy(update={"read_gpus": None})
-    # The same loop on an in-memory copy of the study: storage does not change what is sampled.
-    runner.study = optuna.create_study(
-        study_name=paths.name, direction="maximize", sampler=runner.study.sampler,
+    paths = StudyPaths(folder, "bench")
+    return StudyRunner(
+        checked,
+        name=paths.name,
         storage=optuna.storages.InMemoryStorage(),
-    )  # fmt: skip
-    return runner
+        paths=paths,
+        launcher=launcher,
+        read_gpus=None,
+        sampler=sampler,
+        events=events,
+    )
+
+
+class StepRecorder(StudyEvents):
+    """Each finished trial as a step: launched or not (the launcher saw it), measured and true values."""
+
+    def __init__(self, run: Run, launcher: LandscapeLauncher) -> None:
+        self.run = run
+        self.launcher = launcher
+        self.seen = 0
+
+    def trial_finished(self, record: TrialRecord) -> None:
+        launched = len(self.launcher.evaluations) > self.seen
+        evaluation = self.launcher.evaluations[-1] if launched else None
+        self.seen = len(self.launcher.evaluations)
+        self.run.steps.append(
+            Step(
+                launched=launched,
+                outcome=record.outcome,
+                seconds=evaluation.seconds if evaluation else 0.0,
+                measured=evaluation.tok_s if evaluation else None,
+                true=evaluation.true_tok_s if evaluation else None,
+                flags=record.flags or None,
+            )
+        )
 
 
 def run_study(
@@ -364,38 +404,17 @@ def run_study(
     started = time.monotonic()
     run = Run(method=name, seed=seed)
     with tempfile.TemporaryDirectory(prefix="autotune-bench-") as tmp:
-        runner = make_runner(problem, Path(tmp), sampler=sampler, seed=seed)
-        if factory is not None:
-            runner.study.sampler = factory(seed)
         launcher = LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed))
-        runner.launch = launcher
+        chosen = factory(seed) if factory is not None else make_sampler(sampler, seed)  # type: ignore[arg-type]
+        runner = make_runner(problem, Path(tmp), sampler=chosen, launcher=launcher, events=StepRecorder(run, launcher))
         runner.enqueue_baselines()
-        seen = 0
 
-        def after(study: optuna.Study, trial: FrozenTrial) -> None:
-            nonlocal seen
-            launched = len(launcher.evaluations) > seen
-            evaluation = launcher.evaluations[-1] if launched else None
-            seen = len(launcher.evaluations)
-            outcome = str(trial.user_attrs.get("outcome", trial.state.name.lower()))
-            run.steps.append(
-                Step(
-                    launched=launched,
-                    outcome=outcome,
-                    seconds=evaluation.seconds if evaluation else 0.0,
-                    measured=evaluation.tok_s if evaluation else None,
-                    true=evaluation.true_tok_s if evaluation else None,
-                    flags=trial.user_attrs.get("flags"),
-                )
-            )
-            if sum(s.launched for s in run.steps) >= budget:
-                study.stop()
+        def launch_budget(records: Sequence[TrialRecord]) -> str | None:
+            return f"{budget} launches" if sum(s.launched for s in run.steps) >= budget else None
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            runner.study.optimize(
-                runner.objective, n_trials=budget * TRIAL_CAP_FACTOR, catch=(TrialFault,), callbacks=[after]
-            )
+            runner.run(trials=budget * TRIAL_CAP_FACTOR, timeout_s=None, rules=[launch_budget])
     run.wall_s = time.monotonic() - started
     return run
 

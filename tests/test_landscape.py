@@ -22,6 +22,7 @@ import yaml
 
 from autotune.engines.base import LaunchPlan
 from autotune.outcomes import OutcomeKind
+from autotune.study import make_sampler
 from autotune.twin import physics
 from autotune.twin.flags import parse_args
 from autotune.twin.landscape import GridAxis, Landscape, MeasureShape, Prompt, grid, grid_size, perf_key
@@ -185,7 +186,7 @@ def test_every_shipped_profile_has_a_twin_space_and_an_optimum() -> None:
 @pytest.mark.twin
 def test_landscape_agrees_with_a_twin_process(tmp_path: Path) -> None:
     problem = bench.load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
-    runner = bench.make_runner(problem, tmp_path, sampler="tpe", seed=0)  # its launch is the real one
+    runner = bench.make_runner(problem, tmp_path, sampler=make_sampler("tpe", 0))  # its launch is the real one
     land = problem.landscape(0)
     for flags in (HAND_FOUND, {**HAND_FOUND, "mem-fraction-static": 0.6}):
         plan = LaunchPlan(engine="sglang", flags=problem.normalise(flags) or flags)

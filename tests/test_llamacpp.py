@@ -36,8 +36,8 @@ from autotune.engines.llamacpp import (
     parse_request_logs,
 )
 from autotune.errors import FlagError
-from autotune.measure import MeasureSettings
 from autotune.outcomes import OutcomeKind
+from autotune.protocol import MeasureSettings
 from autotune.server import ServerProcess, find_free_port
 from autotune.space import FlagValue
 from autotune.trial import LogWindow, TrialSetup, measure_with_server_stats, run_trial

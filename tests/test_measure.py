@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from autotune.engines.sglang import SGLangEngine
-from autotune.measure import Measurement, MeasureSettings, percentile, run_measurement, steadiness
+from autotune.measure import Measurement, percentile, run_measurement, steadiness
+from autotune.protocol import MeasureSettings
 from autotune.workload import Prompt, Suite
 
 SUITE = Suite(

@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from autotune.engines.sglang import SGLangEngine
-from autotune.measure import Measurement, MeasureSettings
+from autotune.measure import Measurement
+from autotune.protocol import MeasureSettings
 from autotune.server import ServerProcess, find_free_port
 from autotune.trial import LogWindow, measure_with_server_stats
 from autotune.workload import Suite, load_suite

@@ -184,6 +184,7 @@ def _study(tmp_path: Path, directions: list[str]) -> optuna.Study:
 def test_a_study_with_nothing_feasible_still_reports(tmp_path: Path) -> None:
     from autotune.htmlreport import write_report
     from autotune.report_summary import summarise
+    from autotune.study import StudyView
 
     study = _study(tmp_path, ["maximize"])
     for outcome, fraction in (("infeasible-memory-low", 0.5), ("predicted-infeasible-memory-low", 0.55)):
@@ -200,7 +201,7 @@ def test_a_study_with_nothing_feasible_still_reports(tmp_path: Path) -> None:
                 },
             )
         )
-    files = write_report(summarise(study, artifacts_dir=tmp_path / "missing"), tmp_path / "report")
+    files = write_report(summarise(StudyView(study, artifacts_dir=tmp_path / "missing")), tmp_path / "report")
     page = files.page.read_text()
     assert "No feasible trial has been measured yet." in page and "infeasible-memory-low" in page
     assert not (tmp_path / "report" / "best-profile.yaml").exists()
@@ -212,11 +213,12 @@ def test_a_study_with_nothing_feasible_still_reports(tmp_path: Path) -> None:
 def test_two_objectives_draw_a_pareto_front(tmp_path: Path) -> None:
     from autotune.htmlreport import write_report
     from autotune.report_summary import summarise
+    from autotune.study import StudyView
 
     study = _study(tmp_path, ["maximize", "minimize"])
     for speed, latency in ((40.0, 0.05), (50.0, 0.08), (45.0, 0.09), (30.0, 0.04)):
         study.add_trial(optuna.trial.create_trial(values=[speed, latency], user_attrs={"outcome": "ok"}))
-    summary = summarise(study, artifacts_dir=None)
+    summary = summarise(StudyView(study))
     assert summary.pareto is not None
     assert {p.trial for p in summary.pareto if p.on_front} == {0, 1, 3}
     files = write_report(summary, tmp_path / "report")

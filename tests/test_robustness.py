@@ -20,7 +20,7 @@ import yaml
 from autotune.engines.sglang import SGLangEngine
 from autotune.outcomes import OutcomeKind
 from autotune.space import load_space
-from autotune.study import measure_settings, preflight
+from autotune.study import preflight
 from autotune.trial import TrialSetup, run_trial
 from autotune.workload import load_suite
 from tests.conftest import TWIN_SPACE, autotune_cmd
@@ -245,7 +245,7 @@ def test_a_port_taken_meanwhile_is_retried_on_another(tmp_path: Path, monkeypatc
         model=space.model,
         env={},
         suite=load_suite(space.suite_path()),
-        measure=measure_settings(space),
+        measure=space.measure_settings(),
         launch_timeout_s=20,
         stop_timeout_s=2,
         records_dir=tmp_path / "rec",

@@ -43,3 +43,26 @@ def test_public_surface_matches_all() -> None:
     public = {n for n in vars(autotune) if not n.startswith("_") and n not in ("annotations",)}
     modules = {n for n in public if type(getattr(autotune, n)).__name__ == "module"}
     assert public - modules == set(autotune.__all__) - {"__version__"}
+
+
+ATTRS_NAMES = {"user_attrs", "set_user_attr", "set_trial_user_attr"}
+
+
+def attr_uses(path: Path) -> set[str]:
+    """Optuna user-attr access in a module: attributes, methods and keyword arguments of that name."""
+    used: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr in ATTRS_NAMES:
+            used.add(node.attr)
+        elif isinstance(node, ast.keyword) and node.arg in ATTRS_NAMES:
+            used.add(node.arg)
+    return used
+
+
+def test_only_the_attrs_module_touches_user_attrs() -> None:
+    attrs_module = PACKAGE / "study" / "attrs.py"
+    assert attr_uses(attrs_module), "the attrs module should be where user attrs are read and written"
+    for path in PACKAGE.rglob("*.py"):
+        if path == attrs_module or "twin" in path.relative_to(PACKAGE).parts:
+            continue
+        assert not attr_uses(path), f"{path} touches Optuna user attrs: go through autotune.study.attrs"

@@ -1,0 +1,322 @@
+"""Optuna's user attrs, both ways: the only module that reads or writes them.
+
+Writing: each way a trial ends (:class:`~autotune.outcomes.OutcomeKind`) becomes JSON-able attrs
+with human-readable names, so optuna-dashboard shows them as columns. Reading: a trial's attrs
+become a :class:`~autotune.records.TrialRecord`, the study's attrs a :class:`StudyInfo`.
+Everything else in autotune reads those models, never the attrs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+from pydantic import Field, ValidationError
+
+from autotune.engines.base import LaunchPlan
+from autotune.feasibility import MemoryLesson, Prediction
+from autotune.gpu import GpuInventory, Roofline
+from autotune.measure import Measurement
+from autotune.models import Frozen
+from autotune.outcomes import OutcomeKind
+from autotune.records import MetricRecord, TrialRecord
+from autotune.space import FlagValue, SearchSpace
+from autotune.trial import TrialOutcome
+
+OUTCOME = "outcome"
+LAUNCH_TIME = "launch time [s]"
+MEASURE_TIME = "measure time [s]"
+MEMORY_LESSON = "memory_lesson"
+# Shown to people (dashboard columns, report readings); never read back to compute anything.
+READING_PREFIXES = ("roofline", "memory")
+# A duplicate copies its original's facts, except who ran it and what it taught (learned once).
+NOT_COPIED = frozenset({"baseline", "host", "worker_pid", "retry_of", MEMORY_LESSON})
+
+
+class StudyInfo(Frozen):
+    """What a study says about itself: the space it searches, its objective, where it ran."""
+
+    name: str
+    engine: str | None = None
+    model: str | None = None
+    space: SearchSpace | None = None
+    env: dict[str, str | None] = Field(default_factory=dict, description="the space's env, secrets redacted")
+    suite: str | None = None
+    suite_ref: str | None = None
+    objective: str | None = None
+    simulated: bool = False
+    gpus: list[str] = Field(default_factory=list)
+    driver_version: str | None = None
+    last_stop_reason: str | None = None
+
+    @property
+    def objective_metric(self) -> str:
+        return self.space.objective.metric if self.space else "decode_tok_s"
+
+    @property
+    def objective_concurrency(self) -> int:
+        return self.space.objective.concurrency if self.space else 1
+
+    @property
+    def tuned(self) -> list[str]:
+        return list(self.space.tuned) if self.space else []
+
+
+# ---------------------------------------------------------------- the study
+
+
+def describe_study(
+    study: optuna.Study, *, space: SearchSpace, env: Mapping[str, str | None], suite: str, inventory: GpuInventory
+) -> None:
+    attrs: dict[str, Any] = {
+        "engine": ", ".join(space.engine_names()),
+        "model": space.model,
+        "space_file": str(space.source) if space.source else None,
+        "suite": suite,
+        "suite_ref": space.suite_path(),
+        "objective": f"{space.objective.metric} at concurrency {space.objective.concurrency} (higher is better)",
+        "simulated": inventory.simulated,
+        "gpus": [g.name for g in inventory.gpus],
+        "driver_version": inventory.driver_version,
+        "space": {**space.model_dump(mode="json"), "env": dict(env)},
+    }
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+
+
+def record_stop_reason(study: optuna.Study, reason: str) -> None:
+    study.set_user_attr("last_stop_reason", reason)
+
+
+def study_info(study: optuna.Study) -> StudyInfo:
+    attrs = study.user_attrs
+    stored = dict(attrs.get("space") or {})
+    env = stored.pop("env", {}) or {}
+    try:
+        space = SearchSpace.model_validate(stored) if stored else None
+    except ValidationError:
+        space = None  # written by another autotune version: the trials still read
+    return StudyInfo(
+        name=study.study_name,
+        engine=attrs.get("engine"),
+        model=attrs.get("model"),
+        space=space,
+        env=env,
+        suite=attrs.get("suite"),
+        suite_ref=attrs.get("suite_ref"),
+        objective=attrs.get("objective"),
+        simulated=bool(attrs.get("simulated", False)),
+        gpus=list(attrs.get("gpus", [])),
+        driver_version=attrs.get("driver_version"),
+        last_stop_reason=attrs.get("last_stop_reason"),
+    )
+
+
+# ---------------------------------------------------------------- one trial, written
+
+
+def record_start(trial: optuna.Trial, *, host: str, pid: int, gpus: list[str]) -> None:
+    trial.set_user_attr("host", host)
+    trial.set_user_attr("worker_pid", pid)
+    trial.set_user_attr("gpus", gpus)
+
+
+def record_engine(trial: optuna.Trial, engine: str) -> None:
+    trial.set_user_attr("engine", engine)
+
+
+def record_config_key(trial: optuna.Trial, key: str) -> None:
+    """Set before launching, so other workers see which effective config this trial measures."""
+    trial.set_user_attr("config_key", key)
+
+
+def record_busy_wait(trial: optuna.Trial, seconds: float) -> None:
+    trial.set_user_attr("busy_wait_s", round(seconds, 1))
+
+
+def _ended(trial: optuna.Trial, kind: OutcomeKind, reason: str | None, flags: Mapping[str, FlagValue]) -> None:
+    trial.set_user_attr(OUTCOME, kind.value)
+    if reason:
+        trial.set_user_attr("reason", reason)
+    trial.set_user_attr("feasible", kind is OutcomeKind.OK)
+    trial.set_user_attr("flags", dict(flags))
+
+
+def record_not_run(trial: optuna.Trial, kind: OutcomeKind, reason: str, flags: Mapping[str, FlagValue]) -> None:
+    """A trial that ended without a measurement: invalid flags, busy GPUs, Ctrl-C, a bug."""
+    _ended(trial, kind, reason, flags)
+
+
+def record_predicted(trial: optuna.Trial, plan: LaunchPlan, prediction: Prediction) -> None:
+    """Not launched: predicted not to fit."""
+    assert prediction.side is not None
+    _ended(trial, OutcomeKind.predicted_for(prediction.side), f"predicted without launching: {prediction.reason}",
+           plan.flags)  # fmt: skip
+    trial.set_user_attr("predicted_infeasible", True)
+    trial.set_user_attr("config_key", plan.config_key)
+    if prediction.pool_bytes is not None:
+        trial.set_user_attr("predicted_pool_gib", round(prediction.pool_bytes / 2**30, 2))
+
+
+def record_duplicate(trial: optuna.Trial, plan: LaunchPlan, original: FrozenTrial) -> None:
+    """The same effective config was measured already: its facts, marked as borrowed."""
+    for key, value in original.user_attrs.items():
+        if key not in NOT_COPIED:
+            trial.set_user_attr(key, value)
+    trial.set_user_attr("duplicate_of", original.number)
+    trial.set_user_attr("flags", plan.flags)
+
+
+def record_outcome(
+    trial: optuna.Trial,
+    outcome: TrialOutcome,
+    *,
+    lesson: MemoryLesson | None = None,
+    roofline: Roofline | None = None,
+) -> None:
+    """A launched trial's facts: outcome, effective config, metrics with units, memory, durations."""
+    _ended(trial, outcome.kind, outcome.reason, outcome.plan.flags)
+    trial.set_user_attr("config_key", outcome.plan.config_key)
+    if outcome.plan.notes:
+        trial.set_user_attr("engine_rules_applied", outcome.plan.notes)
+    if outcome.argv:
+        trial.set_user_attr("argv", outcome.argv)
+    if outcome.effective is not None:
+        trial.set_user_attr("effective", outcome.effective.values)
+        trial.set_user_attr("engine_version", outcome.effective.version)
+    if outcome.measurement is not None:
+        _record_measurement(trial, outcome.measurement)
+    if len(outcome.measurements) > 1:
+        trial.set_user_attr("by_concurrency", {str(m.concurrency): _rounded(m) for m in outcome.measurements})
+    trial.set_user_attr(LAUNCH_TIME, round(outcome.launch_s, 2))
+    trial.set_user_attr(MEASURE_TIME, round(outcome.measure_s, 2))
+    trial.set_user_attr("stop time [s]", round(outcome.stop_s, 2))
+    _record_memory(trial, outcome, lesson)
+    if roofline is not None:
+        trial.set_user_attr("roofline_share", round(roofline.share, 3))
+        trial.set_user_attr("ceiling_tok_s", round(roofline.ceiling_tok_s, 1))
+
+
+def _rounded(measurement: Measurement) -> dict[str, float]:
+    return {m.name: round(m.value, 3) for m in measurement.metrics}
+
+
+def _record_measurement(trial: optuna.Trial, measurement: Measurement) -> None:
+    """Metrics with units, precision, steadiness, per-category numbers and the server's own figures."""
+    metrics = {m.name: {"value": m.value, "unit": m.unit, "ci95": m.ci95, "n": m.n} for m in measurement.metrics}
+    trial.set_user_attr("metrics", metrics)
+    for m in measurement.metrics:
+        trial.set_user_attr(f"{m.name} [{m.unit}]", round(m.value, 3))
+    trial.set_user_attr("precision_reached", measurement.precision_reached)
+    trial.set_user_attr("measurement_stop", measurement.stop_reason)
+    trial.set_user_attr("rounds", measurement.rounds)
+    if measurement.steadiness is not None:
+        trial.set_user_attr("steady", measurement.steadiness.steady)
+        trial.set_user_attr("drift", round(measurement.steadiness.drift, 4))
+    categories = {}
+    for c in measurement.categories:
+        categories[c.category] = {
+            "decode_tok_s": round(c.decode_tok_s.value, 2),
+            "accept_length": round(c.accept_length.value, 3) if c.accept_length else None,
+            "requests": c.requests,
+        }
+    trial.set_user_attr("categories", categories)
+    if measurement.server is not None:
+        trial.set_user_attr("server", measurement.server.model_dump(exclude_none=True))
+
+
+def _record_memory(trial: optuna.Trial, outcome: TrialOutcome, lesson: MemoryLesson | None) -> None:
+    """The lesson in exact bytes (read back by resumed studies), and GiB readings for people."""
+    if lesson is not None:
+        trial.set_user_attr(MEMORY_LESSON, lesson.model_dump(mode="json"))
+    facts = outcome.memory
+    if facts is not None:
+        for name, value in (("weights", facts.weights_bytes), ("kv_pool", facts.kv_pool_bytes),
+                            ("graph", facts.graph_bytes)):  # fmt: skip
+            if value is not None:
+                trial.set_user_attr(f"memory_{name}_gib", round(value / 2**30, 2))
+        if facts.graph_batch is not None:
+            trial.set_user_attr("memory_graph_batch", facts.graph_batch)
+        if facts.free_at_start_bytes is not None:
+            trial.set_user_attr("memory_server_free_gib", round(facts.free_at_start_bytes / 2**30, 3))
+    if lesson is not None and lesson.runtime_bytes is not None:
+        trial.set_user_attr("memory_runtime_gib", round(lesson.runtime_bytes / 2**30, 3))
+    if outcome.gpu_peak_used_bytes is not None:
+        trial.set_user_attr("gpu_peak_used_gib", round(outcome.gpu_peak_used_bytes / 2**30, 2))
+    if outcome.release_s is not None:
+        trial.set_user_attr("memory_release_s", round(outcome.release_s, 2))
+        trial.set_user_attr("memory_released", outcome.released)
+
+
+def mark_stale(storage: optuna.storages.BaseStorage, trial: FrozenTrial, reason: str) -> None:
+    """Fail a trial whose tuner died (it stays RUNNING otherwise): interrupted, to be measured again."""
+    storage.set_trial_user_attr(trial._trial_id, OUTCOME, OutcomeKind.INTERRUPTED.value)
+    storage.set_trial_user_attr(trial._trial_id, "reason", reason)
+    storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+
+
+def enqueue_baseline(study: optuna.Study, params: dict[str, Any], name: str) -> None:
+    study.enqueue_trial(params, user_attrs={"baseline": name})
+
+
+def enqueue_retry(study: optuna.Study, params: dict[str, Any], number: int) -> None:
+    """Queue an interrupted trial's configuration again, marked as its retry."""
+    study.enqueue_trial(params, user_attrs={"retry_of": number})
+
+
+def baseline_of(trial: optuna.Trial) -> str | None:
+    """The baseline an enqueued trial measures (set before it started)."""
+    name = trial.user_attrs.get("baseline")
+    return str(name) if name else None
+
+
+# ---------------------------------------------------------------- one trial, read
+
+
+def has_outcome(trial: FrozenTrial) -> bool:
+    """Whether autotune recorded how the trial ended (a duplicate may only borrow from such a trial)."""
+    return bool(trial.user_attrs.get(OUTCOME))
+
+
+def trial_record(trial: FrozenTrial) -> TrialRecord:
+    attrs = trial.user_attrs
+    default_outcome = OutcomeKind.FAILED.value if trial.state is TrialState.FAIL else trial.state.name.lower()
+    metrics = {
+        name: MetricRecord(value=m.get("value"), unit=str(m.get("unit") or ""), ci95=m.get("ci95"), n=m.get("n"))
+        for name, m in (attrs.get("metrics") or {}).items()
+        if isinstance(m, dict)
+    }
+    lesson = attrs.get(MEMORY_LESSON)
+    readings = {
+        key: value
+        for key, value in attrs.items()
+        if key.startswith(READING_PREFIXES) and isinstance(value, (int, float, str)) and not isinstance(value, bool)
+    }
+    return TrialRecord(
+        number=trial.number,
+        state=trial.state.name,
+        outcome=attrs.get(OUTCOME, default_outcome),
+        reason=attrs.get("reason"),
+        value=trial.value if trial.state is TrialState.COMPLETE else None,
+        feasible=bool(attrs.get("feasible", False)),
+        baseline=attrs.get("baseline"),
+        duplicate_of=attrs.get("duplicate_of"),
+        retry_of=attrs.get("retry_of"),
+        config_key=attrs.get("config_key"),
+        flags=attrs.get("flags", {}),
+        effective=attrs.get("effective", {}),
+        engine_version=attrs.get("engine_version"),
+        argv=attrs.get("argv", []),
+        metrics=metrics,
+        engine=attrs.get("engine"),
+        roofline_share=attrs.get("roofline_share"),
+        host=attrs.get("host"),
+        worker_pid=attrs.get("worker_pid") if isinstance(attrs.get("worker_pid"), int) else None,
+        gpus=attrs.get("gpus", []),
+        launch_s=attrs.get(LAUNCH_TIME),
+        measure_s=attrs.get(MEASURE_TIME),
+        memory=MemoryLesson.model_validate(lesson) if isinstance(lesson, dict) else None,
+        readings=readings,
+    )

@@ -1,0 +1,423 @@
+"""Running a study: ask Optuna for a candidate, apply the engine's rules, predict memory, launch,
+record, learn; until a stop rule fires.
+
+The launcher (what turns a plan into a :class:`TrialOutcome`), the storage and the GPU reading are
+injected, so the search benchmark and tests drive the same loop without servers or a database.
+
+Optuna conventions (shared/optuna.md): a configuration that cannot run (memory, invalid flags) is a
+COMPLETE trial with value 0.0 and a positive constraint, so every sampler learns from it; FAIL is
+kept for faults of the infrastructure (crash, timeout, interruption). Every outcome is written to
+storage before anything propagates.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.engines import get_engine
+from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan
+from autotune.errors import UserError
+from autotune.gpu import GpuInventory, check_idle, read_inventory, wait_for
+from autotune.measure import Measurement
+from autotune.outcomes import OutcomeKind
+from autotune.profile import redact_env
+from autotune.records import TrialRecord
+from autotune.server import reap_orphans
+from autotune.space import Baseline, Candidate, SearchSpace, SLOSpec, is_secret_name, resolve_command, suggest
+from autotune.stopping import NoImprovement, StopRule, TimeBudget, TotalTrials, first_reason
+from autotune.study import attrs, recovery
+from autotune.study.artifacts import artifact_store, upload
+from autotune.study.memory import feasibility_models, lesson_of, replay, roofline_of
+from autotune.study.storage import StudyPaths, exclusive, open_storage
+from autotune.trial import Phase, TrialOutcome, TrialSetup, run_trial
+from autotune.workload import Suite, load_suite
+
+SamplerName = Literal["tpe", "random"]
+DUPLICATE_POLL_S = 2.0
+
+ReadGpus = Callable[[], GpuInventory]
+
+
+class Launcher(Protocol):
+    """Turns a plan into an outcome: launch, measure, stop (the real one is :func:`run_trial`)."""
+
+    def __call__(self, plan: LaunchPlan, log_path: Path, phase: Phase) -> TrialOutcome: ...
+
+
+class TrialFault(Exception):
+    """A trial failed for a reason that says nothing about its configuration (becomes FAIL)."""
+
+
+class StudyEvents:
+    """Hooks the live view implements; the defaults do nothing."""
+
+    def trial_started(self, number: int, candidate: Candidate) -> None: ...
+
+    def phase(self, name: str, detail: str) -> None: ...
+
+    def trial_finished(self, record: TrialRecord) -> None: ...
+
+
+@dataclass(frozen=True)
+class PreparedEngine:
+    """One engine of a space, checked: its flag set read from its launcher's --help."""
+
+    engine: Engine
+    flag_set: FlagSet
+    launcher: list[str]
+
+
+@dataclass
+class Preflight:
+    """Everything checked before the first launch."""
+
+    space: SearchSpace
+    engines: dict[str, PreparedEngine]
+    suite: Suite
+    inventory: GpuInventory | None
+
+
+def preflight(space: SearchSpace, *, read_gpus: bool = True) -> Preflight:
+    """Check the space against every engine it names, without launching anything."""
+    suite = load_suite(space.suite_path())
+    engines: dict[str, PreparedEngine] = {}
+    for name in space.engine_names():
+        engine = get_engine(name)
+        launcher = resolve_command(space.launcher_for(name))
+        flag_set = engine.read_flag_set(launcher, env=space.env)
+        engine.check_flags(space.flags_for(name), flag_set)
+        engines[name] = PreparedEngine(engine=engine, flag_set=flag_set, launcher=launcher)
+    for baseline in space.baselines:
+        name, flags = space.split_engine({**space.fixed, **baseline.flags})
+        try:
+            engines[name].engine.normalise(flags)
+        except InvalidConfig as exc:
+            raise UserError(f"baseline {baseline.name!r}: {exc}") from None
+    inventory = read_inventory(space.gpus) if read_gpus else None
+    return Preflight(space=space, engines=engines, suite=suite, inventory=inventory)
+
+
+def make_sampler(name: SamplerName, seed: int | None) -> optuna.samplers.BaseSampler:
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        # benchmarks/search_efficiency.py: baselines count as startup trials; modelling from the third
+        # trial on and scoring 64 candidates reached 2% of the optimum in 3 launches instead of 8
+        # (A6000 twin, 20 seeds) and never did worse on the other profiles.
+        return optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=2, n_ei_candidates=64
+        )
+
+
+def trial_launcher(checked: Preflight, paths: StudyPaths, read_gpus: ReadGpus | None) -> Launcher:
+    """The real launcher: each engine's server started, measured and stopped by :func:`run_trial`."""
+    space = checked.space
+    env = dict(space.env)
+    if space.gpus.devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in space.gpus.devices)
+    setups = {
+        name: TrialSetup(
+            launcher=prepared.launcher,
+            model=space.model,
+            env=env,
+            suite=checked.suite,
+            measure=space.measure_settings(),
+            concurrency_levels=space.measurement.concurrency,
+            objective_concurrency=space.objective.concurrency,
+            launch_timeout_s=space.launch.timeout_s,
+            stop_timeout_s=space.launch.stop_timeout_s,
+            records_dir=paths.servers,
+            read_gpus=read_gpus,
+            release_timeout_s=space.gpus.release_timeout_s,
+        )
+        for name, prepared in checked.engines.items()
+    }
+
+    def launch(plan: LaunchPlan, log_path: Path, phase: Phase) -> TrialOutcome:
+        return run_trial(checked.engines[plan.engine].engine, setups[plan.engine], plan, log_path=log_path,
+                         on_phase=phase)  # fmt: skip
+
+    return launch
+
+
+def set_constraints(
+    trial: optuna.Trial,
+    slo: SLOSpec,
+    *,
+    memory: bool = False,
+    config: bool = False,
+    measured: Measurement | None = None,
+) -> None:
+    """Every key on every trial (GPSampler needs a stable count); > 0 means violated.
+
+    SLO constraints are relative excess over the limit (0.1 = 10 % over); unmeasured trials get 0.
+    """
+    trial.set_constraint("memory", 1.0 if memory else 0.0)
+    trial.set_constraint("config", 1.0 if config else 0.0)
+    for name, limit in slo.limits().items():
+        metric = measured.metric(name) if measured is not None else None
+        trial.set_constraint(f"slo_{name}", (metric.value - limit) / limit if metric is not None else 0.0)
+
+
+class StudyRunner:
+    """Runs (or resumes) one study of a search space.
+
+    Args:
+        checked: the space, its engines and the GPU inventory (from :func:`preflight`).
+        name: the study's name in the storage.
+        storage: any Optuna storage (:func:`~autotune.study.storage.open_storage`, or in memory).
+        paths: the study's folder (logs, artifacts, server records, lock).
+        launcher: turns a plan into an outcome; default: real servers through :func:`run_trial`.
+        read_gpus: reads the GPUs before each launch (idle check); None skips the check.
+        sampler: Optuna's sampler; default :func:`make_sampler` ("tpe").
+        events: the live view's hooks.
+    """
+
+    def __init__(
+        self,
+        checked: Preflight,
+        *,
+        name: str,
+        storage: optuna.storages.BaseStorage,
+        paths: StudyPaths,
+        launcher: Launcher | None = None,
+        read_gpus: ReadGpus | None = None,
+        sampler: optuna.samplers.BaseSampler | None = None,
+        events: StudyEvents | None = None,
+    ) -> None:
+        if checked.inventory is None:
+            raise ValueError("a study needs the GPU inventory: run preflight with read_gpus=True")
+        self.checked = checked
+        self.inventory = checked.inventory
+        self.space = checked.space
+        self.engines = {engine: prepared.engine for engine, prepared in checked.engines.items()}
+        self.name = name
+        self.paths = paths
+        self.events = events or StudyEvents()
+        self.read_gpus = read_gpus
+        self.study = optuna.create_study(
+            study_name=name,
+            storage=storage,
+            direction="maximize",
+            sampler=sampler or make_sampler("tpe", None),
+            load_if_exists=True,
+        )
+        self.launch: Launcher = launcher or trial_launcher(checked, paths, read_gpus)
+        self.artifact_store = artifact_store(paths.artifacts, create=True)
+        self.stop_reason: str | None = None
+        self.feasibility = feasibility_models(self.space, self.engines, self.inventory)
+        replay(self.feasibility, self.records(), default_engine=self.space.engine)
+
+    @classmethod
+    def open(
+        cls,
+        checked: Preflight,
+        *,
+        name: str,
+        storage_url: str,
+        paths: StudyPaths,
+        sampler: SamplerName = "tpe",
+        seed: int | None = None,
+        heartbeat_s: int | None = None,
+    ) -> StudyRunner:
+        """The runner the CLI uses: a storage URL, real servers, NVML (or the twin's inventory)."""
+        gpus = checked.space.gpus
+        return cls(
+            checked,
+            name=name,
+            storage=open_storage(storage_url, heartbeat_s=heartbeat_s),
+            paths=paths,
+            read_gpus=lambda: read_inventory(gpus),
+            sampler=make_sampler(sampler, seed),
+        )
+
+    def records(self) -> list[TrialRecord]:
+        return [attrs.trial_record(t) for t in self.study.get_trials(deepcopy=False)]
+
+    # ---------------------------------------------------------------- before the first trial
+
+    def recover(self) -> tuple[int, int]:
+        """After a crash: kill orphaned servers, fail trials left RUNNING by a dead tuner on this host."""
+        return recovery.recover(self.study, self.paths.servers)
+
+    def prepare(self) -> tuple[list[int], list[str]]:
+        """Queue interrupted configs again and the baselines not yet measured, once across workers."""
+        with exclusive(self.study._storage, self.paths):
+            return recovery.requeue_interrupted(self.study), self.enqueue_baselines()
+
+    def enqueue_baselines(self) -> list[str]:
+        return recovery.enqueue_baselines(self.study, self.space)
+
+    def _describe_study(self) -> None:
+        attrs.describe_study(
+            self.study, space=self.space, env=redact_env(self.space.env), suite=self.checked.suite.name,
+            inventory=self.inventory,
+        )  # fmt: skip
+        try:  # the dashboard is an optional extra; without it the axis is just "Objective 0"
+            import optuna_dashboard
+
+            optuna_dashboard.set_objective_names(self.study, [f"{self.space.objective.metric} [tok/s]"])
+        except ImportError:
+            pass
+
+    # ---------------------------------------------------------------- one trial
+
+    def _baseline(self, trial: optuna.Trial) -> Baseline | None:
+        name = attrs.baseline_of(trial)
+        return next((b for b in self.space.baselines if b.name == name), None) if name else None
+
+    def _find_duplicate(self, trial: optuna.Trial, key: str) -> FrozenTrial | None:
+        """A finished trial with the same effective config; one still running elsewhere is awaited."""
+        attrs.record_config_key(trial, key)  # before launching, so other workers see it
+        while True:
+            running = False
+            for other in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)):
+                record = attrs.trial_record(other)
+                if other.number == trial.number or record.config_key != key:
+                    continue
+                if other.state is TrialState.RUNNING:
+                    running = other.number < trial.number  # the older one measures, the newer one waits
+                elif record.duplicate_of is None and attrs.has_outcome(other):
+                    return other
+            if not running:
+                return None
+            self.events.phase("waiting", "for another worker measuring the same config")
+            time.sleep(DUPLICATE_POLL_S)
+
+    def objective(self, trial: optuna.Trial) -> float:
+        gpus = [g.name for g in self.inventory.gpus]
+        attrs.record_start(trial, host=socket.gethostname(), pid=os.getpid(), gpus=gpus)
+        candidate = suggest(self.space, trial, self._baseline(trial))
+        self.events.trial_started(trial.number, candidate)
+        engine_name, flags = self.space.split_engine(candidate.flags)
+        attrs.record_engine(trial, engine_name)
+        try:
+            plan = self.engines[engine_name].normalise(flags)
+        except InvalidConfig as exc:
+            attrs.record_not_run(trial, OutcomeKind.INVALID_CONFIG, f"engine rule: {exc}", candidate.flags)
+            set_constraints(trial, self.space.slo, config=True)
+            return 0.0
+        duplicate = self._find_duplicate(trial, plan.config_key)
+        if duplicate is not None:
+            attrs.record_duplicate(trial, plan, duplicate)
+            for key, value in duplicate.constraints.items():
+                trial.set_constraint(key, value)
+            assert duplicate.value is not None
+            return duplicate.value
+        prediction = self.feasibility[plan.engine].predict(plan.flags)
+        if not prediction.feasible:
+            attrs.record_predicted(trial, plan, prediction)
+            set_constraints(trial, self.space.slo, memory=True)
+            return 0.0
+        self._wait_for_idle_gpus(trial, plan)
+        self.paths.logs.mkdir(parents=True, exist_ok=True)
+        log_path = self.paths.logs / f"trial-{trial.number:04d}.log"
+        try:
+            outcome = self.launch(plan, log_path, self.events.phase)
+        except BaseException as exc:  # Ctrl-C, SIGTERM, bugs: say so in storage, then let it go
+            kind = OutcomeKind.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else OutcomeKind.ERROR
+            attrs.record_not_run(trial, kind, f"{type(exc).__name__}: {exc}".strip(": "), plan.flags)
+            raise
+        outcome = self._redacted(outcome)
+        model = self.feasibility[plan.engine]
+        lesson = lesson_of(outcome, trial=trial.number, inventory=self.inventory)
+        model.learn(lesson)
+        attrs.record_outcome(
+            trial, outcome, lesson=lesson, roofline=roofline_of(outcome, inventory=self.inventory, model=model)
+        )
+        if self.artifact_store is not None:
+            upload(self.artifact_store, trial, outcome)
+        if outcome.kind is OutcomeKind.OK:
+            set_constraints(trial, self.space.slo, measured=outcome.measurement)
+            objective = outcome.objective
+            assert objective is not None
+            return objective
+        if outcome.kind.is_config_fault:
+            set_constraints(trial, self.space.slo, memory=outcome.kind.is_memory, config=not outcome.kind.is_memory)
+            return 0.0
+        raise TrialFault(f"{outcome.kind.value}: {outcome.reason}")
+
+    def _wait_for_idle_gpus(self, trial: optuna.Trial, plan: LaunchPlan) -> None:
+        """Never launch onto busy GPUs: wait (bounded), else record the trial as skipped-busy."""
+        if self.read_gpus is None:
+            return
+        self.events.phase("waiting", "for idle GPUs")
+        verdict, waited = wait_for(
+            self.read_gpus, lambda inv: check_idle(inv, self.inventory), timeout_s=self.space.gpus.busy_wait_s
+        )
+        if waited > 0:
+            attrs.record_busy_wait(trial, waited)
+        if not verdict.idle:
+            attrs.record_not_run(trial, OutcomeKind.SKIPPED_BUSY, verdict.reason, plan.flags)
+            raise TrialFault(f"{OutcomeKind.SKIPPED_BUSY.value}: {verdict.reason}")
+
+    def _redacted(self, outcome: TrialOutcome) -> TrialOutcome:
+        """Secret environment values never reach the stored reason or the log kept as an artifact."""
+        secrets = [value for name, value in self.space.env.items() if is_secret_name(name) and value]
+        if not secrets:
+            return outcome
+        if outcome.log_path is not None and outcome.log_path.exists():
+            outcome.log_path.write_text(redact(outcome.log_path.read_text(errors="replace"), secrets))
+        return outcome.model_copy(update={"reason": redact(outcome.reason, secrets) if outcome.reason else None})
+
+    def _after_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        # Another worker on this host may have died with its server running: clean up after it.
+        reap_orphans(self.paths.servers)
+        self.events.trial_finished(attrs.trial_record(trial))
+
+    # ---------------------------------------------------------------- the loop
+
+    def run(
+        self,
+        *,
+        trials: int | None,
+        timeout_s: float | None,
+        patience: int | None = None,
+        total_trials: int | None = None,
+        rules: Sequence[StopRule] = (),
+    ) -> None:
+        """Run trials until the trial count, the time budget, the patience rule, the study's total
+        (counted across every worker) or one of ``rules`` says stop."""
+        self._describe_study()
+        active: list[StopRule] = list(rules)
+        if timeout_s is not None:
+            active.append(TimeBudget(timeout_s))
+        if patience is not None:
+            active.append(NoImprovement(patience))
+        if total_trials is not None:
+            active.append(TotalTrials(total_trials))
+
+        def check_rules(study: optuna.Study, trial: FrozenTrial) -> None:
+            reason = first_reason(active, self.records()) if active else None
+            if reason is not None:
+                self.stop_reason = reason
+                study.stop()
+
+        self.study.optimize(
+            self.objective,
+            n_trials=trials,
+            # Optuna's own timeout is the backstop; TimeBudget records the reason.
+            timeout=timeout_s,
+            catch=(TrialFault,),
+            callbacks=[self._after_trial, check_rules],
+        )
+        if self.stop_reason is None:
+            self.stop_reason = f"{trials} trials done" if trials else "time budget spent"
+        attrs.record_stop_reason(self.study, self.stop_reason)
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text

@@ -1,0 +1,152 @@
+"""A stored study as the CLI and the report read it: its info, trial records, best, measurements,
+parameter importance and the exported profile of a trial. Nothing here writes."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+from pydantic import Field
+
+from autotune.measure import Measurement
+from autotune.models import Frozen
+from autotune.profile import Profile, ProfileMetric
+from autotune.records import TrialRecord
+from autotune.study import artifacts, attrs
+from autotune.study.attrs import StudyInfo
+from autotune.study.storage import load_existing_study
+
+
+class Importance(Frozen):
+    """Which tuned flags mattered for the objective, as shares that add up to 1."""
+
+    method: str = "PED-ANOVA"
+    values: dict[str, float] = Field(default_factory=dict, description="flag -> share, largest first")
+    trials_used: int = 0
+    note: str | None = Field(default=None, description="why there are no values, or a caveat about them")
+
+
+class ParetoPoint(Frozen):
+    trial: int
+    values: list[float]
+    on_front: bool
+
+
+def best_of(records: list[TrialRecord]) -> TrialRecord | None:
+    """The best feasible measured trial (feasibility-aware, like ``study.best_trial``)."""
+    feasible = [r for r in records if r.state == "COMPLETE" and r.feasible and r.value is not None]
+    return max(feasible, key=lambda r: r.value or 0.0) if feasible else None
+
+
+class StudyView:
+    """One stored study, read through :mod:`autotune.study.attrs` into autotune's models."""
+
+    def __init__(self, study: optuna.Study, *, artifacts_dir: Path | None = None) -> None:
+        self._study = study
+        self._store = artifacts.artifact_store(artifacts_dir)
+        self.artifacts_dir = artifacts_dir
+        self.info: StudyInfo = attrs.study_info(study)
+
+    @classmethod
+    def open(cls, name: str, storage_url: str, *, artifacts_dir: Path | None = None) -> StudyView:
+        return cls(load_existing_study(name, storage_url), artifacts_dir=artifacts_dir)
+
+    @property
+    def name(self) -> str:
+        return self._study.study_name
+
+    @property
+    def has_artifacts(self) -> bool:
+        return self._store is not None
+
+    @property
+    def directions(self) -> list[str]:
+        return [d.name.lower() for d in self._study.directions]
+
+    def records(self) -> list[TrialRecord]:
+        return [attrs.trial_record(t) for t in self._study.get_trials(deepcopy=False)]
+
+    def best(self) -> TrialRecord | None:
+        return best_of(self.records())
+
+    def record(self, number: int) -> TrialRecord | None:
+        return next((r for r in self.records() if r.number == number), None)
+
+    def measurements(self, number: int) -> list[Measurement]:
+        """The measurements trial ``number`` uploaded; a duplicate reads its original's."""
+        record = self.record(number)
+        if record is None:
+            return []
+        original = record.duplicate_of if record.duplicate_of is not None else number
+        return artifacts.measurements(self._study, original, self._store)
+
+    def importance(self) -> Importance:
+        """Optuna's parameter importance (PED-ANOVA) over the completed trials; infeasible ones count as 0.
+
+        Optuna's warnings (e.g. too few trials in some regime) become the note instead of going to stderr.
+        """
+        study = self._study
+        complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.params]
+        if len(study.directions) != 1:
+            return Importance(note="importance is computed for single-objective studies only")
+        if len(complete) < 2:
+            return Importance(trials_used=len(complete), note="needs at least 2 completed trials")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                values = optuna.importance.get_param_importances(study)
+            except (ValueError, RuntimeError) as exc:
+                return Importance(trials_used=len(complete), note=f"Optuna could not compute it: {exc}")
+        note = None
+        if caught:
+            named = sorted({m for w in caught for m in re.findall(r"`([^`]+)`", str(w.message))})
+            where = f" of {', '.join('--' + n for n in named)}" if named else ""
+            note = (
+                f"a rough estimate from {len(complete)} completed trials: Optuna warns that some value ranges{where} "
+                "hold fewer than 2 trials"
+                if named
+                else f"a rough estimate from {len(complete)} completed trials (Optuna: {caught[0].message})"
+            )
+        ordered = dict(sorted(((k, float(v)) for k, v in values.items()), key=lambda kv: -kv[1]))
+        return Importance(values=ordered, trials_used=len(complete), note=note)
+
+    def pareto(self) -> list[ParetoPoint] | None:
+        study = self._study
+        if len(study.directions) != 2:
+            return None
+        front = {t.number for t in study.best_trials}
+        return [
+            ParetoPoint(trial=t.number, values=list(t.values), on_front=t.number in front)
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.values is not None
+        ]
+
+    def profile(self, record: TrialRecord) -> Profile:
+        """The exported profile of one measured trial."""
+        space = self.info.space
+        if space is None:
+            raise ValueError(f"study {self.name!r} does not record its search space")
+        metrics = {
+            name: ProfileMetric(value=float(m.value or 0.0), unit=m.unit, ci95=m.ci95, n=m.n)
+            for name, m in record.metrics.items()
+        }
+        engine = record.engine or space.engine
+        return Profile(
+            study=self.name,
+            trial=record.number,
+            engine=engine,
+            engine_version=record.engine_version,
+            model=space.model,
+            launcher=space.launcher_for(engine),
+            flags=record.flags,
+            env=self.info.env,
+            gpu_devices=space.gpus.devices,
+            gpus=self.info.gpus,
+            simulated=self.info.simulated,
+            suite=self.info.suite_ref or space.measurement.suite,
+            measure=space.measure_settings(),
+            metrics=metrics,
+        )
