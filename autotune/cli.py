@@ -302,15 +302,14 @@ def check(
         space = load_space(space_file)
         checked = preflight(space, read_gpus=False)
         baselines = []
-        for baseline in space.baselines:
-            name, flags = space.split_engine({**space.fixed, **baseline.flags})
-            prepared = checked.engines[name]
-            plan = prepared.engine.normalise(flags)
+        for baseline in checked.baselines:
+            plan = baseline.plan
+            prepared = checked.engines[plan.engine]
             argv = prepared.engine.build_argv(
                 prepared.launcher, model=space.model, plan=plan, host="127.0.0.1", port=30000
             )
             baselines.append(
-                {"name": baseline.name, "engine": name, "argv": argv, "engine_rules_applied": plan.notes}
+                {"name": baseline.name, "engine": plan.engine, "argv": argv, "engine_rules_applied": plan.notes}
             )
         engines: dict[str, dict[str, Any]] = {
             name: {"flags_checked": space.flags_for(name), "launcher_flags": len(prepared.flag_set.flags)}

@@ -345,9 +345,11 @@ def make_runner(
     sampler: optuna.samplers.BaseSampler,
     launcher: Launcher | None = None,
     events: StudyEvents | None = None,
+    storage: optuna.storages.BaseStorage | None = None,
 ) -> StudyRunner:
     """autotune's StudyRunner through its front door: the twin profile's inventory, no GPU reading,
-    an in-memory storage (storage does not change what is sampled) and, unless given, real launches."""
+    a fresh in-memory storage unless given (storage does not change what is sampled) and, unless
+    given, real launches."""
     inv = GpuInventory.model_validate(inventory(problem.profile)).select(problem.space.gpus.devices)
     prepared = PreparedEngine(
         engine=problem.engine,
@@ -364,7 +366,7 @@ def make_runner(
     return StudyRunner(
         checked,
         name=paths.name,
-        storage=optuna.storages.InMemoryStorage(),
+        storage=storage or optuna.storages.InMemoryStorage(),
         paths=paths,
         launcher=launcher,
         read_gpus=None,

@@ -17,7 +17,7 @@ import socket
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -77,6 +77,14 @@ class PreparedEngine:
     launcher: list[str]
 
 
+@dataclass(frozen=True)
+class CheckedBaseline:
+    """A baseline of the space, normalised by its engine's rules (as it will be launched)."""
+
+    name: str
+    plan: LaunchPlan
+
+
 @dataclass
 class Preflight:
     """Everything checked before the first launch."""
@@ -85,6 +93,7 @@ class Preflight:
     engines: dict[str, PreparedEngine]
     suite: Suite
     inventory: GpuInventory | None
+    baselines: list[CheckedBaseline] = field(default_factory=list)
 
 
 def preflight(space: SearchSpace, *, read_gpus: bool = True) -> Preflight:
@@ -97,14 +106,15 @@ def preflight(space: SearchSpace, *, read_gpus: bool = True) -> Preflight:
         flag_set = engine.read_flag_set(launcher, env=space.env)
         engine.check_flags(space.flags_for(name), flag_set)
         engines[name] = PreparedEngine(engine=engine, flag_set=flag_set, launcher=launcher)
+    baselines = []
     for baseline in space.baselines:
         name, flags = space.split_engine({**space.fixed, **baseline.flags})
         try:
-            engines[name].engine.normalise(flags)
+            baselines.append(CheckedBaseline(name=baseline.name, plan=engines[name].engine.normalise(flags)))
         except InvalidConfig as exc:
             raise UserError(f"baseline {baseline.name!r}: {exc}") from None
     inventory = read_inventory(space.gpus) if read_gpus else None
-    return Preflight(space=space, engines=engines, suite=suite, inventory=inventory)
+    return Preflight(space=space, engines=engines, suite=suite, inventory=inventory, baselines=baselines)
 
 
 def make_sampler(name: SamplerName, seed: int | None) -> optuna.samplers.BaseSampler:
@@ -264,12 +274,10 @@ class StudyRunner:
             self.study, space=self.space, env=redact_env(self.space.env), suite=self.checked.suite.name,
             inventory=self.inventory,
         )  # fmt: skip
-        try:  # the dashboard is an optional extra; without it the axis is just "Objective 0"
-            import optuna_dashboard
-
-            optuna_dashboard.set_objective_names(self.study, [f"{self.space.objective.metric} [tok/s]"])
-        except ImportError:
-            pass
+        with warnings.catch_warnings():  # Optuna 5 still calls metric names experimental
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            # optuna-dashboard names the objective axis with it (instead of "Objective 0").
+            self.study.set_metric_names([f"{self.space.objective.metric} [tok/s]"])
 
     # ---------------------------------------------------------------- one trial
 
