@@ -69,6 +69,20 @@ StorageOpt = Annotated[
 ]
 
 
+ConfirmTop = Annotated[
+    int,
+    typer.Option(
+        "--confirm-top",
+        min=0,
+        help="Finalists measured again before the best is named: the top K distinct configurations plus the "
+        "best baseline (0: report the best single measurement, unconfirmed).",
+    ),
+]
+ConfirmLaunches = Annotated[
+    int, typer.Option("--confirm-launches", min=1, help="Fresh launches per finalist, interleaved (A B C A B C).")
+]
+
+
 class Sampler(str, Enum):
     tpe = "tpe"
     random = "random"
@@ -117,18 +131,30 @@ def study(
         Optional[Path],
         typer.Option("--artifacts", help="Artifact folder (logs, measurements); on several hosts, a shared one."),
     ] = None,
+    confirm_top: ConfirmTop = 3,
+    confirm_launches: ConfirmLaunches = 2,
+    early_stop: Annotated[
+        bool,
+        typer.Option(
+            "--early-stop/--no-early-stop",
+            help="Stop measuring a trial whose first rounds cannot plausibly reach the best (3 sd of the "
+            "study's measured noise below it); never a baseline or a finalist.",
+        ),
+    ] = True,
 ) -> None:
     """Run (or resume) a study: launch, measure and compare configurations until the budget is spent.
 
     Re-running with the same study name resumes it: measured trials are kept, baselines are not
-    measured again. Ctrl-C stops the current server and records the trial as interrupted.
+    measured again. At the end (and on Ctrl-C) the finalists are measured again on fresh launches and
+    the best is the confirmed figure. Ctrl-C stops the current server and records the trial as
+    interrupted; a second Ctrl-C skips the confirmation.
     """
     with error_funnel():
         from autotune.errors import UserError
-        from autotune.report import LiveView, best_summary, engines_table, trials_table
+        from autotune.report import LiveView, best_summary, confirmation_table, engines_table, trials_table
         from autotune.space import load_space
         from autotune.stopping import parse_duration
-        from autotune.study import StudyPaths, StudyRunner, best_of, preflight
+        from autotune.study import StudyPaths, StudyRunner, StudyView, preflight
 
         space = load_space(space_file)
         if trials is None and timeout is None and patience is None and total_trials is None:
@@ -155,6 +181,7 @@ def study(
             sampler=sampler.value,
             seed=seed,
             heartbeat_s=heartbeat,
+            early_stop=early_stop,
         )
         killed, failed = runner.recover()
         if killed or failed:
@@ -170,18 +197,28 @@ def study(
         interrupted = False
         try:
             with view:
-                runner.run(trials=trials, timeout_s=timeout_s, patience=patience, total_trials=total_trials)
+                try:
+                    runner.run(trials=trials, timeout_s=timeout_s, patience=patience, total_trials=total_trials)
+                except KeyboardInterrupt:
+                    interrupted = True
+                    runner.stop_reason = "interrupted"
+                    console.print("interrupted: confirming the finalists before reporting (Ctrl-C again to skip)")
+                if confirm_top > 0:
+                    runner.confirm(top=confirm_top, launches=confirm_launches)
         except KeyboardInterrupt:
             interrupted = True
             runner.stop_reason = "interrupted"
         finally:
             signal.signal(signal.SIGTERM, previous)
-        all_records = runner.records()
-        best = best_of(all_records)
+        opened = StudyView(runner.study, artifacts_dir=paths.artifacts)
+        all_records = opened.records()
+        best = opened.best()
         console.print(trials_table(all_records, flag_names=list(space.tuned), best=best.number if best else None))
         per_engine = engines_table(all_records)
         if per_engine is not None:
             console.print(per_engine)
+        if opened.info.confirmation is not None:
+            console.print(confirmation_table(opened.info.confirmation))
         console.print(best_summary(best, simulated=simulated))
         console.print(
             f"stopped: {runner.stop_reason}.  Export the best: autotune export {study_name} --format sh"
@@ -285,6 +322,61 @@ def export(
             if fmt is Format.sh:
                 output.chmod(0o755)
             console.print(f"wrote {output}")
+
+
+@app.command()
+def confirm(
+    study_name: Annotated[str, typer.Argument(help="Study name.", metavar="STUDY")],
+    space_file: Annotated[
+        Optional[Path],
+        typer.Option("--space", help="The study's space file (needed when its env holds secrets, never stored)."),
+    ] = None,
+    top: ConfirmTop = 3,
+    launches: ConfirmLaunches = 2,
+    storage: StorageOpt = None,
+    studies_dir: StudiesDir = Path("studies"),
+) -> None:
+    """Measure the study's finalists again on fresh, interleaved launches and name the confirmed best."""
+    with error_funnel():
+        from autotune.errors import UserError
+        from autotune.report import LiveView, best_summary, confirmation_table
+        from autotune.space import load_space
+        from autotune.study import StudyPaths, StudyRunner, StudyView, preflight
+
+        opened = _open(study_name, storage, studies_dir)
+        space = load_space(space_file) if space_file else opened.info.space
+        if space is None:
+            raise UserError(f"study {study_name!r} does not record its search space", hint="pass --space FILE")
+        if space_file is None and any(value is None for value in opened.info.env.values()):
+            raise UserError(
+                f"study {study_name!r} launches with secret environment values, which are never stored",
+                hint="pass --space FILE (the space the study ran with)",
+            )
+        if top < 1:
+            raise UserError("--confirm-top must be at least 1 here")
+        paths = StudyPaths(studies_dir, study_name)
+        checked = preflight(space)
+        runner = StudyRunner.open(checked, name=study_name, storage_url=storage or paths.default_storage, paths=paths)
+        simulated = checked.inventory is not None and checked.inventory.simulated
+        view = LiveView(console, total=None, timeout_s=None, simulated=simulated)
+        runner.events = view
+        previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+        interrupted = False
+        try:
+            with view:
+                runner.confirm(top=top, launches=launches)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        reread = StudyView(runner.study, artifacts_dir=paths.artifacts)
+        result = reread.info.confirmation
+        if result is None:
+            raise UserError(f"study {study_name!r} has no feasible measured trial to confirm")
+        console.print(confirmation_table(result))
+        console.print(best_summary(reread.best(), simulated=reread.info.simulated))
+        if interrupted:
+            raise typer.Exit(130)
 
 
 @app.command()

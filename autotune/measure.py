@@ -89,6 +89,7 @@ class Measurement(Frozen):
     server: ServerStats | None = None
     duration_s: float
     requests: list[RequestRecord]
+    early_stopped: bool = Field(default=False, description="stopped as hopeless against the best so far")
 
     def metric(self, name: str) -> Metric | None:
         return next((m for m in self.metrics if m.name == name), None)
@@ -168,6 +169,7 @@ def summarise(
     *,
     stop_reason: str,
     duration_s: float,
+    early_stopped: bool = False,
 ) -> Measurement:
     measured = [r for r in records if r.round >= 0]
     objective = mean_metric(settings.objective, OBJECTIVE_UNITS[settings.objective], round_values)
@@ -222,6 +224,7 @@ def summarise(
         categories=categories,
         duration_s=duration_s,
         requests=list(records),
+        early_stopped=early_stopped,
     )
 
 
@@ -343,6 +346,7 @@ async def run_measurement(
     records: list[RequestRecord] = []
     round_values: list[float] = []
     stop_reason = f"max rounds ({settings.max_rounds})"
+    early_stopped = False
     try:
         try:
             await engine.reset_stats(client, base_url)
@@ -358,6 +362,14 @@ async def run_measurement(
             batch = await send(prompts, round_index)
             records += batch
             round_values.append(round_value(settings.objective, batch, clock() - round_started))
+            so_far = statistics.fmean(round_values)
+            if settings.early_stop is not None and settings.early_stop.hopeless(so_far):
+                early_stopped = True
+                stop_reason = (
+                    f"early stop: {so_far:.3g} cannot plausibly reach the best {settings.early_stop.bar:.3g} "
+                    f"(noise ±{settings.early_stop.noise_rel:.0%} sd)"
+                )
+                break
             if len(round_values) >= max(settings.min_rounds, 2) and _rel(round_values) <= settings.target_rel_ci:
                 stop_reason = f"precision ±{settings.target_rel_ci:.0%} reached"
                 break
@@ -367,7 +379,10 @@ async def run_measurement(
     finally:
         if own_client:
             await client.aclose()
-    return summarise(records, round_values, settings, stop_reason=stop_reason, duration_s=clock() - started)
+    return summarise(
+        records, round_values, settings, stop_reason=stop_reason, duration_s=clock() - started,
+        early_stopped=early_stopped,
+    )  # fmt: skip
 
 
 def _rel(values: Sequence[float]) -> float:

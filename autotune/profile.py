@@ -52,6 +52,9 @@ class Profile(BaseModel):
     suite: str | None = None
     measure: MeasureSettings | None = Field(default=None, description="how the metrics were measured")
     metrics: dict[str, ProfileMetric] = Field(default_factory=dict)
+    confirmed_launches: int | None = Field(
+        default=None, description="the metrics' objective is the mean over this many fresh launches; None: one"
+    )
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 
     def argv(self, *, host: str, port: int) -> list[str]:
@@ -69,6 +72,9 @@ class Profile(BaseModel):
         accept = self.metrics.get("accept_length")
         if accept is not None:
             parts.append(f"accept length {accept.value:.2f}")
+        parts.append(
+            f"confirmed over {self.confirmed_launches} launches" if self.confirmed_launches else "unconfirmed"
+        )
         if self.suite:
             parts.append(f"suite {self.suite}")
         if self.simulated:

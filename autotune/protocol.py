@@ -32,8 +32,29 @@ class MeasureProtocol(BaseModel):
         return self
 
 
+class EarlyStop(BaseModel):
+    """Stop measuring a configuration that cannot plausibly reach the best so far.
+
+    After each round the measurement so far is compared with ``bar`` (the best measured value): it is
+    hopeless when even ``sigmas`` standard deviations of the noise above it stay below the bar. With
+    ``noise_rel`` the relative sd of one configuration's value between launches (and rounds) and
+    ``sigmas`` 3, a configuration truly as good as the best is stopped by chance about 1 time in 700
+    (one-sided normal tail), while one 20 % slower on a 5 % noise floor stops after its first round.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bar: float = Field(gt=0, description="the best value measured so far")
+    noise_rel: float = Field(gt=0, lt=1, description="relative sd of a configuration's measured value")
+    sigmas: float = Field(default=3.0, gt=0)
+
+    def hopeless(self, value: float) -> bool:
+        return value * (1 + self.sigmas * self.noise_rel) < self.bar
+
+
 class MeasureSettings(MeasureProtocol):
     """One measurement's settings: the protocol, the objective and the concurrency level measured."""
 
     objective: ObjectiveMetric = "decode_tok_s"
     concurrency: int = Field(default=1, ge=1)
+    early_stop: EarlyStop | None = Field(default=None, description="stop a hopeless measurement after a round")

@@ -30,6 +30,11 @@ class TrialRecord(Frozen):
     baseline: str | None = None
     duplicate_of: int | None = None
     retry_of: int | None = None
+    confirm_of: int | None = Field(default=None, description="a fresh launch re-measuring this trial's config")
+    early_stopped: bool = Field(default=False, description="measuring stopped as hopeless after a round")
+    confirmed_launches: int | None = Field(
+        default=None, description="set on a confirmed best: its value and CI are the mean over this many launches"
+    )
     config_key: str | None = None
     flags: dict[str, FlagValue] = Field(default_factory=dict)
     effective: dict[str, FlagValue | None] = Field(default_factory=dict)

@@ -19,6 +19,7 @@ from autotune.measure import CategoryStats, Measurement
 from autotune.records import TrialRecord
 from autotune.space import ENGINE_PARAM, Candidate, FlagValue
 from autotune.study import StudyEvents
+from autotune.study.confirm import Confirmation
 
 _OUTCOME_STYLE = {
     "ok": "green",
@@ -187,14 +188,44 @@ def best_summary(record: TrialRecord | None, *, simulated: bool) -> RenderableTy
     if record is None:
         return Text("No feasible trial measured yet.", style="yellow")
     accept = record.metric_value("accept_length")
+    confirmed = (
+        f"confirmed over {record.confirmed_launches} launches"
+        if record.confirmed_launches
+        else "UNCONFIRMED: a single measurement (autotune confirm STUDY measures the finalists again)"
+    )
     lines = [
         f"best: trial {record.number}" + (f" (baseline {record.baseline})" if record.baseline else ""),
         f"decode: {_speed(record)} tok/s" + (f", accept length {accept:.2f}" if accept is not None else ""),
+        confirmed,
         "flags: " + " ".join(f"--{k} {_fmt(v)}" if v is not True else f"--{k}" for k, v in record.flags.items()),
     ]
     if simulated:
         lines.append("(simulated: measured on the autotune SGLang twin, not on real GPUs)")
     return Panel("\n".join(lines), title="result", title_align="left", border_style="green", expand=False)
+
+
+def confirmation_table(confirmation: Confirmation, *, unit: str = "tok/s") -> RenderableType:
+    """The finalists measured again: every launch, the mean with its CI, and why the best won."""
+    table = Table(title="confirmation: finalists on fresh, interleaved launches", title_justify="left")
+    for column in ("finalist", "launches", unit, "mean ± 95% CI", "flags changed", "memory"):
+        table.add_column(column, justify="left" if column == "finalist" else "right")
+    for f in confirmation.finalists:
+        mark = " *" if f.trial == confirmation.best else ""
+        table.add_row(
+            f"{f.label} (#{f.trial}){mark}",
+            str(len(f.values)),
+            " ".join(f"{v:.1f}" for v in f.values),
+            f"{f.mean:.1f}" + (f" ± {f.ci95:.1f}" if f.ci95 is not None else ""),
+            str(f.changed_flags),
+            f"{f.memory:g}" if f.memory is not None else "-",
+        )
+    noise = confirmation.noise
+    parts = [confirmation.note]
+    if noise.between_launches is not None:
+        parts.append(f"noise between launches ±{noise.between_launches:.1%} sd ({noise.launches} relaunches)")
+    if noise.within_launch is not None:
+        parts.append(f"between rounds ±{noise.within_launch:.1%} sd")
+    return Group(table, Text("; ".join(parts)))
 
 
 class LiveView(StudyEvents):

@@ -160,7 +160,9 @@ def _run_once(
         try:
             effective = engine.effective_config(client, base_url, plan)
             for level in setup.concurrency_levels:
-                settings = setup.measure.model_copy(update={"concurrency": level})
+                # A hopeless configuration is judged at the objective's level only.
+                early_stop = setup.measure.early_stop if level == setup.objective_concurrency else None
+                settings = setup.measure.model_copy(update={"concurrency": level, "early_stop": early_stop})
                 measurements.append(
                     asyncio.run(
                         measure_with_server_stats(

@@ -15,6 +15,7 @@ See benchmarks/README.md for what is measured and the assumptions behind the sim
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import random
@@ -39,6 +40,7 @@ from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan, Me
 from autotune.gpu import GpuInventory  # noqa: E402
 from autotune.measure import Measurement, Metric  # noqa: E402
 from autotune.outcomes import OutcomeKind  # noqa: E402
+from autotune.protocol import EarlyStop  # noqa: E402
 from autotune.records import TrialRecord  # noqa: E402
 from autotune.space import (  # noqa: E402
     CategoricalParam,
@@ -266,13 +268,21 @@ class LandscapeLauncher:
         self.rng = rng
         self.evaluations: list[Evaluation] = []
 
-    def __call__(self, plan: LaunchPlan, log_path: Path, phase: Callable[[str, str], None]) -> TrialOutcome:
+    def __call__(
+        self, plan: LaunchPlan, log_path: Path, phase: Callable[[str, str], None], early_stop: EarlyStop | None = None
+    ) -> TrialOutcome:
         evaluation = self.landscape.evaluate(plan.flags, rng=self.rng)
+        stopped = early_stop is not None and evaluation.tok_s is not None and early_stop.hopeless(evaluation.tok_s)
+        if stopped:  # measured one round of the protocol's rounds (the landscape's value is that round's)
+            rounds = self.problem.measure.min_rounds
+            evaluation = dataclasses.replace(evaluation, measure_s=evaluation.measure_s / rounds)
         self.evaluations.append(evaluation)
-        return outcome_of(self.problem, plan, evaluation)
+        return outcome_of(self.problem, plan, evaluation, early_stopped=stopped)
 
 
-def outcome_of(problem: Problem, plan: LaunchPlan, evaluation: Evaluation) -> TrialOutcome:
+def outcome_of(
+    problem: Problem, plan: LaunchPlan, evaluation: Evaluation, *, early_stopped: bool = False
+) -> TrialOutcome:
     """What ``run_trial`` would return; failures are classified by the engine from SGLang's message."""
     memory = _memory_facts(evaluation)
     timing = {"launch_s": evaluation.launch_s, "measure_s": evaluation.measure_s, "stop_s": evaluation.stop_s}
@@ -282,7 +292,7 @@ def outcome_of(problem: Problem, plan: LaunchPlan, evaluation: Evaluation) -> Tr
                             **timing)  # fmt: skip
     assert evaluation.tok_s is not None and evaluation.accept_length is not None
     space = problem.space
-    rounds = problem.measure.min_rounds
+    rounds = 1 if early_stopped else problem.measure.min_rounds
     metrics = [
         Metric(name=space.objective.metric, unit="tok/s", value=evaluation.tok_s, n=rounds,
                ci95=evaluation.tok_s * problem.noise_rel * 1.96),
@@ -306,6 +316,7 @@ def outcome_of(problem: Problem, plan: LaunchPlan, evaluation: Evaluation) -> Tr
         categories=[],
         duration_s=evaluation.measure_s,
         requests=[],
+        early_stopped=early_stopped,
     )
     # NVML's peak while measuring: the idle GPUs' use plus what the serving server holds.
     held = evaluation.held_bytes
@@ -346,6 +357,7 @@ def make_runner(
     launcher: Launcher | None = None,
     events: StudyEvents | None = None,
     storage: optuna.storages.BaseStorage | None = None,
+    early_stop: bool = True,
 ) -> StudyRunner:
     """autotune's StudyRunner through its front door: the twin profile's inventory, no GPU reading,
     a fresh in-memory storage unless given (storage does not change what is sampled) and, unless
@@ -372,6 +384,7 @@ def make_runner(
         read_gpus=None,
         sampler=sampler,
         events=events,
+        early_stop=early_stop,
     )
 
 
@@ -400,7 +413,14 @@ class StepRecorder(StudyEvents):
 
 
 def run_study(
-    problem: Problem, seed: int, budget: int, *, sampler: str = "tpe", factory: SamplerFactory = None, name: str
+    problem: Problem,
+    seed: int,
+    budget: int,
+    *,
+    sampler: str = "tpe",
+    factory: SamplerFactory = None,
+    name: str,
+    early_stop: bool = True,
 ) -> Run:
     """autotune's study loop with the landscape in place of launches, until ``budget`` launches."""
     started = time.monotonic()
@@ -408,7 +428,10 @@ def run_study(
     with tempfile.TemporaryDirectory(prefix="autotune-bench-") as tmp:
         launcher = LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed))
         chosen = factory(seed) if factory is not None else make_sampler(sampler, seed)  # type: ignore[arg-type]
-        runner = make_runner(problem, Path(tmp), sampler=chosen, launcher=launcher, events=StepRecorder(run, launcher))
+        recorder = StepRecorder(run, launcher)
+        runner = make_runner(
+            problem, Path(tmp), sampler=chosen, launcher=launcher, events=recorder, early_stop=early_stop
+        )
         runner.enqueue_baselines()
 
         def launch_budget(records: Sequence[TrialRecord]) -> str | None:
@@ -575,6 +598,10 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
     known: dict[str, Method] = {
         "autotune": Method(
             "autotune (TPE, default)", lambda p, s, b: run_study(p, s, b, name="autotune (TPE, default)")
+        ),
+        "autotune-no-early-stop": Method(
+            "autotune, no early stop",
+            lambda p, s, b: run_study(p, s, b, early_stop=False, name="autotune, no early stop"),
         ),
         "random-runner": Method(
             "random (autotune loop)",

@@ -15,7 +15,7 @@ import pytest
 
 from autotune.engines.sglang import SGLangEngine
 from autotune.measure import Measurement
-from autotune.protocol import MeasureSettings
+from autotune.protocol import EarlyStop, MeasureSettings
 from autotune.server import ServerProcess, find_free_port
 from autotune.trial import LogWindow, measure_with_server_stats
 from autotune.workload import Suite, load_suite
@@ -119,6 +119,24 @@ def test_server_and_client_agree_within_3_percent(twin: Twin) -> None:
     assert abs(server.gen_tok_s - client) / client < 0.03
     assert server.generated_tokens == 800
     assert server.accept_length == pytest.approx(result.metric("accept_length").value, rel=0.05)  # type: ignore[union-attr]
+
+
+def test_a_hopeless_measurement_stops_after_its_first_round(twin: Twin) -> None:
+    settings = MeasureSettings(warmup_requests=0, max_tokens=64, min_rounds=3, max_rounds=4, target_rel_ci=0.001)
+    full = twin.measure(suite_of("coding-01"), settings)
+    assert full.rounds >= 3 and not full.early_stopped
+    # A best far above what this server can plausibly reach (3 sd of a 5 % noise): one round is enough.
+    bar = full.value * 1.5
+    stopped = twin.measure(
+        suite_of("coding-01"), settings.model_copy(update={"early_stop": EarlyStop(bar=bar, noise_rel=0.05)})
+    )
+    assert stopped.early_stopped and stopped.rounds == 1 and stopped.stop_reason.startswith("early stop")
+    # A best within reach: measured in full.
+    near = twin.measure(
+        suite_of("coding-01"),
+        settings.model_copy(update={"early_stop": EarlyStop(bar=full.value * 1.05, noise_rel=0.05)}),
+    )
+    assert not near.early_stopped and near.rounds >= 3
 
 
 def test_drift_is_flagged_when_the_twin_drifts(tmp_path: Path) -> None:

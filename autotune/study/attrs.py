@@ -23,6 +23,7 @@ from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
 from autotune.records import MetricRecord, TrialRecord
 from autotune.space import FlagValue, SearchSpace
+from autotune.study.confirm import Confirmation
 from autotune.trial import TrialOutcome
 
 OUTCOME = "outcome"
@@ -32,7 +33,8 @@ MEMORY_LESSON = "memory_lesson"
 # Shown to people (dashboard columns, report readings); never read back to compute anything.
 READING_PREFIXES = ("roofline", "memory")
 # A duplicate copies its original's facts, except who ran it and what it taught (learned once).
-NOT_COPIED = frozenset({"baseline", "host", "worker_pid", "retry_of", MEMORY_LESSON})
+NOT_COPIED = frozenset({"baseline", "host", "worker_pid", "retry_of", "confirm_of", MEMORY_LESSON})
+CONFIRMATION = "confirmation"
 
 
 class StudyInfo(Frozen):
@@ -50,6 +52,7 @@ class StudyInfo(Frozen):
     gpus: list[str] = Field(default_factory=list)
     driver_version: str | None = None
     last_stop_reason: str | None = None
+    confirmation: Confirmation | None = Field(default=None, description="the finalists measured again")
 
     @property
     def objective_metric(self) -> str:
@@ -90,6 +93,11 @@ def record_stop_reason(study: optuna.Study, reason: str) -> None:
     study.set_user_attr("last_stop_reason", reason)
 
 
+def record_confirmation(study: optuna.Study, confirmation: Confirmation | None) -> None:
+    """The finalists' confirmed figures; None withdraws an old one (the study has changed since)."""
+    study.set_user_attr(CONFIRMATION, confirmation.model_dump(mode="json") if confirmation else None)
+
+
 def study_info(study: optuna.Study) -> StudyInfo:
     attrs = study.user_attrs
     stored = dict(attrs.get("space") or {})
@@ -111,7 +119,17 @@ def study_info(study: optuna.Study) -> StudyInfo:
         gpus=list(attrs.get("gpus", [])),
         driver_version=attrs.get("driver_version"),
         last_stop_reason=attrs.get("last_stop_reason"),
+        confirmation=_confirmation(attrs.get(CONFIRMATION)),
     )
+
+
+def _confirmation(stored: object) -> Confirmation | None:
+    if not isinstance(stored, dict):
+        return None
+    try:
+        return Confirmation.model_validate(stored)
+    except ValidationError:
+        return None  # written by another autotune version: shown as unconfirmed
 
 
 # ---------------------------------------------------------------- one trial, written
@@ -210,6 +228,8 @@ def _record_measurement(trial: optuna.Trial, measurement: Measurement) -> None:
     for m in measurement.metrics:
         trial.set_user_attr(f"{m.name} [{m.unit}]", round(m.value, 3))
     trial.set_user_attr("precision_reached", measurement.precision_reached)
+    if measurement.early_stopped:
+        trial.set_user_attr("early_stopped", True)
     trial.set_user_attr("measurement_stop", measurement.stop_reason)
     trial.set_user_attr("rounds", measurement.rounds)
     if measurement.steadiness is not None:
@@ -261,6 +281,19 @@ def enqueue_baseline(study: optuna.Study, params: dict[str, Any], name: str) -> 
     study.enqueue_trial(params, user_attrs={"baseline": name})
 
 
+def enqueue_confirmation(study: optuna.Study, params: dict[str, Any], record: TrialRecord) -> None:
+    """Queue a fresh launch of a finalist's configuration (a baseline keeps its name: its flags)."""
+    extra: dict[str, Any] = {"confirm_of": record.number}
+    if record.baseline:
+        extra["baseline"] = record.baseline
+    study.enqueue_trial(params, user_attrs=extra)
+
+
+def confirm_of(trial: optuna.Trial) -> int | None:
+    number = trial.user_attrs.get("confirm_of")
+    return number if isinstance(number, int) else None
+
+
 def enqueue_retry(study: optuna.Study, params: dict[str, Any], number: int) -> None:
     """Queue an interrupted trial's configuration again, marked as its retry."""
     study.enqueue_trial(params, user_attrs={"retry_of": number})
@@ -304,6 +337,8 @@ def trial_record(trial: FrozenTrial) -> TrialRecord:
         baseline=attrs.get("baseline"),
         duplicate_of=attrs.get("duplicate_of"),
         retry_of=attrs.get("retry_of"),
+        confirm_of=attrs.get("confirm_of"),
+        early_stopped=bool(attrs.get("early_stopped", False)),
         config_key=attrs.get("config_key"),
         flags=attrs.get("flags", {}),
         effective=attrs.get("effective", {}),

@@ -31,12 +31,14 @@ from autotune.gpu import GpuInventory, check_idle, read_inventory, wait_for
 from autotune.measure import Measurement
 from autotune.outcomes import OutcomeKind
 from autotune.profile import redact_env
+from autotune.protocol import EarlyStop
 from autotune.records import TrialRecord
 from autotune.server import reap_orphans
 from autotune.space import Baseline, Candidate, SearchSpace, SLOSpec, is_secret_name, resolve_command, suggest
 from autotune.stopping import NoImprovement, StopRule, TimeBudget, TotalTrials, first_reason
 from autotune.study import attrs, recovery
 from autotune.study.artifacts import artifact_store, upload
+from autotune.study.confirm import Confirmation, best_first_measured, choose_finalists, confirm, measure_noise
 from autotune.study.memory import feasibility_models, lesson_of, replay, roofline_of
 from autotune.study.storage import StudyPaths, exclusive, open_storage
 from autotune.trial import Phase, TrialOutcome, TrialSetup, run_trial
@@ -51,7 +53,9 @@ ReadGpus = Callable[[], GpuInventory]
 class Launcher(Protocol):
     """Turns a plan into an outcome: launch, measure, stop (the real one is :func:`run_trial`)."""
 
-    def __call__(self, plan: LaunchPlan, log_path: Path, phase: Phase) -> TrialOutcome: ...
+    def __call__(
+        self, plan: LaunchPlan, log_path: Path, phase: Phase, early_stop: EarlyStop | None = None
+    ) -> TrialOutcome: ...
 
 
 class TrialFault(Exception):
@@ -154,9 +158,11 @@ def trial_launcher(checked: Preflight, paths: StudyPaths, read_gpus: ReadGpus | 
         for name, prepared in checked.engines.items()
     }
 
-    def launch(plan: LaunchPlan, log_path: Path, phase: Phase) -> TrialOutcome:
-        return run_trial(checked.engines[plan.engine].engine, setups[plan.engine], plan, log_path=log_path,
-                         on_phase=phase)  # fmt: skip
+    def launch(plan: LaunchPlan, log_path: Path, phase: Phase, early_stop: EarlyStop | None = None) -> TrialOutcome:
+        setup = setups[plan.engine]
+        if early_stop is not None:
+            setup = setup.model_copy(update={"measure": setup.measure.model_copy(update={"early_stop": early_stop})})
+        return run_trial(checked.engines[plan.engine].engine, setup, plan, log_path=log_path, on_phase=phase)
 
     return launch
 
@@ -192,6 +198,8 @@ class StudyRunner:
         read_gpus: reads the GPUs before each launch (idle check); None skips the check.
         sampler: Optuna's sampler; default :func:`make_sampler` ("tpe").
         events: the live view's hooks.
+        early_stop: stop measuring a trial that cannot plausibly reach the best (never a baseline or
+            a finalist's confirmation).
     """
 
     def __init__(
@@ -205,6 +213,7 @@ class StudyRunner:
         read_gpus: ReadGpus | None = None,
         sampler: optuna.samplers.BaseSampler | None = None,
         events: StudyEvents | None = None,
+        early_stop: bool = True,
     ) -> None:
         if checked.inventory is None:
             raise ValueError("a study needs the GPU inventory: run preflight with read_gpus=True")
@@ -216,6 +225,7 @@ class StudyRunner:
         self.paths = paths
         self.events = events or StudyEvents()
         self.read_gpus = read_gpus
+        self.early_stop = early_stop
         self.study = optuna.create_study(
             study_name=name,
             storage=storage,
@@ -240,6 +250,7 @@ class StudyRunner:
         sampler: SamplerName = "tpe",
         seed: int | None = None,
         heartbeat_s: int | None = None,
+        early_stop: bool = True,
     ) -> StudyRunner:
         """The runner the CLI uses: a storage URL, real servers, NVML (or the twin's inventory)."""
         gpus = checked.space.gpus
@@ -250,6 +261,7 @@ class StudyRunner:
             paths=paths,
             read_gpus=lambda: read_inventory(gpus),
             sampler=make_sampler(sampler, seed),
+            early_stop=early_stop,
         )
 
     def records(self) -> list[TrialRecord]:
@@ -316,7 +328,8 @@ class StudyRunner:
             attrs.record_not_run(trial, OutcomeKind.INVALID_CONFIG, f"engine rule: {exc}", candidate.flags)
             set_constraints(trial, self.space.slo, config=True)
             return 0.0
-        duplicate = self._find_duplicate(trial, plan.config_key)
+        confirming = attrs.confirm_of(trial) is not None
+        duplicate = None if confirming else self._find_duplicate(trial, plan.config_key)
         if duplicate is not None:
             attrs.record_duplicate(trial, plan, duplicate)
             for key, value in duplicate.constraints.items():
@@ -332,7 +345,8 @@ class StudyRunner:
         self.paths.logs.mkdir(parents=True, exist_ok=True)
         log_path = self.paths.logs / f"trial-{trial.number:04d}.log"
         try:
-            outcome = self.launch(plan, log_path, self.events.phase)
+            early_stop = None if confirming or self._baseline(trial) else self._early_stop()
+            outcome = self.launch(plan, log_path, self.events.phase, early_stop)
         except BaseException as exc:  # Ctrl-C, SIGTERM, bugs: say so in storage, then let it go
             kind = OutcomeKind.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else OutcomeKind.ERROR
             attrs.record_not_run(trial, kind, f"{type(exc).__name__}: {exc}".strip(": "), plan.flags)
@@ -355,6 +369,18 @@ class StudyRunner:
             set_constraints(trial, self.space.slo, memory=outcome.kind.is_memory, config=not outcome.kind.is_memory)
             return 0.0
         raise TrialFault(f"{outcome.kind.value}: {outcome.reason}")
+
+    def _early_stop(self) -> EarlyStop | None:
+        """The bar a new configuration must plausibly reach to be measured in full: the best so far,
+        with the study's own measured noise (a prior until it has relaunched anything)."""
+        if not self.early_stop:
+            return None
+        records = self.records()
+        best = best_first_measured(records)
+        if best is None or not best.value:
+            return None
+        noise = measure_noise(records, self.space.objective.metric)
+        return EarlyStop(bar=best.value, noise_rel=min(noise.total, 0.5))
 
     def _wait_for_idle_gpus(self, trial: optuna.Trial, plan: LaunchPlan) -> None:
         """Never launch onto busy GPUs: wait (bounded), else record the trial as skipped-busy."""
@@ -384,6 +410,50 @@ class StudyRunner:
         reap_orphans(self.paths.servers)
         self.events.trial_finished(attrs.trial_record(trial))
 
+    # ---------------------------------------------------------------- confirmation
+
+    def confirm(self, *, top: int = 3, launches: int = 2) -> Confirmation | None:
+        """Measure the finalists again on fresh launches, interleaved (A B C A B C), and store the
+        confirmed best; None when nothing feasible was measured. Ctrl-C stops it with what it has."""
+        records = self.records()
+        finalists = choose_finalists(records, top=top)
+        if not finalists:
+            return None
+        params = {t.number: t.params for t in self.study.get_trials(deepcopy=False)}
+        with exclusive(self.study._storage, self.paths):
+            for _ in range(launches):
+                for finalist in finalists:
+                    attrs.enqueue_confirmation(self.study, params[finalist.number], finalist)
+        try:
+            self.study.optimize(
+                self.objective, n_trials=launches * len(finalists), catch=(TrialFault,), callbacks=[self._after_trial]
+            )
+        finally:
+            result = confirm(
+                self.records(), finalists, objective=self.space.objective.metric, fixed=list(self.space.fixed),
+                launches=launches,
+            )  # fmt: skip
+            attrs.record_confirmation(self.study, result)
+            if result is not None:
+                self._publish_note(result)
+        return result
+
+    def _publish_note(self, result: Confirmation) -> None:
+        """The confirmed best as the study's note in optuna-dashboard (an optional extra)."""
+        try:
+            import optuna_dashboard
+        except ImportError:
+            return
+        rows = [f"| {f.label} (#{f.trial}) | {len(f.values)} | {f.mean:.2f}" + (f" ± {f.ci95:.2f}" if f.ci95 else "")
+                + f" | {f.changed_flags} |" for f in result.finalists]  # fmt: skip
+        note = "\n".join(
+            ["## Confirmed best", "", result.note, "", "| finalist | launches | mean ± 95% CI | flags changed |",
+             "|---|---|---|---|", *rows]
+        )  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            optuna_dashboard.save_note(self.study, note)
+
     # ---------------------------------------------------------------- the loop
 
     def run(
@@ -398,6 +468,7 @@ class StudyRunner:
         """Run trials until the trial count, the time budget, the patience rule, the study's total
         (counted across every worker) or one of ``rules`` says stop."""
         self._describe_study()
+        attrs.record_confirmation(self.study, None)  # more trials: an earlier confirmation no longer holds
         active: list[StopRule] = list(rules)
         if timeout_s is not None:
             active.append(TimeBudget(timeout_s))

@@ -17,6 +17,7 @@ from autotune.profile import Profile, ProfileMetric
 from autotune.records import TrialRecord
 from autotune.study import artifacts, attrs
 from autotune.study.attrs import StudyInfo
+from autotune.study.confirm import Confirmation, best_first_measured
 from autotune.study.storage import load_existing_study
 
 
@@ -35,10 +36,23 @@ class ParetoPoint(Frozen):
     on_front: bool
 
 
-def best_of(records: list[TrialRecord]) -> TrialRecord | None:
-    """The best feasible measured trial (feasibility-aware, like ``study.best_trial``)."""
-    feasible = [r for r in records if r.state == "COMPLETE" and r.feasible and r.value is not None]
-    return max(feasible, key=lambda r: r.value or 0.0) if feasible else None
+def best_of(records: list[TrialRecord], confirmation: Confirmation | None, *, objective: str) -> TrialRecord | None:
+    """The confirmed best, carrying its confirmed mean and CI; without a confirmation, the best
+    single first measurement (feasibility-aware, like ``study.best_trial``), unconfirmed."""
+    if confirmation is not None:
+        finalist = next(f for f in confirmation.finalists if f.trial == confirmation.best)
+        record = next((r for r in records if r.number == finalist.trial), None)
+        if record is not None:
+            measured = record.metrics.get(objective)
+            metrics = dict(record.metrics)
+            if measured is not None:
+                metrics[objective] = measured.model_copy(
+                    update={"value": finalist.mean, "ci95": finalist.ci95, "n": len(finalist.values)}
+                )
+            return record.model_copy(
+                update={"value": finalist.mean, "metrics": metrics, "confirmed_launches": len(finalist.values)}
+            )
+    return best_first_measured(records)
 
 
 class StudyView:
@@ -70,7 +84,11 @@ class StudyView:
         return [attrs.trial_record(t) for t in self._study.get_trials(deepcopy=False)]
 
     def best(self) -> TrialRecord | None:
-        return best_of(self.records())
+        return best_of(self.records(), self.info.confirmation, objective=self.info.objective_metric)
+
+    def first_best(self) -> TrialRecord | None:
+        """The best single first measurement (what an unconfirmed tuner would report)."""
+        return best_first_measured(self.records())
 
     def record(self, number: int) -> TrialRecord | None:
         return next((r for r in self.records() if r.number == number), None)
@@ -149,4 +167,5 @@ class StudyView:
             suite=self.info.suite_ref or space.measurement.suite,
             measure=space.measure_settings(),
             metrics=metrics,
+            confirmed_launches=record.confirmed_launches,
         )
