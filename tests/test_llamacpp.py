@@ -183,7 +183,7 @@ def test_argv_uses_long_names_model_host_port_and_metrics() -> None:
         ("removed_flag.log", OutcomeKind.INVALID_CONFIG, 'error while handling argument "--draft-max"'),
         ("bad_value.log", OutcomeKind.INVALID_CONFIG, "unknown speculative type: draft-fancy"),
         ("ctx_too_large.log", OutcomeKind.MEMORY_TOO_HIGH, "failed to allocate buffer of size 98304000000"),
-        ("port_taken.log", OutcomeKind.CRASHED, "couldn't bind HTTP server socket"),
+        ("port_taken.log", OutcomeKind.PORT_IN_USE, "couldn't bind HTTP server socket"),
     ],
 )
 def test_failures_are_classified_from_the_log(log: str, kind: OutcomeKind, reason: str) -> None:

@@ -366,7 +366,7 @@ def test_server_stats_from_log_window_and_metric_deltas() -> None:
             PREFIX + PUBLIC_ENGINE_LINE,
             PREFIX + PUBLIC_SPEC_LINE,
             PREFIX + PUBLIC_ENGINE_LINE.replace("74.7", "80.7"),
-            PREFIX + PUBLIC_SPEC_LINE.replace("Accepted: 489", "Accepted: 300"),
+            PREFIX + PUBLIC_SPEC_LINE.replace("Accepted: 489", "Accepted: 300").replace("length: 2.87", "length: 2.14"),
             PREFIX + idle,
             "unrelated",
         ]
@@ -376,7 +376,8 @@ def test_server_stats_from_log_window_and_metric_deltas() -> None:
     )
     assert stats is not None
     assert stats.log_lines == 2 and stats.gen_tok_s == pytest.approx(77.7)  # the idle line does not count
-    assert stats.accept_length == pytest.approx(1 + (489 + 300) / (2 * 1572 / 6))
+    # each interval's printed mean, weighted by its verify steps: 1 + Σaccepted / Σsteps to rounding
+    assert stats.accept_length == pytest.approx(1 + (489 + 300) / (2 * 1572 / 6), abs=0.01)
     assert stats.generated_tokens == 600
     assert stats.metrics_accept_length == pytest.approx(1 + 350 / 200)  # 1 + Δaccepted / Δdrafts
     assert engine.server_stats(log_window="nothing", metrics_before=None, metrics_after=None) is None

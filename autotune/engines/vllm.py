@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -56,22 +55,28 @@ from pydantic import BaseModel, ConfigDict
 from autotune.engines.base import (
     EffectiveConfig,
     Engine,
-    Failure,
     FlagSet,
     InvalidConfig,
     LaunchPlan,
+    LogFigures,
     MemoryFacts,
-    ServerStats,
+    MetricNames,
     StreamChunk,
-    line_with,
-    memory_failure,
     parse_help_flags,
     run_help,
     sse_events,
 )
+from autotune.engines.base import counter_totals as counter_totals
+from autotune.engines.failures import (
+    ALLOCATING_KV,
+    CAPTURING,
+    LOADING_WEIGHTS,
+    PROFILING,
+    SERVING,
+    FailureRules,
+)
 from autotune.errors import FlagError, LauncherError, MeasurementError
 from autotune.feasibility import MemoryRules
-from autotune.outcomes import OutcomeKind
 from autotune.space import FlagValue
 from autotune.workload import Prompt
 
@@ -138,30 +143,39 @@ NEEDS_DRAFT_MODEL = frozenset({"draft_model", "eagle", "eagle3", "dflash"})
 NGRAM = frozenset({"ngram", "ngram_gpu"})
 DEFAULT_LOOKUP = 5
 
-# Log text -> failure kind, checked in order (vllm.md "Memory").
-_RETRYABLE = ("Error in memory profiling",)
-_MEMORY_TOO_LOW = (
-    "No available memory for the cache blocks",
-    "To serve at least one request with the model's max seq len",
-    "Cannot auto-fit max_model_len",
+# What vLLM prints on its way up and when it fails (vllm.md "Memory"; the classifier is
+# autotune.engines.failures). The KV cache is what is left of utilization x total after the weights,
+# the profiled activations and the graphs, so an out-of-memory error while loading the weights means
+# the budget is too small for them, and one in the profile run, the KV allocation, graph capture or
+# the sampler warm-up means the budget leaves too little outside it.
+FAILURES = FailureRules(
+    stages=(
+        (r"Starting to load model|Loading weights|Loading safetensors checkpoint|Loading model from", LOADING_WEIGHTS),
+        (r"Model loading took|Loading weights took|Memory profiling takes|profile_run|determine_avail", PROFILING),
+        (r"Available KV cache memory|KV cache size|# (?:GPU|cuda) blocks|num_gpu_blocks|initialize_kv", ALLOCATING_KV),
+        (r"Capturing CUDA graphs?|Capturing cudagraphs?|capture_model|Graph capturing", CAPTURING),
+        (r"Graph capturing finished|init engine .* took|Application startup complete|POST /v1/|_dummy_sampler_run"
+         r"|warming up sampler", SERVING),
+    ),  # fmt: skip
+    too_low=(
+        r"No available memory for the cache blocks",
+        r"To serve at least one request with the model's max seq len",
+        r"Cannot auto-fit max_model_len",
+        r"is larger than the maximum number of tokens that can be stored in KV cache",
+        r"Insufficient memory for KV cache",
+    ),
+    too_high=(
+        r"is less than desired GPU memory utilization",
+        r"CUDA out of memory occurred when warming up sampler",
+    ),
+    retryable=(r"Error in memory profiling",),
+    wrappers=(
+        r"Engine core initialization failed",
+        r"WorkerProc initialization failed",
+        r"Engine process failed to start",
+        r"EngineCore encountered an issue|EngineDeadError|WorkerProc hit an exception",
+    ),
 )
-_MEMORY_TOO_HIGH = (
-    "is less than desired GPU memory utilization",
-    "CUDA out of memory occurred when warming up sampler",
-    "CUDA out of memory",
-    "OutOfMemoryError",
-)
-_PORT_IN_USE = re.compile(r"address already in use", re.IGNORECASE)
-_INVALID = (
-    re.compile(r"error: unrecognized arguments: .*"),
-    re.compile(r"error: ambiguous option: .*"),
-    re.compile(r"error: argument .*"),
-    re.compile(r"\b(?:ValueError|NotImplementedError|TypeError): .*"),
-    re.compile(r"\bValidationError: .*(?:\n.*){0,2}"),
-)
-_ERRORISH = re.compile(r"\w*(Error|Exception)\b|Fatal|Segmentation fault")
-_ENGINE_DEATH = "Engine core initialization failed"
-
 # vLLM's stats lines: "Key: value" fields separated by ", " (a value may hold ", " itself, as the
 # per-position rates do; the next field starts with a capital letter and ends in ": ").
 _FIELD = re.compile(r"(?P<key>[A-Z][\w .%/-]*?): (?P<value>.*?)(?=, [A-Z][\w .%/-]*?: |$)")
@@ -278,15 +292,6 @@ def parse_spec_line(line: str) -> SpecDecodingLine | None:
     )
 
 
-def counter_totals(text: str) -> dict[str, float]:
-    """Sum of every sample per name over its labels (engines, positions), with prometheus_client."""
-    totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
-    return totals
-
-
 def info_labels(text: str, name: str) -> dict[str, str] | None:
     """The labels of an info-style gauge (``vllm:cache_config_info``) of the first engine."""
     for family in text_string_to_metric_families(text):
@@ -335,18 +340,6 @@ def _int(value: FlagValue, what: str) -> int:
         raise InvalidConfig(f"{what} must be an integer, not {value!r}") from None
 
 
-_PREFIX = re.compile(r"^\(\w+ pid=\d+\) (?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\] )?")
-
-
-def _clean(line: str) -> str:
-    """A log line without vLLM's ``(EngineCore pid=N) ERROR 11-30 01:06:24 [core.py:1584]`` prefix."""
-    return _PREFIX.sub("", line.strip()).strip()
-
-
-def _line_with(text: str, needle: str) -> str:
-    return _clean(line_with(text, needle))
-
-
 class VLLMEngine(Engine):
     name = "vllm"
     # vllm.md "Memory": the budget is utilization x TOTAL memory (it must be free at start); the
@@ -365,6 +358,12 @@ class VLLMEngine(Engine):
         headroom_irrelevant=_LOG_NOISE | {MAX_MODEL_LEN},
     )
     reserved_flags = frozenset({"model", "host", "port"})
+    failure_rules = FAILURES
+    metric_names = MetricNames(
+        generated="vllm:generation_tokens_total",
+        drafts="vllm:spec_decode_num_drafts_total",
+        accepted="vllm:spec_decode_num_accepted_tokens_total",
+    )
 
     def __init__(self) -> None:
         self._flag_set: FlagSet | None = None
@@ -608,32 +607,7 @@ class VLLMEngine(Engine):
                 version = None
         return EffectiveConfig(version=str(version) if version is not None else None, values=values)
 
-    # -- 6. failures -------------------------------------------------------------------------------
-
-    def classify_failure(self, *, exit_code: int | None, log_text: str, timed_out: bool) -> Failure:
-        """vllm.md's memory messages first (a memory error also ends in ``Engine core initialization
-        failed``), then port, deadline, argparse / config-build refusals, else a crash."""
-        for needle in _RETRYABLE:
-            if needle in log_text:
-                return Failure(kind=OutcomeKind.CRASHED, reason=f"retryable: {_line_with(log_text, needle)}")
-        memory = memory_failure(log_text, too_low=_MEMORY_TOO_LOW, too_high=_MEMORY_TOO_HIGH, describe=_line_with)
-        if memory is not None:
-            return memory
-        port = _PORT_IN_USE.search(log_text)
-        if port is not None:
-            return Failure(kind=OutcomeKind.PORT_IN_USE, reason=_line_with(log_text, port.group(0)))
-        if timed_out:
-            return Failure(
-                kind=OutcomeKind.LAUNCH_TIMEOUT, reason="the server did not become ready before the deadline"
-            )
-        for pattern in _INVALID:
-            match = pattern.search(log_text)
-            if match is not None:
-                return Failure(kind=OutcomeKind.INVALID_CONFIG, reason=" ".join(match.group(0).split()))
-        lines = [_clean(line) for line in log_text.splitlines() if _clean(line)]
-        errors = [line for line in lines if _ERRORISH.search(line) and _ENGINE_DEATH not in line]
-        last = (errors or lines or ["(empty log)"])[-1]
-        return Failure(kind=OutcomeKind.CRASHED, reason=f"exit code {exit_code}: {last}")
+    # -- 6. failures: the base class's classifier, with FAILURES ------------------------------------
 
     def memory_facts(self, log_text: str) -> MemoryFacts | None:
         """``Model loading took``, ``Available KV cache memory``, ``GPU KV cache size``, ``Graph
@@ -698,48 +672,23 @@ class VLLMEngine(Engine):
 
     # -- 8. server-side figures --------------------------------------------------------------------
 
-    def server_stats(
-        self, *, log_window: str, metrics_before: str | None, metrics_after: str | None
-    ) -> ServerStats | None:
-        """Median logged generation throughput of busy intervals (summed over engines), the logged
-        acceptance (weighted by verify steps), and counter deltas: generated tokens and
-        1 + Δaccepted / Δdrafts."""
-        engine_lines = [p for p in map(parse_engine_line, log_window.splitlines()) if p is not None]
-        busy = [p for p in engine_lines if p.generation_throughput > 0]
-        spec_lines = [p for p in map(parse_spec_line, log_window.splitlines()) if p is not None]
-        per_engine: dict[int, list[float]] = {}
-        for p in busy:
-            per_engine.setdefault(p.engine, []).append(p.generation_throughput)
-        gen = sum(statistics.median(v) for v in per_engine.values()) if per_engine else None
-        accept: float | None = None
-        if spec_lines:
-            weighted = [(p.accepted, p.drafts) for p in spec_lines if p.accepted is not None and p.drafts]
-            if len(weighted) == len(spec_lines):
-                accept = 1 + sum(float(a or 0) for a, _ in weighted) / sum(float(d or 0) for _, d in weighted)
-            else:
-                accept = statistics.fmean(p.mean_acceptance_length for p in spec_lines)
-        generated = metrics_accept = None
-        if metrics_before is not None and metrics_after is not None:
-            before, after = counter_totals(metrics_before), counter_totals(metrics_after)
-
-            def delta(name: str) -> float | None:
-                return after[name] - before.get(name, 0.0) if name in after else None
-
-            generated = delta("vllm:generation_tokens_total")
-            drafts, accepted = (
-                delta("vllm:spec_decode_num_drafts_total"),
-                delta("vllm:spec_decode_num_accepted_tokens_total"),
-            )
-            if drafts and accepted is not None:
-                metrics_accept = 1 + accepted / drafts
-        if not busy and generated is None:
-            return None
-        return ServerStats(
-            gen_tok_s=gen,
-            accept_length=accept,
-            log_lines=len(busy),
-            generated_tokens=generated,
-            metrics_accept_length=metrics_accept,
+    def log_figures(self, log_window: str) -> LogFigures:
+        """Busy intervals' generation throughput per engine (DP engines run side by side), and each
+        interval's mean acceptance length, weighted by its verify steps (``Drafted`` tokens / draft
+        positions) where the line says them."""
+        engines: dict[str, list[float]] = {}
+        accepts: list[float] = []
+        weights: list[float] = []
+        for line in log_window.splitlines():
+            engine = parse_engine_line(line)
+            if engine is not None and engine.generation_throughput > 0:
+                engines.setdefault(f"engine {engine.engine}", []).append(engine.generation_throughput)
+            spec = parse_spec_line(line)
+            if spec is not None:
+                accepts.append(spec.mean_acceptance_length)
+                weights.append(spec.drafts or 0.0)
+        return LogFigures(
+            gen_tok_s=engines, accept_lengths=accepts, accept_weights=weights if all(weights) else None
         )
 
 
