@@ -35,7 +35,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import Field
 
-from autotune.engines.failures import FailureRules, classify
+from autotune.engines.failures import FailureRules, classify, failure_in
 from autotune.errors import FlagError, LauncherError
 from autotune.feasibility import MemoryRules
 from autotune.models import Frozen
@@ -297,6 +297,11 @@ class Engine(ABC):
         """Decide why a launch failed from its exit code and log, by :attr:`failure_rules`."""
         kind, reason = classify(self.failure_rules, exit_code=exit_code, log_text=log_text, timed_out=timed_out)
         return Failure(kind=kind, reason=reason)
+
+    def failure_in(self, log_text: str) -> Failure | None:
+        """The failure a log names, by :attr:`failure_rules`; None when it shows none (a healthy log)."""
+        found = failure_in(self.failure_rules, log_text)
+        return Failure(kind=found[0], reason=found[1]) if found is not None else None
 
     @abstractmethod
     def stream_generate(

@@ -64,16 +64,28 @@ VALIDATION = frozenset({"ValueError", "AssertionError", "TypeError", "NotImpleme
 _ANSI = re.compile(r"\x1b\[[0-9;]*m|\[(?:\d+;)?\d+m")
 _DECORATION = re.compile(
     r"^(?:"
-    r"\((?:[\w-]+(?: rank=\d+)? )?pid=\d+\)\s*"  # vLLM: (EngineCore_DP0 pid=7), (VllmWorker rank=1 pid=9)
-    r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+\[[^\]]*\]\s*"
-    r"|\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z]+\d+)*\]\s*"  # SGLang: [2025-01-01 10:00:00 DP0 TP0]
+    r"[\w.-]+\s+\|\s+"  # docker compose: "vllm-1  | "
+    r"|\|\s+"  # a CI log's column
+    r"|\d{4}-\d\d-\d\dT[\d:.]+Z\s+"  # docker / cloud timestamps
+    r"|\[\d{4}-\d\d-\d\dT[\d:.]+Z\]\s*"
+    r"|\(\w[\w-]*(?: rank=\d+)?\s*pid=\d+(?:, ip=[\d.]+)?\)\s*"  # (EngineCore_DP0 pid=7), (VllmWorker rank=1 pid=9)
+    r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+(?:\[[^\]]*\]|\S+:\d+\])\s*"
+    r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL):\s+"  # uvicorn
+    r"|\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z]+\d+)*\]\s*"  # SGLang: [2025-01-01 10:00:00 DP0 TP0]
     r"|\[[A-Z]+\d+(?: [A-Z]+\d+)*\]\s*"  # a bare rank tag
+    r"|\[[\w./-]+\.py:\d+\]\s*"  # [multiproc_executor.py:492]
     r"|\[\d+\]\s*|\[rank\d+\]:?\s*"  # [3], torchrun's [rank0]:
     r"|\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\s*(?:\|\s*)?"
     r")+"
 )
+FATAL = re.compile(
+    r"Traceback \(most recent call last\)|Scheduler hit an exception|Segmentation fault|Fatal Python error"
+    r"|core dumped|Failed: Cuda error|Assertion `.*` failed|EngineCore failed to start|WorkerProc hit an exception"
+    r"|Engine core initialization failed|Received sigquit"
+)
+"""Lines that say a process died, whatever of."""
 _EXCEPTION = re.compile(
-    r"^(?:[A-Za-z_][\w]*\.)*(?P<name>[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Fault))(?::\s*(?P<message>.*))?$"
+    r"^(?:[A-Za-z_][\w]*\.)*(?P<name>(?:[A-Z]\w*)?(?:Error|Exception|Exit|Interrupt|Fault))(?::\s*(?P<message>.*))?$"
 )
 _ERRORISH = re.compile(r"\w*(?:Error|Exception)\b|Fatal|Segmentation fault|Aborted|core dumped|\bfailed\b", re.I)
 
@@ -170,8 +182,8 @@ class FailureRules:
         return None
 
 
-def classify(rules: FailureRules, *, exit_code: int | None, log_text: str, timed_out: bool) -> tuple[OutcomeKind, str]:
-    """The outcome kind of a failed launch and the line that decided it (see the module text)."""
+def failure_in(rules: FailureRules, log_text: str) -> tuple[OutcomeKind, str] | None:
+    """What the log itself says went wrong (see the module text), or None when it shows no failure."""
     lines = [clean for clean in (clean_line(raw) for raw in log_text.splitlines()) if clean]
     retry = rules.first(rules.retryable, lines)
     if retry is not None:
@@ -184,14 +196,12 @@ def classify(rules: FailureRules, *, exit_code: int | None, log_text: str, timed
         return kind, line
     root = rules.root_exception(lines)
     oom = next(((i, line) for i, line in enumerate(lines) if OUT_OF_MEMORY.search(line)), None)
-    if oom is not None and (root is None or OUT_OF_MEMORY.search(root.line) or root.position >= oom[0]):
+    if oom is not None and (root is None or OUT_OF_MEMORY.search(root.message) or root.position >= oom[0]):
         stage = rules.stage_at(lines, oom[0])
         return stage.side, f"{oom[1]} (while {stage.doing})"
     port = next((line for line in lines if PORT_IN_USE.search(line)), None)
     if port is not None:
         return OutcomeKind.PORT_IN_USE, port
-    if timed_out:
-        return OutcomeKind.LAUNCH_TIMEOUT, "the server did not become ready before the deadline"
     refused = next((m.group(0) for line in lines if (m := ARGPARSE.search(line))), None)
     if refused is None:
         refused = next((line for line in lines if rules.first(rules.invalid, [line])), None)
@@ -200,8 +210,24 @@ def classify(rules: FailureRules, *, exit_code: int | None, log_text: str, timed
     if root is not None and root.name in VALIDATION and rules.stage_at(lines, root.position) is STARTING:
         return OutcomeKind.INVALID_CONFIG, root.line
     if root is not None:
-        return OutcomeKind.CRASHED, f"exit code {exit_code}: {root.line}"
+        return OutcomeKind.CRASHED, root.line
+    fatal = [line for line in lines if FATAL.search(line)]
+    if fatal:
+        errors = [line for line in lines if _ERRORISH.search(line) and not FATAL.search(line)]
+        return OutcomeKind.CRASHED, (errors or fatal)[-1]
+    return None
+
+
+def classify(rules: FailureRules, *, exit_code: int | None, log_text: str, timed_out: bool) -> tuple[OutcomeKind, str]:
+    """The outcome kind of a failed launch and the line that decided it: what the log names (memory
+    and a taken port outrank a deadline), else a deadline, else a crash with the last error line."""
+    found = failure_in(rules, log_text)
+    if found is not None and (found[0].is_memory or found[0] is OutcomeKind.PORT_IN_USE or not timed_out):
+        kind, reason = found
+        return kind, f"exit code {exit_code}: {reason}" if kind is OutcomeKind.CRASHED else reason
+    if timed_out:
+        return OutcomeKind.LAUNCH_TIMEOUT, "the server did not become ready before the deadline"
+    lines = [clean for clean in (clean_line(raw) for raw in log_text.splitlines()) if clean]
     errors = [line for line in lines if _ERRORISH.search(line)]
     last = (errors or lines or ["(empty log)"])[-1]
     return OutcomeKind.CRASHED, f"exit code {exit_code}: {last}"
-

@@ -45,17 +45,20 @@ CONTEXT = "context-length"
 # means the fraction left too little; from graph capture on, that it left too little outside.
 FAILURES = FailureRules(
     stages=(
-        (r"Load weight begin|Loading safetensors checkpoint shards", LOADING_WEIGHTS),
-        (r"Load weight end|Memory pool|KV Cache is allocated|Mamba Cache is allocated", SIZING_POOLS),
-        (r"Capture (?:piecewise )?cuda graph (?:begin|bs)|Capturing batches", CAPTURING),
-        (r"Capture (?:piecewise )?cuda graph end|max_total_num_tokens=|fired up and ready|"
-         r"(?:Prefill|Decode) batch|POST /generate", SERVING),
+        (r"Load weight begin|Loading safetensors checkpoint shards|, in load_model$", LOADING_WEIGHTS),
+        (r"Load weight end|Memory pool|KV Cache is allocated|Mamba Cache is allocated"
+         r"|, in (?:init_memory_pool|profile_max_num_token)$", SIZING_POOLS),
+        (r"Capture (?:piecewise )?cuda graph (?:begin|bs)|Capturing batches|, in (?:init_cuda_graphs|capture)$",
+         CAPTURING),
+        (r"Capture (?:piecewise )?cuda graph end|max_total_num_tokens=|fired up and ready|(?:Prefill|Decode) batch"
+         r"|POST /generate|, in (?:event_loop_\w+|run_batch|_wait_and_warmup)$", SERVING),
     ),  # fmt: skip
     too_low=(
         r"Loaded weights leave no GPU memory for the KV cache",
         r"Not enough memory\. Please try to increase --mem-fraction-static",
         r"Not enough GPU memory for hybrid \(mamba/linear-attention\) state cache",
         r"Hybrid \(mamba/linear-attention\) state cache is too small to serve any requests",
+        r"larger than the profiled value -\d",  # the pool profile came out negative
     ),
     wrappers=(
         r"Initialization failed\. (?:Please )?see the error messages above",
@@ -65,7 +68,7 @@ FAILURES = FailureRules(
 )
 
 _DECODE = re.compile(
-    r"(?:\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)?(?P<rank>(?: [A-Z]+\d+)+)?\]\s*)?"
+    r"(?:\[(?P<time>(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d)(?:[.,]\d+)?(?P<rank>(?: [A-Z]+\d+)+)?\]\s*)?"
     r"(?:\[\d+\]\s*)?Decode batch(?: \[\d+\])?[.,:]?\s+(?P<fields>.*)$"
 )
 _FIELD = re.compile(r"\s*(?P<key>[^:,]+?):\s*(?P<value>[^,]+?)\s*(?:,|$)")

@@ -150,12 +150,16 @@ DEFAULT_LOOKUP = 5
 # the sampler warm-up means the budget leaves too little outside it.
 FAILURES = FailureRules(
     stages=(
-        (r"Starting to load model|Loading weights|Loading safetensors checkpoint|Loading model from", LOADING_WEIGHTS),
-        (r"Model loading took|Loading weights took|Memory profiling takes|profile_run|determine_avail", PROFILING),
-        (r"Available KV cache memory|KV cache size|# (?:GPU|cuda) blocks|num_gpu_blocks|initialize_kv", ALLOCATING_KV),
-        (r"Capturing CUDA graphs?|Capturing cudagraphs?|capture_model|Graph capturing", CAPTURING),
-        (r"Graph capturing finished|init engine .* took|Application startup complete|POST /v1/|_dummy_sampler_run"
-         r"|warming up sampler", SERVING),
+        (r"Starting to load model|Loading weights|Loading safetensors checkpoint|Loading model from"
+         r"|, in (?:load_model|load_weights)$", LOADING_WEIGHTS),
+        (r"(?:Model loading|Loading model weights|Loading weights) took|Memory profiling takes|Starting profile run"
+         r"|, in (?:profile_run|_dummy_run|determine_available_memory|determine_num_available_blocks)$", PROFILING),
+        (r"Available KV cache memory|KV cache size|# (?:GPU|cuda) blocks|num_gpu_blocks"
+         r"|, in (?:initialize_kv_cache|initialize_cache|_allocate_kv_cache\w*)$", ALLOCATING_KV),
+        (r"Capturing (?:CUDA graph|cudagraph|the model for CUDA graphs)|Graph capturing"
+         r"|, in (?:capture_model|_warm_up_model|capture)$", CAPTURING),
+        (r"Graph capturing finished|init engine .* took|Application startup complete|POST /v1/|warming up sampler"
+         r"|, in (?:_dummy_sampler_run|run_engine_loop|engine_step|run_busy_loop|step_with_batch_queue)$", SERVING),
     ),  # fmt: skip
     too_low=(
         r"No available memory for the cache blocks",
@@ -163,6 +167,9 @@ FAILURES = FailureRules(
         r"Cannot auto-fit max_model_len",
         r"is larger than the maximum number of tokens that can be stored in KV cache",
         r"Insufficient memory for KV cache",
+        r"exceeds available Mamba cache blocks",
+        r"reserved for KV Cache is -\d",  # the V0 profile left the cache nothing
+        r"# (?:GPU|cuda) blocks: 0\b",
     ),
     too_high=(
         r"is less than desired GPU memory utilization",
@@ -176,15 +183,17 @@ FAILURES = FailureRules(
         r"EngineCore encountered an issue|EngineDeadError|WorkerProc hit an exception",
     ),
 )
+
 # vLLM's stats lines: "Key: value" fields separated by ", " (a value may hold ", " itself, as the
 # per-position rates do; the next field starts with a capital letter and ends in ": ").
 _FIELD = re.compile(r"(?P<key>[A-Z][\w .%/-]*?): (?P<value>.*?)(?=, [A-Z][\w .%/-]*?: |$)")
-_ENGINE_LINE = re.compile(r"Engine (?P<engine>\d+): (?P<fields>Avg .*)$")
+_ENGINE_LINE = re.compile(r"(?:Engine (?P<engine>\d+): )?(?P<fields>Avg (?:prompt|generation) throughput: .*)$")
+_V0_SPEC_LINE = re.compile(r"Speculative metrics: (?P<fields>.*)$")
 _SPEC_LINE = re.compile(r"SpecDecoding metrics: (?P<fields>.*)$")
 _NUMBER = re.compile(r"^-?\d+(?:\.\d+)?|^nan")
 
 _GIB = 2**30
-_WEIGHTS_LINE = re.compile(r"Model loading took (?P<gib>[\d.]+) GiB")
+_WEIGHTS_LINE = re.compile(r"(?:Model loading|Loading model weights) took (?P<gib>[\d.]+) (?:GiB|GB)")
 _KV_MEMORY_LINE = re.compile(r"Available KV cache memory: (?P<gib>-?[\d.]+) GiB")
 _KV_TOKENS_LINE = re.compile(r"KV cache size: (?P<tokens>[\d,]+) tokens")
 _GRAPH_LINE = re.compile(r"Graph capturing finished in [\d.]+ secs?, took (?P<gib>-?[\d.]+) GiB")
@@ -228,10 +237,13 @@ class SpecDecodingLine(_Line):
     drafted: int | None = None
     per_position: list[float] = []
     draft_acceptance_rate: float | None = None  # percent
+    steps: float | None = None  # verify steps, where the line gives them another way
 
     @property
     def drafts(self) -> float | None:
         """Verify steps in the interval (``Drafted`` tokens / draft positions)."""
+        if self.steps is not None:
+            return self.steps
         if self.drafted is None or not self.per_position:
             return None
         return self.drafted / len(self.per_position)
@@ -261,7 +273,7 @@ def parse_engine_line(line: str) -> EngineStatsLine | None:
     usage_key = next((k for k in fields if k.endswith("KV cache usage")), None)
     running, waiting = _leading_number(fields.get("Running")), _leading_number(fields.get("Waiting"))
     return EngineStatsLine(
-        engine=int(match["engine"]),
+        engine=int(match["engine"] or 0),
         prompt_throughput=prompt,
         generation_throughput=generation,
         running=int(running) if running is not None else None,
@@ -272,10 +284,11 @@ def parse_engine_line(line: str) -> EngineStatsLine | None:
 
 
 def parse_spec_line(line: str) -> SpecDecodingLine | None:
-    """Parse the ``SpecDecoding metrics`` line by field name; older releases print other fields."""
+    """Parse the ``SpecDecoding metrics`` line by field name; older releases print other fields, and the
+    V0 engine's ``Speculative metrics`` line gives no mean, only counts (see :func:`_parse_v0_spec_line`)."""
     match = _SPEC_LINE.search(line.strip())
     if match is None:
-        return None
+        return _parse_v0_spec_line(line)
     fields = _fields(match["fields"])
     mean = _leading_number(fields.get("Mean acceptance length"))
     if mean is None:
@@ -289,6 +302,29 @@ def parse_spec_line(line: str) -> SpecDecodingLine | None:
         drafted=int(drafted) if drafted is not None else None,
         per_position=per_position,
         draft_acceptance_rate=_leading_number(fields.get("Avg Draft acceptance rate")),
+    )
+
+
+def _parse_v0_spec_line(line: str) -> SpecDecodingLine | None:
+    """The V0 engine's ``Speculative metrics: ... Number of speculative tokens: k, Number of accepted
+    tokens: A, Number of draft tokens: D, Number of emitted tokens: E.``: D / k verify steps emitted E
+    tokens, so tokens per step (the accept length) is E / (D / k)."""
+    match = _V0_SPEC_LINE.search(line.strip())
+    if match is None:
+        return None
+    fields = _fields(match["fields"])
+    k, accepted, drafted, emitted = (
+        _leading_number(fields.get(f"Number of {kind} tokens"))
+        for kind in ("speculative", "accepted", "draft", "emitted")
+    )
+    if not k or not drafted or emitted is None:
+        return None
+    steps = drafted / k
+    return SpecDecodingLine(
+        mean_acceptance_length=emitted / steps,
+        accepted=int(accepted) if accepted is not None else None,
+        drafted=int(drafted),
+        steps=steps,
     )
 
 
