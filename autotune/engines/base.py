@@ -173,6 +173,23 @@ def metric_figures(names: MetricNames, before: str, after: str) -> tuple[float |
     return delta(names.generated), accept
 
 
+_RANK_TAG = re.compile(r"(?:DP|TP|PP|EP|rank=)(\d+)")
+
+
+def first_rank_search(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    """The match of ``pattern`` on the lowest rank's line (``TP0`` before ``TP1``; ``Worker_TP0``,
+    ``rank=0``; untagged lines count as rank 0), the earliest among equals: ranks log the same
+    start-up line in any order, and a per-GPU figure is the first rank's."""
+    best: tuple[tuple[int, ...], int] | None = None
+    chosen: re.Match[str] | None = None
+    for match in pattern.finditer(text):
+        prefix = text[text.rfind("\n", 0, match.start()) + 1 : match.start()]
+        key = (tuple(int(n) for n in _RANK_TAG.findall(prefix)) or (0,), match.start())
+        if best is None or key < best:
+            best, chosen = key, match
+    return chosen
+
+
 class MemoryFacts(Frozen):
     """Memory figures a server logged at start-up (per GPU)."""
 

@@ -22,6 +22,7 @@ from autotune.engines.base import (
     MemoryFacts,
     MetricNames,
     StreamChunk,
+    first_rank_search,
     flag_argv,
     sse_events,
 )
@@ -293,11 +294,12 @@ class SGLangEngine(Engine):
         return EffectiveConfig(version=str(version) if version is not None else None, values=values)
 
     def memory_facts(self, log_text: str) -> MemoryFacts | None:
-        weights, kv, graph = (pattern.search(log_text) for pattern in (_WEIGHTS_LINE, _KV_LINE, _GRAPH_LINE))
-        total = _TOTAL_TOKENS_LINE.search(log_text)
+        weights, kv, graph, total = (
+            first_rank_search(p, log_text) for p in (_WEIGHTS_LINE, _KV_LINE, _GRAPH_LINE, _TOTAL_TOKENS_LINE)
+        )
         if weights is None and kv is None and graph is None and total is None:
             return None
-        free, pools, capture = (p.search(log_text) for p in (_FREE_LINE, _POOLS_LINE, _CAPTURE_LINE))
+        free, pools, capture = (first_rank_search(p, log_text) for p in (_FREE_LINE, _POOLS_LINE, _CAPTURE_LINE))
         sizes = [int(size) for size in capture["sizes"].split(",") if size.strip()] if capture else []
         kv_tokens, kv_bytes = _kv_figures(kv["fields"]) if kv else (None, None)
         return MemoryFacts(

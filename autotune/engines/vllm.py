@@ -62,6 +62,7 @@ from autotune.engines.base import (
     MemoryFacts,
     MetricNames,
     StreamChunk,
+    first_rank_search,
     parse_help_flags,
     run_help,
     sse_events,
@@ -649,7 +650,7 @@ class VLLMEngine(Engine):
         """``Model loading took``, ``Available KV cache memory``, ``GPU KV cache size``, ``Graph
         capturing finished`` (the first rank's, per GPU)."""
         weights, kv, tokens, graph = (
-            p.search(log_text) for p in (_WEIGHTS_LINE, _KV_MEMORY_LINE, _KV_TOKENS_LINE, _GRAPH_LINE)
+            first_rank_search(p, log_text) for p in (_WEIGHTS_LINE, _KV_MEMORY_LINE, _KV_TOKENS_LINE, _GRAPH_LINE)
         )
         if weights is None and kv is None and tokens is None and graph is None:
             return None
