@@ -380,6 +380,21 @@ async def sse_events(
             yield event
 
 
+def scalar(text: str) -> FlagValue | None:
+    """A value written as text (a Prometheus label, a command-line word) read back: ``None``,
+    ``True``/``False``, an int, a float, else the text itself."""
+    if text == "None":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
 def flag_argv(flags: Mapping[str, FlagValue]) -> list[str]:
     """``{"tp-size": 2, "enable-metrics": True}`` -> ``["--tp-size", "2", "--enable-metrics"]``."""
     argv: list[str] = []

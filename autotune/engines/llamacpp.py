@@ -20,19 +20,8 @@ from collections.abc import AsyncIterator, Mapping
 import httpx
 from pydantic import BaseModel, ConfigDict
 
-from autotune.engines.base import (
-    EffectiveConfig,
-    Engine,
-    FlagSet,
-    InvalidConfig,
-    LaunchPlan,
-    LogFigures,
-    MetricNames,
-    StreamChunk,
-    flag_argv,
-    run_help,
-    sse_events,
-)
+from autotune.engines import base
+from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan, flag_argv, run_help, sse_events
 from autotune.engines.failures import FailureRules
 from autotune.errors import MeasurementError
 from autotune.space import FlagValue
@@ -250,7 +239,7 @@ class LlamaCppEngine(Engine):
     renamed_flags = _REMOVED
     reserved_flags = frozenset({"model", "m", "host", "port"})
     failure_rules = FAILURES
-    metric_names = MetricNames(
+    metric_names = base.MetricNames(
         generated=METRICS_PREFIX + "tokens_predicted_total",
         drafts=METRICS_PREFIX + "spec_decode_num_drafts_total",
         accepted=METRICS_PREFIX + "spec_decode_num_accepted_tokens_total",
@@ -324,7 +313,7 @@ class LlamaCppEngine(Engine):
         metrics = [] if "metrics" in plan.flags else ["--metrics"]
         return [*launcher, "--model", model, "--host", host, "--port", str(port), *flag_argv(plan.flags), *metrics]
 
-    def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> EffectiveConfig:
+    def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> base.EffectiveConfig:
         """From ``/props``: slots (``parallel``), context per slot, model, build; from ``/slots`` (on
         by default): whether the slots speculate at all (``/props`` shows the request defaults'
         speculative types, not the server's)."""
@@ -346,19 +335,19 @@ class LlamaCppEngine(Engine):
             pass
         values = {k: v for k, v in values.items() if v is None or isinstance(v, (str, int, float, bool))}
         build = props.get("build_info")
-        return EffectiveConfig(version=str(build) if build is not None else None, values=values)
+        return base.EffectiveConfig(version=str(build) if build is not None else None, values=values)
 
-    def log_figures(self, log_window: str) -> LogFigures:
+    def log_figures(self, log_window: str) -> base.LogFigures:
         """Per finished request the log's ``eval time`` (tokens/s) and ``mean len`` (accept length,
         llama.cpp's: 1 + accepted / verify steps)."""
         requests = parse_request_logs(log_window)
         accepts = [r.mean_accept_length for r in requests if r.mean_accept_length is not None]
-        return LogFigures(gen_tok_s={"server": [r.eval_tok_s for r in requests]} if requests else {},
+        return base.LogFigures(gen_tok_s={"server": [r.eval_tok_s for r in requests]} if requests else {},
                           accept_lengths=accepts)  # fmt: skip
 
     async def stream_generate(
         self, client: httpx.AsyncClient, base_url: str, prompt: Prompt, *, max_tokens: int, ignore_eos: bool
-    ) -> AsyncIterator[StreamChunk]:
+    ) -> AsyncIterator[base.StreamChunk]:
         """``POST /completion`` with ``stream``; one chunk per event.
 
         The accept length of a request is tokens per target decode step, from the last event's
@@ -385,7 +374,7 @@ class LlamaCppEngine(Engine):
                 raise MeasurementError(f"llama-server: {event['error']}")
             finished = bool(event.get("stop"))
             timings = RequestTimings.model_validate(event["timings"]) if "timings" in event else None
-            yield StreamChunk(
+            yield base.StreamChunk(
                 completion_tokens=int(event.get("tokens_predicted", 0)),
                 prompt_tokens=event.get("tokens_evaluated"),
                 finished=finished,

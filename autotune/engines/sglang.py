@@ -13,19 +13,8 @@ from collections.abc import AsyncIterator, Mapping
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune.engines.base import (
-    EffectiveConfig,
-    Engine,
-    InvalidConfig,
-    LaunchPlan,
-    LogFigures,
-    MemoryFacts,
-    MetricNames,
-    StreamChunk,
-    first_rank_search,
-    flag_argv,
-    sse_events,
-)
+from autotune.engines import base
+from autotune.engines.base import Engine, InvalidConfig, LaunchPlan, first_rank_search, flag_argv, sse_events
 from autotune.engines.failures import CAPTURING, LOADING_WEIGHTS, SERVING, SIZING_POOLS, FailureRules
 from autotune.errors import MeasurementError
 from autotune.feasibility import MemoryRules
@@ -219,7 +208,9 @@ class SGLangEngine(Engine):
     }
     reserved_flags = frozenset({"model-path", "model", "host", "port"})
     failure_rules = FAILURES
-    metric_names = MetricNames(generated="sglang:generation_tokens_total", accept_length="sglang:spec_accept_length")
+    metric_names = base.MetricNames(
+        generated="sglang:generation_tokens_total", accept_length="sglang:spec_accept_length"
+    )
 
     def normalise(self, flags: Mapping[str, FlagValue]) -> LaunchPlan:
         """SGLang's launch-time rules (0.5.23):
@@ -279,7 +270,7 @@ class SGLangEngine(Engine):
         metrics = [] if "enable-metrics" in plan.flags else ["--enable-metrics"]
         return [*launcher, "--model-path", model, "--host", host, "--port", str(port), *flag_argv(plan.flags), *metrics]
 
-    def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> EffectiveConfig:
+    def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> base.EffectiveConfig:
         try:
             info = client.get(f"{base_url}/server_info", timeout=30.0).raise_for_status().json()
         except (httpx.HTTPError, ValueError) as exc:
@@ -291,9 +282,9 @@ class SGLangEngine(Engine):
             if key in info and (info[key] is None or isinstance(info[key], (str, int, float, bool))):
                 values[flag] = info[key]
         version = info.get("version")
-        return EffectiveConfig(version=str(version) if version is not None else None, values=values)
+        return base.EffectiveConfig(version=str(version) if version is not None else None, values=values)
 
-    def memory_facts(self, log_text: str) -> MemoryFacts | None:
+    def memory_facts(self, log_text: str) -> base.MemoryFacts | None:
         weights, kv, graph, total = (
             first_rank_search(p, log_text) for p in (_WEIGHTS_LINE, _KV_LINE, _GRAPH_LINE, _TOTAL_TOKENS_LINE)
         )
@@ -302,7 +293,7 @@ class SGLangEngine(Engine):
         free, pools, capture = (first_rank_search(p, log_text) for p in (_FREE_LINE, _POOLS_LINE, _CAPTURE_LINE))
         sizes = [int(size) for size in capture["sizes"].split(",") if size.strip()] if capture else []
         kv_tokens, kv_bytes = _kv_figures(kv["fields"]) if kv else (None, None)
-        return MemoryFacts(
+        return base.MemoryFacts(
             weights_bytes=float(weights["gb"]) * _GIB if weights else None,
             kv_pool_bytes=kv_bytes,
             kv_tokens=kv_tokens if kv_tokens is not None else int(total["tokens"]) if total else None,
@@ -315,10 +306,10 @@ class SGLangEngine(Engine):
     async def reset_stats(self, client: httpx.AsyncClient, base_url: str) -> None:
         (await client.post(f"{base_url}/flush_cache")).raise_for_status()
 
-    def log_figures(self, log_window: str) -> LogFigures:
+    def log_figures(self, log_window: str) -> base.LogFigures:
         """``Decode batch`` lines with running requests; every rank of a data-parallel group prints
         the same step, so per group (``DP1``) only its first rank's lines count, and the groups,
-        which decode side by side, are summed by :class:`LogFigures`."""
+        which decode side by side, are summed by :class:`base.LogFigures`."""
         lines = [p for p in map(parse_decode_line, log_window.splitlines()) if p is not None and p.running_req > 0]
         first: dict[str, tuple[int, ...]] = {}
         for line in lines:
@@ -332,18 +323,18 @@ class SGLangEngine(Engine):
                 groups.setdefault(group, []).append(line.gen_throughput)
                 if line.accept_len is not None:
                     accepts.append(line.accept_len)
-        return LogFigures(gen_tok_s=groups, accept_lengths=accepts)
+        return base.LogFigures(gen_tok_s=groups, accept_lengths=accepts)
 
     async def stream_generate(
         self, client: httpx.AsyncClient, base_url: str, prompt: Prompt, *, max_tokens: int, ignore_eos: bool
-    ) -> AsyncIterator[StreamChunk]:
+    ) -> AsyncIterator[base.StreamChunk]:
         sampling = {"max_new_tokens": max_tokens, "temperature": prompt.temperature, "ignore_eos": ignore_eos}
         body = {"text": prompt.text, "sampling_params": sampling, "stream": True}
         async for event in sse_events(client, f"{base_url}/generate", body=body):
             meta = event.get("meta_info", {})
             finish = meta.get("finish_reason")
             accept = meta.get("spec_accept_length")
-            yield StreamChunk(
+            yield base.StreamChunk(
                 completion_tokens=int(meta.get("completion_tokens", 0)),
                 prompt_tokens=meta.get("prompt_tokens"),
                 finished=finish is not None,

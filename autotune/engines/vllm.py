@@ -52,19 +52,16 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict
 
+from autotune.engines import base
 from autotune.engines.base import (
-    EffectiveConfig,
     Engine,
     FlagSet,
     InvalidConfig,
     LaunchPlan,
-    LogFigures,
-    MemoryFacts,
-    MetricNames,
-    StreamChunk,
     first_rank_search,
     parse_help_flags,
     run_help,
+    scalar,
     sse_events,
 )
 from autotune.engines.base import counter_totals as counter_totals
@@ -396,7 +393,7 @@ class VLLMEngine(Engine):
     )
     reserved_flags = frozenset({"model", "host", "port"})
     failure_rules = FAILURES
-    metric_names = MetricNames(
+    metric_names = base.MetricNames(
         generated="vllm:generation_tokens_total",
         drafts="vllm:spec_decode_num_drafts_total",
         accepted="vllm:spec_decode_num_accepted_tokens_total",
@@ -620,7 +617,7 @@ class VLLMEngine(Engine):
     # Readiness: the port refuses connections until the engine is ready, then /health answers 200,
     # which is the base class's probe.
 
-    def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> EffectiveConfig:
+    def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> base.EffectiveConfig:
         """``max-model-len`` from ``/v1/models`` (auto-fit shrinks it silently), the cache config from
         the labels of ``vllm:cache_config_info``, the version from ``/version``."""
         try:
@@ -635,18 +632,18 @@ class VLLMEngine(Engine):
             values[MAX_MODEL_LEN] = cards[0]["max_model_len"]
         for label, value in (info_labels(metrics, "vllm:cache_config_info") or {}).items():
             if label in _CACHE_LABELS:
-                values[_CACHE_LABELS[label]] = _label_value(value)
+                values[_CACHE_LABELS[label]] = scalar(value)
         version = None
         if version_reply.status_code == 200:
             try:
                 version = version_reply.json().get("version")
             except ValueError:
                 version = None
-        return EffectiveConfig(version=str(version) if version is not None else None, values=values)
+        return base.EffectiveConfig(version=str(version) if version is not None else None, values=values)
 
     # -- 6. failures: the base class's classifier, with FAILURES ------------------------------------
 
-    def memory_facts(self, log_text: str) -> MemoryFacts | None:
+    def memory_facts(self, log_text: str) -> base.MemoryFacts | None:
         """``Model loading took``, ``Available KV cache memory``, ``GPU KV cache size``, ``Graph
         capturing finished`` (the first rank's, per GPU)."""
         weights, kv, tokens, graph = (
@@ -654,7 +651,7 @@ class VLLMEngine(Engine):
         )
         if weights is None and kv is None and tokens is None and graph is None:
             return None
-        return MemoryFacts(
+        return base.MemoryFacts(
             weights_bytes=float(weights["gib"]) * _GIB if weights else None,
             kv_pool_bytes=float(kv["gib"]) * _GIB if kv else None,
             kv_tokens=int(tokens["tokens"].replace(",", "")) if tokens else None,
@@ -665,7 +662,7 @@ class VLLMEngine(Engine):
 
     async def stream_generate(
         self, client: httpx.AsyncClient, base_url: str, prompt: Prompt, *, max_tokens: int, ignore_eos: bool
-    ) -> AsyncIterator[StreamChunk]:
+    ) -> AsyncIterator[base.StreamChunk]:
         """OpenAI ``/v1/completions`` (``/v1/chat/completions`` for a messages prompt), streamed with
         ``stream_options`` ``include_usage`` and ``continuous_usage_stats``: every chunk carries the
         cumulative completion tokens (a chunk is one engine step, so several tokens with speculative
@@ -699,7 +696,7 @@ class VLLMEngine(Engine):
                 tokens += 1  # a server without continuous usage: count steps
             spec = ((event.get("metrics") or {}).get("speculative_decoding")) or {}
             accept = spec.get("mean_acceptance_length")
-            yield StreamChunk(
+            yield base.StreamChunk(
                 completion_tokens=tokens,
                 prompt_tokens=usage.get("prompt_tokens"),
                 finished=finish is not None,
@@ -709,7 +706,7 @@ class VLLMEngine(Engine):
 
     # -- 8. server-side figures --------------------------------------------------------------------
 
-    def log_figures(self, log_window: str) -> LogFigures:
+    def log_figures(self, log_window: str) -> base.LogFigures:
         """Busy intervals' generation throughput per engine (DP engines run side by side), and each
         interval's mean acceptance length, weighted by its verify steps (``Drafted`` tokens / draft
         positions) where the line says them."""
@@ -724,20 +721,6 @@ class VLLMEngine(Engine):
             if spec is not None:
                 accepts.append(spec.mean_acceptance_length)
                 weights.append(spec.drafts or 0.0)
-        return LogFigures(
+        return base.LogFigures(
             gen_tok_s=engines, accept_lengths=accepts, accept_weights=weights if all(weights) else None
         )
-
-
-def _label_value(text: str) -> FlagValue | None:
-    """A Prometheus label back to a value: ``None``, ``True``/``False``, numbers, else the text."""
-    if text == "None":
-        return None
-    if text in ("True", "False"):
-        return text == "True"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            continue
-    return text
