@@ -209,3 +209,25 @@ def test_server_stats_from_log_window_and_metrics() -> None:
     assert stats.log_lines == 2 and stats.gen_tok_s == pytest.approx(94.65) and stats.accept_length == 2.83
     assert stats.generated_tokens == 512 and stats.metrics_accept_length == 2.9
     assert engine.server_stats(log_window="nothing", metrics_before=None, metrics_after=None) is None
+
+
+METRICS = Path(__file__).parent / "fixtures" / "metrics"
+
+
+def test_recorded_metrics_of_two_sglang_versions_are_read_by_name() -> None:
+    """SGLang's docs scrape (``model_name`` label) and the first Prometheus support's (``name``
+    label, start-up gauges): the counters are found whatever the labels."""
+    from autotune.engines.base import counter_totals
+
+    current = counter_totals((METRICS / "sglang-docs-2025-metrics.txt").read_text())
+    assert current["sglang:generation_tokens_total"] == 7557572.0 and current["sglang:num_running_reqs"] == 162.0
+    first = counter_totals((METRICS / "sglang-pr1853-2024-11-metrics.txt").read_text())
+    assert first["sglang:prompt_tokens_total"] == 230794.0 and first["sglang:max_total_num_tokens"] == 570979.0
+    # the 2024 scrape has no generation counter in the quoted part: no generated-token figure from it
+    stats = engine.server_stats(log_window="", metrics_before=None, metrics_after=None)
+    assert stats is None
+    none_generated = engine.server_stats(
+        log_window="", metrics_before=(METRICS / "sglang-pr1853-2024-11-metrics.txt").read_text(),
+        metrics_after=(METRICS / "sglang-pr1853-2024-11-metrics.txt").read_text(),
+    )
+    assert none_generated is None
