@@ -231,3 +231,23 @@ def test_recorded_metrics_of_two_sglang_versions_are_read_by_name() -> None:
         metrics_after=(METRICS / "sglang-pr1853-2024-11-metrics.txt").read_text(),
     )
     assert none_generated is None
+
+
+REAL = Path(__file__).parent / "fixtures" / "real_logs" / "sglang"
+
+
+def test_data_parallel_groups_decode_side_by_side() -> None:
+    """Under DP attention every group logs its own Decode batch lines (``DP1 TP0``, ``DP5 TP5``): the
+    server's throughput is the sum of each group's median, not one rank's."""
+    musa = engine.server_stats(
+        log_window=(REAL / "decode_musa_dp_local_tp0_trailing_comma.log").read_text(),
+        metrics_before=None,
+        metrics_after=None,
+    )
+    assert musa is not None and musa.log_lines == 4
+    assert musa.gen_tok_s == pytest.approx((18.49 + 17.67) / 2 + (17.16 + 17.59) / 2)
+    mtp = engine.server_stats(
+        log_window=(REAL / "decode_dp_mtp_accept_len.log").read_text(), metrics_before=None, metrics_after=None
+    )
+    assert mtp is not None and mtp.gen_tok_s == pytest.approx(171.01 + 168.28 + 173.06 + 155.80 + 152.08)
+    assert mtp.accept_length == pytest.approx((2.90 + 2.86 + 2.94 + 2.65 + 2.58) / 5)
