@@ -251,3 +251,26 @@ def test_data_parallel_groups_decode_side_by_side() -> None:
     )
     assert mtp is not None and mtp.gen_tok_s == pytest.approx(171.01 + 168.28 + 173.06 + 155.80 + 152.08)
     assert mtp.accept_length == pytest.approx((2.90 + 2.86 + 2.94 + 2.65 + 2.58) / 5)
+
+
+def test_decode_lines_read_by_field_whatever_the_prefix_order_or_extra_fields() -> None:
+    """One real line (sglang#6081, DP attention with MTP) under the variations releases and log
+    collectors produce: a ``[N]`` prefix, a pipeline rank tag, fields reordered, a field added."""
+    from autotune.engines.sglang import parse_decode_line
+
+    real = (
+        "[2025-05-31 18:31:21 DP0 TP0] Decode batch. #running-req: 8, #token: 37217, token usage: 0.13, "
+        "accept len: 2.90, cuda graph: True, gen throughput (token/s): 171.01, #queue-req: 0"
+    )
+    variants = [
+        "[3] " + real,
+        real.replace("DP0 TP0", "PP1 TP0"),
+        real.replace("accept len: 2.90, cuda graph: True, ", "cuda graph: True, ").replace(
+            "#queue-req: 0", "#queue-req: 0, accept len: 2.90, #retracted-req: 0, "
+        ),
+    ]
+    for line in [real, *variants]:
+        parsed = parse_decode_line(line)
+        assert parsed is not None, line
+        assert (parsed.running_req, parsed.gen_throughput, parsed.accept_len, parsed.queue_req) == (8, 171.01, 2.90, 0)
+    assert parse_decode_line(variants[1]).rank == "PP1 TP0"  # type: ignore[union-attr]
