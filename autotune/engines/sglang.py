@@ -46,6 +46,7 @@ FAILURES = FailureRules(
     too_low=(
         r"Loaded weights leave no GPU memory for the KV cache",
         r"Not enough memory\. Please try to increase --mem-fraction-static",
+        r"Not enough memory to allocate KV cache",  # the wording proposed in sglang#23181
         r"Not enough GPU memory for hybrid \(mamba/linear-attention\) state cache",
         r"Hybrid \(mamba/linear-attention\) state cache is too small to serve any requests",
         r"larger than the profiled value -\d",  # the pool profile came out negative
