@@ -6,11 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engines import get_engine
 from autotune.engines.base import InvalidConfig, LaunchPlan, parse_help_flags
 from autotune.engines.sglang import SGLangEngine
-from autotune.errors import FlagError, UserError
-from autotune.outcomes import OutcomeKind
+from autotune.errors import FlagError
 
 LOGS = Path(__file__).parent / "fixtures" / "sglang_logs"
 engine = SGLangEngine()
@@ -31,12 +29,6 @@ options:
   --enable-metrics      Enable log prometheus metrics.
   --cuda-graph-max-bs-decode CUDA_GRAPH_MAX_BS_DECODE
 """
-
-
-def test_get_engine_lists_known_names() -> None:
-    assert get_engine("sglang").name == "sglang"
-    with pytest.raises(UserError, match="known engines: sglang"):
-        get_engine("tgi")
 
 
 def test_help_parsing_takes_invocations_not_descriptions() -> None:
@@ -146,40 +138,11 @@ def test_argv_uses_full_flag_names() -> None:
     ]
 
 
-@pytest.mark.parametrize(
-    ("log", "exit_code", "kind", "reason"),
-    [
-        ("too_low.log", 1, OutcomeKind.MEMORY_TOO_LOW, "Not enough memory. Please try to increase"),
-        ("too_high.log", 1, OutcomeKind.MEMORY_TOO_HIGH, "Capture cuda graph failed"),
-        ("partial_spec.log", 1, OutcomeKind.INVALID_CONFIG, "AssertionError"),
-        ("unknown_flag.log", 2, OutcomeKind.INVALID_CONFIG, "unrecognized arguments: --mamba-scheduler-strategy"),
-        ("segfault.log", -11, OutcomeKind.CRASHED, "Segmentation fault"),
-        ("port_taken.log", 1, OutcomeKind.PORT_IN_USE, "address already in use"),
-    ],
-)
-def test_failure_classification_on_recorded_logs(log: str, exit_code: int, kind: OutcomeKind, reason: str) -> None:
-    failure = engine.classify_failure(exit_code=exit_code, log_text=(LOGS / log).read_text(), timed_out=False)
-    assert failure.kind is kind
-    assert reason in failure.reason
-
-
-def test_memory_facts_from_the_startup_log() -> None:
-    facts = engine.memory_facts((LOGS / "startup_ok.log").read_text())
-    assert facts is not None
-    assert facts.weights_bytes == pytest.approx(27.19 * 2**30) and facts.graph_bytes == pytest.approx(1.12 * 2**30)
-    assert facts.kv_tokens == 180224 and facts.kv_pool_bytes == pytest.approx(11.0 * 2**30)
-    assert facts.free_at_start_bytes == pytest.approx(47.21 * 2**30)
-    assert facts.avail_after_pools_bytes == pytest.approx(5.66 * 2**30)
-    assert facts.graph_batch == 48
-    # a failed capture logs its batch sizes but no graph memory: nothing to size graphs with
+def test_a_failed_capture_gives_no_graph_size() -> None:
+    """A failed capture logs its batch sizes but no graph memory: nothing to size graphs with."""
     died = engine.memory_facts((LOGS / "too_high.log").read_text())
     assert died is not None and died.graph_bytes is None and died.graph_batch is None
-    assert engine.memory_facts("nothing here") is None
-
-
-def test_timeout_without_memory_message_is_launch_timeout() -> None:
-    failure = engine.classify_failure(exit_code=None, log_text="[2026-11-02] Load weight begin.", timed_out=True)
-    assert failure.kind is OutcomeKind.LAUNCH_TIMEOUT
+    assert died.kv_tokens == 412000
 
 
 REAL_HELP = Path(__file__).parent / "fixtures" / "sglang-0.5.23-help.txt"
@@ -246,3 +209,68 @@ def test_server_stats_from_log_window_and_metrics() -> None:
     assert stats.log_lines == 2 and stats.gen_tok_s == pytest.approx(94.65) and stats.accept_length == 2.83
     assert stats.generated_tokens == 512 and stats.metrics_accept_length == 2.9
     assert engine.server_stats(log_window="nothing", metrics_before=None, metrics_after=None) is None
+
+
+METRICS = Path(__file__).parent / "fixtures" / "metrics"
+
+
+def test_recorded_metrics_of_two_sglang_versions_are_read_by_name() -> None:
+    """SGLang's docs scrape (``model_name`` label) and the first Prometheus support's (``name``
+    label, start-up gauges): the counters are found whatever the labels."""
+    from autotune.engines.base import counter_totals
+
+    current = counter_totals((METRICS / "sglang-docs-2025-metrics.txt").read_text())
+    assert current["sglang:generation_tokens_total"] == 7557572.0 and current["sglang:num_running_reqs"] == 162.0
+    first = counter_totals((METRICS / "sglang-pr1853-2024-11-metrics.txt").read_text())
+    assert first["sglang:prompt_tokens_total"] == 230794.0 and first["sglang:max_total_num_tokens"] == 570979.0
+    # the 2024 scrape has no generation counter in the quoted part: no generated-token figure from it
+    stats = engine.server_stats(log_window="", metrics_before=None, metrics_after=None)
+    assert stats is None
+    none_generated = engine.server_stats(
+        log_window="", metrics_before=(METRICS / "sglang-pr1853-2024-11-metrics.txt").read_text(),
+        metrics_after=(METRICS / "sglang-pr1853-2024-11-metrics.txt").read_text(),
+    )
+    assert none_generated is None
+
+
+REAL = Path(__file__).parent / "fixtures" / "real_logs" / "sglang"
+
+
+def test_data_parallel_groups_decode_side_by_side() -> None:
+    """Under DP attention every group logs its own Decode batch lines (``DP1 TP0``, ``DP5 TP5``): the
+    server's throughput is the sum of each group's median, not one rank's."""
+    musa = engine.server_stats(
+        log_window=(REAL / "decode_musa_dp_local_tp0_trailing_comma.log").read_text(),
+        metrics_before=None,
+        metrics_after=None,
+    )
+    assert musa is not None and musa.log_lines == 4
+    assert musa.gen_tok_s == pytest.approx((18.49 + 17.67) / 2 + (17.16 + 17.59) / 2)
+    mtp = engine.server_stats(
+        log_window=(REAL / "decode_dp_mtp_accept_len.log").read_text(), metrics_before=None, metrics_after=None
+    )
+    assert mtp is not None and mtp.gen_tok_s == pytest.approx(171.01 + 168.28 + 173.06 + 155.80 + 152.08)
+    assert mtp.accept_length == pytest.approx((2.90 + 2.86 + 2.94 + 2.65 + 2.58) / 5)
+
+
+def test_decode_lines_read_by_field_whatever_the_prefix_order_or_extra_fields() -> None:
+    """One real line (sglang#6081, DP attention with MTP) under the variations releases and log
+    collectors produce: a ``[N]`` prefix, a pipeline rank tag, fields reordered, a field added."""
+    from autotune.engines.sglang import parse_decode_line
+
+    real = (
+        "[2025-05-31 18:31:21 DP0 TP0] Decode batch. #running-req: 8, #token: 37217, token usage: 0.13, "
+        "accept len: 2.90, cuda graph: True, gen throughput (token/s): 171.01, #queue-req: 0"
+    )
+    variants = [
+        "[3] " + real,
+        real.replace("DP0 TP0", "PP1 TP0"),
+        real.replace("accept len: 2.90, cuda graph: True, ", "cuda graph: True, ").replace(
+            "#queue-req: 0", "#queue-req: 0, accept len: 2.90, #retracted-req: 0, "
+        ),
+    ]
+    for line in [real, *variants]:
+        parsed = parse_decode_line(line)
+        assert parsed is not None, line
+        assert (parsed.running_req, parsed.gen_throughput, parsed.accept_len, parsed.queue_req) == (8, 171.01, 2.90, 0)
+    assert parse_decode_line(variants[1]).rank == "PP1 TP0"  # type: ignore[union-attr]

@@ -10,7 +10,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from autotune.engines import engine_names, get_engine
 from autotune.engines.base import FlagSet, InvalidConfig, LaunchPlan, parse_help_flags
 from autotune.engines.vllm import (
     VLLMEngine,
@@ -36,13 +35,6 @@ engine = VLLMEngine()
 def real_flags() -> FlagSet:
     """vllm 0.33.0's own flag set: ``vllm serve --help=all`` run on a CPU machine (see the fixture)."""
     return parse_help_flags(REAL_HELP.read_text())
-
-
-def test_registered_by_name() -> None:
-    assert "vllm" in engine_names()
-    assert isinstance(get_engine("vllm"), VLLMEngine)
-    assert engine.memory_rules is not None and engine.memory_rules.fraction_flag == "gpu-memory-utilization"
-    assert engine.memory_rules.tp_flag == "tensor-parallel-size"
 
 
 # ---------------------------------------------------------------- speculative fields and JSON
@@ -258,47 +250,17 @@ def test_per_request_metrics_flag_only_where_the_launcher_has_it() -> None:
 
 
 @pytest.mark.parametrize(
-    ("log", "exit_code", "kind", "reason"),
+    ("log", "kind", "root"),
     [
-        # argparse (instant): vllm 0.33.0 itself, on a CPU machine
-        ("argparse_unknown_flag.real.log", 2, OutcomeKind.INVALID_CONFIG, "unrecognized arguments: --bogus-flag 1"),
-        ("argparse_bad_json.real.log", 2, OutcomeKind.INVALID_CONFIG, "argument --speculative-config/-sc"),
-        ("argparse_bad_int.real.log", 2, OutcomeKind.INVALID_CONFIG, "argument --max-num-seqs: invalid int value"),
-        # config build (seconds)
-        ("config_batched_below_seqs.log", 1, OutcomeKind.INVALID_CONFIG, "max_num_batched_tokens (32) must be"),
-        ("config_spec_key_twice.log", 1, OutcomeKind.INVALID_CONFIG, "are mutually exclusive"),
-        # engine start (minutes), each memory message of vllm.md
-        ("engine_free_memory.log", 1, OutcomeKind.MEMORY_TOO_HIGH, "is less than desired GPU memory utilization"),
-        ("engine_no_kv_memory.log", 1, OutcomeKind.MEMORY_TOO_LOW, "No available memory for the cache blocks"),
-        ("engine_max_seq_len.log", 1, OutcomeKind.MEMORY_TOO_LOW, "To serve at least one request with the model's"),
-        ("engine_auto_fit.log", 1, OutcomeKind.MEMORY_TOO_LOW, "Cannot auto-fit max_model_len"),
-        ("engine_sampler_oom.log", 1, OutcomeKind.MEMORY_TOO_HIGH, "CUDA out of memory occurred when warming up"),
-        ("engine_graph_oom.log", 1, OutcomeKind.MEMORY_TOO_HIGH, "CUDA out of memory. Tried to allocate"),
-        ("engine_memory_profiling.log", 1, OutcomeKind.CRASHED, "retryable: AssertionError: Error in memory profiling"),
-        ("engine_nccl.log", 1, OutcomeKind.CRASHED, "RuntimeError: NCCL error"),
-        ("port_in_use.log", 1, OutcomeKind.PORT_IN_USE, "Address already in use"),
+        ("engine_graph_oom.log", OutcomeKind.MEMORY_TOO_HIGH, "CUDA out of memory. Tried to allocate"),
+        ("engine_nccl.log", OutcomeKind.CRASHED, "RuntimeError: NCCL error"),
     ],
 )
-def test_failure_classification_on_recorded_logs(log: str, exit_code: int, kind: OutcomeKind, reason: str) -> None:
-    failure = engine.classify_failure(exit_code=exit_code, log_text=(LOGS / log).read_text(), timed_out=False)
-    assert failure.kind is kind, failure.reason
-    assert reason in failure.reason
-    assert "Engine core initialization failed" not in failure.reason  # the root cause, not the epilogue
-
-
-def test_timeout_without_memory_message_is_launch_timeout() -> None:
-    failure = engine.classify_failure(exit_code=None, log_text="(APIServer pid=1) INFO ... loading", timed_out=True)
-    assert failure.kind is OutcomeKind.LAUNCH_TIMEOUT
-
-
-def test_memory_facts_from_the_startup_log() -> None:
-    facts = engine.memory_facts((LOGS / "startup_ok.log").read_text())
-    assert facts is not None
-    assert facts.weights_bytes == pytest.approx(25.89 * 2**30)
-    assert facts.kv_pool_bytes == pytest.approx(15.59 * 2**30)
-    assert facts.kv_tokens == 480592
-    assert facts.graph_bytes == pytest.approx(0.82 * 2**30)
-    assert engine.memory_facts("nothing here") is None
+def test_the_root_cause_not_the_engine_core_epilogue(log: str, kind: OutcomeKind, root: str) -> None:
+    """vLLM ends every failed start with "Engine core initialization failed"; the reason is the root."""
+    failure = engine.classify_failure(exit_code=1, log_text=(LOGS / log).read_text(), timed_out=False)
+    assert failure.kind is kind and root in failure.reason
+    assert "Engine core initialization failed" not in failure.reason
 
 
 # ---------------------------------------------------------------- log lines and metrics
@@ -366,7 +328,7 @@ def test_server_stats_from_log_window_and_metric_deltas() -> None:
             PREFIX + PUBLIC_ENGINE_LINE,
             PREFIX + PUBLIC_SPEC_LINE,
             PREFIX + PUBLIC_ENGINE_LINE.replace("74.7", "80.7"),
-            PREFIX + PUBLIC_SPEC_LINE.replace("Accepted: 489", "Accepted: 300"),
+            PREFIX + PUBLIC_SPEC_LINE.replace("Accepted: 489", "Accepted: 300").replace("length: 2.87", "length: 2.14"),
             PREFIX + idle,
             "unrelated",
         ]
@@ -376,7 +338,8 @@ def test_server_stats_from_log_window_and_metric_deltas() -> None:
     )
     assert stats is not None
     assert stats.log_lines == 2 and stats.gen_tok_s == pytest.approx(77.7)  # the idle line does not count
-    assert stats.accept_length == pytest.approx(1 + (489 + 300) / (2 * 1572 / 6))
+    # each interval's printed mean, weighted by its verify steps: 1 + Σaccepted / Σsteps to rounding
+    assert stats.accept_length == pytest.approx(1 + (489 + 300) / (2 * 1572 / 6), abs=0.01)
     assert stats.generated_tokens == 600
     assert stats.metrics_accept_length == pytest.approx(1 + 350 / 200)  # 1 + Δaccepted / Δdrafts
     assert engine.server_stats(log_window="nothing", metrics_before=None, metrics_after=None) is None

@@ -8,11 +8,14 @@ server's HTTP protocol. Its phases, in the order the tuner uses them:
 3. argv: the full command line (``build_argv``);
 4. readiness: one probe of the running server (``is_ready``);
 5. effective config: what the server says it resolved (``effective_config``);
-6. failure classification: exit code + log text -> :class:`Failure` (``classify_failure``);
+6. failure classification: exit code + log text -> :class:`Failure` (``classify_failure``, driven
+   by the engine's :class:`FailureRules`: the root exception of the log, the start-up stage it
+   happened in, the engine's own memory messages);
 7. requests: stream one generation and yield token counts (``stream_generate``);
 8. server-side figures: reset lifetime counters before measuring (``reset_stats``), scrape
    metrics (``scrape_metrics``) and read the server's own throughput and acceptance from its log
-   and metrics (``server_stats``), to cross-check the client's numbers.
+   (``log_figures``) and metrics (``metric_names``), which ``server_stats`` combines, to
+   cross-check the client's numbers.
 """
 
 from __future__ import annotations
@@ -22,14 +25,17 @@ import hashlib
 import json
 import os
 import re
+import statistics
 import subprocess
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import Field
 
+from autotune.engines.failures import FailureRules, classify, failure_in
 from autotune.errors import FlagError, LauncherError
 from autotune.feasibility import MemoryRules
 from autotune.models import Frozen
@@ -98,6 +104,90 @@ class ServerStats(Frozen):
     log_lines: int = 0
     generated_tokens: float | None = Field(default=None, description="counter delta from /metrics")
     metrics_accept_length: float | None = None
+
+
+class LogFigures(Frozen):
+    """The figures of a server's periodic log lines over a window, line by line, in log order.
+
+    Only lines of busy intervals count, and of each data-parallel group only one rank's lines (the
+    others repeat them)."""
+
+    gen_tok_s: dict[str, list[float]] = Field(
+        default_factory=dict, description="generation throughput per line, per data-parallel group or engine"
+    )
+    accept_lengths: list[float] = Field(default_factory=list, description="accept length per line")
+    accept_weights: list[float] | None = Field(
+        default=None, description="how much each accept length weighs (verify steps); None: equally"
+    )
+
+    @property
+    def lines(self) -> int:
+        return sum(len(values) for values in self.gen_tok_s.values())
+
+    @property
+    def total_gen_tok_s(self) -> float | None:
+        """The groups run side by side: the sum of each group's median."""
+        groups = [values for values in self.gen_tok_s.values() if values]
+        return sum(statistics.median(values) for values in groups) if groups else None
+
+    @property
+    def accept_length(self) -> float | None:
+        if not self.accept_lengths:
+            return None
+        weights = self.accept_weights
+        if weights is None or len(weights) != len(self.accept_lengths) or not sum(weights):
+            return statistics.fmean(self.accept_lengths)
+        return sum(a * w for a, w in zip(self.accept_lengths, weights, strict=True)) / sum(weights)
+
+
+class MetricNames(Frozen):
+    """Which Prometheus series hold an engine's generated tokens and its acceptance."""
+
+    generated: str = Field(description="counter of generated tokens")
+    drafts: str | None = Field(default=None, description="counter of verify steps with a draft")
+    accepted: str | None = Field(default=None, description="counter of accepted draft tokens")
+    accept_length: str | None = Field(default=None, description="gauge of the accept length, when served as one")
+
+
+def counter_totals(text: str) -> dict[str, float]:
+    """Sum of every sample per name over its labels (engines, ranks, positions), with prometheus_client."""
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return totals
+
+
+def metric_figures(names: MetricNames, before: str, after: str) -> tuple[float | None, float | None]:
+    """Generated tokens (counter delta) and accept length (the gauge, else 1 + Δaccepted / Δdrafts)
+    between two scrapes."""
+    first, last = counter_totals(before), counter_totals(after)
+
+    def delta(name: str | None) -> float | None:
+        return last[name] - first.get(name, 0.0) if name is not None and name in last else None
+
+    accept = last.get(names.accept_length) if names.accept_length is not None else None
+    drafts, accepted = delta(names.drafts), delta(names.accepted)
+    if accept is None and drafts and accepted is not None:
+        accept = 1.0 + accepted / drafts
+    return delta(names.generated), accept
+
+
+_RANK_TAG = re.compile(r"(?:DP|TP|PP|EP|rank=)(\d+)")
+
+
+def first_rank_search(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    """The match of ``pattern`` on the lowest rank's line (``TP0`` before ``TP1``; ``Worker_TP0``,
+    ``rank=0``; untagged lines count as rank 0), the earliest among equals: ranks log the same
+    start-up line in any order, and a per-GPU figure is the first rank's."""
+    best: tuple[tuple[int, ...], int] | None = None
+    chosen: re.Match[str] | None = None
+    for match in pattern.finditer(text):
+        prefix = text[text.rfind("\n", 0, match.start()) + 1 : match.start()]
+        key = (tuple(int(n) for n in _RANK_TAG.findall(prefix)) or (0,), match.start())
+        if best is None or key < best:
+            best, chosen = key, match
+    return chosen
 
 
 class MemoryFacts(Frozen):
@@ -186,6 +276,10 @@ class Engine(ABC):
     renamed_flags: ClassVar[Mapping[str, str]] = {}
     reserved_flags: ClassVar[frozenset[str]] = frozenset()
     """Flags autotune sets itself (model, host, port); a space may not set them."""
+    failure_rules: ClassVar[FailureRules] = FailureRules()
+    """What the engine prints when it fails (see :mod:`autotune.engines.failures`)."""
+    metric_names: ClassVar[MetricNames | None] = None
+    """Where its ``/metrics`` keep generated tokens and acceptance (None: not read)."""
 
     def read_flag_set(self, launcher: list[str], *, env: Mapping[str, str] | None = None) -> FlagSet:
         return parse_help_flags(run_help([*launcher, "--help"], env=env))
@@ -216,9 +310,15 @@ class Engine(ABC):
     def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> EffectiveConfig:
         """Read back what the server resolved for the plan's flags."""
 
-    @abstractmethod
     def classify_failure(self, *, exit_code: int | None, log_text: str, timed_out: bool) -> Failure:
-        """Decide why a launch failed from its exit code and log."""
+        """Decide why a launch failed from its exit code and log, by :attr:`failure_rules`."""
+        kind, reason = classify(self.failure_rules, exit_code=exit_code, log_text=log_text, timed_out=timed_out)
+        return Failure(kind=kind, reason=reason)
+
+    def failure_in(self, log_text: str) -> Failure | None:
+        """The failure a log names, by :attr:`failure_rules`; None when it shows none (a healthy log)."""
+        found = failure_in(self.failure_rules, log_text)
+        return Failure(kind=found[0], reason=found[1]) if found is not None else None
 
     @abstractmethod
     def stream_generate(
@@ -236,11 +336,28 @@ class Engine(ABC):
         response = await client.get(f"{base_url}/metrics")
         return response.text if response.status_code == 200 else None
 
+    def log_figures(self, log_window: str) -> LogFigures:
+        """The throughput and acceptance of the engine's periodic (or per-request) log lines."""
+        return LogFigures()
+
     def server_stats(
         self, *, log_window: str, metrics_before: str | None, metrics_after: str | None
     ) -> ServerStats | None:
-        """The server's own throughput and acceptance over a window of its log and metrics."""
-        return None
+        """The server's own throughput and acceptance over a window of its log and metrics (None
+        when the window logged no busy line and the metrics count no generated token)."""
+        logged = self.log_figures(log_window)
+        generated = accept = None
+        if self.metric_names is not None and metrics_before is not None and metrics_after is not None:
+            generated, accept = metric_figures(self.metric_names, metrics_before, metrics_after)
+        if not logged.lines and generated is None:
+            return None
+        return ServerStats(
+            gen_tok_s=logged.total_gen_tok_s,
+            accept_length=logged.accept_length,
+            log_lines=logged.lines,
+            generated_tokens=generated,
+            metrics_accept_length=accept,
+        )
 
     def memory_facts(self, log_text: str) -> MemoryFacts | None:
         """Weights, pools and graph memory the server logged while starting (None: not logged)."""
@@ -263,28 +380,19 @@ async def sse_events(
             yield event
 
 
-def line_with(text: str, needle: str) -> str:
-    """The first log line holding ``needle``, stripped; the needle itself if none does."""
-    for line in text.splitlines():
-        if needle in line:
-            return line.strip()
-    return needle
-
-
-def memory_failure(
-    log_text: str,
-    *,
-    too_low: Sequence[str],
-    too_high: Sequence[str],
-    describe: Callable[[str, str], str] = line_with,
-) -> Failure | None:
-    """The first of an engine's memory messages found in a log (too low before too high), as a
-    failure whose reason is the line that says it; None when the log names no memory failure."""
-    for kind, needles in ((OutcomeKind.MEMORY_TOO_LOW, too_low), (OutcomeKind.MEMORY_TOO_HIGH, too_high)):
-        for needle in needles:
-            if needle in log_text:
-                return Failure(kind=kind, reason=describe(log_text, needle))
-    return None
+def scalar(text: str) -> FlagValue | None:
+    """A value written as text (a Prometheus label, a command-line word) read back: ``None``,
+    ``True``/``False``, an int, a float, else the text itself."""
+    if text == "None":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
 
 
 def flag_argv(flags: Mapping[str, FlagValue]) -> list[str]:

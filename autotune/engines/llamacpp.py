@@ -15,30 +15,15 @@ is the draft's confidence floor). On a CPU, ``--threads 1`` keeps a 2-core machi
 from __future__ import annotations
 
 import re
-import statistics
 from collections.abc import AsyncIterator, Mapping
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict
 
-from autotune.engines.base import (
-    EffectiveConfig,
-    Engine,
-    Failure,
-    FlagSet,
-    InvalidConfig,
-    LaunchPlan,
-    ServerStats,
-    StreamChunk,
-    flag_argv,
-    line_with,
-    memory_failure,
-    run_help,
-    sse_events,
-)
+from autotune.engines import base
+from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan, flag_argv, run_help, sse_events
+from autotune.engines.failures import FailureRules
 from autotune.errors import MeasurementError
-from autotune.outcomes import OutcomeKind
 from autotune.space import FlagValue
 from autotune.workload import Prompt
 
@@ -87,16 +72,19 @@ _REMOVED = {
     "draft-n-min": "spec-draft-n-min",
 }
 
-# Log text -> failure kind, checked in order.
-_MEMORY = ("failed to allocate", "cudaMalloc failed", "out of memory")
-_INVALID = (
-    re.compile(r"error: invalid argument: .*"),
-    re.compile(r"error while handling argument .*"),
-    re.compile(r"error while handling environment variable .*"),
-    re.compile(r".*the argument has been removed.*"),
-    re.compile(r".*unknown speculative type: .*"),
+# What llama-server prints when it fails (the classifier is autotune.engines.failures). It has no
+# memory fraction: memory it cannot get (``failed to allocate`` a buffer for the KV cache, weights
+# or compute) is memory asked beyond what the machine has, like a too-large --ctx-size: too high.
+FAILURES = FailureRules(
+    too_high=(r"failed to allocate", r"cudaMalloc failed", r"out of memory"),
+    invalid=(
+        r"error: invalid argument: ",
+        r"error while handling argument ",
+        r"error while handling environment variable ",
+        r"the argument has been removed",
+        r"unknown speculative type: ",
+    ),
 )
-_BIND = "couldn't bind"
 
 
 class RequestTimings(BaseModel):
@@ -181,15 +169,6 @@ def parse_request_logs(log_text: str) -> list[RequestLog]:
     return found
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    """Sum of every sample per name (labels dropped), with prometheus_client's parser."""
-    totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
-    return totals
-
-
 class HelpEntry(BaseModel):
     """One option of llama-server's ``--help``: its names (without dashes) and whether it takes a value."""
 
@@ -259,6 +238,12 @@ class LlamaCppEngine(Engine):
     name = "llamacpp"
     renamed_flags = _REMOVED
     reserved_flags = frozenset({"model", "m", "host", "port"})
+    failure_rules = FAILURES
+    metric_names = base.MetricNames(
+        generated=METRICS_PREFIX + "tokens_predicted_total",
+        drafts=METRICS_PREFIX + "spec_decode_num_drafts_total",
+        accepted=METRICS_PREFIX + "spec_decode_num_accepted_tokens_total",
+    )
 
     def __init__(self) -> None:
         self._aliases: dict[str, str] = dict(_KNOWN_ALIASES)
@@ -328,7 +313,7 @@ class LlamaCppEngine(Engine):
         metrics = [] if "metrics" in plan.flags else ["--metrics"]
         return [*launcher, "--model", model, "--host", host, "--port", str(port), *flag_argv(plan.flags), *metrics]
 
-    def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> EffectiveConfig:
+    def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> base.EffectiveConfig:
         """From ``/props``: slots (``parallel``), context per slot, model, build; from ``/slots`` (on
         by default): whether the slots speculate at all (``/props`` shows the request defaults'
         speculative types, not the server's)."""
@@ -350,62 +335,19 @@ class LlamaCppEngine(Engine):
             pass
         values = {k: v for k, v in values.items() if v is None or isinstance(v, (str, int, float, bool))}
         build = props.get("build_info")
-        return EffectiveConfig(version=str(build) if build is not None else None, values=values)
+        return base.EffectiveConfig(version=str(build) if build is not None else None, values=values)
 
-    def classify_failure(self, *, exit_code: int | None, log_text: str, timed_out: bool) -> Failure:
-        """``failed to allocate`` (a buffer for the KV cache, weights or compute) is memory asked
-        beyond what the machine has: :attr:`OutcomeKind.MEMORY_TOO_HIGH`, like a too-large
-        ``--ctx-size``. A taken port (``couldn't bind``) is no fault of the config: a crash."""
-        memory = memory_failure(log_text, too_low=(), too_high=_MEMORY)
-        if memory is not None:
-            return memory
-        if timed_out:
-            return Failure(
-                kind=OutcomeKind.LAUNCH_TIMEOUT, reason="the server did not become ready before the deadline"
-            )
-        for pattern in _INVALID:
-            match = pattern.search(log_text)
-            if match is not None:
-                return Failure(kind=OutcomeKind.INVALID_CONFIG, reason=match.group(0).strip())
-        if _BIND in log_text:
-            return Failure(kind=OutcomeKind.CRASHED, reason=line_with(log_text, _BIND))
-        lines = [line.strip() for line in log_text.splitlines() if line.strip()]
-        last = lines[-1] if lines else "(empty log)"
-        return Failure(kind=OutcomeKind.CRASHED, reason=f"exit code {exit_code}: {last}")
-
-    def server_stats(
-        self, *, log_window: str, metrics_before: str | None, metrics_after: str | None
-    ) -> ServerStats | None:
-        """Per finished request the log's ``eval time`` (tokens/s) and ``mean len`` (accept
-        length, llama.cpp's: 1 + accepted / verify steps); over the window the ``/metrics`` deltas
-        of predicted tokens and of accepted tokens per draft verification."""
+    def log_figures(self, log_window: str) -> base.LogFigures:
+        """Per finished request the log's ``eval time`` (tokens/s) and ``mean len`` (accept length,
+        llama.cpp's: 1 + accepted / verify steps)."""
         requests = parse_request_logs(log_window)
         accepts = [r.mean_accept_length for r in requests if r.mean_accept_length is not None]
-        generated = accept = None
-        if metrics_before is not None and metrics_after is not None:
-            before, after = parse_metrics(metrics_before), parse_metrics(metrics_after)
-
-            def delta(name: str) -> float | None:
-                key = METRICS_PREFIX + name
-                return after[key] - before.get(key, 0.0) if key in after else None
-
-            generated = delta("tokens_predicted_total")
-            drafts, accepted = delta("spec_decode_num_drafts_total"), delta("spec_decode_num_accepted_tokens_total")
-            if drafts and accepted is not None:
-                accept = 1.0 + accepted / drafts
-        if not requests and generated is None:
-            return None
-        return ServerStats(
-            gen_tok_s=statistics.median(r.eval_tok_s for r in requests) if requests else None,
-            accept_length=statistics.fmean(accepts) if accepts else None,
-            log_lines=len(requests),
-            generated_tokens=generated,
-            metrics_accept_length=accept,
-        )
+        return base.LogFigures(gen_tok_s={"server": [r.eval_tok_s for r in requests]} if requests else {},
+                          accept_lengths=accepts)  # fmt: skip
 
     async def stream_generate(
         self, client: httpx.AsyncClient, base_url: str, prompt: Prompt, *, max_tokens: int, ignore_eos: bool
-    ) -> AsyncIterator[StreamChunk]:
+    ) -> AsyncIterator[base.StreamChunk]:
         """``POST /completion`` with ``stream``; one chunk per event.
 
         The accept length of a request is tokens per target decode step, from the last event's
@@ -432,7 +374,7 @@ class LlamaCppEngine(Engine):
                 raise MeasurementError(f"llama-server: {event['error']}")
             finished = bool(event.get("stop"))
             timings = RequestTimings.model_validate(event["timings"]) if "timings" in event else None
-            yield StreamChunk(
+            yield base.StreamChunk(
                 completion_tokens=int(event.get("tokens_predicted", 0)),
                 prompt_tokens=event.get("tokens_evaluated"),
                 finished=finished,

@@ -8,29 +8,16 @@ and configs SGLang would refuse are never launched.
 from __future__ import annotations
 
 import re
-import statistics
 from collections.abc import AsyncIterator, Mapping
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune.engines.base import (
-    EffectiveConfig,
-    Engine,
-    Failure,
-    InvalidConfig,
-    LaunchPlan,
-    MemoryFacts,
-    ServerStats,
-    StreamChunk,
-    flag_argv,
-    memory_failure,
-    sse_events,
-)
+from autotune.engines import base
+from autotune.engines.base import Engine, InvalidConfig, LaunchPlan, first_rank_search, flag_argv, sse_events
+from autotune.engines.failures import CAPTURING, LOADING_WEIGHTS, SERVING, SIZING_POOLS, FailureRules
 from autotune.errors import MeasurementError
 from autotune.feasibility import MemoryRules
-from autotune.outcomes import OutcomeKind
 from autotune.space import FlagValue
 from autotune.workload import Prompt
 
@@ -43,30 +30,40 @@ DFLASH_BLOCK = "speculative-dflash-block-size"
 RADIX_STRATEGY = "mamba-radix-cache-strategy"
 CONTEXT = "context-length"
 
-# Log text -> failure kind, checked in order (sglang.md "Memory").
-_MEMORY_TOO_LOW = (
-    "Loaded weights leave no GPU memory for the KV cache",
-    "Not enough memory. Please try to increase --mem-fraction-static",
-    "Not enough GPU memory for hybrid (mamba/linear-attention) state cache",
-    "Hybrid (mamba/linear-attention) state cache is too small to serve any requests",
-)
-_MEMORY_TOO_HIGH = ("Capture cuda graph failed", "CUDA out of memory", "torch.OutOfMemoryError")
-_PORT_TAKEN = re.compile(r".*address already in use.*", re.IGNORECASE)
-_ERRORISH = re.compile(r"\w*(Error|Exception)\b|Fatal|Segmentation fault")
-_INVALID = (
-    re.compile(r"error: unrecognized arguments: .*"),
-    re.compile(r"error: ambiguous option: .*"),
-    re.compile(r"error: argument .*"),
-    re.compile(r"^AssertionError.*$", re.MULTILINE),
-    re.compile(r"^ValueError: .*$", re.MULTILINE),
+# What SGLang prints on its way up and when it fails (sglang.md "Memory"; the classifier is
+# autotune.engines.failures): an out-of-memory error while the weights load or the pools are sized
+# means the fraction left too little; from graph capture on, that it left too little outside.
+FAILURES = FailureRules(
+    stages=(
+        (r"Load weight begin|Loading safetensors checkpoint shards|, in load_model$", LOADING_WEIGHTS),
+        (r"Load weight end|Memory pool|KV Cache is allocated|Mamba Cache is allocated"
+         r"|, in (?:init_memory_pool|profile_max_num_token)$", SIZING_POOLS),
+        (r"Capture (?:piecewise )?cuda graph (?:begin|bs)|Capturing batches|, in (?:init_cuda_graphs|capture)$",
+         CAPTURING),
+        (r"Capture (?:piecewise )?cuda graph end|max_total_num_tokens=|fired up and ready|(?:Prefill|Decode) batch"
+         r"|POST /generate|, in (?:event_loop_\w+|run_batch|_wait_and_warmup)$", SERVING),
+    ),  # fmt: skip
+    too_low=(
+        r"Loaded weights leave no GPU memory for the KV cache",
+        r"Not enough memory\. Please try to increase --mem-fraction-static",
+        r"Not enough memory to allocate KV cache",  # the wording proposed in sglang#23181
+        r"Not enough GPU memory for hybrid \(mamba/linear-attention\) state cache",
+        r"Hybrid \(mamba/linear-attention\) state cache is too small to serve any requests",
+        r"larger than the profiled value -\d",  # the pool profile came out negative
+    ),
+    wrappers=(
+        r"Initialization failed\. (?:Please )?see the error messages above",
+        r"scheduler is dead|Child process unexpectedly failed|Received sigquit",
+    ),
+    prefixes=(r"^Capture (?:piecewise )?cuda graph failed:\s*",),
 )
 
-
-_DECODE_PREFIX = re.compile(
-    r"^(?:\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: (?P<rank>[A-Z]+\d+(?: [A-Z]+\d+)*))?\] )?"
-    r"Decode batch(?: \[\d+\])?[.,] (?P<fields>.*)$"
+_DECODE = re.compile(
+    r"(?:\[(?P<time>(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d)(?:[.,]\d+)?(?P<rank>(?: [A-Z]+\d+)+)?\]\s*)?"
+    r"(?:\[\d+\]\s*)?Decode batch(?: \[\d+\])?[.,:]?\s+(?P<fields>.*)$"
 )
 _FIELD = re.compile(r"\s*(?P<key>[^:,]+?):\s*(?P<value>[^,]+?)\s*(?:,|$)")
+_RANK = re.compile(r"(?P<dim>[A-Z]+)(?P<index>\d+)")
 
 
 class DecodeBatchLine(BaseModel):
@@ -75,7 +72,7 @@ class DecodeBatchLine(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     time: str | None
-    rank: str | None
+    rank: str | None = Field(description="the rank tag: TP0, DP1 TP4, PP0 TP0 ...; None when untagged")
     running_req: int
     tokens: int | None = Field(description="#token, or #full token on hybrid models")
     token_usage: float | None
@@ -89,7 +86,7 @@ class DecodeBatchLine(BaseModel):
 
 def parse_decode_line(line: str) -> DecodeBatchLine | None:
     """Parse SGLang's ``Decode batch`` line by field name; None for any other line."""
-    match = _DECODE_PREFIX.match(line.strip())
+    match = _DECODE.search(line.strip())
     if match is None:
         return None
     fields = {m["key"].strip(): m["value"].strip() for m in _FIELD.finditer(match["fields"])}
@@ -111,7 +108,7 @@ def parse_decode_line(line: str) -> DecodeBatchLine | None:
     graph = next((fields[k] for k in fields if k.endswith(" graph")), None)
     return DecodeBatchLine(
         time=match["time"],
-        rank=match["rank"],
+        rank=match["rank"].strip() if match["rank"] else None,
         running_req=int(running),
         tokens=int(tokens) if tokens is not None else None,
         token_usage=number("token usage", "full token usage"),
@@ -124,13 +121,16 @@ def parse_decode_line(line: str) -> DecodeBatchLine | None:
     )
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    """Sum of every sample per name (labels dropped), with prometheus_client's parser."""
-    totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
-    return totals
+def decode_group(rank: str | None) -> tuple[str, tuple[int, ...]]:
+    """A rank tag's data-parallel group (``DP1``; ``""`` without one) and its place in the group
+    (the other dimensions' indices): ``DP1 TP4`` -> ``("DP1", (4,))``."""
+    group, place = "", []
+    for match in _RANK.finditer(rank or ""):
+        if match["dim"] == "DP":
+            group = f"DP{match['index']}"
+        else:
+            place.append(int(match["index"]))
+    return group, tuple(place)
 
 
 _SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
@@ -154,13 +154,30 @@ def parse_context_length(value: FlagValue) -> int:
 
 _GIB = 2**30
 _WEIGHTS_LINE = re.compile(r"Load weight end\..*?mem usage=(?P<gb>[\d.]+) GB")
-_KV_LINE = re.compile(
-    r"KV Cache is allocated\. #tokens: (?P<tokens>\d+), K size: (?P<k>[\d.]+) GB, V size: (?P<v>[\d.]+) GB"
-)
-_GRAPH_LINE = re.compile(r"Capture cuda graph end\..*?mem usage=(?P<gb>[\d.]+) GB")
+_KV_LINE = re.compile(r"KV Cache is allocated\.(?P<fields>.*)$", re.MULTILINE)
+_TOTAL_TOKENS_LINE = re.compile(r"max_total_num_tokens=(?P<tokens>\d+)")
+_GRAPH_LINE = re.compile(r"Capture (?:cuda|CUDA) graph end\..*?mem usage=(?P<gb>[\d.]+) GB")
 _FREE_LINE = re.compile(r"Load weight begin\. avail mem=(?P<gb>[\d.]+) GB")
 _POOLS_LINE = re.compile(r"Memory pool end\. avail mem=(?P<gb>[\d.]+) GB")
 _CAPTURE_LINE = re.compile(r"Capture cuda graph bs \[(?P<sizes>[\d, ]+)\]")
+_SIZE = re.compile(r"(?P<key>#tokens|K size|V size|KV size):\s*(?P<value>[\d.]+)\s*(?P<unit>GB|MB)?")
+
+
+def _kv_figures(line: str) -> tuple[int | None, float | None]:
+    """``#tokens`` and the pool size (``K size`` + ``V size``, or one ``KV size``) of a ``KV Cache is
+    allocated.`` line, by field: releases add fields (``dtype: torch.bfloat16``) and reorder them."""
+    tokens: int | None = None
+    gib = 0.0
+    sized = False
+    for match in _SIZE.finditer(line):
+        if match["key"] == "#tokens":
+            tokens = int(float(match["value"]))
+        else:
+            gib += float(match["value"]) / (1024 if match["unit"] == "MB" else 1)
+            sized = True
+    return tokens, gib * _GIB if sized else None
+
+
 _LOG_NOISE = frozenset({"enable-metrics", "decode-log-interval", "log-level", "random-seed", "served-model-name"})
 _SPEC_DEMAND = frozenset({STEPS, TOPK, DRAFT})
 
@@ -191,6 +208,10 @@ class SGLangEngine(Engine):
         "cuda-graph-max-bs": "cuda-graph-max-bs-decode",
     }
     reserved_flags = frozenset({"model-path", "model", "host", "port"})
+    failure_rules = FAILURES
+    metric_names = base.MetricNames(
+        generated="sglang:generation_tokens_total", accept_length="sglang:spec_accept_length"
+    )
 
     def normalise(self, flags: Mapping[str, FlagValue]) -> LaunchPlan:
         """SGLang's launch-time rules (0.5.23):
@@ -250,7 +271,7 @@ class SGLangEngine(Engine):
         metrics = [] if "enable-metrics" in plan.flags else ["--enable-metrics"]
         return [*launcher, "--model-path", model, "--host", host, "--port", str(port), *flag_argv(plan.flags), *metrics]
 
-    def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> EffectiveConfig:
+    def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> base.EffectiveConfig:
         try:
             info = client.get(f"{base_url}/server_info", timeout=30.0).raise_for_status().json()
         except (httpx.HTTPError, ValueError) as exc:
@@ -262,81 +283,59 @@ class SGLangEngine(Engine):
             if key in info and (info[key] is None or isinstance(info[key], (str, int, float, bool))):
                 values[flag] = info[key]
         version = info.get("version")
-        return EffectiveConfig(version=str(version) if version is not None else None, values=values)
+        return base.EffectiveConfig(version=str(version) if version is not None else None, values=values)
 
-    def memory_facts(self, log_text: str) -> MemoryFacts | None:
-        weights, kv, graph = (pattern.search(log_text) for pattern in (_WEIGHTS_LINE, _KV_LINE, _GRAPH_LINE))
-        if weights is None and kv is None and graph is None:
+    def memory_facts(self, log_text: str) -> base.MemoryFacts | None:
+        weights, kv, graph, total = (
+            first_rank_search(p, log_text) for p in (_WEIGHTS_LINE, _KV_LINE, _GRAPH_LINE, _TOTAL_TOKENS_LINE)
+        )
+        if weights is None and kv is None and graph is None and total is None:
             return None
-        free, pools, capture = (p.search(log_text) for p in (_FREE_LINE, _POOLS_LINE, _CAPTURE_LINE))
+        free, pools, capture = (first_rank_search(p, log_text) for p in (_FREE_LINE, _POOLS_LINE, _CAPTURE_LINE))
         sizes = [int(size) for size in capture["sizes"].split(",") if size.strip()] if capture else []
-        return MemoryFacts(
+        kv_tokens, kv_bytes = _kv_figures(kv["fields"]) if kv else (None, None)
+        return base.MemoryFacts(
             weights_bytes=float(weights["gb"]) * _GIB if weights else None,
-            kv_pool_bytes=(float(kv["k"]) + float(kv["v"])) * _GIB if kv else None,
-            kv_tokens=int(kv["tokens"]) if kv else None,
+            kv_pool_bytes=kv_bytes,
+            kv_tokens=kv_tokens if kv_tokens is not None else int(total["tokens"]) if total else None,
             graph_bytes=float(graph["gb"]) * _GIB if graph else None,
             free_at_start_bytes=float(free["gb"]) * _GIB if free else None,
             avail_after_pools_bytes=float(pools["gb"]) * _GIB if pools else None,
             graph_batch=max(sizes) if sizes and graph else None,
         )
 
-    def classify_failure(self, *, exit_code: int | None, log_text: str, timed_out: bool) -> Failure:
-        memory = memory_failure(log_text, too_low=_MEMORY_TOO_LOW, too_high=_MEMORY_TOO_HIGH)
-        if memory is not None:
-            return memory
-        bind = _PORT_TAKEN.search(log_text)
-        if bind is not None:
-            return Failure(kind=OutcomeKind.PORT_IN_USE, reason=bind.group(0).strip())
-        if timed_out:
-            return Failure(
-                kind=OutcomeKind.LAUNCH_TIMEOUT, reason="the server did not become ready before the deadline"
-            )
-        for pattern in _INVALID:
-            match = pattern.search(log_text)
-            if match is not None:
-                return Failure(kind=OutcomeKind.INVALID_CONFIG, reason=match.group(0).strip() or "AssertionError")
-        lines = [line.strip() for line in log_text.splitlines() if line.strip()]
-        # The last error-looking line says more than SGLang's closing "Received sigquit ..." line.
-        errors = [line for line in lines if _ERRORISH.search(line)]
-        last = (errors or lines or ["(empty log)"])[-1]
-        return Failure(kind=OutcomeKind.CRASHED, reason=f"exit code {exit_code}: {last}")
-
     async def reset_stats(self, client: httpx.AsyncClient, base_url: str) -> None:
         (await client.post(f"{base_url}/flush_cache")).raise_for_status()
 
-    def server_stats(
-        self, *, log_window: str, metrics_before: str | None, metrics_after: str | None
-    ) -> ServerStats | None:
+    def log_figures(self, log_window: str) -> base.LogFigures:
+        """``Decode batch`` lines with running requests; every rank of a data-parallel group prints
+        the same step, so per group (``DP1``) only its first rank's lines count, and the groups,
+        which decode side by side, are summed by :class:`base.LogFigures`."""
         lines = [p for p in map(parse_decode_line, log_window.splitlines()) if p is not None and p.running_req > 0]
-        # One line per step is printed by every TP rank that logs; keep rank 0 (or untagged).
-        lines = [p for p in lines if p.rank is None or p.rank.startswith("TP0")]
-        accepts = [p.accept_len for p in lines if p.accept_len is not None]
-        generated = accept = None
-        if metrics_before is not None and metrics_after is not None:
-            before, after = parse_metrics(metrics_before), parse_metrics(metrics_after)
-            if "sglang:generation_tokens_total" in after:
-                generated = after["sglang:generation_tokens_total"] - before.get("sglang:generation_tokens_total", 0.0)
-            accept = after.get("sglang:spec_accept_length")
-        if not lines and generated is None:
-            return None
-        return ServerStats(
-            gen_tok_s=statistics.median(p.gen_throughput for p in lines) if lines else None,
-            accept_length=statistics.fmean(accepts) if accepts else None,
-            log_lines=len(lines),
-            generated_tokens=generated,
-            metrics_accept_length=accept,
-        )
+        first: dict[str, tuple[int, ...]] = {}
+        for line in lines:
+            group, place = decode_group(line.rank)
+            first[group] = min(first.get(group, place), place)
+        groups: dict[str, list[float]] = {}
+        accepts: list[float] = []
+        for line in lines:
+            group, place = decode_group(line.rank)
+            if place == first[group]:
+                groups.setdefault(group, []).append(line.gen_throughput)
+                if line.accept_len is not None:
+                    accepts.append(line.accept_len)
+        return base.LogFigures(gen_tok_s=groups, accept_lengths=accepts)
 
     async def stream_generate(
         self, client: httpx.AsyncClient, base_url: str, prompt: Prompt, *, max_tokens: int, ignore_eos: bool
-    ) -> AsyncIterator[StreamChunk]:
+    ) -> AsyncIterator[base.StreamChunk]:
         sampling = {"max_new_tokens": max_tokens, "temperature": prompt.temperature, "ignore_eos": ignore_eos}
         body = {"text": prompt.text, "sampling_params": sampling, "stream": True}
         async for event in sse_events(client, f"{base_url}/generate", body=body):
             meta = event.get("meta_info", {})
             finish = meta.get("finish_reason")
             accept = meta.get("spec_accept_length")
-            yield StreamChunk(
+            yield base.StreamChunk(
                 completion_tokens=int(meta.get("completion_tokens", 0)),
                 prompt_tokens=meta.get("prompt_tokens"),
                 finished=finish is not None,

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -53,25 +52,29 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict
 
+from autotune.engines import base
 from autotune.engines.base import (
-    EffectiveConfig,
     Engine,
-    Failure,
     FlagSet,
     InvalidConfig,
     LaunchPlan,
-    MemoryFacts,
-    ServerStats,
-    StreamChunk,
-    line_with,
-    memory_failure,
+    first_rank_search,
     parse_help_flags,
     run_help,
+    scalar,
     sse_events,
+)
+from autotune.engines.base import counter_totals as counter_totals
+from autotune.engines.failures import (
+    ALLOCATING_KV,
+    CAPTURING,
+    LOADING_WEIGHTS,
+    PROFILING,
+    SERVING,
+    FailureRules,
 )
 from autotune.errors import FlagError, LauncherError, MeasurementError
 from autotune.feasibility import MemoryRules
-from autotune.outcomes import OutcomeKind
 from autotune.space import FlagValue
 from autotune.workload import Prompt
 
@@ -138,39 +141,57 @@ NEEDS_DRAFT_MODEL = frozenset({"draft_model", "eagle", "eagle3", "dflash"})
 NGRAM = frozenset({"ngram", "ngram_gpu"})
 DEFAULT_LOOKUP = 5
 
-# Log text -> failure kind, checked in order (vllm.md "Memory").
-_RETRYABLE = ("Error in memory profiling",)
-_MEMORY_TOO_LOW = (
-    "No available memory for the cache blocks",
-    "To serve at least one request with the model's max seq len",
-    "Cannot auto-fit max_model_len",
+# What vLLM prints on its way up and when it fails (vllm.md "Memory"; the classifier is
+# autotune.engines.failures). The KV cache is what is left of utilization x total after the weights,
+# the profiled activations and the graphs, so an out-of-memory error while loading the weights means
+# the budget is too small for them, and one in the profile run, the KV allocation, graph capture or
+# the sampler warm-up means the budget leaves too little outside it.
+FAILURES = FailureRules(
+    stages=(
+        (r"Starting to load model|Loading weights|Loading safetensors checkpoint|Loading model from"
+         r"|, in (?:load_model|load_weights)$", LOADING_WEIGHTS),
+        (r"(?:Model loading|Loading model weights|Loading weights) took|Memory profiling takes|Starting profile run"
+         r"|, in (?:profile_run|_dummy_run|determine_available_memory|determine_num_available_blocks)$", PROFILING),
+        (r"Available KV cache memory|KV cache size|# (?:GPU|cuda) blocks|num_gpu_blocks"
+         r"|, in (?:initialize_kv_cache|initialize_cache|_allocate_kv_cache\w*)$", ALLOCATING_KV),
+        (r"Capturing (?:CUDA graph|cudagraph|the model for CUDA graphs)|Graph capturing"
+         r"|, in (?:capture_model|_warm_up_model|capture)$", CAPTURING),
+        (r"Graph capturing finished|init engine .* took|Application startup complete|POST /v1/|warming up sampler"
+         r"|, in (?:_dummy_sampler_run|run_engine_loop|engine_step|run_busy_loop|step_with_batch_queue)$", SERVING),
+    ),  # fmt: skip
+    too_low=(
+        r"No available memory for the cache blocks",
+        r"To serve at least one request with the model's max seq len",
+        r"Cannot auto-fit max_model_len",
+        r"is larger than the maximum number of tokens that can be stored in KV cache",
+        r"Insufficient memory for KV cache",
+        r"exceeds available Mamba cache blocks",
+        r"reserved for KV Cache is -\d",  # the V0 profile left the cache nothing
+        r"# (?:GPU|cuda) blocks: 0\b",
+    ),
+    too_high=(
+        r"is less than desired GPU memory utilization",
+        r"CUDA out of memory occurred when warming up sampler",
+    ),
+    retryable=(r"Error in memory profiling",),
+    wrappers=(
+        r"Engine core initialization failed",
+        r"WorkerProc initialization failed",
+        r"Engine process failed to start",
+        r"EngineCore encountered an issue|EngineDeadError|WorkerProc hit an exception",
+    ),
 )
-_MEMORY_TOO_HIGH = (
-    "is less than desired GPU memory utilization",
-    "CUDA out of memory occurred when warming up sampler",
-    "CUDA out of memory",
-    "OutOfMemoryError",
-)
-_PORT_IN_USE = re.compile(r"address already in use", re.IGNORECASE)
-_INVALID = (
-    re.compile(r"error: unrecognized arguments: .*"),
-    re.compile(r"error: ambiguous option: .*"),
-    re.compile(r"error: argument .*"),
-    re.compile(r"\b(?:ValueError|NotImplementedError|TypeError): .*"),
-    re.compile(r"\bValidationError: .*(?:\n.*){0,2}"),
-)
-_ERRORISH = re.compile(r"\w*(Error|Exception)\b|Fatal|Segmentation fault")
-_ENGINE_DEATH = "Engine core initialization failed"
 
 # vLLM's stats lines: "Key: value" fields separated by ", " (a value may hold ", " itself, as the
 # per-position rates do; the next field starts with a capital letter and ends in ": ").
 _FIELD = re.compile(r"(?P<key>[A-Z][\w .%/-]*?): (?P<value>.*?)(?=, [A-Z][\w .%/-]*?: |$)")
-_ENGINE_LINE = re.compile(r"Engine (?P<engine>\d+): (?P<fields>Avg .*)$")
+_ENGINE_LINE = re.compile(r"(?:Engine (?P<engine>\d+): )?(?P<fields>Avg (?:prompt|generation) throughput: .*)$")
+_V0_SPEC_LINE = re.compile(r"Speculative metrics: (?P<fields>.*)$")
 _SPEC_LINE = re.compile(r"SpecDecoding metrics: (?P<fields>.*)$")
 _NUMBER = re.compile(r"^-?\d+(?:\.\d+)?|^nan")
 
 _GIB = 2**30
-_WEIGHTS_LINE = re.compile(r"Model loading took (?P<gib>[\d.]+) GiB")
+_WEIGHTS_LINE = re.compile(r"(?:Model loading|Loading model weights) took (?P<gib>[\d.]+) (?:GiB|GB)")
 _KV_MEMORY_LINE = re.compile(r"Available KV cache memory: (?P<gib>-?[\d.]+) GiB")
 _KV_TOKENS_LINE = re.compile(r"KV cache size: (?P<tokens>[\d,]+) tokens")
 _GRAPH_LINE = re.compile(r"Graph capturing finished in [\d.]+ secs?, took (?P<gib>-?[\d.]+) GiB")
@@ -214,10 +235,13 @@ class SpecDecodingLine(_Line):
     drafted: int | None = None
     per_position: list[float] = []
     draft_acceptance_rate: float | None = None  # percent
+    steps: float | None = None  # verify steps, where the line gives them another way
 
     @property
     def drafts(self) -> float | None:
         """Verify steps in the interval (``Drafted`` tokens / draft positions)."""
+        if self.steps is not None:
+            return self.steps
         if self.drafted is None or not self.per_position:
             return None
         return self.drafted / len(self.per_position)
@@ -247,7 +271,7 @@ def parse_engine_line(line: str) -> EngineStatsLine | None:
     usage_key = next((k for k in fields if k.endswith("KV cache usage")), None)
     running, waiting = _leading_number(fields.get("Running")), _leading_number(fields.get("Waiting"))
     return EngineStatsLine(
-        engine=int(match["engine"]),
+        engine=int(match["engine"] or 0),
         prompt_throughput=prompt,
         generation_throughput=generation,
         running=int(running) if running is not None else None,
@@ -258,10 +282,11 @@ def parse_engine_line(line: str) -> EngineStatsLine | None:
 
 
 def parse_spec_line(line: str) -> SpecDecodingLine | None:
-    """Parse the ``SpecDecoding metrics`` line by field name; older releases print other fields."""
+    """Parse the ``SpecDecoding metrics`` line by field name; older releases print other fields, and the
+    V0 engine's ``Speculative metrics`` line gives no mean, only counts (see :func:`_parse_v0_spec_line`)."""
     match = _SPEC_LINE.search(line.strip())
     if match is None:
-        return None
+        return _parse_v0_spec_line(line)
     fields = _fields(match["fields"])
     mean = _leading_number(fields.get("Mean acceptance length"))
     if mean is None:
@@ -278,13 +303,27 @@ def parse_spec_line(line: str) -> SpecDecodingLine | None:
     )
 
 
-def counter_totals(text: str) -> dict[str, float]:
-    """Sum of every sample per name over its labels (engines, positions), with prometheus_client."""
-    totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
-    return totals
+def _parse_v0_spec_line(line: str) -> SpecDecodingLine | None:
+    """The V0 engine's ``Speculative metrics: ... Number of speculative tokens: k, Number of accepted
+    tokens: A, Number of draft tokens: D, Number of emitted tokens: E.``: D / k verify steps emitted E
+    tokens, so tokens per step (the accept length) is E / (D / k)."""
+    match = _V0_SPEC_LINE.search(line.strip())
+    if match is None:
+        return None
+    fields = _fields(match["fields"])
+    k, accepted, drafted, emitted = (
+        _leading_number(fields.get(f"Number of {kind} tokens"))
+        for kind in ("speculative", "accepted", "draft", "emitted")
+    )
+    if not k or not drafted or emitted is None:
+        return None
+    steps = drafted / k
+    return SpecDecodingLine(
+        mean_acceptance_length=emitted / steps,
+        accepted=int(accepted) if accepted is not None else None,
+        drafted=int(drafted),
+        steps=steps,
+    )
 
 
 def info_labels(text: str, name: str) -> dict[str, str] | None:
@@ -335,18 +374,6 @@ def _int(value: FlagValue, what: str) -> int:
         raise InvalidConfig(f"{what} must be an integer, not {value!r}") from None
 
 
-_PREFIX = re.compile(r"^\(\w+ pid=\d+\) (?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\] )?")
-
-
-def _clean(line: str) -> str:
-    """A log line without vLLM's ``(EngineCore pid=N) ERROR 11-30 01:06:24 [core.py:1584]`` prefix."""
-    return _PREFIX.sub("", line.strip()).strip()
-
-
-def _line_with(text: str, needle: str) -> str:
-    return _clean(line_with(text, needle))
-
-
 class VLLMEngine(Engine):
     name = "vllm"
     # vllm.md "Memory": the budget is utilization x TOTAL memory (it must be free at start); the
@@ -365,6 +392,12 @@ class VLLMEngine(Engine):
         headroom_irrelevant=_LOG_NOISE | {MAX_MODEL_LEN},
     )
     reserved_flags = frozenset({"model", "host", "port"})
+    failure_rules = FAILURES
+    metric_names = base.MetricNames(
+        generated="vllm:generation_tokens_total",
+        drafts="vllm:spec_decode_num_drafts_total",
+        accepted="vllm:spec_decode_num_accepted_tokens_total",
+    )
 
     def __init__(self) -> None:
         self._flag_set: FlagSet | None = None
@@ -584,7 +617,7 @@ class VLLMEngine(Engine):
     # Readiness: the port refuses connections until the engine is ready, then /health answers 200,
     # which is the base class's probe.
 
-    def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> EffectiveConfig:
+    def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> base.EffectiveConfig:
         """``max-model-len`` from ``/v1/models`` (auto-fit shrinks it silently), the cache config from
         the labels of ``vllm:cache_config_info``, the version from ``/version``."""
         try:
@@ -599,51 +632,26 @@ class VLLMEngine(Engine):
             values[MAX_MODEL_LEN] = cards[0]["max_model_len"]
         for label, value in (info_labels(metrics, "vllm:cache_config_info") or {}).items():
             if label in _CACHE_LABELS:
-                values[_CACHE_LABELS[label]] = _label_value(value)
+                values[_CACHE_LABELS[label]] = scalar(value)
         version = None
         if version_reply.status_code == 200:
             try:
                 version = version_reply.json().get("version")
             except ValueError:
                 version = None
-        return EffectiveConfig(version=str(version) if version is not None else None, values=values)
+        return base.EffectiveConfig(version=str(version) if version is not None else None, values=values)
 
-    # -- 6. failures -------------------------------------------------------------------------------
+    # -- 6. failures: the base class's classifier, with FAILURES ------------------------------------
 
-    def classify_failure(self, *, exit_code: int | None, log_text: str, timed_out: bool) -> Failure:
-        """vllm.md's memory messages first (a memory error also ends in ``Engine core initialization
-        failed``), then port, deadline, argparse / config-build refusals, else a crash."""
-        for needle in _RETRYABLE:
-            if needle in log_text:
-                return Failure(kind=OutcomeKind.CRASHED, reason=f"retryable: {_line_with(log_text, needle)}")
-        memory = memory_failure(log_text, too_low=_MEMORY_TOO_LOW, too_high=_MEMORY_TOO_HIGH, describe=_line_with)
-        if memory is not None:
-            return memory
-        port = _PORT_IN_USE.search(log_text)
-        if port is not None:
-            return Failure(kind=OutcomeKind.PORT_IN_USE, reason=_line_with(log_text, port.group(0)))
-        if timed_out:
-            return Failure(
-                kind=OutcomeKind.LAUNCH_TIMEOUT, reason="the server did not become ready before the deadline"
-            )
-        for pattern in _INVALID:
-            match = pattern.search(log_text)
-            if match is not None:
-                return Failure(kind=OutcomeKind.INVALID_CONFIG, reason=" ".join(match.group(0).split()))
-        lines = [_clean(line) for line in log_text.splitlines() if _clean(line)]
-        errors = [line for line in lines if _ERRORISH.search(line) and _ENGINE_DEATH not in line]
-        last = (errors or lines or ["(empty log)"])[-1]
-        return Failure(kind=OutcomeKind.CRASHED, reason=f"exit code {exit_code}: {last}")
-
-    def memory_facts(self, log_text: str) -> MemoryFacts | None:
+    def memory_facts(self, log_text: str) -> base.MemoryFacts | None:
         """``Model loading took``, ``Available KV cache memory``, ``GPU KV cache size``, ``Graph
         capturing finished`` (the first rank's, per GPU)."""
         weights, kv, tokens, graph = (
-            p.search(log_text) for p in (_WEIGHTS_LINE, _KV_MEMORY_LINE, _KV_TOKENS_LINE, _GRAPH_LINE)
+            first_rank_search(p, log_text) for p in (_WEIGHTS_LINE, _KV_MEMORY_LINE, _KV_TOKENS_LINE, _GRAPH_LINE)
         )
         if weights is None and kv is None and tokens is None and graph is None:
             return None
-        return MemoryFacts(
+        return base.MemoryFacts(
             weights_bytes=float(weights["gib"]) * _GIB if weights else None,
             kv_pool_bytes=float(kv["gib"]) * _GIB if kv else None,
             kv_tokens=int(tokens["tokens"].replace(",", "")) if tokens else None,
@@ -654,7 +662,7 @@ class VLLMEngine(Engine):
 
     async def stream_generate(
         self, client: httpx.AsyncClient, base_url: str, prompt: Prompt, *, max_tokens: int, ignore_eos: bool
-    ) -> AsyncIterator[StreamChunk]:
+    ) -> AsyncIterator[base.StreamChunk]:
         """OpenAI ``/v1/completions`` (``/v1/chat/completions`` for a messages prompt), streamed with
         ``stream_options`` ``include_usage`` and ``continuous_usage_stats``: every chunk carries the
         cumulative completion tokens (a chunk is one engine step, so several tokens with speculative
@@ -688,7 +696,7 @@ class VLLMEngine(Engine):
                 tokens += 1  # a server without continuous usage: count steps
             spec = ((event.get("metrics") or {}).get("speculative_decoding")) or {}
             accept = spec.get("mean_acceptance_length")
-            yield StreamChunk(
+            yield base.StreamChunk(
                 completion_tokens=tokens,
                 prompt_tokens=usage.get("prompt_tokens"),
                 finished=finish is not None,
@@ -698,60 +706,21 @@ class VLLMEngine(Engine):
 
     # -- 8. server-side figures --------------------------------------------------------------------
 
-    def server_stats(
-        self, *, log_window: str, metrics_before: str | None, metrics_after: str | None
-    ) -> ServerStats | None:
-        """Median logged generation throughput of busy intervals (summed over engines), the logged
-        acceptance (weighted by verify steps), and counter deltas: generated tokens and
-        1 + Δaccepted / Δdrafts."""
-        engine_lines = [p for p in map(parse_engine_line, log_window.splitlines()) if p is not None]
-        busy = [p for p in engine_lines if p.generation_throughput > 0]
-        spec_lines = [p for p in map(parse_spec_line, log_window.splitlines()) if p is not None]
-        per_engine: dict[int, list[float]] = {}
-        for p in busy:
-            per_engine.setdefault(p.engine, []).append(p.generation_throughput)
-        gen = sum(statistics.median(v) for v in per_engine.values()) if per_engine else None
-        accept: float | None = None
-        if spec_lines:
-            weighted = [(p.accepted, p.drafts) for p in spec_lines if p.accepted is not None and p.drafts]
-            if len(weighted) == len(spec_lines):
-                accept = 1 + sum(float(a or 0) for a, _ in weighted) / sum(float(d or 0) for _, d in weighted)
-            else:
-                accept = statistics.fmean(p.mean_acceptance_length for p in spec_lines)
-        generated = metrics_accept = None
-        if metrics_before is not None and metrics_after is not None:
-            before, after = counter_totals(metrics_before), counter_totals(metrics_after)
-
-            def delta(name: str) -> float | None:
-                return after[name] - before.get(name, 0.0) if name in after else None
-
-            generated = delta("vllm:generation_tokens_total")
-            drafts, accepted = (
-                delta("vllm:spec_decode_num_drafts_total"),
-                delta("vllm:spec_decode_num_accepted_tokens_total"),
-            )
-            if drafts and accepted is not None:
-                metrics_accept = 1 + accepted / drafts
-        if not busy and generated is None:
-            return None
-        return ServerStats(
-            gen_tok_s=gen,
-            accept_length=accept,
-            log_lines=len(busy),
-            generated_tokens=generated,
-            metrics_accept_length=metrics_accept,
+    def log_figures(self, log_window: str) -> base.LogFigures:
+        """Busy intervals' generation throughput per engine (DP engines run side by side), and each
+        interval's mean acceptance length, weighted by its verify steps (``Drafted`` tokens / draft
+        positions) where the line says them."""
+        engines: dict[str, list[float]] = {}
+        accepts: list[float] = []
+        weights: list[float] = []
+        for line in log_window.splitlines():
+            engine = parse_engine_line(line)
+            if engine is not None and engine.generation_throughput > 0:
+                engines.setdefault(f"engine {engine.engine}", []).append(engine.generation_throughput)
+            spec = parse_spec_line(line)
+            if spec is not None:
+                accepts.append(spec.mean_acceptance_length)
+                weights.append(spec.drafts or 0.0)
+        return base.LogFigures(
+            gen_tok_s=engines, accept_lengths=accepts, accept_weights=weights if all(weights) else None
         )
-
-
-def _label_value(text: str) -> FlagValue | None:
-    """A Prometheus label back to a value: ``None``, ``True``/``False``, numbers, else the text."""
-    if text == "None":
-        return None
-    if text in ("True", "False"):
-        return text == "True"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            continue
-    return text
