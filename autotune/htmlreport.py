@@ -69,6 +69,12 @@ def _summary_rows(s: StudySummary) -> list[tuple[str, str]]:
                 f'<span id="best-ci">{_num(s.best_ci95, 2)}</span> {e(s.objective_unit)} (95% CI)',
             ),
             ("best accept length", f'<span id="best-accept">{_num(accept, 2)}</span> tok/step'),
+            (
+                "confirmed",
+                f'<span id="best-confirmed">{s.best.confirmed_launches or 0}</span> launches'
+                if s.best.confirmed_launches
+                else '<span id="best-confirmed">0</span> launches: <b>UNCONFIRMED</b>, a single measurement',
+            ),
         ]
         for key, value in s.best_readings.items():
             rows.append((e(key.replace("_", " ")), e(_fmt(value))))
@@ -145,6 +151,24 @@ def render_html(s: StudySummary, figures: Sequence[ReportFigure]) -> str:
     parts.append("<h2>Summary</h2>")
     parts.append(_table(["", ""], _summary_rows(s), cls="kv").replace("<thead><tr><th></th><th></th></tr></thead>", ""))
 
+    confirmation = s.confirmation
+    if confirmation is not None:
+        parts.append("<h2>Confirmation</h2>")
+        parts.append(
+            f"<p>{e(confirmation.note)}. Each finalist measured again on {confirmation.launches} fresh launches, "
+            "interleaved.</p>"
+        )
+        parts.append(
+            _table(
+                ["finalist", "launches", f"{e(s.objective_unit)} per launch", "mean ± 95% CI", "flags changed"],
+                [
+                    [e(f"{f.label} (#{f.trial})") + (" ★" if f.trial == confirmation.best else ""), str(len(f.values)),
+                     e(" ".join(f"{v:.1f}" for v in f.values)), f"{_num(f.mean, 2)} ± {_num(f.ci95, 2)}",
+                     str(f.changed_flags)]
+                    for f in confirmation.finalists
+                ],
+            )
+        )  # fmt: skip
     parts.append("<h2>The winner</h2>")
     if s.best is None:
         parts.append("<p>No feasible trial has been measured yet.</p>")

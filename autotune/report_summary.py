@@ -18,6 +18,7 @@ from autotune.measure import OBJECTIVE_UNITS, CategoryStats, Measurement
 from autotune.models import Frozen
 from autotune.profile import Profile, render_shell
 from autotune.records import TrialRecord
+from autotune.study.confirm import Confirmation
 from autotune.study.view import Importance, ParetoPoint, StudyView
 
 # The knobs the issue names; a figure about one is drawn only when the study tuned it.
@@ -72,6 +73,7 @@ class StudySummary(Frozen):
     profile: Profile | None
     launch_script: str | None
     pareto: list[ParetoPoint] | None = Field(default=None, description="only for studies with two objectives")
+    confirmation: Confirmation | None = Field(default=None, description="the finalists measured again")
     notes: list[str] = Field(default_factory=list)
 
     @property
@@ -169,6 +171,7 @@ def summarise(view: StudyView) -> StudySummary:
         profile=profile,
         launch_script=launch_script,
         pareto=view.pareto(),
+        confirmation=info.confirmation,
         notes=notes,
     )
 

@@ -189,6 +189,10 @@ def _run_once(
         if exit_code is not None:  # the server died under load: let its log say why
             failure = engine.classify_failure(exit_code=exit_code, log_text=_read_log(log_path), timed_out=False)
             kind, error = failure.kind, f"{failure.reason} ({error})"
+        else:  # alive, but a request may have run out of memory (the boundary the search must learn)
+            logged = engine.failure_in(_read_log(log_path))
+            if logged is not None and logged.kind.is_memory:
+                kind, error = logged.kind, f"{logged.reason} ({error})"
         return TrialOutcome(
             kind=kind,
             reason=error,

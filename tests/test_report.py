@@ -40,7 +40,7 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def study_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cwd = tmp_path_factory.mktemp("report")
-    run("study", str(TWIN_SPACE), "--trials", "5", "--seed", "3", cwd=cwd)
+    run("study", str(TWIN_SPACE), "--trials", "5", "--seed", "3", "--confirm-launches", "1", cwd=cwd)
     return cwd
 
 
@@ -110,14 +110,19 @@ def test_page_is_self_contained(folder: Path) -> None:
 def test_summary_numbers_match_the_study_db(folder: Path, study_dir: Path) -> None:
     study = load(study_dir)
     summary = json.loads((folder / "summary.json").read_text())
-    feasible = [t for t in study.trials if t.state.name == "COMPLETE" and t.user_attrs.get("feasible")]
-    best = max(feasible, key=lambda t: t.value or 0.0)
+    confirmation = study.user_attrs["confirmation"]
+    best = study.trials[confirmation["best"]]
+    launches = [t for t in study.trials if t.user_attrs.get("config_key") == best.user_attrs["config_key"]
+                and t.user_attrs.get("duplicate_of") is None and t.user_attrs.get("outcome") == "ok"]  # fmt: skip
     metrics = best.user_attrs["metrics"]
 
     assert summary["study"] == STUDY and summary["simulated"] is True
-    assert len(summary["trials"]) == len(study.trials) == 5
+    finalists = len(confirmation["finalists"])
+    assert len(summary["trials"]) == len(study.trials) == 5 + finalists  # one confirming launch each
     assert summary["best"]["number"] == best.number
-    assert summary["best"]["value"] == pytest.approx(best.value)
+    # The best carries the mean over every launch of its configuration, not its first measurement.
+    assert summary["best"]["value"] == pytest.approx(sum(t.value for t in launches) / len(launches))
+    assert summary["best"]["confirmed_launches"] == len(launches) == 2
     assert summary["outcome_counts"] == dict(Counter(t.user_attrs["outcome"] for t in study.trials))
     for baseline in summary["baselines"]:
         stored = study.trials[baseline["trial"]]
@@ -127,8 +132,10 @@ def test_summary_numbers_match_the_study_db(folder: Path, study_dir: Path) -> No
     # the page shows the same numbers, rounded as printed
     spans = parse(folder).spans
     assert spans["best-trial"] == str(best.number)
-    assert spans["best-value"] == f"{metrics['decode_tok_s']['value']:.2f}"
-    assert spans["best-ci"] == f"{metrics['decode_tok_s']['ci95']:.2f}"
+    confirmed = next(f for f in confirmation["finalists"] if f["trial"] == best.number)
+    assert spans["best-value"] == f"{confirmed['mean']:.2f}"
+    assert spans["best-ci"] == (f"{confirmed['ci95']:.2f}" if confirmed["ci95"] is not None else "–")
+    assert spans["best-confirmed"] == "2"
     assert spans["best-accept"] == f"{metrics['accept_length']['value']:.2f}"
 
     # the per-category numbers come from the best trial's measurement artifact
@@ -147,6 +154,7 @@ def test_summary_numbers_match_the_study_db(folder: Path, study_dir: Path) -> No
 
     profile = load_profile(folder / "best-profile.yaml")
     assert profile.trial == best.number and profile.flags == best.user_attrs["flags"]
+    assert profile.confirmed_launches == 2 and profile.metrics["decode_tok_s"].value == pytest.approx(confirmed["mean"])
 
 
 def test_show_adds_importance_and_the_best_trials_categories(study_dir: Path, folder: Path) -> None:
