@@ -203,7 +203,13 @@ def study(
                     interrupted = True
                     runner.stop_reason = "interrupted"
                     console.print("interrupted: confirming the finalists before reporting (Ctrl-C again to skip)")
-                if confirm_top > 0:
+                if confirm_top > 0 and runner.others_running():
+                    console.print(
+                        "other workers are still measuring: the last to finish confirms the finalists "
+                        f"(or run: autotune confirm {study_name})",
+                        highlight=False,
+                    )
+                elif confirm_top > 0:
                     runner.confirm(top=confirm_top, launches=confirm_launches)
         except KeyboardInterrupt:
             interrupted = True

@@ -412,6 +412,12 @@ class StudyRunner:
 
     # ---------------------------------------------------------------- confirmation
 
+    def others_running(self) -> bool:
+        """Whether another worker is still measuring a trial of this study (then it confirms at its end)."""
+        host, pid = socket.gethostname(), os.getpid()
+        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        return any((r.host, r.worker_pid) != (host, pid) for r in map(attrs.trial_record, running))
+
     def confirm(self, *, top: int = 3, launches: int = 2) -> Confirmation | None:
         """Measure the finalists again on fresh launches, interleaved (A B C A B C), and store the
         confirmed best; None when nothing feasible was measured. Ctrl-C stops it with what it has."""
