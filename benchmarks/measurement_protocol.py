@@ -66,7 +66,7 @@ def main() -> int:
     console = Console()
     with tempfile.TemporaryDirectory() as scratch:
         port = find_free_port()
-        argv = [sys.executable, "-m", "autotune.twin", "--model-path", "Qwen/Qwen3.6-27B", "--port", str(port), *FLAGS]
+        argv = [sys.executable, "-m", "autotune_twin", "--model-path", "Qwen/Qwen3.6-27B", "--port", str(port), *FLAGS]
         server = ServerProcess(argv, env={}, log_path=Path(scratch) / "twin.log", records_dir=Path(scratch) / "rec")
         base_url = f"http://127.0.0.1:{port}"
         with server, httpx.Client() as client:

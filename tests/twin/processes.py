@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.twin.gpu_state import HOST_ENV
+from autotune_twin.gpu_state import HOST_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,9 +24,9 @@ def twin_env(host: str | None = None) -> dict[str, str]:
 
 
 def twin(*argv: str, timeout: float = 30, host: str | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m autotune.twin ARGV`` to completion, output captured."""
+    """``python -m autotune_twin ARGV`` to completion, output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "autotune.twin", *argv],
+        [sys.executable, "-m", "autotune_twin", *argv],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -57,12 +57,12 @@ class Server:
 
 
 def start_twin(tmp_path: Path, *argv: str, name: str = "twin", host: str | None = None) -> Server:
-    """``python -m autotune.twin ARGV --port P`` in the background, its output in ``tmp_path``."""
+    """``python -m autotune_twin ARGV --port P`` in the background, its output in ``tmp_path``."""
     port = free_port()
     log = tmp_path / f"{name}-{port}.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "autotune.twin", *argv, "--port", str(port)],
+            [sys.executable, "-m", "autotune_twin", *argv, "--port", str(port)],
             stdout=sink,
             stderr=subprocess.STDOUT,
             env=twin_env(host),

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from autotune.twin import physics
-from autotune.twin.flags import parse_args
-from autotune.twin.launch import LaunchConfig, LaunchError, resolve_launch
-from autotune.twin.profile import ProfileError, TwinProfile, load_profile
+from autotune_twin import physics
+from autotune_twin.flags import parse_args
+from autotune_twin.launch import LaunchConfig, LaunchError, resolve_launch
+from autotune_twin.profile import ProfileError, TwinProfile, load_profile
 
 CODE = (
     "Implement insertion for a red-black tree in Python. I need a `RedBlackTree` class with an "
@@ -387,4 +387,4 @@ def test_twin_imports_nothing_from_the_core() -> None:
                 names = [alias.name for alias in node.names]
             for name in names:
                 if name == "autotune" or name.startswith("autotune."):
-                    assert name.startswith("autotune.twin"), f"{path.name} imports {name}"
+                    assert name.startswith("autotune_twin"), f"{path.name} imports {name}"

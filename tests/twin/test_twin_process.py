@@ -11,10 +11,10 @@ from typing import Any, cast
 import httpx
 import pytest
 
-from autotune.twin import physics
-from autotune.twin.flags import parse_args
-from autotune.twin.launch import resolve_launch
-from autotune.twin.profile import load_profile
+from autotune_twin import physics
+from autotune_twin.flags import parse_args
+from autotune_twin.launch import resolve_launch
+from autotune_twin.profile import load_profile
 from tests.twin.processes import Server, free_port, start_twin, twin
 
 pytestmark = pytest.mark.twin

@@ -17,9 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from autotune.engines.base import LaunchPlan, parse_help_flags
 from autotune.engines.vllm import VLLMEngine, counter_totals, parse_engine_line, parse_spec_line
 from autotune.outcomes import OutcomeKind
-from autotune.twin.profile import load_profile
-from autotune.twin.vllm_flags import help_text
 from autotune.workload import Prompt
+from autotune_twin.profile import load_profile
+from autotune_twin.vllm_flags import help_text
 from tests.twin.processes import REPO, Server, start_twin, twin
 
 pytestmark = pytest.mark.twin

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from autotune.twin._sglang_flags import FLAGS
-from autotune.twin.faults import FAULT_KINDS
-from autotune.twin.profile import DEFAULT_PROFILE
+from autotune_twin._sglang_flags import FLAGS
+from autotune_twin.faults import FAULT_KINDS
+from autotune_twin.profile import DEFAULT_PROFILE
 
 PROG = "launch_server.py"
 
@@ -125,7 +125,7 @@ def _add_twin_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--twin-profile",
         default=DEFAULT_PROFILE,
-        help="Built-in twin profile name (autotune/twin/profiles/*.yaml without .yaml) or a YAML path.",
+        help="Built-in twin profile name (autotune_twin/profiles/*.yaml without .yaml) or a YAML path.",
     )
     group.add_argument(
         "--twin-load-seconds",

@@ -1,7 +1,7 @@
-"""Entry point: ``python -m autotune.twin [--twin-* options] <SGLang 0.5.23 flags>``.
+"""Entry point: ``python -m autotune_twin [--twin-* options] <SGLang 0.5.23 flags>``.
 
-``python -m autotune.twin --personality vllm serve MODEL [vLLM 0.33 flags]`` runs the vLLM
-personality instead (``autotune.twin.vllm_app``); ``--personality`` must come first. Without it,
+``python -m autotune_twin --personality vllm serve MODEL [vLLM 0.33 flags]`` runs the vLLM
+personality instead (``autotune_twin.vllm_app``); ``--personality`` must come first. Without it,
 the SGLang twin runs exactly as before.
 
 Argument errors exit 2 (argparse, like SGLang); launch and memory failures exit 1; a SIGTERM or
@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import sys
 
-from autotune.twin.flags import PROG, inventory_profile, parse_args, wants_inventory
-from autotune.twin.gpu_state import holdings
-from autotune.twin.profile import ProfileError, TwinProfile, inventory, load_profile
+from autotune_twin.flags import PROG, inventory_profile, parse_args, wants_inventory
+from autotune_twin.gpu_state import holdings
+from autotune_twin.profile import ProfileError, TwinProfile, inventory, load_profile
 
 
 def _profile_or_error(name: str) -> TwinProfile | None:
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{PROG}: error: --personality: {personality!r} is not one of {', '.join(PERSONALITIES)}\n")
         return 2
     if personality == "vllm":
-        from autotune.twin.vllm_app import main as vllm_main
+        from autotune_twin.vllm_app import main as vllm_main
 
         return vllm_main(argv)
     if wants_inventory(argv):
@@ -63,10 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     if profile is None:
         return 2
     # Imported here so --help and --twin-inventory stay light.
-    from autotune.twin.app import TwinApp, configure_logging
+    from autotune_twin.app import TwinApp, configure_logging
 
     configure_logging(args.tp_size, args.log_level)
-    from autotune.twin.faults import resolve_fault
+    from autotune_twin.faults import resolve_fault
 
     load_seconds = twin.load_seconds if twin.load_seconds is not None else profile.timing.load_seconds
     fault = resolve_fault(twin.fault, twin.fault_after)

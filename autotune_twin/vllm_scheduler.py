@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from autotune.twin.physics import MemoryPlan
-from autotune.twin.profile import TwinProfile
-from autotune.twin.scheduler import Request, Scheduler
-from autotune.twin.vllm_config import KvPlan, VllmConfig
+from autotune_twin.physics import MemoryPlan
+from autotune_twin.profile import TwinProfile
+from autotune_twin.scheduler import Request, Scheduler
+from autotune_twin.vllm_config import KvPlan, VllmConfig
 
 
 @dataclass

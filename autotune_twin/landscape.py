@@ -10,7 +10,7 @@ feasible optimum of a discrete grid exhaustively.
 
 The flags go through the twin's own argparse (``flags.parse_args``: SGLang's types, defaults and
 errors) and launch rules (``launch.resolve_launch``), then the physics (``physics``), so the answer
-is the twin's. Plain data in and out; nothing of autotune outside ``autotune.twin`` is imported.
+is the twin's. Plain data in and out; nothing of autotune outside ``autotune_twin`` is imported.
 
 Two simplifications, both small at concurrency 1: the decode rate is the expected value (mean
 accept length per verify pass, a fluid stream), not a draw; and seconds are for real GPUs
@@ -30,11 +30,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from autotune.twin import physics
-from autotune.twin.flags import parse_args
-from autotune.twin.launch import LaunchConfig, LaunchError, resolve_launch
-from autotune.twin.physics import MemoryFailure
-from autotune.twin.profile import TwinProfile
+from autotune_twin import physics
+from autotune_twin.flags import parse_args
+from autotune_twin.launch import LaunchConfig, LaunchError, resolve_launch
+from autotune_twin.physics import MemoryFailure
+from autotune_twin.profile import TwinProfile
 
 FlagValue = str | int | float | bool
 Outcome = Literal["ok", "too_low", "too_high", "load_oom", "invalid"]

@@ -19,14 +19,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from autotune.twin import physics
-from autotune.twin.faults import drift_factor
-from autotune.twin.launch import LaunchConfig
-from autotune.twin.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, Histogram
-from autotune.twin.physics import MemoryPlan, PromptClass
-from autotune.twin.profile import TwinProfile
+from autotune_twin import physics
+from autotune_twin.faults import drift_factor
+from autotune_twin.launch import LaunchConfig
+from autotune_twin.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, Histogram
+from autotune_twin.physics import MemoryPlan, PromptClass
+from autotune_twin.profile import TwinProfile
 
-log = logging.getLogger("autotune.twin")
+log = logging.getLogger("autotune_twin")
 
 # Prompts remembered for prefix-cache hits (cached_tokens); oldest forgotten first.
 _PROMPT_CACHE_SIZE = 1024

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from autotune.twin.launch import LaunchConfig
-from autotune.twin.profile import TwinProfile
+from autotune_twin.launch import LaunchConfig
+from autotune_twin.profile import TwinProfile
 
 GIB = float(1 << 30)
 MIB = float(1 << 20)

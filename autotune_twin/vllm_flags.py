@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NoReturn
 
-from autotune.twin._vllm_flags import FLAGS, GROUPS, VLLM_VERSION
-from autotune.twin.faults import FAULT_KINDS
-from autotune.twin.profile import DEFAULT_PROFILE
+from autotune_twin._vllm_flags import FLAGS, GROUPS, VLLM_VERSION
+from autotune_twin.faults import FAULT_KINDS
+from autotune_twin.profile import DEFAULT_PROFILE
 
 PROG = "vllm serve"
 USAGE = "vllm serve [model_tag] [options]"

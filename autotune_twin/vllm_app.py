@@ -1,4 +1,4 @@
-"""The vLLM personality: ``python -m autotune.twin --personality vllm serve MODEL [vLLM 0.33 flags]``.
+"""The vLLM personality: ``python -m autotune_twin --personality vllm serve MODEL [vLLM 0.33 flags]``.
 
 One simulated ``vllm serve`` from argv to exit, in vLLM's stages and log format
 (``(APIServer pid=N) INFO MM-DD HH:MM:SS [file.py:line] message``):
@@ -31,13 +31,13 @@ import time
 import traceback
 from types import FrameType
 
-from autotune.twin._vllm_flags import VLLM_VERSION
-from autotune.twin.faults import NO_FAULT, Fault, resolve_fault
-from autotune.twin.gpu_state import Publisher, holdings, visible_devices
-from autotune.twin.launch import LaunchError
-from autotune.twin.physics import GIB, MemoryFailure
-from autotune.twin.profile import ProfileError, TwinProfile, inventory, load_profile
-from autotune.twin.vllm_config import (
+from autotune_twin._vllm_flags import VLLM_VERSION
+from autotune_twin.faults import NO_FAULT, Fault, resolve_fault
+from autotune_twin.gpu_state import Publisher, holdings, visible_devices
+from autotune_twin.launch import LaunchError
+from autotune_twin.physics import GIB, MemoryFailure
+from autotune_twin.profile import ProfileError, TwinProfile, inventory, load_profile
+from autotune_twin.vllm_config import (
     KvPlan,
     VllmConfig,
     check_free_memory,
@@ -46,9 +46,9 @@ from autotune.twin.vllm_config import (
     resolve_config,
     size_kv,
 )
-from autotune.twin.vllm_flags import PROG, VllmTwinOptions, build_parser, parse_args
-from autotune.twin.vllm_scheduler import Snapshot, VllmScheduler
-from autotune.twin.vllm_server import VllmHTTPServer, VllmState, start_http
+from autotune_twin.vllm_flags import PROG, VllmTwinOptions, build_parser, parse_args
+from autotune_twin.vllm_scheduler import Snapshot, VllmScheduler
+from autotune_twin.vllm_server import VllmHTTPServer, VllmState, start_http
 
 # Shares of the simulated load time: config build, weights, profile run, graph capture + warm-up.
 _CONFIG_SHARE, _WEIGHT_SHARE, _PROFILE_SHARE = 0.1, 0.5, 0.1
@@ -84,12 +84,12 @@ class VllmLog:
 
 
 def configure_logging() -> None:
-    """The shared twin code logs through ``autotune.twin``: give it the APIServer's format."""
+    """The shared twin code logs through ``autotune_twin``: give it the APIServer's format."""
     formatter = logging.Formatter(
         "(APIServer pid=%(process)d) %(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s",
         datefmt="%m-%d %H:%M:%S",
     )
-    for name in ("autotune.twin", "autotune.twin.main"):
+    for name in ("autotune_twin", "autotune_twin.main"):
         logger = logging.getLogger(name)
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(formatter)
@@ -410,7 +410,7 @@ def main(argv: list[str]) -> int:
         return 0
     if not argv or argv[0] != "serve":
         sys.stderr.write(
-            "usage: python -m autotune.twin --personality vllm serve [model_tag] [options]\n"
+            "usage: python -m autotune_twin --personality vllm serve [model_tag] [options]\n"
             "vllm: error: the vLLM twin simulates only the 'serve' subcommand\n"
         )
         return 2

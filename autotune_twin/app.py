@@ -19,18 +19,18 @@ import time
 import traceback
 from types import FrameType
 
-from autotune.twin import physics
-from autotune.twin.faults import NO_FAULT, Fault
-from autotune.twin.gpu_state import Publisher, visible_devices
-from autotune.twin.launch import LaunchConfig, LaunchError, resolve_launch
-from autotune.twin.physics import GIB, MemoryFailure, MemoryPlan
-from autotune.twin.profile import TwinProfile
-from autotune.twin.scheduler import Scheduler
-from autotune.twin.server import TwinState, start_http
+from autotune_twin import physics
+from autotune_twin.faults import NO_FAULT, Fault
+from autotune_twin.gpu_state import Publisher, visible_devices
+from autotune_twin.launch import LaunchConfig, LaunchError, resolve_launch
+from autotune_twin.physics import GIB, MemoryFailure, MemoryPlan
+from autotune_twin.profile import TwinProfile
+from autotune_twin.scheduler import Scheduler
+from autotune_twin.server import TwinState, start_http
 
-log = logging.getLogger("autotune.twin")
+log = logging.getLogger("autotune_twin")
 # The launcher (main) process logs without a rank tag; the scheduler ("TP0") process with one.
-main_log = logging.getLogger("autotune.twin.main")
+main_log = logging.getLogger("autotune_twin.main")
 
 # Share of the simulated load time spent loading weights; the rest is CUDA graph capture.
 _WEIGHT_SHARE = 0.8
