@@ -51,7 +51,8 @@ from autotune.space import (  # noqa: E402
 from autotune.study import Preflight, PreparedEngine, StudyPaths, StudyRunner, TrialFault  # noqa: E402
 from autotune.trial import TrialOutcome  # noqa: E402
 from autotune.workload import load_suite  # noqa: E402
-from autotune_twin.landscape import (  # noqa: E402
+from autotune_twin.profile import TwinProfile, inventory, load_profile  # noqa: E402
+from benchmarks.landscape import (  # noqa: E402
     Evaluation,
     GridAxis,
     Landscape,
@@ -61,7 +62,6 @@ from autotune_twin.landscape import (  # noqa: E402
     Prompt,
     grid,
 )
-from autotune_twin.profile import TwinProfile, inventory, load_profile  # noqa: E402
 
 WITHIN = 0.02  # "reached": the incumbent's true value is within 2 % of the optimum
 FLOAT_POINTS = 11  # a float without a step is discretised into this many points (log-spaced if log)

@@ -1,4 +1,4 @@
-"""The twin as a landscape (autotune_twin.landscape) and the search-efficiency benchmark on it.
+"""The twin as a landscape (benchmarks/landscape.py) and the search-efficiency benchmark on it.
 
 The landscape is the twin's own launch rules and physics called directly, so the checks against the
 twin are light: the decode rate agrees with the physics' stream simulation and with a real twin
@@ -24,9 +24,9 @@ from autotune.engines.base import LaunchPlan
 from autotune.outcomes import OutcomeKind
 from autotune_twin import physics
 from autotune_twin.flags import parse_args
-from autotune_twin.landscape import GridAxis, Landscape, MeasureShape, Prompt, grid, grid_size, perf_key
 from autotune_twin.launch import resolve_launch
 from autotune_twin.profile import builtin_profiles, load_profile
+from benchmarks.landscape import GridAxis, Landscape, MeasureShape, Prompt, grid, grid_size, perf_key
 from tests.conftest import ROOT, SPACES, TWIN_SPACE
 
 CODE = (
