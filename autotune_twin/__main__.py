@@ -1,7 +1,7 @@
 """Entry point: ``python -m autotune_twin [--twin-* options] <SGLang 0.5.23 flags>``.
 
 ``python -m autotune_twin --personality vllm serve MODEL [vLLM 0.33 flags]`` runs the vLLM
-personality instead (``autotune_twin.vllm_app``); ``--personality`` must come first. Without it,
+personality instead (``autotune_twin.vllm.app``); ``--personality`` must come first. Without it,
 the SGLang twin runs exactly as before.
 
 Argument errors exit 2 (argparse, like SGLang); launch and memory failures exit 1; a SIGTERM or
@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import sys
 
-from autotune_twin.flags import PROG, inventory_profile, parse_args, wants_inventory
 from autotune_twin.gpu_state import holdings
 from autotune_twin.profile import ProfileError, TwinProfile, inventory, load_profile
+from autotune_twin.sglang.flags import PROG, inventory_profile, parse_args, wants_inventory
 
 
 def _profile_or_error(name: str) -> TwinProfile | None:
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{PROG}: error: --personality: {personality!r} is not one of {', '.join(PERSONALITIES)}\n")
         return 2
     if personality == "vllm":
-        from autotune_twin.vllm_app import main as vllm_main
+        from autotune_twin.vllm.app import main as vllm_main
 
         return vllm_main(argv)
     if wants_inventory(argv):
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if profile is None:
         return 2
     # Imported here so --help and --twin-inventory stay light.
-    from autotune_twin.app import TwinApp, configure_logging
+    from autotune_twin.sglang.app import TwinApp, configure_logging
 
     configure_logging(args.tp_size, args.log_level)
     from autotune_twin.faults import resolve_fault

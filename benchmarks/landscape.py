@@ -9,7 +9,7 @@ the launch and the measurement would take on real GPUs. :meth:`Landscape.optimum
 feasible optimum of a discrete grid exhaustively.
 
 The flags go through the product's argv spelling (``autotune.engines.base.flag_argv``), then the
-twin's own argparse (``autotune_twin.flags.parse_args``: SGLang's types, defaults and errors) and
+twin's own argparse (``autotune_twin.sglang.flags.parse_args``: SGLang's types, defaults and errors) and
 launch rules (``autotune_twin.launch.resolve_launch``), then the physics (``autotune_twin.physics``),
 so the answer is the twin's. A grid axis's condition is the product's (``autotune.space.Condition``).
 It lives beside the benchmarks because it joins both: the product and the twin never import each
@@ -36,10 +36,10 @@ from typing import Any, Literal
 from autotune.engines.base import flag_argv
 from autotune.space import Condition, FlagValue
 from autotune_twin import physics
-from autotune_twin.flags import parse_args
 from autotune_twin.launch import LaunchConfig, LaunchError, resolve_launch
 from autotune_twin.physics import MemoryFailure
 from autotune_twin.profile import TwinProfile
+from autotune_twin.sglang.flags import parse_args
 
 Outcome = Literal["ok", "too_low", "too_high", "load_oom", "invalid"]
 MEMORY_OUTCOMES: tuple[Outcome, ...] = ("too_low", "too_high", "load_oom")

@@ -23,9 +23,9 @@ import yaml
 from autotune.engines.base import LaunchPlan
 from autotune.outcomes import OutcomeKind
 from autotune_twin import physics
-from autotune_twin.flags import parse_args
 from autotune_twin.launch import resolve_launch
 from autotune_twin.profile import builtin_profiles, load_profile
+from autotune_twin.sglang.flags import parse_args
 from benchmarks.landscape import GridAxis, Landscape, MeasureShape, Prompt, grid, grid_size, perf_key
 from tests.conftest import ROOT, SPACES, TWIN_SPACE
 

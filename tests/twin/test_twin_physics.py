@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from autotune_twin import physics
-from autotune_twin.flags import parse_args
 from autotune_twin.launch import LaunchConfig, LaunchError, resolve_launch
 from autotune_twin.profile import ProfileError, TwinProfile, load_profile
+from autotune_twin.sglang.flags import parse_args
 
 CODE = (
     "Implement insertion for a red-black tree in Python. I need a `RedBlackTree` class with an "

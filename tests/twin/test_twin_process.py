@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from autotune_twin import physics
-from autotune_twin.flags import parse_args
 from autotune_twin.launch import resolve_launch
 from autotune_twin.profile import load_profile
+from autotune_twin.sglang.flags import parse_args
 from tests.twin.processes import Server, free_port, start_twin, twin
 
 pytestmark = pytest.mark.twin

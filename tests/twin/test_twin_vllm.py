@@ -19,7 +19,7 @@ from autotune.engines.vllm import VLLMEngine, counter_totals, parse_engine_line,
 from autotune.outcomes import OutcomeKind
 from autotune.workload import Prompt
 from autotune_twin.profile import load_profile
-from autotune_twin.vllm_flags import help_text
+from autotune_twin.vllm.flags import help_text
 from tests.twin.processes import REPO, Server, start_twin, twin
 
 pytestmark = pytest.mark.twin

@@ -1,6 +1,6 @@
 """The vLLM personality's command line: ``vllm serve [model_tag] [options]`` as vLLM 0.33.0 parses it.
 
-The flag set is vLLM's own (``_vllm_flags.py``, generated from its ``--help=all``), in its help
+The flag set is vLLM's own (``_flags.py``, generated from its ``--help=all``), in its help
 groups. Like vLLM's ``FlexibleArgumentParser``: underscores in flag names are read as dashes,
 ``-O3`` / ``-O 3`` / ``-O=3`` mean ``--optimization-level 3``, ``--model X`` is moved to the
 positional model, dotted keys (``--speculative-config.num_speculative_tokens 3``) are gathered into
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NoReturn
 
-from autotune_twin._vllm_flags import FLAGS, GROUPS, VLLM_VERSION
 from autotune_twin.faults import FAULT_KINDS
 from autotune_twin.profile import DEFAULT_PROFILE
+from autotune_twin.vllm._flags import FLAGS, GROUPS, VLLM_VERSION
 
 PROG = "vllm serve"
 USAGE = "vllm serve [model_tag] [options]"

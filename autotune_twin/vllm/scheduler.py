@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from autotune_twin.physics import MemoryPlan
 from autotune_twin.profile import TwinProfile
 from autotune_twin.scheduler import Request, Scheduler
-from autotune_twin.vllm_config import KvPlan, VllmConfig
+from autotune_twin.vllm.config import KvPlan, VllmConfig
 
 
 @dataclass

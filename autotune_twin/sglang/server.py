@@ -23,13 +23,13 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from autotune_twin._sglang_flags import SGLANG_VERSION
 from autotune_twin.faults import NO_FAULT, Fault
 from autotune_twin.launch import LaunchConfig
 from autotune_twin.metrics import gauge
 from autotune_twin.physics import GIB, MemoryPlan
 from autotune_twin.profile import TwinProfile
 from autotune_twin.scheduler import ContextTooLong, Request, Scheduler, Update
+from autotune_twin.sglang._flags import SGLANG_VERSION
 
 DEFAULT_MAX_NEW_TOKENS = 128
 # How long a handler waits for the next update before checking whether the server is stopping.

@@ -26,7 +26,7 @@ from autotune_twin.launch import LaunchConfig, LaunchError, resolve_launch
 from autotune_twin.physics import GIB, MemoryFailure, MemoryPlan
 from autotune_twin.profile import TwinProfile
 from autotune_twin.scheduler import Scheduler
-from autotune_twin.server import TwinState, start_http
+from autotune_twin.sglang.server import TwinState, start_http
 
 log = logging.getLogger("autotune_twin")
 # The launcher (main) process logs without a rank tag; the scheduler ("TP0") process with one.

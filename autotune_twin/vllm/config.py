@@ -20,10 +20,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autotune_twin import physics
-from autotune_twin._vllm_flags import FLAGS
 from autotune_twin.launch import LaunchConfig, LaunchError, SpecConfig
 from autotune_twin.physics import GIB, MIB, MemoryFailure
 from autotune_twin.profile import TwinProfile
+from autotune_twin.vllm._flags import FLAGS
 
 # vLLM 0.33's MTPModelTypes: every name but "mtp" is rewritten to "mtp" with a warning.
 MTP_ALIASES = frozenset(

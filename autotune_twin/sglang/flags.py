@@ -4,7 +4,7 @@ The parser mimics ``python -m sglang.launch_server``: argparse with ``prog="laun
 prefix abbreviations allowed (so ``--cuda-graph-max-bs`` is ambiguous, as in 0.5.23), no choices
 on ``--speculative-algorithm`` (``MTP`` parses and fails at launch), and one help entry per flag,
 which is what the tuner reads to learn the valid flag set. The flag set comes from SGLang's own
-``--help`` (``_sglang_flags.py``); the flags the twin simulates get SGLang's types and defaults
+``--help`` (``_flags.py``); the flags the twin simulates get SGLang's types and defaults
 here, the others are accepted and have no effect.
 """
 
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from autotune_twin._sglang_flags import FLAGS
 from autotune_twin.faults import FAULT_KINDS
 from autotune_twin.profile import DEFAULT_PROFILE
+from autotune_twin.sglang._flags import FLAGS
 
 PROG = "launch_server.py"
 

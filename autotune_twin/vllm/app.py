@@ -31,13 +31,13 @@ import time
 import traceback
 from types import FrameType
 
-from autotune_twin._vllm_flags import VLLM_VERSION
 from autotune_twin.faults import NO_FAULT, Fault, resolve_fault
 from autotune_twin.gpu_state import Publisher, holdings, visible_devices
 from autotune_twin.launch import LaunchError
 from autotune_twin.physics import GIB, MemoryFailure
 from autotune_twin.profile import ProfileError, TwinProfile, inventory, load_profile
-from autotune_twin.vllm_config import (
+from autotune_twin.vllm._flags import VLLM_VERSION
+from autotune_twin.vllm.config import (
     KvPlan,
     VllmConfig,
     check_free_memory,
@@ -46,9 +46,9 @@ from autotune_twin.vllm_config import (
     resolve_config,
     size_kv,
 )
-from autotune_twin.vllm_flags import PROG, VllmTwinOptions, build_parser, parse_args
-from autotune_twin.vllm_scheduler import Snapshot, VllmScheduler
-from autotune_twin.vllm_server import VllmHTTPServer, VllmState, start_http
+from autotune_twin.vllm.flags import PROG, VllmTwinOptions, build_parser, parse_args
+from autotune_twin.vllm.scheduler import Snapshot, VllmScheduler
+from autotune_twin.vllm.server import VllmHTTPServer, VllmState, start_http
 
 # Shares of the simulated load time: config build, weights, profile run, graph capture + warm-up.
 _CONFIG_SHARE, _WEIGHT_SHARE, _PROFILE_SHARE = 0.1, 0.5, 0.1
