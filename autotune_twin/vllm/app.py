@@ -48,7 +48,8 @@ from autotune_twin.vllm.config import (
 )
 from autotune_twin.vllm.flags import PROG, VllmTwinOptions, build_parser, parse_args
 from autotune_twin.vllm.scheduler import Snapshot, VllmScheduler
-from autotune_twin.vllm.server import VllmHTTPServer, VllmState, start_http
+from autotune_twin.vllm.server import VllmState, start_http
+from autotune_twin.web import TwinHTTPServer
 
 # Shares of the simulated load time: config build, weights, profile run, graph capture + warm-up.
 _CONFIG_SHARE, _WEIGHT_SHARE, _PROFILE_SHARE = 0.1, 0.5, 0.1
@@ -173,7 +174,7 @@ class VllmApp:
             if self.gpus is not None:
                 self.gpus.release()
 
-    def _start(self, httpd: VllmHTTPServer, host: str, port: int) -> int:
+    def _start(self, httpd: TwinHTTPServer, host: str, port: int) -> int:
         if not self._wait(self.load_seconds * _CONFIG_SHARE):
             return 0
         try:
