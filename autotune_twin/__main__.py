@@ -11,21 +11,9 @@ inventory as JSON without validating any other flag.
 
 from __future__ import annotations
 
-import json
 import sys
 
-from autotune_twin.gpu_state import holdings
-from autotune_twin.profile import ProfileError, TwinProfile, inventory, load_profile
-from autotune_twin.sglang.flags import PROG, inventory_profile, parse_args, wants_inventory
-
-
-def _profile_or_error(name: str) -> TwinProfile | None:
-    try:
-        return load_profile(name)
-    except ProfileError as err:
-        sys.stderr.write(f"{PROG}: error: --twin-profile: {err}\n")
-        return None
-
+from autotune_twin.cli import print_inventory, wants_inventory
 
 PERSONALITIES = ("sglang", "vllm")
 
@@ -42,36 +30,22 @@ def _personality(argv: list[str]) -> tuple[str, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     personality, argv = _personality(argv)
-    if personality not in PERSONALITIES:
+    # Each personality is imported only when it runs, so --help and --twin-inventory stay light.
+    if personality == "vllm":
+        from autotune_twin.vllm import app as vllm
+        from autotune_twin.vllm.flags import PROG as VLLM_PROG
+
+        return print_inventory(argv, VLLM_PROG) if wants_inventory(argv) else vllm.main(argv)
+    from autotune_twin.sglang.flags import PROG
+
+    if personality != "sglang":
         sys.stderr.write(f"{PROG}: error: --personality: {personality!r} is not one of {', '.join(PERSONALITIES)}\n")
         return 2
-    if personality == "vllm":
-        from autotune_twin.vllm.app import main as vllm_main
-
-        return vllm_main(argv)
     if wants_inventory(argv):
-        profile = _profile_or_error(inventory_profile(argv))
-        if profile is None:
-            return 2
-        sys.stdout.write(json.dumps(inventory(profile, holdings()), indent=2) + "\n")
-        return 0
-    try:
-        args, twin = parse_args(argv)
-    except SystemExit as exit_:  # argparse: --help (0) or a usage error (2)
-        return exit_.code if isinstance(exit_.code, int) else 2
-    profile = _profile_or_error(twin.profile)
-    if profile is None:
-        return 2
-    # Imported here so --help and --twin-inventory stay light.
-    from autotune_twin.sglang.app import TwinApp, configure_logging
+        return print_inventory(argv, PROG)
+    from autotune_twin.sglang import app as sglang
 
-    configure_logging(args.tp_size, args.log_level)
-    from autotune_twin.faults import resolve_fault
-
-    load_seconds = twin.load_seconds if twin.load_seconds is not None else profile.timing.load_seconds
-    fault = resolve_fault(twin.fault, twin.fault_after)
-    app = TwinApp(args=args, profile=profile, seed=twin.seed, load_seconds=load_seconds, fault=fault, drift=twin.drift)
-    return app.run()
+    return sglang.main(argv)
 
 
 if __name__ == "__main__":

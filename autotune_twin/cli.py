@@ -11,13 +11,15 @@ personalities share: they change the simulation, never the simulated server.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune_twin.faults import FAULT_KINDS
-from autotune_twin.profile import DEFAULT_PROFILE, ProfileError, TwinProfile, load_profile
+from autotune_twin.faults import FAULT_KINDS, Fault, resolve_fault
+from autotune_twin.gpu_state import holdings
+from autotune_twin.profile import DEFAULT_PROFILE, ProfileError, TwinProfile, inventory, load_profile
 
 IGNORED_HELP = "(accepted; not simulated by the twin)"
 
@@ -146,12 +148,17 @@ def wants_inventory(argv: Sequence[str]) -> bool:
     return "--twin-inventory" in argv
 
 
-def inventory_profile(argv: Sequence[str], prog: str) -> str:
-    """The ``--twin-profile`` given next to ``--twin-inventory``."""
+def print_inventory(argv: Sequence[str], prog: str) -> int:
+    """``--twin-inventory``: the simulated GPUs of the ``--twin-profile`` given next to it, as JSON
+    on stdout (running twin servers show as processes holding memory); no other flag is checked."""
     pre = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
     pre.add_argument("--twin-profile", default=DEFAULT_PROFILE)
     known, _ = pre.parse_known_args(list(argv))
-    return str(known.twin_profile)
+    profile = profile_or_error(str(known.twin_profile), prog)
+    if profile is None:
+        return 2
+    sys.stdout.write(json.dumps(inventory(profile, holdings()), indent=2) + "\n")
+    return 0
 
 
 def profile_or_error(name: str, prog: str) -> TwinProfile | None:
@@ -161,3 +168,33 @@ def profile_or_error(name: str, prog: str) -> TwinProfile | None:
     except ProfileError as err:
         sys.stderr.write(f"{prog}: error: --twin-profile: {err}\n")
         return None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What a personality starts from: the engine's flags, the twin options, profile and fault."""
+
+    args: argparse.Namespace
+    twin: TwinOptions
+    profile: TwinProfile
+    fault: Fault
+
+
+def prepare(
+    argv: Sequence[str], *, parse: Callable[[list[str]], tuple[argparse.Namespace, TwinOptions]], prog: str
+) -> Launch | int:
+    """Parse the flags, load the profile and resolve the fault; or the exit code when one fails:
+    argparse's own (0 after ``--help``, 2 on a usage error), 2 for a bad profile or fault."""
+    try:
+        args, twin = parse(list(argv))
+    except SystemExit as exit_:  # argparse: --help (0) or a usage error (2)
+        return exit_.code if isinstance(exit_.code, int) else 2
+    profile = profile_or_error(twin.profile, prog)
+    if profile is None:
+        return 2
+    try:
+        fault = resolve_fault(twin.fault, twin.fault_after)
+    except ValueError as err:
+        sys.stderr.write(f"{prog}: error: {err}\n")
+        return 2
+    return Launch(args=args, twin=twin, profile=profile, fault=fault)
