@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,8 @@ IGNORED_HELP = "(accepted; not simulated by the twin)"
 
 # The container flags are declared in: the parser itself or one of its help groups.
 Container = argparse.ArgumentParser | argparse._ArgumentGroup
+# One flag-table entry: option strings, kind (``switch``, ``bool`` or an nargs), choices, metavar.
+FlagSpec = tuple[tuple[str, ...], str, tuple[str, ...] | None, str | None]
 # How a personality declares a ``--x`` / ``--no-x`` entry: (container, option strings, help).
 AddBool = Callable[[Container, tuple[str, ...], str], None]
 
@@ -58,6 +60,35 @@ def add_flag(
     if metavar is not None:
         kwargs["metavar"] = metavar
     container.add_argument(*names, **kwargs)
+
+
+@dataclass(frozen=True)
+class FlagStyle:
+    """How a personality declares its engine's command line.
+
+    Attributes:
+        engine: the engine's name, for the ``--twin-*`` group's title.
+        seed_flag: the engine's seed flag, the default of ``--twin-seed``.
+        simulated: the flags the twin reads, by first option string: their argparse type, default, help.
+        add_bool: how a ``--x`` / ``--no-x`` entry is declared.
+        extra: the personality's own ``--twin-*`` options.
+    """
+
+    engine: str
+    seed_flag: str
+    simulated: Mapping[str, Mapping[str, Any]]
+    add_bool: AddBool
+    extra: Callable[[argparse._ArgumentGroup], None] | None = None
+
+
+def add_flags(
+    parser: argparse.ArgumentParser, entries: Iterable[tuple[Container, FlagSpec]], style: FlagStyle
+) -> argparse.ArgumentParser:
+    """Every entry of an engine's flag table (each in its container), then the ``--twin-*`` group."""
+    for container, (names, kind, choices, metavar) in entries:
+        add_flag(container, names, kind, choices, metavar, simulated=style.simulated, add_bool=style.add_bool)
+    add_twin_options(parser, engine=style.engine, seed_flag=style.seed_flag, extra=style.extra)
+    return parser
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 from autotune_twin.faults import NO_FAULT, Fault
 from autotune_twin.profile import TwinProfile
@@ -71,6 +71,14 @@ class ServerState:
     def ready(self) -> None:
         self.phase = "ready"
 
+    def models(self) -> dict[str, Any]:
+        """``GET /v1/models``: the one served model."""
+        return {"object": "list", "data": [self.model_card()]}
+
+    def model_card(self) -> dict[str, Any]:
+        """The served model's entry in ``/v1/models``; a personality adds its engine's fields."""
+        return {"id": self.served_model_name, "object": "model", "created": int(self.started)}
+
     def stopping(self) -> None:
         self.phase = "stopping"
 
@@ -84,7 +92,7 @@ class TwinHTTPServer(ThreadingHTTPServer):
     def __init__(
         self,
         address: tuple[str, int],
-        handler: type[Handler],
+        handler: type[Handler[Any]],
         *,
         log_http: bool,
         state: ServerState | None = None,
@@ -121,8 +129,12 @@ class TwinHTTPServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-class Handler(BaseHTTPRequestHandler):
-    """The plumbing of every route; a personality adds ``do_GET``/``do_POST`` and ``_authorised``."""
+StateT = TypeVar("StateT", bound=ServerState)
+
+
+class Handler(BaseHTTPRequestHandler, Generic[StateT]):
+    """The plumbing of every route; a personality adds ``do_GET``/``do_POST`` and ``_authorised``,
+    and names its state type (``Handler[TwinState]``)."""
 
     server: TwinHTTPServer
     protocol_version = "HTTP/1.0"
@@ -130,10 +142,10 @@ class Handler(BaseHTTPRequestHandler):
     sys_version = ""
 
     @property
-    def state(self) -> ServerState:
+    def state(self) -> StateT:
         state = self.server.state
         assert state is not None  # the server listens only once it has a state
-        return state
+        return cast(StateT, state)
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -173,7 +185,15 @@ class Handler(BaseHTTPRequestHandler):
         self._send_json(status, {"error": {"message": message, "code": status}, "object": "error"})
 
     def _authorised(self, path: str) -> bool:
+        """Whether the request may go on (when not, the 401 is already sent)."""
         raise NotImplementedError
+
+    def _bearer_ok(self, keys: Collection[str]) -> bool:
+        """The ``Authorization: Bearer`` header names one of ``keys``; else answer 401."""
+        if self.headers.get("Authorization", "") in {f"Bearer {k}" for k in keys}:
+            return True
+        self._send_json(HTTPStatus.UNAUTHORIZED, {"error": "Unauthorized"})
+        return False
 
     def _route(self) -> str | None:
         """The request's path; blocks forever when the server hangs; None when refused (answered)."""

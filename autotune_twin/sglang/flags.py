@@ -15,7 +15,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from autotune_twin.cli import Container, TwinOptions, add_flag, add_twin_options, take_twin_options
+from autotune_twin.cli import Container, FlagStyle, TwinOptions, add_flags, take_twin_options
 from autotune_twin.sglang._flags import FLAGS
 
 PROG = "launch_server.py"
@@ -92,15 +92,17 @@ def _add_inventory(group: argparse._ArgumentGroup) -> None:
     )
 
 
+_STYLE = FlagStyle(
+    engine="SGLang", seed_flag="--random-seed", simulated=_SIMULATED, add_bool=_add_bool, extra=_add_inventory
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="autotune SGLang twin: a simulation of `python -m sglang.launch_server` (not real SGLang).",
     )
-    for names, kind, choices, metavar in FLAGS:
-        add_flag(parser, names, kind, choices, metavar, simulated=_SIMULATED, add_bool=_add_bool)
-    add_twin_options(parser, engine="SGLang", seed_flag="--random-seed", extra=_add_inventory)
-    return parser
+    return add_flags(parser, ((parser, spec) for spec in FLAGS), _STYLE)
 
 
 @lru_cache(maxsize=1)

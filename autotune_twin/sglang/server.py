@@ -115,20 +115,10 @@ class TwinState(ServerState):
             "architectures": list(self.profile.model.architectures),
         }
 
-    def models(self) -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": self.served_model_name,
-                    "object": "model",
-                    "created": int(self.started),
-                    "owned_by": "sglang",
-                    "root": self.args.model_path,
-                    "max_model_len": self.cfg.context_length,
-                }
-            ],
-        }
+    def model_card(self) -> dict[str, Any]:
+        card = super().model_card()
+        card.update(owned_by="sglang", root=self.args.model_path, max_model_len=self.cfg.context_length)
+        return card
 
     def metrics_text(self) -> str:
         assert self.scheduler is not None
@@ -207,23 +197,12 @@ class TwinState(ServerState):
         }
 
 
-class TwinHandler(Handler):
+class TwinHandler(Handler[TwinState]):
     """SGLang's routes on the twin's HTTP core."""
-
-    @property
-    def state(self) -> TwinState:
-        state = self.server.state
-        assert isinstance(state, TwinState)
-        return state
 
     def _authorised(self, path: str) -> bool:
         key = self.state.args.api_key
-        if not key or path.startswith("/health") or path in ("/ready", "/metrics"):
-            return True
-        if self.headers.get("Authorization", "") == f"Bearer {key}":
-            return True
-        self._send_json(HTTPStatus.UNAUTHORIZED, {"error": "Unauthorized"})
-        return False
+        return not key or path.startswith("/health") or path in ("/ready", "/metrics") or self._bearer_ok([key])
 
     # -- routes ---------------------------------------------------------------------------------
 

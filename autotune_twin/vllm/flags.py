@@ -21,7 +21,7 @@ from collections import defaultdict
 from functools import lru_cache
 from typing import Any, NoReturn
 
-from autotune_twin.cli import Container, TwinOptions, add_flag, add_twin_options, take_twin_options
+from autotune_twin.cli import Container, FlagStyle, TwinOptions, add_flags, take_twin_options
 from autotune_twin.vllm._flags import FLAGS, GROUPS, VLLM_VERSION
 
 PROG = "vllm serve"
@@ -163,6 +163,9 @@ def _add_log_interval(group: argparse._ArgumentGroup) -> None:
     )
 
 
+_STYLE = FlagStyle(engine="vLLM", seed_flag="--seed", simulated=_SIMULATED, add_bool=_add_bool, extra=_add_log_interval)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
@@ -173,11 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("model_tag", nargs="?", default=None, help="The model tag to serve.")
     parser.add_argument("-h", "--help", action="store_true", help="show this help message and exit")
     groups = {name: parser.add_argument_group(name, text or None) for name, text in GROUPS.items() if name != "options"}
-    for group_name, names, kind, choices, metavar in FLAGS:
-        container = groups.get(group_name) or parser._optionals
-        add_flag(container, names, kind, choices, metavar, simulated=_SIMULATED, add_bool=_add_bool)
-    add_twin_options(parser, engine="vLLM", seed_flag="--seed", extra=_add_log_interval)
-    return parser
+    entries = ((groups.get(group, parser._optionals), (n, k, c, m)) for group, n, k, c, m in FLAGS)
+    return add_flags(parser, entries, _STYLE)
 
 
 @lru_cache(maxsize=1)

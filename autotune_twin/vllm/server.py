@@ -78,37 +78,26 @@ class VllmState(ServerState):
 
     # -- JSON payloads ---------------------------------------------------------------------------
 
-    def models(self) -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": self.served_model_name,
-                    "object": "model",
-                    "created": int(self.started),
-                    "owned_by": "vllm",
-                    "root": self.vc.model,
-                    "parent": None,
-                    "max_model_len": self.kv.max_model_len,
-                    "permission": [
-                        {
-                            "id": f"modelperm-{uuid.uuid4().hex}",
-                            "object": "model_permission",
-                            "created": int(self.started),
-                            "allow_create_engine": False,
-                            "allow_sampling": True,
-                            "allow_logprobs": True,
-                            "allow_search_indices": False,
-                            "allow_view": True,
-                            "allow_fine_tuning": False,
-                            "organization": "*",
-                            "group": None,
-                            "is_blocking": False,
-                        }
-                    ],
-                }
-            ],
-        }
+    def model_card(self) -> dict[str, Any]:
+        card = super().model_card()
+        card.update(owned_by="vllm", root=self.vc.model, parent=None, max_model_len=self.kv.max_model_len)
+        card["permission"] = [
+            {
+                "id": f"modelperm-{uuid.uuid4().hex}",
+                "object": "model_permission",
+                "created": int(self.started),
+                "allow_create_engine": False,
+                "allow_sampling": True,
+                "allow_logprobs": True,
+                "allow_search_indices": False,
+                "allow_view": True,
+                "allow_fine_tuning": False,
+                "organization": "*",
+                "group": None,
+                "is_blocking": False,
+            }
+        ]
+        return card
 
     def cache_config_labels(self) -> dict[str, object]:
         """``vllm:cache_config_info``: every CacheConfig field as a label (strings), as vLLM does."""
@@ -179,14 +168,8 @@ class VllmState(ServerState):
         return "\n".join(lines) + "\n"
 
 
-class VllmHandler(Handler):
+class VllmHandler(Handler[VllmState]):
     """vLLM's routes on the twin's HTTP core."""
-
-    @property
-    def state(self) -> VllmState:
-        state = self.server.state
-        assert isinstance(state, VllmState)
-        return state
 
     def _access_prefix(self) -> str:
         return f"(APIServer pid={os.getpid()}) "
@@ -196,12 +179,7 @@ class VllmHandler(Handler):
 
     def _authorised(self, path: str) -> bool:
         keys = self.state.args.api_key
-        if not keys or not path.startswith("/v1"):
-            return True
-        if self.headers.get("Authorization", "") in {f"Bearer {k}" for k in keys}:
-            return True
-        self._send_json(HTTPStatus.UNAUTHORIZED, {"error": "Unauthorized"})
-        return False
+        return not keys or not path.startswith("/v1") or self._bearer_ok(keys)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         path = self._route()
