@@ -24,8 +24,8 @@ from autotune_twin.launch import LaunchConfig, LaunchError, resolve_launch
 from autotune_twin.lifecycle import Lifecycle
 from autotune_twin.physics import GIB, MemoryFailure, MemoryPlan
 from autotune_twin.profile import TwinProfile
-from autotune_twin.scheduler import Scheduler
 from autotune_twin.sglang.flags import PROG, parse_args
+from autotune_twin.sglang.scheduler import SglangScheduler
 from autotune_twin.sglang.server import TwinState, start_http
 
 log = logging.getLogger("autotune_twin")
@@ -137,7 +137,7 @@ class TwinApp(Lifecycle):
         plan = self._load_and_size(cfg)
         if plan is None:
             return 0 if self.stop_event.is_set() else 1
-        scheduler = Scheduler(
+        scheduler = SglangScheduler(
             profile=self.profile,
             cfg=cfg,
             plan=plan,
@@ -281,7 +281,7 @@ class TwinApp(Lifecycle):
             sys.stderr.write(f"INFO:     {line}\n")
         sys.stderr.flush()
 
-    def _warm_up(self, scheduler: Scheduler) -> bool:
+    def _warm_up(self, scheduler: SglangScheduler) -> bool:
         """SGLang's warm-up request; False if a stop came first."""
         request = scheduler.make_request(_WARMUP_TEXT, max_new_tokens=8, ignore_eos=False)
         scheduler.submit(request)

@@ -1,7 +1,7 @@
 """The SGLang personality's HTTP side: SGLang's endpoints and JSON shapes on the twin's HTTP core.
 
 The port opens while the simulated weights load (health endpoints answer 503 until the server is
-ready, like SGLang's). Generation requests are handed to the :class:`Scheduler`; the plumbing
+ready, like SGLang's). Generation requests are handed to the :class:`SglangScheduler`; the plumbing
 (JSON, SSE, faults, waiting on updates) is :mod:`autotune_twin.web`'s.
 """
 
@@ -16,8 +16,9 @@ from autotune_twin.launch import LaunchConfig
 from autotune_twin.metrics import gauge
 from autotune_twin.physics import GIB, MemoryPlan
 from autotune_twin.profile import TwinProfile
-from autotune_twin.scheduler import Request, Scheduler, Update
+from autotune_twin.scheduler import Request, Update
 from autotune_twin.sglang._flags import SGLANG_VERSION
+from autotune_twin.sglang.scheduler import SglangScheduler
 from autotune_twin.web import Handler, OpenAIReply, ServerState, TwinHTTPServer, chat_prompt
 
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -26,7 +27,7 @@ DEFAULT_MAX_NEW_TOKENS = 128
 class TwinState(ServerState):
     """What the endpoints report: loading until ``ready()``; stopping after ``stopping()``."""
 
-    scheduler: Scheduler | None
+    scheduler: SglangScheduler | None
 
     def __init__(
         self, *, args: argparse.Namespace, profile: TwinProfile, cfg: LaunchConfig, seed: int, fault: Fault = NO_FAULT
@@ -40,7 +41,7 @@ class TwinState(ServerState):
     def served_model_name(self) -> str:
         return str(self.args.served_model_name or self.args.model_path)
 
-    def attach(self, plan: MemoryPlan, scheduler: Scheduler) -> None:
+    def attach(self, plan: MemoryPlan, scheduler: SglangScheduler) -> None:
         """Pools sized and scheduler running: info endpoints answer; health waits for ``ready``."""
         self.plan, self.scheduler = plan, scheduler
 
