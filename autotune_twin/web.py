@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic, TypeVar, cast
@@ -137,6 +137,8 @@ class Handler(BaseHTTPRequestHandler, Generic[StateT]):
     and names its state type (``Handler[TwinState]``)."""
 
     server: TwinHTTPServer
+    # GET paths that answer 200 once the server is ready, 503 (or no connection) before.
+    health_paths: tuple[str, ...] = ("/health",)
     protocol_version = "HTTP/1.0"
     server_version = "uvicorn"
     sys_version = ""
@@ -183,6 +185,30 @@ class Handler(BaseHTTPRequestHandler, Generic[StateT]):
 
     def _error(self, status: int, message: str) -> None:
         self._send_json(status, {"error": {"message": message, "code": status}, "object": "error"})
+
+    # -- routes ---------------------------------------------------------------------------------
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        path = self._route()
+        if path is None:
+            return
+        if path in self.health_paths:
+            self._send_text(HTTPStatus.OK if self.state.is_ready else HTTPStatus.SERVICE_UNAVAILABLE, "")
+            return
+        self._get(path)
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        path = self._route()
+        if path is not None:
+            self._post(path)
+
+    def _get(self, path: str) -> None:
+        """The personality's GET routes (health is answered already)."""
+        raise NotImplementedError
+
+    def _post(self, path: str) -> None:
+        """The personality's POST routes."""
+        raise NotImplementedError
 
     def _authorised(self, path: str) -> bool:
         """Whether the request may go on (when not, the 401 is already sent)."""
@@ -280,6 +306,40 @@ class Handler(BaseHTTPRequestHandler, Generic[StateT]):
         self.wfile.write(f"data: {data}\n\n".encode())
         self.wfile.flush()
 
+    def _reply(
+        self,
+        request: Request,
+        reply: OpenAIReply,
+        *,
+        stream: bool,
+        include_usage: bool,
+        on_last: Callable[[Update], None] | None = None,
+    ) -> None:
+        """An OpenAI completion: the whole response, or SSE (the role chunk for chat, a delta per
+        update, the usage chunk when asked, ``[DONE]``); ``on_last`` sees the final update first."""
+        if not stream:
+            last = self._final(request)
+            if last is not None:
+                if on_last is not None:
+                    on_last(last)
+                self._send_json(HTTPStatus.OK, reply.complete(last))
+            return
+        try:
+            self._begin_stream()
+            if reply.chat:
+                self._event(reply.chunk({"role": "assistant", "content": ""}, None, None))
+            last = None
+            for last in self._updates(request):
+                self._event(reply.delta(last))
+            if last is not None:
+                if on_last is not None:
+                    on_last(last)
+                if include_usage:
+                    self._event(reply.usage_chunk(last))
+            self._event("[DONE]")
+        except (BrokenPipeError, ConnectionResetError):
+            request.aborted = True  # the client went away: stop generating for it
+
 
 def chat_prompt(messages: list[Any]) -> str:
     """The text the model sees: the messages in Qwen's chat template, ending with the assistant turn."""
@@ -308,6 +368,23 @@ class OpenAIReply:
         if not update.finished or update.finish_reason is None:
             return None
         return "length" if update.finish_reason.get("type") == "length" else "stop"
+
+    def chunk(self, delta: dict[str, Any], finish: str | None, update: Update | None) -> dict[str, Any]:
+        """One streamed chunk: ``delta`` (chat) or its content (completion); ``update`` is the
+        request's state after it (None for chat's first, role-only chunk)."""
+        raise NotImplementedError
+
+    def delta(self, update: Update) -> dict[str, Any]:
+        """The chunk for what one engine step added."""
+        return self.chunk({"content": update.delta} if update.delta else {}, self._finish(update), update)
+
+    def usage_chunk(self, update: Update) -> dict[str, Any]:
+        """The last chunk when ``stream_options.include_usage`` asks for it."""
+        raise NotImplementedError
+
+    def complete(self, update: Update) -> dict[str, Any]:
+        """The whole (non-streamed) response."""
+        raise NotImplementedError
 
     def _base(self, *, final: bool = False) -> dict[str, Any]:
         """The head of a chunk (or, ``final``, of a whole response)."""

@@ -201,20 +201,16 @@ class TwinState(ServerState):
 class TwinHandler(Handler[TwinState]):
     """SGLang's routes on the twin's HTTP core."""
 
+    health_paths = ("/health", "/health_generate", "/ready")
+
     def _authorised(self, path: str) -> bool:
         key = self.state.args.api_key
         return not key or path.startswith("/health") or path in ("/ready", "/metrics") or self._bearer_ok([key])
 
     # -- routes ---------------------------------------------------------------------------------
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        path = self._route()
-        if path is None:
-            return
+    def _get(self, path: str) -> None:
         state = self.state
-        if path in ("/health", "/health_generate", "/ready"):
-            self._send_text(HTTPStatus.OK if state.is_ready else HTTPStatus.SERVICE_UNAVAILABLE, "")
-            return
         if path in ("/server_info", "/get_server_info", "/model_info", "/get_model_info", "/v1/models", "/metrics"):
             if state.scheduler is None or state.phase == "stopping":
                 self._error(HTTPStatus.SERVICE_UNAVAILABLE, "the server is starting (simulated weights loading)")
@@ -234,10 +230,7 @@ class TwinHandler(Handler[TwinState]):
             return
         self._error(HTTPStatus.NOT_FOUND, "Not Found")
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        path = self._route()
-        if path is None:
-            return
+    def _post(self, path: str) -> None:
         if path == "/flush_cache":
             self._flush()
             return
@@ -317,24 +310,8 @@ class TwinHandler(Handler[TwinState]):
         if request is None:
             return
         reply = _OpenAIReply(state, request, chat=chat, body=body)
-        if not body.get("stream"):
-            last = self._final(request)
-            if last is not None:
-                self._send_json(HTTPStatus.OK, reply.complete(last))
-            return
-        self._begin_stream()
-        try:
-            if chat:
-                self._event(reply.chunk({"role": "assistant", "content": ""}, None))
-            last = None
-            for last in self._updates(request):
-                self._event(reply.delta(last))
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            if include_usage and last is not None:
-                self._event(reply.usage_chunk(last))
-            self._event("[DONE]")
-        except (BrokenPipeError, ConnectionResetError):
-            request.aborted = True
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        self._reply(request, reply, stream=bool(body.get("stream")), include_usage=include_usage)
 
 
 class _OpenAIReply(OpenAIReply):
@@ -359,16 +336,13 @@ class _OpenAIReply(OpenAIReply):
             choice["matched_stop"] = self.state.profile.model.eos_token_id
         return choice
 
-    def chunk(self, delta: dict[str, Any], finish: str | None, update: Update | None = None) -> dict[str, Any]:
+    def chunk(self, delta: dict[str, Any], finish: str | None, update: Update | None) -> dict[str, Any]:
         out = self._base()
         out["choices"] = [self._stopped(self._chunk_choice(delta, finish), finish)]
         out["usage"] = None
         if update is not None and finish is not None and self.spec_details:
             out["sglext"] = self.state.spec_stats(self.request, update)
         return out
-
-    def delta(self, update: Update) -> dict[str, Any]:
-        return self.chunk({"content": update.delta} if update.delta else {}, self._finish(update), update)
 
     def usage_chunk(self, update: Update) -> dict[str, Any]:
         out = self._base()

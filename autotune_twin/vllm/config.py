@@ -365,15 +365,7 @@ def profile_run(profile: TwinProfile, vc: VllmConfig) -> ProfileRun:
         MemoryFailure: ``load_oom`` when the weights alone do not fit.
     """
     total = profile.gpus.memory_total_bytes
-    free = physics.free_bytes_at_start(profile)
-    weights = physics.weight_bytes_per_gpu(profile, vc.cfg)
-    if weights > free:
-        raise MemoryFailure(
-            kind="load_oom",
-            exc_type="torch.OutOfMemoryError",
-            stage="load",
-            message=physics._oom_text(weights - free, total, max(free - weights, 0)),
-        )
+    free, weights = physics.check_weights_fit(profile, vc.cfg)
     mem = profile.memory
     activations = mem.activation_base_bytes + mem.activation_per_prefill_token_bytes * vc.max_num_batched_tokens
     graphs = mem.graph_base_bytes + mem.graph_bytes_per_token * vc.capture_size if vc.cuda_graphs else 0.0

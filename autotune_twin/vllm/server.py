@@ -171,6 +171,8 @@ class VllmState(ServerState):
 class VllmHandler(Handler[VllmState]):
     """vLLM's routes on the twin's HTTP core."""
 
+    health_paths = ("/health", "/ping")
+
     def _access_prefix(self) -> str:
         return f"(APIServer pid={os.getpid()}) "
 
@@ -181,14 +183,9 @@ class VllmHandler(Handler[VllmState]):
         keys = self.state.args.api_key
         return not keys or not path.startswith("/v1") or self._bearer_ok(keys)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        path = self._route()
-        if path is None:
-            return
+    def _get(self, path: str) -> None:
         state = self.state
-        if path in ("/health", "/ping"):
-            self._send_text(HTTPStatus.OK if state.is_ready else HTTPStatus.SERVICE_UNAVAILABLE, "")
-        elif path == "/v1/models":
+        if path == "/v1/models":
             self._send_json(HTTPStatus.OK, state.models())
         elif path == "/version":
             self._send_json(HTTPStatus.OK, {"version": VLLM_VERSION})
@@ -197,10 +194,7 @@ class VllmHandler(Handler[VllmState]):
         else:
             self._send_json(HTTPStatus.NOT_FOUND, {"detail": "Not Found"})
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        path = self._route()
-        if path is None:
-            return
+    def _post(self, path: str) -> None:
         if path not in ("/v1/completions", "/v1/chat/completions"):
             self._send_json(HTTPStatus.NOT_FOUND, {"detail": "Not Found"})
             return
@@ -257,28 +251,15 @@ class VllmHandler(Handler[VllmState]):
         if request is None:
             return
         reply = _Reply(state, request, chat=chat, body=body)
+        options = body.get("stream_options") or {}
         try:
-            if not body.get("stream"):
-                last = self._final(request)
-                if last is not None:
-                    state.observe(request, last)
-                    self._send_json(HTTPStatus.OK, reply.complete(last))
-                return
-            self._begin_stream()
-            options = body.get("stream_options") or {}
-            continuous = bool(options.get("include_usage") and options.get("continuous_usage_stats"))
-            if chat:
-                self._event(reply.chunk({"role": "assistant", "content": ""}, None, None))
-            last = None
-            for last in self._updates(request):
-                self._event(reply.delta(last, continuous))
-            if last is not None:
-                state.observe(request, last)
-                if options.get("include_usage"):
-                    self._event(reply.usage_chunk(last))
-            self._event("[DONE]")
-        except (BrokenPipeError, ConnectionResetError):
-            request.aborted = True
+            self._reply(
+                request,
+                reply,
+                stream=bool(body.get("stream")),
+                include_usage=bool(options.get("include_usage")),
+                on_last=lambda last: state.observe(request, last),
+            )
         finally:
             state.scheduler.forget(request)
 
@@ -290,6 +271,9 @@ class _Reply(OpenAIReply):
         super().__init__(state, request, chat=chat, body=body)
         self.state = state
         self.metrics = state.vc.per_request_spec_metrics != "none" and state.vc.speculative is not None
+        options = body.get("stream_options") or {}
+        # stream_options.continuous_usage_stats: the cumulative usage on every chunk
+        self.continuous = bool(options.get("include_usage") and options.get("continuous_usage_stats"))
 
     def _usage(self, update: Update) -> dict[str, Any]:
         prompt = self.request.prompt.prompt_tokens
@@ -302,17 +286,12 @@ class _Reply(OpenAIReply):
             usage["prompt_tokens_details"] = {"cached_tokens": self.request.cached_tokens}
         return usage
 
-    def chunk(
-        self, delta: dict[str, Any], finish: str | None, update: Update | None, continuous: bool = False
-    ) -> dict[str, Any]:
+    def chunk(self, delta: dict[str, Any], finish: str | None, update: Update | None) -> dict[str, Any]:
         out = self._base()
         out["choices"] = [self._chunk_choice(delta, finish, stop_reason=None)]
-        if continuous and update is not None:
+        if self.continuous and update is not None:
             out["usage"] = self._usage(update)
         return out
-
-    def delta(self, update: Update, continuous: bool) -> dict[str, Any]:
-        return self.chunk({"content": update.delta} if update.delta else {}, self._finish(update), update, continuous)
 
     def _with_metrics(self, out: dict[str, Any]) -> dict[str, Any]:
         spec = self.state.scheduler.spec_metrics(self.request) if self.metrics else None
