@@ -133,8 +133,8 @@ StateT = TypeVar("StateT", bound=ServerState)
 
 
 class Handler(BaseHTTPRequestHandler, Generic[StateT]):
-    """The plumbing of every route; a personality adds ``do_GET``/``do_POST`` and ``_authorised``,
-    and names its state type (``Handler[TwinState]``)."""
+    """The plumbing of every route. A personality names its state type (``Handler[TwinState]``) and
+    gives its ``health_paths``, its other routes (``_get``, ``_post``) and ``_authorised``."""
 
     server: TwinHTTPServer
     # GET paths that answer 200 once the server is ready, 503 (or no connection) before.
