@@ -79,7 +79,7 @@ def _flag_value(text: str) -> FlagValue:
 def server_argv(args: argparse.Namespace, port: int) -> tuple[Engine, list[str], str]:
     """The engine, the server's command line and what the table calls it."""
     if args.llama_server is None:
-        argv = [sys.executable, "-m", "autotune.twin", "--model-path", "Qwen/Qwen3.6-27B", "--port", str(port),
+        argv = [sys.executable, "-m", "autotune_twin", "--model-path", "Qwen/Qwen3.6-27B", "--port", str(port),
                 *TWIN_FLAGS]  # fmt: skip
         return get_engine("sglang"), argv, "twin, simulated"
     engine = get_engine("llamacpp")

@@ -2,7 +2,7 @@
 
 Runs autotune's own study loop (``StudyRunner.objective``: the sampler, baselines, engine rules,
 duplicate skipping, memory-feasibility prediction and constraints the product uses) on the SGLang
-twin's landscape (``autotune.twin.landscape``: the twin's launch rules and physics called directly,
+twin's landscape (``benchmarks/landscape.py``: the twin's launch rules and physics called directly,
 with measurement noise) instead of real launches, side by side with the baselines SGLang users
 have: random search, the full grid in a fixed order, and a tiered grid like ``sglang.auto_benchmark``.
 
@@ -60,7 +60,9 @@ from autotune.study import (  # noqa: E402
     make_sampler,
 )
 from autotune.trial import TrialOutcome  # noqa: E402
-from autotune.twin.landscape import (  # noqa: E402
+from autotune.workload import load_suite  # noqa: E402
+from autotune_twin.profile import TwinProfile, inventory, load_profile  # noqa: E402
+from benchmarks.landscape import (  # noqa: E402
     Evaluation,
     GridAxis,
     Landscape,
@@ -70,8 +72,6 @@ from autotune.twin.landscape import (  # noqa: E402
     Prompt,
     grid,
 )
-from autotune.twin.profile import TwinProfile, inventory, load_profile  # noqa: E402
-from autotune.workload import load_suite  # noqa: E402
 
 WITHIN = 0.02  # "reached": the incumbent's true value is within 2 % of the optimum
 FLOAT_POINTS = 11  # a float without a step is discretised into this many points (log-spaced if log)

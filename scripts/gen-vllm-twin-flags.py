@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Generate ``autotune/twin/_vllm_flags.py`` from a recorded ``vllm serve --help=all``.
+"""Generate ``autotune_twin/vllm/_flags.py`` from a recorded ``vllm serve --help=all``.
 
     scripts/gen-vllm-twin-flags.py [HELP_TXT] [OUT_PY]
 
-Defaults: ``tests/fixtures/vllm-0.33.0-serve-help.txt`` -> ``autotune/twin/_vllm_flags.py``.
+Defaults: ``tests/fixtures/vllm-0.33.0-serve-help.txt`` -> ``autotune_twin/vllm/_flags.py``.
 One entry per help entry, in help order, with its group: (group, option strings, kind, choices,
 metavar). ``kind`` is ``switch`` (a bare flag), ``bool`` (a ``--x`` / ``--no-x`` or
 ``--enable-x`` / ``--disable-x`` pair) or an argparse nargs (``1``, ``?``, ``*``, ``+``).
@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 HELP = ROOT / "tests" / "fixtures" / "vllm-0.33.0-serve-help.txt"
-OUT = ROOT / "autotune" / "twin" / "_vllm_flags.py"
+OUT = ROOT / "autotune_twin" / "vllm" / "_flags.py"
 
 _HEADER = re.compile(r"^(?P<title>[A-Za-z][\w ]*):$")
 _ENTRY = re.compile(r"^  (?P<invocation>-\S.*?)(?:\s{2,}.*)?$")

@@ -17,10 +17,10 @@ from autotune.engines.sglang import SGLangEngine
 from autotune.engines.vllm import VLLMEngine
 from autotune.feasibility import FeasibilityModel, headroom_use, model_weight_bytes
 from autotune.gpu import GpuInventory, check_idle, roofline, wait_for
-from autotune.twin import physics
-from autotune.twin.flags import parse_args
-from autotune.twin.launch import resolve_launch
-from autotune.twin.profile import load_profile
+from autotune_twin import physics
+from autotune_twin.launch import resolve_launch
+from autotune_twin.profile import load_profile
+from autotune_twin.sglang.flags import parse_args
 from tests.conftest import TWIN_SPACE, autotune_cmd
 
 GIB = 2**30

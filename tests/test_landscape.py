@@ -1,4 +1,4 @@
-"""The twin as a landscape (autotune.twin.landscape) and the search-efficiency benchmark on it.
+"""The twin as a landscape (benchmarks/landscape.py) and the search-efficiency benchmark on it.
 
 The landscape is the twin's own launch rules and physics called directly, so the checks against the
 twin are light: the decode rate agrees with the physics' stream simulation and with a real twin
@@ -22,12 +22,13 @@ import yaml
 
 from autotune.engines.base import LaunchPlan
 from autotune.outcomes import OutcomeKind
+from autotune.space import Condition
 from autotune.study import make_sampler
-from autotune.twin import physics
-from autotune.twin.flags import parse_args
-from autotune.twin.landscape import GridAxis, Landscape, MeasureShape, Prompt, grid, grid_size, perf_key
-from autotune.twin.launch import resolve_launch
-from autotune.twin.profile import builtin_profiles, load_profile
+from autotune_twin import physics
+from autotune_twin.launch import resolve_launch
+from autotune_twin.profile import builtin_profiles, load_profile
+from autotune_twin.sglang.flags import parse_args
+from benchmarks.landscape import GridAxis, Landscape, MeasureShape, Prompt, grid, grid_size, perf_key
 from tests.conftest import ROOT, SPACES, TWIN_SPACE
 
 CODE = (
@@ -98,7 +99,10 @@ def test_failures_agree_with_the_physics_and_carry_sglangs_message(a6000: Landsc
     partial = a6000.evaluate({**NEXTN, "speculative-num-steps": 3})
     unknown = a6000.evaluate({**HAND_FOUND, "no-such-flag": 1})
     assert (low.outcome, high.outcome) == ("too_low", "too_high")
-    for result, flags in ((low, {**HAND_FOUND, "mem-fraction-static": 0.6}),):
+    for result, flags in (
+        (low, {**HAND_FOUND, "mem-fraction-static": 0.6}),
+        (high, {**HAND_FOUND, "mem-fraction-static": 0.97, "cuda-graph-max-bs-decode": 48}),
+    ):
         assert physics.memory_outcome(load_profile(), config(flags)) == result.outcome
     assert "Please try to increase --mem-fraction-static" in (low.message or "")
     assert "CUDA out of memory" in (high.message or "")
@@ -137,6 +141,7 @@ def test_memory_only_fields_do_not_change_the_decode_rate(a6000: Landscape) -> N
         }
         flags["speculative-num-draft-tokens"] = int(flags["speculative-num-steps"]) + 1
         cfg = config(flags)
+        assert perf_key(cfg) != cfg  # the key does blank memory-only fields
         for fn in (lambda c: physics.decode_pass_seconds(load_profile(), c, [300]),
                    lambda c: physics.acceptance_probs(load_profile(), c, prompt)):  # fmt: skip
             assert fn(cfg) == fn(perf_key(cfg))
@@ -151,6 +156,7 @@ def test_grid_honours_conditions_and_the_fast_optimum_is_the_exhaustive_one() ->
         GridAxis("mamba-full-memory-ratio", (0.3, 1.0)),
         GridAxis("cuda-graph-max-bs-decode", (8, 48)),
     ]
+    assert axes[2].condition == Condition.parse("speculative-eagle-topk > 1")  # the product's own condition
     candidates = list(grid(axes, NEXTN))
     assert len(candidates) == grid_size(axes, NEXTN) == (3 + 3 * 2) * 4 * 2 * 2
     assert all(("speculative-num-draft-tokens" in c) == (c["speculative-eagle-topk"] > 1) for c in candidates)
@@ -188,15 +194,18 @@ def test_landscape_agrees_with_a_twin_process(tmp_path: Path) -> None:
     problem = bench.load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
     runner = bench.make_runner(problem, tmp_path, sampler=make_sampler("tpe", 0))  # its launch is the real one
     land = problem.landscape(0)
+    kinds = []
     for flags in (HAND_FOUND, {**HAND_FOUND, "mem-fraction-static": 0.6}):
         plan = LaunchPlan(engine="sglang", flags=problem.normalise(flags) or flags)
         real = runner.launch(plan, tmp_path / "trial.log", lambda name, detail: None)
         simulated = bench.outcome_of(problem, plan, land.evaluate(plan.flags))
         assert real.kind == simulated.kind
+        kinds.append(real.kind)
         if real.kind is OutcomeKind.OK:
             assert real.objective == pytest.approx(simulated.objective, rel=0.15)  # a few short requests
         assert real.memory is not None and simulated.memory is not None
         assert real.memory.weights_bytes == pytest.approx(simulated.memory.weights_bytes, rel=0.01)
+    assert kinds == [OutcomeKind.OK, OutcomeKind.MEMORY_TOO_LOW]  # both ways were compared
 
 
 # -- the benchmark -------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ def start_twin(tmp_path: Path, *extra: str) -> Iterator[Twin]:
     argv = [
         sys.executable,
         "-m",
-        "autotune.twin",
+        "autotune_twin",
         "--model-path",
         "Qwen/Qwen3.6-27B",
         "--tp-size",
@@ -184,7 +184,7 @@ def test_bench_profile_relaunches_and_checks_the_recorded_numbers(tmp_path: Path
         trial=0,
         engine="sglang",
         model="Qwen/Qwen3.6-27B",
-        launcher=["{python}", "-m", "autotune.twin", "--twin-load-seconds", "0.2"],
+        launcher=["{python}", "-m", "autotune_twin", "--twin-load-seconds", "0.2"],
         flags={
             "tp-size": 2,
             "speculative-algorithm": "NEXTN",

@@ -160,7 +160,7 @@ def test_check_prints_baseline_argv(tmp_path: Path) -> None:
     argv = cautious["argv"]
     # "{python}" became the interpreter running autotune (the venv's python)
     assert Path(argv[0]).parent == Path(sys.executable).parent and Path(argv[0]).name.startswith("python")
-    assert argv[1:3] == ["-m", "autotune.twin"]
+    assert argv[1:3] == ["-m", "autotune_twin"]
     assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "2"
     hand = next(b for b in data["baselines"] if b["name"] == "hand-found")["argv"]
     assert hand[hand.index("--mem-fraction-static") + 1] == "0.88"

@@ -2,7 +2,7 @@
 
 Facts from the vllm 0.33.0 wheel (shared/vllm.md; its ``--help=all`` is recorded in
 tests/fixtures/vllm-0.33.0-serve-help.txt). The launcher is the ``serve`` command itself, e.g.
-``[/opt/vllm/.venv/bin/vllm, serve]`` or, for the twin, ``[python, -m, autotune.twin, --personality,
+``[/opt/vllm/.venv/bin/vllm, serve]`` or, for the twin, ``[python, -m, autotune_twin, --personality,
 vllm, serve]``; :meth:`VLLMEngine.build_argv` puts the model right after it (vLLM's positional
 ``model_tag``), then ``--host`` and ``--port``, then the plan's flags. The flag set is read from
 ``LAUNCHER --help=all`` (vLLM 0.33's plain ``--help`` lists only the groups).

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.twin.flags import build_parser, parse_args, parse_length
+from autotune_twin.sglang.flags import build_parser, parse_args, parse_length
 
 HELP = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.23-help.txt"
 

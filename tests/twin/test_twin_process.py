@@ -11,11 +11,11 @@ from typing import Any, cast
 import httpx
 import pytest
 
-from autotune.twin import physics
-from autotune.twin.flags import parse_args
-from autotune.twin.launch import resolve_launch
-from autotune.twin.profile import load_profile
-from tests.twin.processes import Server, free_port, start_twin, twin
+from autotune_twin import physics
+from autotune_twin.launch import resolve_launch
+from autotune_twin.profile import load_profile
+from autotune_twin.sglang.flags import parse_args
+from tests.twin.processes import Server, free_port, serving, start_twin, twin
 
 pytestmark = pytest.mark.twin
 
@@ -37,37 +37,11 @@ def start(tmp_path: Path, *argv: str, host: str | None = None) -> Server:
     return start_twin(tmp_path, *argv, host=host)
 
 
-def wait_for_status(server: Server, wanted: int, deadline_s: float = 20.0) -> None:
-    """Poll /health until it answers ``wanted`` (no fixed sleeps)."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        assert server.process.poll() is None, server.log_text()
-        try:
-            if httpx.get(f"{server.url}/health", timeout=1.0).status_code == wanted:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"/health never answered {wanted}:\n{server.log_text()}")
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    running = start(
-        tmp_path_factory.mktemp("twin"),
-        *MODEL,
-        *NEXTN,
-        "--enable-metrics",
-        "--twin-load-seconds",
-        "0.3",
-        "--decode-log-interval",
-        "5",
-    )
-    try:
-        wait_for_status(running, 200)
+    flags = [*NEXTN, "--enable-metrics", "--twin-load-seconds", "0.3", "--decode-log-interval", "5"]
+    with serving(tmp_path_factory.mktemp("twin"), *MODEL, *flags) as running:
         yield running
-    finally:
-        running.stop()
 
 
 # -- command line -----------------------------------------------------------------------------------
@@ -129,7 +103,7 @@ def test_inventory_shows_what_a_serving_twin_holds_until_it_stops(tmp_path: Path
              "--mamba-full-memory-ratio", "0.5", "--cuda-graph-max-bs-decode", "16"]  # fmt: skip
     server = start(tmp_path, *flags, "--twin-load-seconds", "0.2", host=host)
     try:
-        wait_for_status(server, 200)
+        server.wait_health(200)
         serving = inventory_on(host)
         other_host = inventory_on(f"{host}-other")
     finally:
@@ -153,7 +127,7 @@ def test_inventory_shows_what_a_serving_twin_holds_until_it_stops(tmp_path: Path
 def test_a_killed_twins_memory_is_not_counted(tmp_path: Path) -> None:
     host = tmp_path.name
     server = start(tmp_path, *MODEL, "--twin-load-seconds", "0.1", host=host)
-    wait_for_status(server, 200)
+    server.wait_health(200)
     assert inventory_on(host)["gpus"][0]["processes"] != []
     server.process.kill()  # no chance to tidy up: the inventory must notice the pid is gone
     server.process.wait(timeout=5)
@@ -218,7 +192,6 @@ def test_startup_log(server: Server) -> None:
 
 def test_stream_generate(server: Server) -> None:
     body = {"text": CODE_PROMPT, "sampling_params": {"max_new_tokens": 48, "ignore_eos": True}, "stream": True}
-    chunks = []
     with httpx.Client(timeout=30) as client, client.stream("POST", f"{server.url}/generate", json=body) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
@@ -349,20 +322,19 @@ def test_chat_completions_plain(server: Server) -> None:
 def test_health_is_503_while_loading_and_sigterm_stops_promptly(tmp_path: Path) -> None:
     loading = start(tmp_path, *MODEL, *NEXTN, "--twin-load-seconds", "30")
     try:
-        wait_for_status(loading, 503)
+        loading.wait_health(503)
         assert httpx.get(f"{loading.url}/server_info", timeout=2).status_code == 503
         began = time.monotonic()
         assert loading.stop(timeout=5) == 0
         assert time.monotonic() - began < 1.5
     finally:
-        if loading.process.poll() is None:
-            loading.process.kill()
+        loading.close()
 
 
 def test_metrics_is_404_without_enable_metrics_and_sigterm_when_ready(tmp_path: Path) -> None:
     ready = start(tmp_path, *MODEL, "--twin-load-seconds", "0.1", "--skip-server-warmup")
     try:
-        wait_for_status(ready, 200)
+        ready.wait_health(200)
         assert httpx.get(f"{ready.url}/metrics", timeout=2).status_code == 404
         info = httpx.get(f"{ready.url}/server_info", timeout=2).json()
         assert info["speculative_algorithm"] is None and info["speculative_num_draft_tokens"] is None
@@ -370,5 +342,4 @@ def test_metrics_is_404_without_enable_metrics_and_sigterm_when_ready(tmp_path: 
         assert ready.stop(timeout=5) == 0
         assert time.monotonic() - began < 1.5
     finally:
-        if ready.process.poll() is None:
-            ready.process.kill()
+        ready.close()

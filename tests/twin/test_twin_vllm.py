@@ -17,10 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from autotune.engines.base import LaunchPlan, parse_help_flags
 from autotune.engines.vllm import VLLMEngine, counter_totals, parse_engine_line, parse_spec_line
 from autotune.outcomes import OutcomeKind
-from autotune.twin.profile import load_profile
-from autotune.twin.vllm_flags import help_text
 from autotune.workload import Prompt
-from tests.twin.processes import REPO, Server, start_twin, twin
+from autotune_twin.profile import load_profile
+from autotune_twin.vllm.flags import help_text
+from tests.twin.processes import REPO, Server, serving, start_twin, twin, wait_for
 
 pytestmark = pytest.mark.twin
 
@@ -40,51 +40,12 @@ def start(tmp_path: Path, *argv: str) -> Server:
     return start_twin(tmp_path, *argv, "--host", "127.0.0.1", name="vllm-twin")
 
 
-def wait_ready(server: Server, deadline_s: float = 20.0) -> int:
-    """Poll /health until 200 (no fixed sleeps); returns how many attempts were refused."""
-    refused = 0
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        assert server.process.poll() is None, server.log_text()
-        try:
-            if httpx.get(f"{server.url}/health", timeout=1.0).status_code == 200:
-                return refused
-        except httpx.ConnectError:
-            refused += 1
-        time.sleep(0.05)
-    raise AssertionError(f"/health never answered 200:\n{server.log_text()}")
-
-
-def wait_for(predicate: object, deadline_s: float = 10.0) -> None:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    running = start(
-        tmp_path_factory.mktemp("vllm-twin"),
-        *SERVE,
-        *MTP3,
-        *BATCH,
-        "--max-model-len",
-        "32k",
-        "--per-request-spec-decode-metrics",
-        "summary",
-        "--twin-load-seconds",
-        "0.3",
-        "--twin-log-interval",
-        "0.2",
-    )
-    try:
-        wait_ready(running)
+    flags = [*MTP3, *BATCH, "--max-model-len", "32k", "--per-request-spec-decode-metrics", "summary"]
+    timing = ["--twin-load-seconds", "0.3", "--twin-log-interval", "0.2"]
+    with serving(tmp_path_factory.mktemp("vllm-twin"), *SERVE, *flags, *timing, "--host", "127.0.0.1") as running:
         yield running
-    finally:
-        running.stop()
 
 
 # ---------------------------------------------------------------- command line
@@ -195,7 +156,7 @@ def test_engine_stage_memory_failures_are_classified(flags: list[str], kind: Out
 def test_port_refuses_until_ready_then_health_and_sigterm(tmp_path: Path) -> None:
     server = start(tmp_path, *SERVE, *BATCH, "--twin-load-seconds", "1.0")
     try:
-        refused = wait_ready(server)
+        refused = server.wait_health(200)
         assert refused > 0  # connection refused while the engine started, not 503
         log = server.log_text()
         assert "Application startup complete." in log  # logged before the port listened
@@ -204,7 +165,7 @@ def test_port_refuses_until_ready_then_health_and_sigterm(tmp_path: Path) -> Non
         started = time.monotonic()
         assert server.stop() == 0 and time.monotonic() - started < 3
     finally:
-        server.stop()
+        server.close()
 
 
 def test_auto_fit_is_read_back_and_disable_log_stats_turns_metrics_off(tmp_path: Path) -> None:
@@ -213,7 +174,7 @@ def test_auto_fit_is_read_back_and_disable_log_stats_turns_metrics_off(tmp_path:
         "--disable-log-stats", "--twin-load-seconds", "0.05", "--twin-log-interval", "0.1",
     )  # fmt: skip
     try:
-        wait_ready(server)
+        server.wait_health(200)
         with httpx.Client() as client:
             effective = engine.effective_config(client, server.url, LaunchPlan(engine="vllm", flags={}))
             length = effective.values["max-model-len"]
@@ -227,7 +188,7 @@ def test_auto_fit_is_read_back_and_disable_log_stats_turns_metrics_off(tmp_path:
         time.sleep(0.3)  # three log intervals: with --disable-log-stats nothing is printed
         assert "Avg prompt throughput" not in server.log_text()
     finally:
-        server.stop()
+        server.close()
 
 
 # ---------------------------------------------------------------- a running server
@@ -307,10 +268,17 @@ def test_engine_streams_and_cross_checks_against_the_twin(server: Server) -> Non
 
 
 def test_idle_server_prints_no_stats_lines(server: Server) -> None:
+    def lines() -> int:
+        return server.log_text().count("Avg prompt throughput")
+
+    before = lines()
+    body = {"prompt": CODE_PROMPT, "max_tokens": 16, "ignore_eos": True}
+    httpx.post(f"{server.url}/v1/completions", json=body, timeout=30).raise_for_status()
+    wait_for(lambda: lines() > before)  # a busy interval is logged (so the count below is not trivially 0)
     time.sleep(0.6)  # three intervals: the last busy interval and the one after it are logged
-    settled = server.log_text().count("Avg prompt throughput")
+    settled = lines()
     time.sleep(0.6)  # three more intervals, idle
-    assert server.log_text().count("Avg prompt throughput") == settled
+    assert lines() == settled
 
 
 def test_chat_plain_completion_and_request_errors(server: Server) -> None:

@@ -12,7 +12,7 @@ import argparse
 import os
 from dataclasses import dataclass, field
 
-from autotune.twin.profile import DrafterSpec, TwinProfile
+from autotune_twin.profile import DrafterSpec, TwinProfile
 
 # Names SGLang 0.5.23 knows (SpeculativeAlgorithm); MTP is not one of them.
 KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK")

@@ -2,13 +2,13 @@
 
 ``resolve_config`` is what ``vllm serve`` decides in the seconds after parsing (speculative config,
 batch limits, context length, compilation): a config vLLM would refuse raises
-:class:`~autotune.twin.launch.LaunchError` carrying vLLM's exception type and message. The memory
+:class:`~autotune_twin.launch.LaunchError` carrying vLLM's exception type and message. The memory
 functions follow vLLM's order at engine start (shared/vllm.md "Memory"): the requested budget
 ``utilization x total`` must be free at start; weights load; a profile run measures activations
 and CUDA-graph memory; the KV cache gets ``budget - (weights + activations + graphs + non-torch)``
 and must hold one request of ``max_model_len`` (or auto-fit it); the sampler warm-up then needs
 memory outside the budget. Decode speed comes from the shared physics through a
-:class:`~autotune.twin.launch.LaunchConfig` built here, so both personalities run on one model.
+:class:`~autotune_twin.launch.LaunchConfig` built here, so both personalities run on one model.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any
 
-from autotune.twin import physics
-from autotune.twin._vllm_flags import FLAGS
-from autotune.twin.launch import LaunchConfig, LaunchError, SpecConfig
-from autotune.twin.physics import GIB, MIB, MemoryFailure
-from autotune.twin.profile import TwinProfile
+from autotune_twin import physics
+from autotune_twin.launch import LaunchConfig, LaunchError, SpecConfig
+from autotune_twin.physics import GIB, MIB, MemoryFailure
+from autotune_twin.profile import TwinProfile
+from autotune_twin.vllm._flags import FLAGS
 
 # vLLM 0.33's MTPModelTypes: every name but "mtp" is rewritten to "mtp" with a warning.
 MTP_ALIASES = frozenset(
@@ -365,15 +365,7 @@ def profile_run(profile: TwinProfile, vc: VllmConfig) -> ProfileRun:
         MemoryFailure: ``load_oom`` when the weights alone do not fit.
     """
     total = profile.gpus.memory_total_bytes
-    free = physics.free_bytes_at_start(profile)
-    weights = physics.weight_bytes_per_gpu(profile, vc.cfg)
-    if weights > free:
-        raise MemoryFailure(
-            kind="load_oom",
-            exc_type="torch.OutOfMemoryError",
-            stage="load",
-            message=physics._oom_text(weights - free, total, max(free - weights, 0)),
-        )
+    free, weights = physics.check_weights_fit(profile, vc.cfg)
     mem = profile.memory
     activations = mem.activation_base_bytes + mem.activation_per_prefill_token_bytes * vc.max_num_batched_tokens
     graphs = mem.graph_base_bytes + mem.graph_bytes_per_token * vc.capture_size if vc.cuda_graphs else 0.0

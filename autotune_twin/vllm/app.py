@@ -1,4 +1,4 @@
-"""The vLLM personality: ``python -m autotune.twin --personality vllm serve MODEL [vLLM 0.33 flags]``.
+"""The vLLM personality: ``python -m autotune_twin --personality vllm serve MODEL [vLLM 0.33 flags]``.
 
 One simulated ``vllm serve`` from argv to exit, in vLLM's stages and log format
 (``(APIServer pid=N) INFO MM-DD HH:MM:SS [file.py:line] message``):
@@ -24,20 +24,20 @@ import json
 import logging
 import math
 import os
-import signal
 import sys
 import threading
 import time
 import traceback
-from types import FrameType
 
-from autotune.twin._vllm_flags import VLLM_VERSION
-from autotune.twin.faults import NO_FAULT, Fault, resolve_fault
-from autotune.twin.gpu_state import Publisher, holdings, visible_devices
-from autotune.twin.launch import LaunchError
-from autotune.twin.physics import GIB, MemoryFailure
-from autotune.twin.profile import ProfileError, TwinProfile, inventory, load_profile
-from autotune.twin.vllm_config import (
+from autotune_twin.cli import TwinOptions, prepare
+from autotune_twin.faults import Fault
+from autotune_twin.gpu_state import Publisher, visible_devices
+from autotune_twin.launch import LaunchError
+from autotune_twin.lifecycle import Lifecycle
+from autotune_twin.physics import GIB, MemoryFailure
+from autotune_twin.profile import TwinProfile
+from autotune_twin.vllm._flags import VLLM_VERSION
+from autotune_twin.vllm.config import (
     KvPlan,
     VllmConfig,
     check_free_memory,
@@ -46,9 +46,10 @@ from autotune.twin.vllm_config import (
     resolve_config,
     size_kv,
 )
-from autotune.twin.vllm_flags import PROG, VllmTwinOptions, build_parser, parse_args
-from autotune.twin.vllm_scheduler import Snapshot, VllmScheduler
-from autotune.twin.vllm_server import VllmHTTPServer, VllmState, start_http
+from autotune_twin.vllm.flags import PROG, build_parser, parse_args
+from autotune_twin.vllm.scheduler import Snapshot, VllmScheduler
+from autotune_twin.vllm.server import VllmState, start_http
+from autotune_twin.web import TwinHTTPServer
 
 # Shares of the simulated load time: config build, weights, profile run, graph capture + warm-up.
 _CONFIG_SHARE, _WEIGHT_SHARE, _PROFILE_SHARE = 0.1, 0.5, 0.1
@@ -84,12 +85,12 @@ class VllmLog:
 
 
 def configure_logging() -> None:
-    """The shared twin code logs through ``autotune.twin``: give it the APIServer's format."""
+    """The shared twin code logs through ``autotune_twin``: give it the APIServer's format."""
     formatter = logging.Formatter(
         "(APIServer pid=%(process)d) %(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s",
         datefmt="%m-%d %H:%M:%S",
     )
-    for name in ("autotune.twin", "autotune.twin.main"):
+    for name in ("autotune_twin", "autotune_twin.main"):
         logger = logging.getLogger(name)
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(formatter)
@@ -108,10 +109,13 @@ def _traceback(exc_type: str, message: str) -> str:
     return f"Traceback (most recent call last):\n{frames}{exc_type}: {message}"
 
 
-class VllmApp:
+class VllmApp(Lifecycle):
     """Startup sequence and lifetime of one simulated ``vllm serve``."""
 
-    def __init__(self, *, args: argparse.Namespace, profile: TwinProfile, twin: VllmTwinOptions, fault: Fault) -> None:
+    state: VllmState | None
+
+    def __init__(self, *, args: argparse.Namespace, profile: TwinProfile, twin: TwinOptions, fault: Fault) -> None:
+        super().__init__()
         self.args = args
         self.profile = profile
         self.twin = twin
@@ -119,17 +123,7 @@ class VllmApp:
         load = twin.load_seconds if twin.load_seconds is not None else profile.timing.load_seconds
         self.load_seconds = max(load, 0.0)
         self.log = VllmLog()
-        self.stop_event = threading.Event()
         self.gpus: Publisher | None = None
-        self.state: VllmState | None = None
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self.state is not None and self.state.hung.is_set():
-            return  # a hung server ignores SIGTERM (the tuner must SIGKILL it)
-        self.stop_event.set()
-
-    def _wait(self, seconds: float) -> bool:
-        return not self.stop_event.wait(max(seconds, 0.0))
 
     def info(self, process: str, where: str, message: str) -> None:
         self.log.write(process, "INFO", where, message)
@@ -137,8 +131,7 @@ class VllmApp:
     # -- stages ----------------------------------------------------------------------------------
 
     def run(self) -> int:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)
+        self.handle_signals()
         args, profile = self.args, self.profile
         self.info(
             "APIServer",
@@ -173,7 +166,7 @@ class VllmApp:
             if self.gpus is not None:
                 self.gpus.release()
 
-    def _start(self, httpd: VllmHTTPServer, host: str, port: int) -> int:
+    def _start(self, httpd: TwinHTTPServer, host: str, port: int) -> int:
         if not self._wait(self.load_seconds * _CONFIG_SHARE):
             return 0
         try:
@@ -398,35 +391,15 @@ class VllmApp:
 
 
 def main(argv: list[str]) -> int:
-    """``serve MODEL [flags]`` (or ``--twin-inventory``); exit codes as ``vllm serve``'s."""
-    if "--twin-inventory" in argv:
-        name = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--twin-profile"), None)
-        try:
-            profile = load_profile(name) if name else load_profile()
-        except ProfileError as err:
-            sys.stderr.write(f"{PROG}: error: --twin-profile: {err}\n")
-            return 2
-        sys.stdout.write(json.dumps(inventory(profile, holdings()), indent=2) + "\n")
-        return 0
+    """``serve MODEL [flags]`` to exit code, as ``vllm serve``'s."""
     if not argv or argv[0] != "serve":
         sys.stderr.write(
-            "usage: python -m autotune.twin --personality vllm serve [model_tag] [options]\n"
+            "usage: python -m autotune_twin --personality vllm serve [model_tag] [options]\n"
             "vllm: error: the vLLM twin simulates only the 'serve' subcommand\n"
         )
         return 2
-    try:
-        args, twin = parse_args(argv[1:])
-    except SystemExit as exit_:  # argparse: --help (0) or a usage error (2)
-        return exit_.code if isinstance(exit_.code, int) else 2
-    try:
-        profile = load_profile(twin.profile)
-    except ProfileError as err:
-        sys.stderr.write(f"{PROG}: error: --twin-profile: {err}\n")
-        return 2
+    launch = prepare(argv[1:], parse=parse_args, prog=PROG)
+    if isinstance(launch, int):
+        return launch
     configure_logging()
-    try:
-        fault = resolve_fault(twin.fault, twin.fault_after)
-    except ValueError as err:
-        sys.stderr.write(f"{PROG}: error: {err}\n")
-        return 2
-    return VllmApp(args=args, profile=profile, twin=twin, fault=fault if fault.active else NO_FAULT).run()
+    return VllmApp(args=launch.args, profile=launch.profile, twin=launch.twin, fault=launch.fault).run()

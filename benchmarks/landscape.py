@@ -8,9 +8,12 @@ for the pools, too much for CUDA graphs, or a configuration SGLang refuses) and 
 the launch and the measurement would take on real GPUs. :meth:`Landscape.optimum` finds the true
 feasible optimum of a discrete grid exhaustively.
 
-The flags go through the twin's own argparse (``flags.parse_args``: SGLang's types, defaults and
-errors) and launch rules (``launch.resolve_launch``), then the physics (``physics``), so the answer
-is the twin's. Plain data in and out; nothing of autotune outside ``autotune.twin`` is imported.
+The flags go through the product's argv spelling (``autotune.engines.base.flag_argv``), then the
+twin's own argparse (``autotune_twin.sglang.flags.parse_args``: SGLang's types, defaults and errors) and
+launch rules (``autotune_twin.launch.resolve_launch``), then the physics (``autotune_twin.physics``),
+so the answer is the twin's. A grid axis's condition is the product's (``autotune.space.Condition``).
+It lives beside the benchmarks because it joins both: the product and the twin never import each
+other.
 
 Two simplifications, both small at concurrency 1: the decode rate is the expected value (mean
 accept length per verify pass, a fluid stream), not a draw; and seconds are for real GPUs
@@ -24,30 +27,22 @@ import contextlib
 import dataclasses
 import io
 import math
-import operator
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
-from autotune.twin import physics
-from autotune.twin.flags import parse_args
-from autotune.twin.launch import LaunchConfig, LaunchError, resolve_launch
-from autotune.twin.physics import MemoryFailure
-from autotune.twin.profile import TwinProfile
+from autotune.engines.base import flag_argv
+from autotune.space import Condition, FlagValue
+from autotune_twin import physics
+from autotune_twin.launch import LaunchConfig, LaunchError, resolve_launch
+from autotune_twin.physics import MemoryFailure
+from autotune_twin.profile import TwinProfile
+from autotune_twin.sglang.flags import parse_args
 
-FlagValue = str | int | float | bool
 Outcome = Literal["ok", "too_low", "too_high", "load_oom", "invalid"]
 MEMORY_OUTCOMES: tuple[Outcome, ...] = ("too_low", "too_high", "load_oom")
-
-_OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
-    "==": operator.eq,
-    "!=": operator.ne,
-    ">=": operator.ge,
-    "<=": operator.le,
-    ">": operator.gt,
-    "<": operator.lt,
-}
 
 # LaunchConfig fields that size memory but do not change a single stream's decode rate (the pass
 # time reads tp, the speculative config, the KV dtype, the backend and CUDA graphs; acceptance
@@ -181,11 +176,16 @@ class GridAxis:
     values: tuple[FlagValue, ...]
     when: tuple[str, str, FlagValue] | None = None
 
-    def applies(self, flags: Mapping[str, FlagValue]) -> bool:
+    @cached_property
+    def condition(self) -> Condition | None:
+        """``when`` as the search space's own condition."""
         if self.when is None:
-            return True
+            return None
         flag, op, value = self.when
-        return flag in flags and _OPERATORS[op](flags[flag], value)
+        return Condition(flag=flag, op=op, value=value)
+
+    def applies(self, flags: Mapping[str, FlagValue]) -> bool:
+        return self.condition is None or self.condition.holds(flags)
 
 
 @dataclass(frozen=True)
@@ -244,18 +244,6 @@ def _random_candidate(
 
 def grid_size(axes: Sequence[GridAxis], fixed: Mapping[str, FlagValue] | None = None) -> int:
     return sum(1 for _ in grid(axes, fixed))
-
-
-def flag_argv(flags: Mapping[str, FlagValue]) -> list[str]:
-    """``{"tp-size": 2, "enable-metrics": True}`` -> ``["--tp-size", "2", "--enable-metrics"]``."""
-    argv: list[str] = []
-    for name, value in flags.items():
-        if value is False:
-            continue
-        argv.append(f"--{name}")
-        if value is not True:
-            argv.append(str(value))
-    return argv
 
 
 class _ArgError(Exception):

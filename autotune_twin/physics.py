@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from autotune.twin.launch import LaunchConfig
-from autotune.twin.profile import TwinProfile
+from autotune_twin.launch import LaunchConfig
+from autotune_twin.profile import TwinProfile
 
 GIB = float(1 << 30)
 MIB = float(1 << 20)
@@ -122,6 +122,24 @@ def auto_mem_fraction(profile: TwinProfile, cfg: LaunchConfig) -> float:
     return round(1.0 - reserve / free_bytes_at_start(profile), 3)
 
 
+def check_weights_fit(profile: TwinProfile, cfg: LaunchConfig) -> tuple[int, int]:
+    """(free bytes at start, weight bytes per GPU): both engines load the weights first.
+
+    Raises:
+        MemoryFailure: ``load_oom``, torch's CUDA out-of-memory error, when the weights alone do not fit.
+    """
+    free = free_bytes_at_start(profile)
+    weights = weight_bytes_per_gpu(profile, cfg)
+    if weights > free:
+        raise MemoryFailure(
+            kind="load_oom",
+            exc_type="torch.OutOfMemoryError",
+            stage="load",
+            message=_oom_text(weights - free, profile.gpus.memory_total_bytes, max(free - weights, 0)),
+        )
+    return free, weights
+
+
 def plan_memory(profile: TwinProfile, cfg: LaunchConfig) -> MemoryPlan:
     """Size the pools the way SGLang does (sglang.md "Memory"); :func:`check_headroom` comes after.
 
@@ -133,15 +151,7 @@ def plan_memory(profile: TwinProfile, cfg: LaunchConfig) -> MemoryPlan:
     Raises:
         MemoryFailure: ``load_oom`` or ``too_low``, with SGLang's message for the budget that ran out.
     """
-    free = free_bytes_at_start(profile)
-    weights = weight_bytes_per_gpu(profile, cfg)
-    if weights > free:
-        raise MemoryFailure(
-            kind="load_oom",
-            exc_type="torch.OutOfMemoryError",
-            stage="load",
-            message=_oom_text(weights - free, profile.gpus.memory_total_bytes, max(free - weights, 0)),
-        )
+    free, weights = check_weights_fit(profile, cfg)
     fraction = cfg.mem_fraction_static if cfg.mem_fraction_static is not None else auto_mem_fraction(profile, cfg)
     rest = fraction * free - weights
     if rest <= 0:

@@ -1,6 +1,6 @@
 """The vLLM personality's command line: ``vllm serve [model_tag] [options]`` as vLLM 0.33.0 parses it.
 
-The flag set is vLLM's own (``_vllm_flags.py``, generated from its ``--help=all``), in its help
+The flag set is vLLM's own (``_flags.py``, generated from its ``--help=all``), in its help
 groups. Like vLLM's ``FlexibleArgumentParser``: underscores in flag names are read as dashes,
 ``-O3`` / ``-O 3`` / ``-O=3`` mean ``--optimization-level 3``, ``--model X`` is moved to the
 positional model, dotted keys (``--speculative-config.num_speculative_tokens 3``) are gathered into
@@ -18,13 +18,11 @@ import os
 import re
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NoReturn
 
-from autotune.twin._vllm_flags import FLAGS, GROUPS, VLLM_VERSION
-from autotune.twin.faults import FAULT_KINDS
-from autotune.twin.profile import DEFAULT_PROFILE
+from autotune_twin.cli import Container, FlagStyle, TwinOptions, add_flags, take_twin_options
+from autotune_twin.vllm._flags import FLAGS, GROUPS, VLLM_VERSION
 
 PROG = "vllm serve"
 USAGE = "vllm serve [model_tag] [options]"
@@ -125,20 +123,6 @@ _SIMULATED: dict[str, dict[str, Any]] = {
     "--uvicorn-log-level": {"default": "info", "help": "Log level for uvicorn."},
     "--enable-log-requests": {"help": "Enable logging request information."},
 }
-_IGNORED_HELP = "(accepted; not simulated by the twin)"
-
-
-@dataclass(frozen=True)
-class VllmTwinOptions:
-    """The ``--twin-*`` options: they change the simulation, never the simulated server."""
-
-    profile: str
-    load_seconds: float | None
-    seed: int
-    log_interval_s: float
-    fault: str | None = None
-    fault_after: int = 2
-    drift: float = 0.0
 
 
 class _EnableDisable(argparse.Action):
@@ -166,46 +150,20 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def _add_flag(
-    group: argparse._ArgumentGroup,
-    names: tuple[str, ...],
-    kind: str,
-    choices: tuple[str, ...] | None,
-    metavar: str | None,
-) -> None:
-    simulated = _SIMULATED.get(names[0])
-    kwargs: dict[str, Any] = {"help": _IGNORED_HELP} if simulated is None else {"help": "", **simulated}
-    if kind == "switch":
-        kwargs.pop("default", None)
-        kwargs.pop("type", None)
-        group.add_argument(*names, action="store_true", **kwargs)
-        return
-    if kind == "bool":
-        group.add_argument(*names, action=_EnableDisable, default=None, help=kwargs["help"])
-        return
-    if kind != "1":
-        kwargs["nargs"] = kind
-    if choices is not None:
-        kwargs["choices"] = list(choices)
-    if metavar is not None:
-        kwargs["metavar"] = metavar
-    group.add_argument(*names, **kwargs)
+def _add_bool(container: Container, names: tuple[str, ...], help_text: str) -> None:
+    container.add_argument(*names, action=_EnableDisable, default=None, help=help_text)
 
 
-def _add_twin_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("autotune twin (simulation only; not vLLM flags)")
-    group.add_argument("--twin-profile", default=DEFAULT_PROFILE, help="Built-in twin profile name or a YAML path.")
-    group.add_argument("--twin-load-seconds", type=float, default=None, help="Simulated start-up time in seconds.")
+def _add_log_interval(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--twin-log-interval",
         type=float,
         default=None,
         help=f"Seconds between the periodic stats lines (default: ${LOG_INTERVAL_ENV}, else 10).",
     )
-    group.add_argument("--twin-fault", choices=FAULT_KINDS, default=None, help="Inject a fault.")
-    group.add_argument("--twin-fault-after", type=int, default=2, help="Requests served before a fault strikes.")
-    group.add_argument("--twin-drift", type=float, default=0.0, help="Relative slow-down per minute since ready.")
-    group.add_argument("--twin-seed", type=int, default=None, help="Seed of the simulation (default: --seed, else 0).")
+
+
+_STYLE = FlagStyle(engine="vLLM", seed_flag="--seed", simulated=_SIMULATED, add_bool=_add_bool, extra=_add_log_interval)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -218,10 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("model_tag", nargs="?", default=None, help="The model tag to serve.")
     parser.add_argument("-h", "--help", action="store_true", help="show this help message and exit")
     groups = {name: parser.add_argument_group(name, text or None) for name, text in GROUPS.items() if name != "options"}
-    for group_name, names, kind, choices, metavar in FLAGS:
-        _add_flag(groups.get(group_name) or parser._optionals, names, kind, choices, metavar)
-    _add_twin_options(parser)
-    return parser
+    entries = ((groups.get(group, parser._optionals), (n, k, c, m)) for group, n, k, c, m in FLAGS)
+    return add_flags(parser, entries, _STYLE)
 
 
 @lru_cache(maxsize=1)
@@ -315,7 +271,7 @@ def _preprocess(argv: list[str]) -> tuple[list[str], str | None, bool]:
     return out, help_keyword, moved_model
 
 
-def parse_args(argv: list[str]) -> tuple[argparse.Namespace, VllmTwinOptions]:
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, TwinOptions]:
     """vLLM flags (after ``serve``) and twin options; exits 0 after ``--help``, 2 on a usage error."""
     args_list, help_keyword, moved_model = _preprocess(argv)
     if help_keyword is not None:
@@ -330,31 +286,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, VllmTwinOptions]:
         sys.exit(0)
     args.moved_model = moved_model
     args.model = args.model_tag or DEFAULT_MODEL
-    seed = args.twin_seed if args.twin_seed is not None else (args.seed or 0)
     interval = args.twin_log_interval
     if interval is None:
         interval = float(os.environ.get(LOG_INTERVAL_ENV) or 10.0)
-    twin = VllmTwinOptions(
-        profile=args.twin_profile,
-        load_seconds=args.twin_load_seconds,
-        seed=seed,
-        log_interval_s=max(interval, 0.05),
-        fault=args.twin_fault,
-        fault_after=args.twin_fault_after,
-        drift=args.twin_drift,
-    )
-    for name in (
-        "twin_profile",
-        "twin_load_seconds",
-        "twin_log_interval",
-        "twin_seed",
-        "twin_fault",
-        "twin_fault_after",
-        "twin_drift",
-        "help",
-    ):
-        delattr(args, name)
+    twin = take_twin_options(args, engine_seed=args.seed, log_interval_s=max(interval, 0.05))
+    delattr(args, "help")
     return args, twin
 
 
-__all__ = ["VLLM_VERSION", "VllmTwinOptions", "build_parser", "help_text", "parse_args"]
+__all__ = ["VLLM_VERSION", "build_parser", "help_text", "parse_args"]

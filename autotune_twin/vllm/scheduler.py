@@ -14,10 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from autotune.twin.physics import MemoryPlan
-from autotune.twin.profile import TwinProfile
-from autotune.twin.scheduler import Request, Scheduler
-from autotune.twin.vllm_config import KvPlan, VllmConfig
+from autotune_twin.profile import TwinProfile
+from autotune_twin.scheduler import Request, Scheduler
+from autotune_twin.vllm.config import KvPlan, VllmConfig
 
 
 @dataclass
@@ -47,27 +46,6 @@ class Snapshot:
     success: dict[str, int]
 
 
-def _memory_plan(vc: VllmConfig, kv: KvPlan) -> MemoryPlan:
-    """The base scheduler's view of memory (its admission is replaced; this feeds its bookkeeping)."""
-    return MemoryPlan(
-        total_bytes=0,
-        free_bytes=0,
-        weight_bytes=0,
-        mem_fraction_static=vc.gpu_memory_utilization,
-        pool_bytes=kv.available_bytes,
-        kv_pool_bytes=kv.available_bytes,
-        mamba_pool_bytes=0.0,
-        max_total_num_tokens=max(kv.kv_tokens, 1),
-        max_mamba_cache_size=0,
-        mamba_slots_per_request=kv.pages_per_request,
-        max_running_requests=vc.max_num_seqs,
-        headroom_bytes=0.0,
-        needed_headroom_bytes=0.0,
-        graph_bytes=0.0,
-        cuda_graph_bs=vc.cfg.cuda_graph_max_bs_decode,
-    )
-
-
 class VllmScheduler(Scheduler):
     """The shared scheduler with vLLM's admission, prefix caching and counters."""
 
@@ -81,15 +59,7 @@ class VllmScheduler(Scheduler):
         drift: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(
-            profile=profile,
-            cfg=vc.cfg,
-            plan=_memory_plan(vc, kv),
-            seed=seed,
-            decode_log_interval=1 << 30,
-            drift=drift,
-            clock=clock,
-        )
+        super().__init__(profile=profile, cfg=vc.cfg, seed=seed, drift=drift, clock=clock)
         self.vc = vc
         self.kv = kv
         k = vc.num_speculative_tokens
@@ -174,7 +144,7 @@ class VllmScheduler(Scheduler):
         self.stats.token_usage = min(used / self.kv.available_bytes, 1.0)
         return ""
 
-    def _log_prefill(self, batch: list[Request], new_tokens: int, cached: int, usage: str, queued: int) -> None:
+    def _on_prefill(self, batch: list[Request], new_tokens: int, cached: int, usage: str, queued: int) -> None:
         with self.lock:
             self.prompt_computed += new_tokens
             self.prefix_queries += sum(r.prompt.prompt_tokens for r in batch)
@@ -183,7 +153,7 @@ class VllmScheduler(Scheduler):
     def _pass_seconds(self, contexts: list[int]) -> float:
         return super()._pass_seconds(contexts) + self._extra_pass_s
 
-    def _on_accept(self, request: Request, accepted: int) -> None:
+    def _on_accept(self, request: Request, accepted: int, seconds: float) -> None:
         k = self.vc.num_speculative_tokens
         if not k:
             return
@@ -205,12 +175,6 @@ class VllmScheduler(Scheduler):
             if request.generated >= request.target_tokens:
                 reason = "length" if request.stop_by_length else "stop"
                 self.success[reason] = self.success.get(reason, 0) + 1
-
-    def _account_pass(self, batch: int, produced: int) -> None:
-        with self.lock:
-            self.stats.num_running = len(self._running)
-            self.stats.num_queue = len(self._waiting)
-            self._usage_locked()
 
     def first_token_at(self, request: Request) -> float | None:
         with self.lock:

@@ -12,25 +12,25 @@ import argparse
 import logging
 import os
 import queue
-import signal
 import sys
-import threading
 import time
 import traceback
-from types import FrameType
 
-from autotune.twin import physics
-from autotune.twin.faults import NO_FAULT, Fault
-from autotune.twin.gpu_state import Publisher, visible_devices
-from autotune.twin.launch import LaunchConfig, LaunchError, resolve_launch
-from autotune.twin.physics import GIB, MemoryFailure, MemoryPlan
-from autotune.twin.profile import TwinProfile
-from autotune.twin.scheduler import Scheduler
-from autotune.twin.server import TwinState, start_http
+from autotune_twin import physics
+from autotune_twin.cli import prepare
+from autotune_twin.faults import NO_FAULT, Fault
+from autotune_twin.gpu_state import Publisher, visible_devices
+from autotune_twin.launch import LaunchConfig, LaunchError, resolve_launch
+from autotune_twin.lifecycle import Lifecycle
+from autotune_twin.physics import GIB, MemoryFailure, MemoryPlan
+from autotune_twin.profile import TwinProfile
+from autotune_twin.sglang.flags import PROG, parse_args
+from autotune_twin.sglang.scheduler import SglangScheduler
+from autotune_twin.sglang.server import TwinState, start_http
 
-log = logging.getLogger("autotune.twin")
+log = logging.getLogger("autotune_twin")
 # The launcher (main) process logs without a rank tag; the scheduler ("TP0") process with one.
-main_log = logging.getLogger("autotune.twin.main")
+main_log = logging.getLogger("autotune_twin.main")
 
 # Share of the simulated load time spent loading weights; the rest is CUDA graph capture.
 _WEIGHT_SHARE = 0.8
@@ -63,8 +63,10 @@ def _exception_text(exc: BaseException, exc_type: str, message: str) -> str:
     return f"Traceback (most recent call last):\n{frames}{last}"
 
 
-class TwinApp:
+class TwinApp(Lifecycle):
     """Startup sequence and lifetime of one simulated server."""
+
+    state: TwinState | None
 
     def __init__(
         self,
@@ -76,28 +78,17 @@ class TwinApp:
         fault: Fault = NO_FAULT,
         drift: float = 0.0,
     ) -> None:
+        super().__init__()
         self.args = args
         self.profile = profile
         self.seed = seed
         self.load_seconds = max(load_seconds, 0.0)
         self.fault = fault
         self.drift = drift
-        self.stop_event = threading.Event()
-        self.state: TwinState | None = None
         self.gpus = Publisher(visible_devices(profile.gpus.count, args.tp_size))
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self.state is not None and self.state.hung.is_set():
-            return  # a hung server does not react to SIGTERM (the tuner must SIGKILL it)
-        self.stop_event.set()
-
-    def _wait(self, seconds: float) -> bool:
-        """Sleep; False as soon as a stop was requested."""
-        return not self.stop_event.wait(max(seconds, 0.0))
-
     def run(self) -> int:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)
+        self.handle_signals()
         args, profile = self.args, self.profile
         log.info(
             "autotune SGLang twin (simulation, not real SGLang): profile %s, %dx %s (simulated), model %s",
@@ -146,7 +137,7 @@ class TwinApp:
         plan = self._load_and_size(cfg)
         if plan is None:
             return 0 if self.stop_event.is_set() else 1
-        scheduler = Scheduler(
+        scheduler = SglangScheduler(
             profile=self.profile,
             cfg=cfg,
             plan=plan,
@@ -290,7 +281,7 @@ class TwinApp:
             sys.stderr.write(f"INFO:     {line}\n")
         sys.stderr.flush()
 
-    def _warm_up(self, scheduler: Scheduler) -> bool:
+    def _warm_up(self, scheduler: SglangScheduler) -> bool:
         """SGLang's warm-up request; False if a stop came first."""
         request = scheduler.make_request(_WARMUP_TEXT, max_new_tokens=8, ignore_eos=False)
         scheduler.submit(request)
@@ -307,3 +298,17 @@ class TwinApp:
 def _capture_sizes(max_bs: int) -> list[int]:
     sizes = [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256]
     return [b for b in sizes if b < max_bs] + [max_bs]
+
+
+def main(argv: list[str]) -> int:
+    """SGLang flags (and ``--twin-*`` options) to exit code, as ``python -m sglang.launch_server``."""
+    launch = prepare(argv, parse=parse_args, prog=PROG)
+    if isinstance(launch, int):
+        return launch
+    args, twin, profile = launch.args, launch.twin, launch.profile
+    configure_logging(args.tp_size, args.log_level)
+    load_seconds = twin.load_seconds if twin.load_seconds is not None else profile.timing.load_seconds
+    app = TwinApp(
+        args=args, profile=profile, seed=twin.seed, load_seconds=load_seconds, fault=launch.fault, drift=twin.drift
+    )
+    return app.run()

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from autotune.twin.gpu_state import Holding
+from autotune_twin.gpu_state import Holding
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 DEFAULT_PROFILE = "qwen3.6-27b-2xa6000"
@@ -277,7 +277,7 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> TwinProfile:
 def inventory(profile: TwinProfile, holdings: Sequence[Holding] = ()) -> dict[str, Any]:
     """The simulated GPU inventory, in the schema autotune's GPU reader expects.
 
-    ``holdings``: the memory running twin servers hold (:mod:`autotune.twin.gpu_state`), shown
+    ``holdings``: the memory running twin servers hold (:mod:`autotune_twin.gpu_state`), shown
     as used memory and as the processes holding it, the way NVML shows a real server.
     """
     gpus = profile.gpus

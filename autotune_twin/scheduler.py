@@ -1,15 +1,15 @@
-"""The twin's scheduler: one thread runs prefill and verify passes for every request, in real time.
+"""The twin's scheduler core: one thread runs prefill and verify passes for every request, in real time.
 
-Requests up to the effective max-running-requests run together (one batch per pass); the rest
-queue. Each pass takes the time the physics says (slept on a monotonic deadline, never spun), then
-every running request gets its accepted tokens as one :class:`Update` on its own queue, which the
-HTTP handler thread turns into a streamed chunk. The scheduler also keeps the counters behind the
-``Decode batch`` log lines, ``/metrics`` and ``internal_states``.
+Requests the personality admits run together (one batch per pass); the rest queue. Each pass takes
+the time the physics says (slept on a monotonic deadline, never spun), then every running request
+gets its accepted tokens as one :class:`Update` on its own queue, which the HTTP handler thread
+turns into a streamed chunk. What an engine does around the passes is its personality's
+(``sglang/scheduler.py``, ``vllm/scheduler.py``): admission, the memory usage it reports, its log
+lines and counters, through the hooks at the end of :class:`Scheduler`.
 """
 
 from __future__ import annotations
 
-import logging
 import queue
 import random
 import threading
@@ -19,14 +19,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from autotune.twin import physics
-from autotune.twin.faults import drift_factor
-from autotune.twin.launch import LaunchConfig
-from autotune.twin.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, Histogram
-from autotune.twin.physics import MemoryPlan, PromptClass
-from autotune.twin.profile import TwinProfile
-
-log = logging.getLogger("autotune.twin")
+from autotune_twin import physics
+from autotune_twin.faults import drift_factor
+from autotune_twin.launch import LaunchConfig
+from autotune_twin.physics import PromptClass
+from autotune_twin.profile import TwinProfile
 
 # Prompts remembered for prefix-cache hits (cached_tokens); oldest forgotten first.
 _PROMPT_CACHE_SIZE = 1024
@@ -85,48 +82,28 @@ class Stats:
     generation_tokens_total: int = 0
     prompt_tokens_total: int = 0
     requests_total: int = 0
-    lifetime_tokens: int = 0
-    lifetime_verify_ct: int = 0
-    last_accept_length: float = 0.0
-    last_accept_rate: float = 0.0
-    last_gen_throughput: float = 0.0
     num_running: int = 0
     num_queue: int = 0
     token_usage: float = 0.0
-    mamba_usage: float = 0.0
-    ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
-    itl: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
-    e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
-
-
-@dataclass
-class _Interval:
-    """Decode passes since the last ``Decode batch`` line (``started``: its first pass began)."""
-
-    passes: int = 0
-    tokens: int = 0
-    request_passes: int = 0
-    started: float | None = None
 
 
 class Scheduler(threading.Thread):
     """Runs the passes. ``submit`` from any thread; ``stop`` ends the thread within one wait."""
+
+    stats: Stats
 
     def __init__(
         self,
         *,
         profile: TwinProfile,
         cfg: LaunchConfig,
-        plan: MemoryPlan,
         seed: int,
-        decode_log_interval: int,
         drift: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(name="twin-scheduler", daemon=True)
         self.profile = profile
         self.cfg = cfg
-        self.plan = plan
         self.lock = threading.Lock()
         self.stats = Stats()
         self._wake = threading.Condition(self.lock)
@@ -136,8 +113,6 @@ class Scheduler(threading.Thread):
         self._waiting: deque[Request] = deque()
         self._running: list[Request] = []
         self._seen_prompts: dict[int, int] = {}
-        self._interval = _Interval()
-        self._log_every = max(decode_log_interval, 1)
         self._drift = drift
         self._ready_at: float | None = None
 
@@ -187,18 +162,6 @@ class Scheduler(threading.Thread):
         """Drift (``--twin-drift``) counts from here, so warm-up passes are not slowed."""
         self._ready_at = self._clock()
 
-    def flush_cache(self) -> None:
-        """POST /flush_cache: forget cached prompts and restart the lifetime accept statistics."""
-        with self.lock:
-            self._seen_prompts.clear()
-            self.stats.lifetime_tokens = 0
-            self.stats.lifetime_verify_ct = 0
-
-    def avg_spec_accept_length(self) -> float:
-        with self.lock:
-            s = self.stats
-            return s.lifetime_tokens / s.lifetime_verify_ct if s.lifetime_verify_ct else 0.0
-
     def stop(self) -> None:
         self._stop_event.set()
         with self._wake:
@@ -231,18 +194,6 @@ class Scheduler(threading.Thread):
     def _tokens_in_use(self) -> int:
         return sum(r.prompt.prompt_tokens + r.generated for r in self._running)
 
-    def _admit(self) -> list[Request]:
-        admitted: list[Request] = []
-        budget = self.plan.max_total_num_tokens - self._tokens_in_use()
-        while self._waiting and len(self._running) + len(admitted) < self.plan.max_running_requests:
-            head = self._waiting[0]
-            need = head.prompt.prompt_tokens + head.target_tokens
-            if need > budget and (self._running or admitted):
-                break  # wait for memory to free up, as SGLang's scheduler does
-            budget -= need
-            admitted.append(self._waiting.popleft())
-        return admitted
-
     def _prefill(self, batch: list[Request]) -> None:
         new_tokens = sum(r.prompt.prompt_tokens - r.cached_tokens for r in batch)
         cached = sum(r.cached_tokens for r in batch)
@@ -254,16 +205,14 @@ class Scheduler(threading.Thread):
             self._running.extend(batch)
             usage = self._usage_locked()
             queued = len(self._waiting)
-        self._log_prefill(batch, new_tokens, cached, usage, queued)
+        self._on_prefill(batch, new_tokens, cached, usage, queued)
         for request in batch:
             self._advance(request, 1, now)
-            with self.lock:
-                self.stats.ttft.observe(now - request.created)
+            self._on_first_token(request, now)
 
     def _decode(self) -> None:
         batch = list(self._running)
-        if self._interval.started is None:
-            self._interval.started = self._clock()  # idle time is not generation time
+        self._on_decode_pass()
         contexts = [r.prompt.prompt_tokens + r.generated for r in batch]
         seconds = physics.noisy(self._pass_seconds(contexts), self.profile, self._rng)
         if self._drift and self._ready_at is not None:
@@ -278,33 +227,39 @@ class Scheduler(threading.Thread):
             accepted = physics.draw_accept_length(request.probs, self._rng) if self.cfg.spec.enabled else 1
             accepted = min(accepted, request.target_tokens - request.generated)
             request.verify_ct += 1
-            self._on_accept(request, accepted)
+            self._on_accept(request, accepted, seconds)
             produced += accepted
             self._advance(request, accepted, now)
-            with self.lock:
-                if accepted:
-                    self.stats.itl.observe(seconds / accepted, accepted)
         self._account_pass(len(batch), produced)
 
-    # -- hooks a personality overrides (the defaults are SGLang's) -------------------------------
+    # -- hooks of a personality -------------------------------------------------------------------
 
-    def _log_prefill(self, batch: list[Request], new_tokens: int, cached: int, usage: str, queued: int) -> None:
-        log.info(
-            "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, %s, #running-req: %d, #queue-req: %d",
-            len(batch),
-            new_tokens,
-            cached,
-            usage,
-            len(self._running) - len(batch),
-            queued,
-        )
+    def _admit(self) -> list[Request]:
+        """Move the waiting requests that may start now (under the lock) off the queue."""
+        raise NotImplementedError
+
+    def _usage_locked(self) -> str:
+        """Update the memory gauges (under the lock); the usage text for a log line."""
+        raise NotImplementedError
+
+    def _on_prefill(self, batch: list[Request], new_tokens: int, cached: int, usage: str, queued: int) -> None:
+        """A prefill pass ran ``batch`` (``new_tokens`` computed, ``cached`` hit); ``queued`` still wait."""
+
+    def _on_first_token(self, request: Request, now: float) -> None:
+        """``request`` got its first token from prefill."""
+
+    def _on_decode_pass(self) -> None:
+        """A decode pass is about to start."""
 
     def _pass_seconds(self, contexts: list[int]) -> float:
         """One decode pass over requests of these lengths, before noise and drift."""
         return physics.decode_pass_seconds(self.profile, self.cfg, contexts)
 
-    def _on_accept(self, request: Request, accepted: int) -> None:
-        """A decode pass gave ``request`` ``accepted`` tokens (1 + accepted draft tokens)."""
+    def _on_accept(self, request: Request, accepted: int, seconds: float) -> None:
+        """A decode pass of ``seconds`` gave ``request`` ``accepted`` tokens (1 + accepted draft tokens)."""
+
+    def _on_finished_locked(self, request: Request, now: float) -> None:
+        """``request`` finished (under the lock)."""
 
     def _advance(self, request: Request, tokens: int, now: float) -> None:
         """Give ``request`` ``tokens`` more tokens and publish the update; retire it when done."""
@@ -336,57 +291,11 @@ class Scheduler(threading.Thread):
             if finished:
                 if request in self._running:
                     self._running.remove(request)
-                self.stats.e2e.observe(now - request.created)
-                if request.verify_ct:
-                    self.stats.lifetime_tokens += request.generated
-                    self.stats.lifetime_verify_ct += request.verify_ct
-
-    def _usage_locked(self) -> str:
-        tokens = self._tokens_in_use()
-        token_usage = tokens / self.plan.max_total_num_tokens
-        self.stats.token_usage = token_usage
-        if not self.profile.model.hybrid:
-            return f"#token: {tokens}, token usage: {token_usage:.2f}"
-        mamba_num = len(self._running) + min(len(self._seen_prompts), self.plan.max_mamba_cache_size)
-        mamba_num = min(mamba_num, self.plan.max_mamba_cache_size)
-        self.stats.mamba_usage = mamba_num / self.plan.max_mamba_cache_size
-        return (
-            f"#full token: {tokens}, full token usage: {token_usage:.2f}, "
-            f"mamba num: {mamba_num}, mamba usage: {self.stats.mamba_usage:.2f}"
-        )
+                self._on_finished_locked(request, now)
 
     def _account_pass(self, batch: int, produced: int) -> None:
-        interval = self._interval
-        interval.passes += 1
-        interval.tokens += produced
-        interval.request_passes += batch
+        """A decode pass over ``batch`` requests produced ``produced`` tokens: update the gauges."""
         with self.lock:
             self.stats.num_running = len(self._running)
             self.stats.num_queue = len(self._waiting)
-            usage = self._usage_locked()
-        if interval.passes < self._log_every:
-            return
-        elapsed = max(self._clock() - (interval.started or 0.0), 1e-9)
-        throughput = interval.tokens / elapsed
-        parts = [f"Decode batch, #running-req: {batch}", usage]
-        accept = interval.tokens / max(interval.request_passes, 1)
-        rate = (accept - 1) / self.draft_depth() if self.cfg.spec.enabled else 0.0
-        if self.cfg.spec.enabled:
-            parts.append(f"accept len: {accept:.2f}, accept rate: {rate:.2f}")
-        graph = not self.cfg.disable_cuda_graph and batch <= self.plan.cuda_graph_bs
-        parts.append(
-            f"cuda graph: {graph}, gen throughput (token/s): {throughput:.2f}, #queue-req: {len(self._waiting)}"
-        )
-        log.info(", ".join(parts))
-        with self.lock:
-            self.stats.last_gen_throughput = throughput
-            self.stats.last_accept_length = accept if self.cfg.spec.enabled else 0.0
-            self.stats.last_accept_rate = rate
-        self._interval = _Interval()
-
-    def draft_depth(self) -> int:
-        """Draft positions verified per pass: the denominator of SGLang's accept rate."""
-        spec = self.cfg.spec
-        if spec.kind == "dflash" or spec.num_steps is None:
-            return max((spec.num_draft_tokens or 2) - 1, 1)
-        return max(min(spec.num_steps, (spec.num_draft_tokens or 2) - 1), 1)
+            self._usage_locked()

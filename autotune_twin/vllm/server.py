@@ -5,30 +5,27 @@ before building the engine and starts uvicorn after), so a client sees connectio
 then, and ``/health`` 200 after. OpenAI completions and chat completions stream one chunk per
 engine step (``stream_options.continuous_usage_stats`` puts the cumulative usage on each), then a
 usage chunk with ``metrics.speculative_decoding`` when ``--per-request-spec-decode-metrics`` is on.
-The plumbing (JSON, SSE, faults) is the SGLang personality's handler's.
+The plumbing (JSON, SSE, faults) is the twin's HTTP core's (:mod:`autotune_twin.web`).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import threading
-import time
 import uuid
 from http import HTTPStatus
-from http.server import ThreadingHTTPServer
 from typing import Any
 
-from autotune.twin import physics
-from autotune.twin._vllm_flags import VLLM_VERSION
-from autotune.twin.faults import NO_FAULT, Fault
-from autotune.twin.metrics import E2E_BUCKETS, Histogram
-from autotune.twin.profile import TwinProfile
-from autotune.twin.scheduler import Request, Update
-from autotune.twin.server import TwinHandler, chat_prompt
-from autotune.twin.vllm_config import KvPlan, VllmConfig
-from autotune.twin.vllm_scheduler import VllmScheduler
+from autotune_twin import physics
+from autotune_twin.faults import NO_FAULT, Fault
+from autotune_twin.metrics import E2E_BUCKETS, Histogram
+from autotune_twin.profile import TwinProfile
+from autotune_twin.scheduler import Request, Update
+from autotune_twin.vllm._flags import VLLM_VERSION
+from autotune_twin.vllm.config import KvPlan, VllmConfig
+from autotune_twin.vllm.scheduler import VllmScheduler
+from autotune_twin.web import Handler, OpenAIReply, ServerState, TwinHTTPServer, chat_prompt
 
 DEFAULT_COMPLETION_TOKENS = 16  # vLLM's default max_tokens for /v1/completions
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0)
@@ -39,8 +36,10 @@ def _label(value: object) -> str:
     return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-class VllmState:
+class VllmState(ServerState):
     """What the endpoints report for one ready engine."""
+
+    scheduler: VllmScheduler
 
     def __init__(
         self,
@@ -52,32 +51,19 @@ class VllmState:
         scheduler: VllmScheduler,
         fault: Fault = NO_FAULT,
     ) -> None:
-        self.args = args
-        self.profile = profile
+        super().__init__(args=args, profile=profile, fault=fault, phase="ready")
         self.vc = vc
         self.cfg = vc.cfg
         self.kv = kv
         self.scheduler = scheduler
-        self.fault = fault
-        self.generation_requests = 0
-        self.hung = threading.Event()
-        self.phase = "ready"
-        self.started = time.time()
         self.ttft = Histogram(TTFT_BUCKETS)
         self.tpot = Histogram(TPOT_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
         self.histogram_lock = threading.Lock()
 
     @property
-    def is_ready(self) -> bool:
-        return self.phase == "ready"
-
-    @property
     def served_model_name(self) -> str:
         return self.vc.served_model_name
-
-    def stopping(self) -> None:
-        self.phase = "stopping"
 
     def observe(self, request: Request, last: Update) -> None:
         """A request ended: feed the latency histograms."""
@@ -92,37 +78,26 @@ class VllmState:
 
     # -- JSON payloads ---------------------------------------------------------------------------
 
-    def models(self) -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": self.served_model_name,
-                    "object": "model",
-                    "created": int(self.started),
-                    "owned_by": "vllm",
-                    "root": self.vc.model,
-                    "parent": None,
-                    "max_model_len": self.kv.max_model_len,
-                    "permission": [
-                        {
-                            "id": f"modelperm-{uuid.uuid4().hex}",
-                            "object": "model_permission",
-                            "created": int(self.started),
-                            "allow_create_engine": False,
-                            "allow_sampling": True,
-                            "allow_logprobs": True,
-                            "allow_search_indices": False,
-                            "allow_view": True,
-                            "allow_fine_tuning": False,
-                            "organization": "*",
-                            "group": None,
-                            "is_blocking": False,
-                        }
-                    ],
-                }
-            ],
-        }
+    def model_card(self) -> dict[str, Any]:
+        card = super().model_card()
+        card.update(owned_by="vllm", root=self.vc.model, parent=None, max_model_len=self.kv.max_model_len)
+        card["permission"] = [
+            {
+                "id": f"modelperm-{uuid.uuid4().hex}",
+                "object": "model_permission",
+                "created": int(self.started),
+                "allow_create_engine": False,
+                "allow_sampling": True,
+                "allow_logprobs": True,
+                "allow_search_indices": False,
+                "allow_view": True,
+                "allow_fine_tuning": False,
+                "organization": "*",
+                "group": None,
+                "is_blocking": False,
+            }
+        ]
+        return card
 
     def cache_config_labels(self) -> dict[str, object]:
         """``vllm:cache_config_info``: every CacheConfig field as a label (strings), as vLLM does."""
@@ -193,75 +168,24 @@ class VllmState:
         return "\n".join(lines) + "\n"
 
 
-class VllmHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class VllmHandler(Handler[VllmState]):
+    """vLLM's routes on the twin's HTTP core."""
 
-    def __init__(self, address: tuple[str, int], log_http: bool) -> None:
-        # Bound now, listening only from ``activate()``: the port refuses until the engine is ready.
-        super().__init__(address, VllmHandler, bind_and_activate=False)
-        self.state: VllmState | None = None
-        self.log_http = log_http
-        self.server_bind()
+    health_paths = ("/health", "/ping")
 
-    def activate(self, state: VllmState) -> None:
-        self.state = state
-        self.server_activate()
-        threading.Thread(
-            target=self.serve_forever, kwargs={"poll_interval": 0.2}, name="twin-http", daemon=True
-        ).start()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
-            return
-        super().handle_error(request, client_address)
-
-
-class VllmHandler(TwinHandler):
-    """vLLM's routes on the shared handler's plumbing."""
-
-    server: VllmHTTPServer  # type: ignore[assignment]
-
-    @property
-    def vstate(self) -> VllmState:
-        assert self.server.state is not None
-        return self.server.state
-
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        if not self.server.log_http:
-            return
-        try:
-            phrase = HTTPStatus(int(code)).phrase
-        except ValueError:
-            phrase = ""
-        host, port = self.client_address[:2]
-        request = f'"{self.command} {self.path} HTTP/1.1" {code} {phrase}'
-        line = f"(APIServer pid={os.getpid()}) INFO:     {host}:{port} - {request}"
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+    def _access_prefix(self) -> str:
+        return f"(APIServer pid={os.getpid()}) "
 
     def _openai_error(self, status: int, message: str, kind: str, param: str | None = None) -> None:
         self._send_json(status, {"error": {"message": message, "type": kind, "param": param, "code": status}})
 
     def _authorised(self, path: str) -> bool:
-        keys = self.vstate.args.api_key
-        if not keys or not path.startswith("/v1"):
-            return True
-        if self.headers.get("Authorization", "") in {f"Bearer {k}" for k in keys}:
-            return True
-        self._send_json(HTTPStatus.UNAUTHORIZED, {"error": "Unauthorized"})
-        return False
+        keys = self.state.args.api_key
+        return not keys or not path.startswith("/v1") or self._bearer_ok(keys)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        path = self.path.split("?", 1)[0]
-        state = self.vstate
-        if state.hung.is_set():
-            threading.Event().wait()
-        if not self._authorised(path):
-            return
-        if path in ("/health", "/ping"):
-            self._send_text(HTTPStatus.OK if state.is_ready else HTTPStatus.SERVICE_UNAVAILABLE, "")
-        elif path == "/v1/models":
+    def _get(self, path: str) -> None:
+        state = self.state
+        if path == "/v1/models":
             self._send_json(HTTPStatus.OK, state.models())
         elif path == "/version":
             self._send_json(HTTPStatus.OK, {"version": VLLM_VERSION})
@@ -270,12 +194,7 @@ class VllmHandler(TwinHandler):
         else:
             self._send_json(HTTPStatus.NOT_FOUND, {"detail": "Not Found"})
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        path = self.path.split("?", 1)[0]
-        if self.vstate.hung.is_set():
-            threading.Event().wait()
-        if not self._authorised(path):
-            return
+    def _post(self, path: str) -> None:
         if path not in ("/v1/completions", "/v1/chat/completions"):
             self._send_json(HTTPStatus.NOT_FOUND, {"detail": "Not Found"})
             return
@@ -284,7 +203,7 @@ class VllmHandler(TwinHandler):
             self._complete(body, chat=path == "/v1/chat/completions")
 
     def _complete(self, body: dict[str, Any], *, chat: bool) -> None:
-        state = self.vstate
+        state = self.state
         model = body.get("model")
         if model is not None and model != state.served_model_name:
             self._openai_error(HTTPStatus.NOT_FOUND, f"The model `{model}` does not exist.", "NotFoundError", "model")
@@ -332,43 +251,29 @@ class VllmHandler(TwinHandler):
         if request is None:
             return
         reply = _Reply(state, request, chat=chat, body=body)
+        options = body.get("stream_options") or {}
         try:
-            if not body.get("stream"):
-                last = self._final(request)
-                if last is not None:
-                    state.observe(request, last)
-                    self._send_json(HTTPStatus.OK, reply.complete(last))
-                return
-            self._begin_stream()
-            options = body.get("stream_options") or {}
-            continuous = bool(options.get("include_usage") and options.get("continuous_usage_stats"))
-            if chat:
-                self._event(reply.chunk({"role": "assistant", "content": ""}, None, None))
-            last = None
-            for last in self._updates(request):
-                self._event(reply.delta(last, continuous))
-            if last is not None:
-                state.observe(request, last)
-                if options.get("include_usage"):
-                    self._event(reply.usage_chunk(last))
-            self._event("[DONE]")
-        except (BrokenPipeError, ConnectionResetError):
-            request.aborted = True
+            self._reply(
+                request,
+                reply,
+                stream=bool(body.get("stream")),
+                include_usage=bool(options.get("include_usage")),
+                on_last=lambda last: state.observe(request, last),
+            )
         finally:
             state.scheduler.forget(request)
 
 
-class _Reply:
-    """vLLM-shaped chunks and responses for one request."""
+class _Reply(OpenAIReply):
+    """vLLM-shaped chunks and responses for one request (``metrics.speculative_decoding``)."""
 
     def __init__(self, state: VllmState, request: Request, *, chat: bool, body: dict[str, Any]) -> None:
+        super().__init__(state, request, chat=chat, body=body)
         self.state = state
-        self.request = request
-        self.chat = chat
-        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        self.created = int(time.time())
-        self.model = str(body.get("model") or state.served_model_name)
         self.metrics = state.vc.per_request_spec_metrics != "none" and state.vc.speculative is not None
+        options = body.get("stream_options") or {}
+        # stream_options.continuous_usage_stats: the cumulative usage on every chunk
+        self.continuous = bool(options.get("include_usage") and options.get("continuous_usage_stats"))
 
     def _usage(self, update: Update) -> dict[str, Any]:
         prompt = self.request.prompt.prompt_tokens
@@ -381,70 +286,35 @@ class _Reply:
             usage["prompt_tokens_details"] = {"cached_tokens": self.request.cached_tokens}
         return usage
 
-    def _finish(self, update: Update) -> str | None:
-        if not update.finished or update.finish_reason is None:
-            return None
-        return "length" if update.finish_reason.get("type") == "length" else "stop"
-
-    def _base(self) -> dict[str, Any]:
-        obj = "chat.completion.chunk" if self.chat else "text_completion"
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
-
-    def chunk(
-        self, delta: dict[str, Any], finish: str | None, update: Update | None, continuous: bool = False
-    ) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish, "stop_reason": None}
-        if self.chat:
-            choice["delta"] = delta
-        else:
-            choice["text"] = delta.get("content", "")
+    def chunk(self, delta: dict[str, Any], finish: str | None, update: Update | None) -> dict[str, Any]:
         out = self._base()
-        out["choices"] = [choice]
-        if continuous and update is not None:
+        out["choices"] = [self._chunk_choice(delta, finish, stop_reason=None)]
+        if self.continuous and update is not None:
             out["usage"] = self._usage(update)
         return out
 
-    def delta(self, update: Update, continuous: bool) -> dict[str, Any]:
-        return self.chunk({"content": update.delta} if update.delta else {}, self._finish(update), update, continuous)
-
-    def _metrics(self) -> dict[str, Any] | None:
-        if not self.metrics:
-            return None
-        spec = self.state.scheduler.spec_metrics(self.request)
-        return {"speculative_decoding": spec} if spec is not None else None
+    def _with_metrics(self, out: dict[str, Any]) -> dict[str, Any]:
+        spec = self.state.scheduler.spec_metrics(self.request) if self.metrics else None
+        if spec is not None:
+            out["metrics"] = {"speculative_decoding": spec}
+        return out
 
     def usage_chunk(self, update: Update) -> dict[str, Any]:
         out = self._base()
         out["choices"] = []
         out["usage"] = self._usage(update)
-        metrics = self._metrics()
-        if metrics is not None:
-            out["metrics"] = metrics
-        return out
+        return self._with_metrics(out)
 
     def complete(self, update: Update) -> dict[str, Any]:
-        finish = self._finish(update)
-        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish, "stop_reason": None}
-        if self.chat:
-            choice["message"] = {
-                "role": "assistant",
-                "content": update.text,
-                "reasoning_content": None,
-                "tool_calls": [],
-            }
-        else:
-            choice["text"] = update.text
-        out: dict[str, Any] = {"id": self.id, "object": "chat.completion" if self.chat else "text_completion"}
-        out.update(created=self.created, model=self.model, choices=[choice], usage=self._usage(update))
-        metrics = self._metrics()
-        if metrics is not None:
-            out["metrics"] = metrics
-        return out
+        out = self._base(final=True)
+        out["choices"] = [self._choice(update, self._finish(update), tool_calls=[], stop_reason=None)]
+        out["usage"] = self._usage(update)
+        return self._with_metrics(out)
 
 
-def start_http(host: str, port: int, *, log_http: bool) -> VllmHTTPServer:
+def start_http(host: str, port: int, *, log_http: bool) -> TwinHTTPServer:
     """Bind the port (raises OSError if it is taken); it listens after ``activate``."""
-    return VllmHTTPServer((host, port), log_http)
+    return TwinHTTPServer((host, port), VllmHandler, log_http=log_http, listen=False)
 
 
-__all__ = ["VllmHTTPServer", "VllmState", "start_http"]
+__all__ = ["VllmState", "start_http"]

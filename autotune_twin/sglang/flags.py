@@ -4,7 +4,7 @@ The parser mimics ``python -m sglang.launch_server``: argparse with ``prog="laun
 prefix abbreviations allowed (so ``--cuda-graph-max-bs`` is ambiguous, as in 0.5.23), no choices
 on ``--speculative-algorithm`` (``MTP`` parses and fails at launch), and one help entry per flag,
 which is what the tuner reads to learn the valid flag set. The flag set comes from SGLang's own
-``--help`` (``_sglang_flags.py``); the flags the twin simulates get SGLang's types and defaults
+``--help`` (``_flags.py``); the flags the twin simulates get SGLang's types and defaults
 here, the others are accepted and have no effect.
 """
 
@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import argparse
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from autotune.twin._sglang_flags import FLAGS
-from autotune.twin.faults import FAULT_KINDS
-from autotune.twin.profile import DEFAULT_PROFILE
+from autotune_twin.cli import Container, FlagStyle, TwinOptions, add_flags, take_twin_options
+from autotune_twin.sglang._flags import FLAGS
 
 PROG = "launch_server.py"
 
@@ -79,89 +77,24 @@ _SIMULATED: dict[str, dict[str, Any]] = {
     "--cuda-graph-backend-decode": {},
     "--disable-cuda-graph": {"help": "Deprecated. Use --cuda-graph-backend-decode disabled instead."},
 }
-_IGNORED_HELP = "(accepted; not simulated by the twin)"
 
 
-@dataclass(frozen=True)
-class TwinOptions:
-    """The ``--twin-*`` options: they change the simulation, never the simulated server."""
-
-    profile: str
-    load_seconds: float | None
-    seed: int
-    inventory: bool
-    fault: str | None = None
-    fault_after: int = 2
-    drift: float = 0.0
+def _add_bool(container: Container, names: tuple[str, ...], help_text: str) -> None:
+    """SGLang's ``--x`` / ``--no-x``: argparse's BooleanOptionalAction on the positive spelling."""
+    container.add_argument(names[0], action=argparse.BooleanOptionalAction, default=None, help=help_text)
 
 
-def _add_sglang_flag(
-    parser: argparse.ArgumentParser,
-    names: tuple[str, ...],
-    kind: str,
-    choices: tuple[str, ...] | None,
-    metavar: str | None,
-) -> None:
-    simulated = _SIMULATED.get(names[0])
-    kwargs: dict[str, Any] = {"help": _IGNORED_HELP} if simulated is None else {"help": "", **simulated}
-    if kind == "switch":
-        kwargs.pop("default", None)
-        parser.add_argument(*names, action="store_true", **kwargs)
-        return
-    if kind == "bool":
-        parser.add_argument(names[0], action=argparse.BooleanOptionalAction, default=None, help=kwargs["help"])
-        return
-    if kind != "1":
-        kwargs["nargs"] = kind
-    if choices is not None:
-        kwargs["choices"] = list(choices)
-    if metavar is not None:
-        kwargs["metavar"] = metavar
-    parser.add_argument(*names, **kwargs)
-
-
-def _add_twin_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("autotune twin (simulation only; not SGLang flags)")
-    group.add_argument(
-        "--twin-profile",
-        default=DEFAULT_PROFILE,
-        help="Built-in twin profile name (autotune/twin/profiles/*.yaml without .yaml) or a YAML path.",
-    )
-    group.add_argument(
-        "--twin-load-seconds",
-        type=float,
-        default=None,
-        help="Simulated startup time in seconds (default: the profile's).",
-    )
+def _add_inventory(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--twin-inventory",
         action="store_true",
         help="Print the simulated GPU inventory as JSON and exit.",
     )
-    group.add_argument(
-        "--twin-fault",
-        choices=FAULT_KINDS,
-        default=None,
-        help="Inject a fault (default: the next entry of $AUTOTUNE_TWIN_FAULT_SCHEDULE, else none).",
-    )
-    group.add_argument(
-        "--twin-fault-after",
-        type=int,
-        default=2,
-        help="Generation requests served before a mid-measurement fault strikes.",
-    )
-    group.add_argument(
-        "--twin-drift",
-        type=float,
-        default=0.0,
-        help="Relative slow-down of every decode pass per minute since ready (0.05 = 5%% slower each minute).",
-    )
-    group.add_argument(
-        "--twin-seed",
-        type=int,
-        default=None,
-        help="Seed of the simulation's randomness (default: --random-seed, else 0).",
-    )
+
+
+_STYLE = FlagStyle(
+    engine="SGLang", seed_flag="--random-seed", simulated=_SIMULATED, add_bool=_add_bool, extra=_add_inventory
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -169,10 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="autotune SGLang twin: a simulation of `python -m sglang.launch_server` (not real SGLang).",
     )
-    for names, kind, choices, metavar in FLAGS:
-        _add_sglang_flag(parser, names, kind, choices, metavar)
-    _add_twin_options(parser)
-    return parser
+    return add_flags(parser, ((parser, spec) for spec in FLAGS), _STYLE)
 
 
 @lru_cache(maxsize=1)
@@ -181,40 +111,8 @@ def _parser() -> argparse.ArgumentParser:
     return build_parser()
 
 
-def wants_inventory(argv: list[str]) -> bool:
-    """``--twin-inventory`` works without the otherwise required ``--model-path``."""
-    return "--twin-inventory" in argv
-
-
-def inventory_profile(argv: list[str]) -> str:
-    """The ``--twin-profile`` given next to ``--twin-inventory`` (no other flag is validated)."""
-    pre = argparse.ArgumentParser(prog=PROG, add_help=False, allow_abbrev=False)
-    pre.add_argument("--twin-profile", default=DEFAULT_PROFILE)
-    known, _ = pre.parse_known_args(argv)
-    return str(known.twin_profile)
-
-
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, TwinOptions]:
     """SGLang flags and twin options; argparse exits 2 on unknown or ambiguous flags, like SGLang."""
     args = _parser().parse_args(argv)
-    seed = args.twin_seed if args.twin_seed is not None else (args.random_seed or 0)
-    twin = TwinOptions(
-        profile=args.twin_profile,
-        load_seconds=args.twin_load_seconds,
-        seed=seed,
-        inventory=args.twin_inventory,
-        fault=args.twin_fault,
-        fault_after=args.twin_fault_after,
-        drift=args.twin_drift,
-    )
-    for name in (
-        "twin_profile",
-        "twin_load_seconds",
-        "twin_seed",
-        "twin_inventory",
-        "twin_fault",
-        "twin_fault_after",
-        "twin_drift",
-    ):
-        delattr(args, name)
+    twin = take_twin_options(args, engine_seed=args.random_seed, inventory=args.twin_inventory)
     return args, twin

@@ -1,0 +1,8 @@
+"""The vLLM personality: ``python -m autotune_twin --personality vllm serve MODEL [vLLM 0.33 flags]``.
+
+vLLM's flag table and parser (``flags``), its configuration rules and memory sizing (``config``),
+admission and counters (``scheduler``), launch sequence and log lines (``app``) and endpoints
+(``server``), on the twin's shared core.
+"""
+
+from __future__ import annotations
