@@ -408,8 +408,11 @@ def headroom_use(
 
 
 def model_weight_bytes(model: str) -> float | None:
-    """Weight bytes of a local model folder (safetensors index, else the files' sizes); None if remote."""
+    """Weight bytes of a local model: a single-file model (a GGUF holds its weights, a few KiB of
+    metadata aside) or a folder (safetensors index, else the files' sizes); None if remote."""
     folder = Path(model)
+    if folder.is_file():
+        return float(folder.stat().st_size)
     if not folder.is_dir():
         return None
     index = folder / "model.safetensors.index.json"

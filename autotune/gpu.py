@@ -211,9 +211,10 @@ def roofline(
     kv_bytes_per_token_per_gpu: float | None,
     mean_context_tokens: float,
     bandwidth_bytes_per_s: float,
+    draft_bytes_per_pass: float = 0.0,
 ) -> Roofline:
     """Each decode pass reads every weight shard once plus the KV it attends to (per GPU, in
-    parallel across the TP ranks) and yields ``accept_length`` tokens."""
-    per_pass = weights_bytes_per_gpu + (kv_bytes_per_token_per_gpu or 0.0) * mean_context_tokens
+    parallel across the TP ranks), plus what its draft passes read, and yields ``accept_length`` tokens."""
+    per_pass = weights_bytes_per_gpu + (kv_bytes_per_token_per_gpu or 0.0) * mean_context_tokens + draft_bytes_per_pass
     ceiling = bandwidth_bytes_per_s / per_pass * (accept_length or 1.0)
     return Roofline(ceiling_tok_s=ceiling, share=decode_tok_s / ceiling, bytes_per_pass=per_pass)

@@ -42,6 +42,8 @@ import numpy as np
 
 VOCAB_MEMBER = "vendor/llama.cpp/models/ggml-vocab-llama-spm.gguf"
 SDIST_VERSION = "0.3.36"  # the one scripts/build-llama-server.sh pins
+# 32 keeps CPU test models small; real models use 128, and on a GPU the head size decides whether
+# flash attention pays (shared/real-gpu.md), so a GPU landscape wants --head-dim 128.
 HEAD_DIM = 32
 TYPES = {
     "f32": gguf.GGMLQuantizationType.F32,
@@ -166,6 +168,7 @@ def write_model(
     context: int,
     dtype: str,
     shared_dtype: str,
+    head_dim: int = HEAD_DIM,
 ) -> None:
     writer = gguf.GGUFWriter(path, "llama")
     writer.add_name(name)
@@ -173,9 +176,9 @@ def write_model(
     writer.add_embedding_length(hidden)
     writer.add_block_count(len(blocks))
     writer.add_feed_forward_length(ffn)
-    writer.add_rope_dimension_count(HEAD_DIM)
-    writer.add_head_count(hidden // HEAD_DIM)
-    writer.add_head_count_kv(hidden // HEAD_DIM)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_head_count(hidden // head_dim)
+    writer.add_head_count_kv(hidden // head_dim)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(FILE_TYPES[dtype])
     n_vocab = copy_tokenizer(vocab, writer)
@@ -218,11 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--shared-type", choices=sorted(TYPES), default="q8_0", help="embedding and output type (default q8_0)"
     )
+    parser.add_argument("--head-dim", type=int, default=HEAD_DIM, help=f"attention head size (default {HEAD_DIM})")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--vocab", type=Path, default=None, help="vocab GGUF or llama-cpp-python sdist")
     args = parser.parse_args(argv)
-    if args.hidden % HEAD_DIM or args.hidden <= 0:
-        parser.error(f"--hidden must be a positive multiple of {HEAD_DIM}")
+    if args.head_dim <= 0 or args.hidden % args.head_dim or args.hidden <= 0:
+        parser.error(f"--hidden must be a positive multiple of --head-dim ({args.head_dim})")
     if not 0 < args.draft_layers < args.layers:
         parser.error("--draft-layers must be at least 1 and fewer than --layers")
     ffn = args.ffn or 4 * args.hidden
@@ -249,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         "ffn": ffn,
         "context": args.context,
         "shared_dtype": args.shared_type,
+        "head_dim": args.head_dim,
     }
     target, draft = args.out_dir / "target.gguf", args.out_dir / "draft.gguf"
     write_model(target, name=f"autotune-test-target-{args.layers}L", blocks=blocks, dtype=args.type, **common)

@@ -325,3 +325,22 @@ def test_a_served_launch_saves_a_launch_that_would_run_out_of_headroom(tmp_path:
     # and the twin agrees: that fraction dies of memory when launched
     tight = resolve_launch(parse_args([*argv, "--mem-fraction-static", "0.96"])[0], profile)
     assert physics.memory_outcome(profile, tight) == "too_high"
+
+
+def test_roofline_counts_a_gguf_file_and_its_draft_model(tmp_path: Path) -> None:
+    from autotune.engines import get_engine
+    from autotune.gpu import roofline
+
+    target, draft = tmp_path / "target.gguf", tmp_path / "draft.gguf"
+    target.write_bytes(b"\0" * 4000)
+    draft.write_bytes(b"\0" * 500)
+    assert model_weight_bytes(str(target)) == 4000
+    engine = get_engine("llamacpp")
+    plan = engine.normalise({"spec-type": "draft-simple", "spec-draft-model": str(draft), "spec-draft-n-max": 4})
+    reads = engine.draft_reads(plan.flags)
+    assert reads is not None and reads.model == str(draft) and reads.passes_per_verify == 4
+    assert engine.draft_reads(engine.normalise({"spec-type": "none"}).flags) is None
+    with_draft = roofline(decode_tok_s=100.0, accept_length=2.0, weights_bytes_per_gpu=4000.0,
+                          kv_bytes_per_token_per_gpu=None, mean_context_tokens=10, bandwidth_bytes_per_s=1e6,
+                          draft_bytes_per_pass=500.0 * 4)  # fmt: skip
+    assert with_draft.bytes_per_pass == 6000.0 and with_draft.ceiling_tok_s == pytest.approx(1e6 / 6000.0 * 2.0)

@@ -44,6 +44,11 @@ from autotune.space import FlagValue
 from autotune.workload import Prompt
 
 
+class DraftReads(Frozen):
+    model: str = Field(description="the draft model's path, as the flag gives it")
+    passes_per_verify: float = Field(description="draft forward passes per verify pass, at most")
+
+
 class Failure(Frozen):
     kind: OutcomeKind
     reason: str = Field(description="the log line or rule that decided the kind")
@@ -314,6 +319,11 @@ class Engine(ABC):
         """Decide why a launch failed from its exit code and log, by :attr:`failure_rules`."""
         kind, reason = classify(self.failure_rules, exit_code=exit_code, log_text=log_text, timed_out=timed_out)
         return Failure(kind=kind, reason=reason)
+
+    def draft_reads(self, flags: Mapping[str, FlagValue]) -> DraftReads | None:
+        """The separate draft model a plan runs and its forward passes per verify pass (for the
+        roofline: each pass reads the draft's weights); None without one (or with built-in heads)."""
+        return None
 
     def failure_in(self, log_text: str) -> Failure | None:
         """The failure a log names, by :attr:`failure_rules`; None when it shows none (a healthy log)."""

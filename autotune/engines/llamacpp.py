@@ -29,6 +29,7 @@ from autotune.workload import Prompt
 
 SPEC_TYPE = "spec-type"
 DRAFT_MODEL = "spec-draft-model"
+DRAFT_N_MAX = "spec-draft-n-max"
 BATCH = "batch-size"
 UBATCH = "ubatch-size"
 DEFAULT_BATCH = 2048  # llama.cpp's default for --batch-size
@@ -307,6 +308,14 @@ class LlamaCppEngine(Engine):
                 notes.append(f"--{UBATCH} {out[UBATCH]} is above the batch size: becomes {batch}")
                 out[UBATCH] = batch
         return LaunchPlan(engine=self.name, flags=out, notes=notes)
+
+    def draft_reads(self, flags: Mapping[str, FlagValue]) -> base.DraftReads | None:
+        """draft-simple runs the draft model up to ``--spec-draft-n-max`` times (llama.cpp's default 3)
+        per verify pass; ``--spec-draft-p-min`` may stop it sooner, so this is an upper bound."""
+        types = {t.strip() for t in str(flags.get(SPEC_TYPE, NO_SPECULATION)).split(",")}
+        if "draft-simple" not in types or DRAFT_MODEL not in flags:
+            return None
+        return base.DraftReads(model=str(flags[DRAFT_MODEL]), passes_per_verify=float(flags.get(DRAFT_N_MAX, 3)))
 
     def build_argv(self, launcher: list[str], *, model: str, plan: LaunchPlan, host: str, port: int) -> list[str]:
         # /metrics feeds the cross-check of the client's numbers; it costs nothing measurable.

@@ -266,6 +266,13 @@ class SGLangEngine(Engine):
                 raise InvalidConfig(f"--{RADIX_STRATEGY} extra_buffer allows at most 256 draft tokens")
         return LaunchPlan(engine=self.name, flags=out, notes=notes)
 
+    def draft_reads(self, flags: Mapping[str, FlagValue]) -> base.DraftReads | None:
+        """A separate draft model (EAGLE, EAGLE3, DFLASH) runs once per draft step; NEXTN's heads live
+        in the target's weights (already counted)."""
+        if DRAFT_MODEL not in flags:
+            return None
+        return base.DraftReads(model=str(flags[DRAFT_MODEL]), passes_per_verify=float(flags.get(STEPS, 1)))
+
     def build_argv(self, launcher: list[str], *, model: str, plan: LaunchPlan, host: str, port: int) -> list[str]:
         # /metrics feeds the cross-check of the client's numbers; it costs nothing measurable.
         metrics = [] if "enable-metrics" in plan.flags else ["--enable-metrics"]

@@ -75,8 +75,11 @@ def lesson_of(outcome: TrialOutcome, *, trial: int, inventory: GpuInventory) -> 
     )
 
 
-def roofline_of(outcome: TrialOutcome, *, inventory: GpuInventory, model: FeasibilityModel) -> Roofline | None:
-    """The measured decode speed as a share of the memory-bandwidth ceiling."""
+def roofline_of(
+    outcome: TrialOutcome, *, inventory: GpuInventory, model: FeasibilityModel, engine: Engine
+) -> Roofline | None:
+    """The measured decode speed as a share of the memory-bandwidth ceiling: weights and KV per verify
+    pass, plus the separate draft model's weights times its passes per verify (an upper bound)."""
     measurement = outcome.measurement
     bandwidth = min((g.bandwidth_bytes_per_s or 0 for g in inventory.gpus), default=0)
     weights = outcome.memory.weights_bytes if outcome.memory else None
@@ -88,7 +91,10 @@ def roofline_of(outcome: TrialOutcome, *, inventory: GpuInventory, model: Feasib
     contexts = [(r.prompt_tokens or 0) + r.completion_tokens / 2 for r in measurement.requests if r.round >= 0]
     if speed is None or not contexts:
         return None
+    draft = engine.draft_reads(outcome.plan.flags)
+    draft_bytes = model_weight_bytes(draft.model) if draft is not None else None
     return roofline(
+        draft_bytes_per_pass=draft_bytes * draft.passes_per_verify if draft is not None and draft_bytes else 0.0,
         decode_tok_s=speed.value,
         accept_length=accept.value if accept else None,
         weights_bytes_per_gpu=weights,

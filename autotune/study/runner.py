@@ -355,9 +355,8 @@ class StudyRunner:
         model = self.feasibility[plan.engine]
         lesson = lesson_of(outcome, trial=trial.number, inventory=self.inventory)
         model.learn(lesson)
-        attrs.record_outcome(
-            trial, outcome, lesson=lesson, roofline=roofline_of(outcome, inventory=self.inventory, model=model)
-        )
+        share = roofline_of(outcome, inventory=self.inventory, model=model, engine=self.engines[plan.engine])
+        attrs.record_outcome(trial, outcome, lesson=lesson, roofline=share)
         if self.artifact_store is not None:
             upload(self.artifact_store, trial, outcome)
         if outcome.kind is OutcomeKind.OK:
