@@ -166,6 +166,8 @@ def main() -> int:
     parser.add_argument("--ignore-eos", action="store_true", help="fixed-length generations in the protocol")
     parser.add_argument("--warmup", type=int, default=1, help="warm-up requests of the protocol")
     parser.add_argument("--target", type=float, default=0.02)
+    parser.add_argument("--max-rounds", type=int, default=12, help="the protocol's round cap")
+    parser.add_argument("--max-seconds", type=float, default=900, help="the protocol's time cap")
     parser.add_argument("--llama-server", help="a llama-server binary (default: the SGLang twin)")
     parser.add_argument("--model", help="the GGUF model for llama-server")
     parser.add_argument("--draft", help="a draft GGUF model for llama-server")
@@ -183,11 +185,12 @@ def main() -> int:
         ignore_eos=args.ignore_eos,
         target_rel_ci=args.target,
         min_rounds=3,
-        max_rounds=12,
-        max_seconds=900,
+        max_rounds=args.max_rounds,
+        max_seconds=args.max_seconds,
     )
     fixed = MeasureSettings(warmup_requests=0, max_tokens=512, ignore_eos=True, min_rounds=1, max_rounds=1)
-    fixed_suite = Suite(name="fixed-8", prompts=load_suite("builtin:mixed").prompts[:8])
+    short = [p for p in load_suite("builtin:mixed").prompts if not p.category.startswith("long")]  # fits any context
+    fixed_suite = Suite(name="fixed-8", prompts=short[:8])
     suite = load_suite(args.suite)
     results: dict[str, list[Run]] = {"autotune protocol": [], "fixed 8 x 512": []}
     console = Console()
