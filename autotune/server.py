@@ -86,8 +86,17 @@ def _signal_group(pgid: int, sig: signal.Signals) -> bool:
 
 
 def _group_alive(pgid: int) -> bool:
+    return _signal_reaches(os.killpg, pgid)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this pid exists (one of another user's counts)."""
+    return _signal_reaches(os.kill, pid)
+
+
+def _signal_reaches(send: Callable[[int, int], None], target: int) -> bool:
     try:
-        os.killpg(pgid, 0)
+        send(target, 0)
     except ProcessLookupError:
         return False
     except PermissionError:

@@ -3,7 +3,6 @@ unmeasured baselines queued again (each once, across workers)."""
 
 from __future__ import annotations
 
-import os
 import socket
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.outcomes import OutcomeKind
-from autotune.server import reap_orphans
+from autotune.server import pid_alive, reap_orphans
 from autotune.space import SearchSpace, baseline_params
 from autotune.study import attrs
 from autotune.study.storage import heartbeat_enabled
@@ -30,7 +29,7 @@ def recover(study: optuna.Study, servers: Path) -> tuple[int, int]:
     host = socket.gethostname()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         record = attrs.trial_record(trial)
-        if record.host != host or record.worker_pid is None or _pid_alive(record.worker_pid):
+        if record.host != host or record.worker_pid is None or pid_alive(record.worker_pid):
             continue
         attrs.mark_stale(study._storage, trial, "the tuner running it died")
         failed += 1
@@ -70,12 +69,3 @@ def enqueue_baselines(study: optuna.Study, space: SearchSpace) -> list[str]:
         queued.append(baseline.name)
     return queued
 
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
