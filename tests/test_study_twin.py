@@ -91,9 +91,17 @@ def test_demo_study_beats_the_cautious_baseline(demo: Path) -> None:
     assert (demo / "studies" / "qwen3.6-27b-2xa6000-twin.db").is_file()
     data = show(demo)
     trials = data["trials"]
-    assert isinstance(trials, list) and len(trials) == 10
+    assert isinstance(trials, list)
+    searched = [t for t in trials if t["confirm_of"] is None]
+    confirming = [t for t in trials if t["confirm_of"] is not None]
+    confirmation = data["confirmation"]
+    assert isinstance(confirmation, dict)
+    # 10 trials searched, then every finalist measured again on 2 fresh launches (README: "confirmed")
+    assert len(searched) == 10 and len(confirming) == 2 * len(confirmation["finalists"])
+    assert {t["confirm_of"] for t in confirming} == {f["trial"] for f in confirmation["finalists"]}
+    assert data["best_trial"] == confirmation["best"]
     assert data["simulated"] is True
-    by_baseline = {t["baseline"]: t for t in trials if t["baseline"]}
+    by_baseline = {t["baseline"]: t for t in searched if t["baseline"]}
     assert set(by_baseline) == {"cautious", "hand-found"}
     cautious = by_baseline["cautious"]["value"]
     best = next(t for t in trials if t["number"] == data["best_trial"])
@@ -148,10 +156,35 @@ def test_export_yaml_and_systemd(demo: Path, tmp_path: Path) -> None:
 
 
 def test_resume_keeps_trials_and_does_not_repeat_baselines(demo: Path) -> None:
-    run("study", str(TWIN_SPACE), "--trials", "1", "--seed", "8", cwd=demo)
-    trials = show(demo)["trials"]
-    assert isinstance(trials, list) and len(trials) == 11
-    assert sum(1 for t in trials if t["baseline"] == "cautious") == 1
+    before = show(demo)["trials"]
+    run("study", str(TWIN_SPACE), "--trials", "1", "--seed", "8", "--confirm-top", "0", cwd=demo)
+    data = show(demo)
+    trials = data["trials"]
+    assert isinstance(trials, list) and isinstance(before, list) and len(trials) == len(before) + 1
+    assert sum(1 for t in trials if t["baseline"] == "cautious" and t["confirm_of"] is None) == 1
+    # a study that ran on after its confirmation is no longer confirmed
+    assert data["confirmation"] is None
+
+
+def test_an_unconfirmed_best_says_so_until_autotune_confirm_measures_the_finalists(tmp_path: Path) -> None:
+    space = small_space(tmp_path, study="confirm-me")
+    out = run("study", str(space), "--trials", "4", "--seed", "3", "--confirm-top", "0", cwd=tmp_path).stdout
+    assert "UNCONFIRMED" in out
+    assert load_profile_from(tmp_path, "confirm-me").confirmed_launches is None
+    out = run("confirm", "confirm-me", "--top", "2", "--launches", "1", cwd=tmp_path).stdout
+    assert "finalists on fresh, interleaved launches" in out and "confirmed over 2 launches" in out
+    profile = load_profile_from(tmp_path, "confirm-me")
+    assert profile.confirmed_launches == 2
+    data = json.loads(run("show", "confirm-me", "--json", cwd=tmp_path).stdout)
+    best = next(f for f in data["confirmation"]["finalists"] if f["trial"] == data["best_trial"])
+    assert profile.metrics["decode_tok_s"].value == pytest.approx(best["mean"])
+    assert len(best["values"]) == 2
+
+
+def load_profile_from(cwd: Path, study: str):  # type: ignore[no-untyped-def]
+    path = cwd / f"{study}.yaml"
+    run("export", study, "-o", str(path), cwd=cwd)
+    return load_profile(path)
 
 
 def test_check_prints_baseline_argv(tmp_path: Path) -> None:
