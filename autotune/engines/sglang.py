@@ -184,16 +184,8 @@ class SGLangEngine(Engine):
         # With the graph batch and draft tokens known, the steps, the tree width and the running
         # requests no longer change what the graphs hold.
         graph_ignored=_LOG_NOISE
-        | {
-            "mamba-full-memory-ratio",
-            "max-mamba-cache-size",
-            CONTEXT,
-            STEPS,
-            TOPK,
-            "max-running-requests",
-            "cuda-graph-max-bs-decode",
-            DRAFT,
-        },  # fmt: skip
+        | {"mamba-full-memory-ratio", "max-mamba-cache-size", CONTEXT, STEPS, TOPK, "max-running-requests",
+           "cuda-graph-max-bs-decode", DRAFT},  # fmt: skip
         # Outside the graphs, run-time memory is mostly the prefill chunk's activations.
         activation_demand=frozenset({"chunked-prefill-size", "max-prefill-tokens"}),
     )
