@@ -55,9 +55,13 @@ class _Absent:
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Serves every ``torchvision.*`` import as an empty package of :class:`_Absent` names.
 
-    PyPI's torchvision does not load beside the CPU torch 2.13.0 ('operator torchvision::nms does not
-    exist'); SGLang imports it at module level (sglang/srt/multimodal/internvl_utils.py) for image
-    preprocessing that argument resolution never runs."""
+    Also every ``sgl_kernel.*`` import. Both are GPU-side modules that argument resolution imports but
+    never runs:
+    - torchvision: PyPI's build does not load beside the CPU torch 2.13.0 ('operator torchvision::nms
+      does not exist'); SGLang imports it at module level (sglang/srt/multimodal/internvl_utils.py)
+      for image preprocessing;
+    - sgl_kernel (sglang-kernel, CUDA kernels): imported by sglang/srt/layers/layernorm.py:102 once
+      the stubbed platform says CUDA; resolution loads the module but calls no kernel."""
 
     roots = frozenset({"torchvision", "sgl_kernel"})
 
