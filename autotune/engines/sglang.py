@@ -29,6 +29,9 @@ DRAFT_MODEL = "speculative-draft-model-path"
 DFLASH_BLOCK = "speculative-dflash-block-size"
 RADIX_STRATEGY = "mamba-radix-cache-strategy"
 CONTEXT = "context-length"
+DISABLE_OVERLAP = "disable-overlap-schedule"
+TRACK_INTERVAL = "mamba-track-interval"
+DEFAULT_TRACK_INTERVAL = 256
 
 # What SGLang prints on its way up and when it fails (sglang.md "Memory"; the classifier is
 # autotune.engines.failures): an out-of-memory error while the weights load or the pools are sized
@@ -221,7 +224,8 @@ class SGLangEngine(Engine):
         - DFLASH needs a draft model, forces steps and topk to 1, and its block size equals the
           draft tokens;
         - ``MTP`` parses but fails at launch (NEXTN is the name for built-in MTP heads);
-        - the ``extra_buffer`` mamba strategy allows at most 256 draft tokens;
+        - mamba strategy ``no_buffer`` needs ``--disable-overlap-schedule``; under ``extra_buffer``
+          (and ``auto``, which becomes it on Qwen3.5/3.6) draft tokens <= ``--mamba-track-interval``;
         - context lengths with SI/IEC suffixes (``128Ki``) are read as numbers.
         """
         out: dict[str, FlagValue] = {}
@@ -261,9 +265,19 @@ class SGLangEngine(Engine):
             raise InvalidConfig(f"speculative steps, topk and draft tokens go together; missing {missing}")
         if given and algorithm is None:
             raise InvalidConfig(f"speculative flags given without --{ALGORITHM}")
-        if algorithm is not None and str(out.get(RADIX_STRATEGY, "auto")) == "extra_buffer":
-            if int(out.get(DRAFT, 0)) > 256:
-                raise InvalidConfig(f"--{RADIX_STRATEGY} extra_buffer allows at most 256 draft tokens")
+        # sglang/srt/arg_groups/mamba_hook.py (0.5.23): no_buffer asserts the overlap scheduler is off
+        # (:158); the extra_buffer strategies (and auto, which becomes extra_buffer on Qwen3.5/3.6)
+        # assert mamba-track-interval >= draft tokens (:133; the interval defaults to 256).
+        strategy = str(out.get(RADIX_STRATEGY, "auto"))
+        if strategy == "no_buffer" and out.get(DISABLE_OVERLAP) is not True:
+            raise InvalidConfig(f"--{RADIX_STRATEGY} no_buffer needs --{DISABLE_OVERLAP} (an AssertionError in SGLang)")
+        if algorithm is not None and strategy in ("auto", "extra_buffer", "extra_buffer_lazy"):
+            interval = int(out.get(TRACK_INTERVAL, DEFAULT_TRACK_INTERVAL))
+            if int(out.get(DRAFT, 0)) > interval:
+                raise InvalidConfig(
+                    f"--{RADIX_STRATEGY} {strategy} allows at most {interval} draft tokens "
+                    f"(--{TRACK_INTERVAL} {interval}; got {out[DRAFT]})"
+                )
         return LaunchPlan(engine=self.name, flags=out, notes=notes)
 
     def draft_reads(self, flags: Mapping[str, FlagValue]) -> base.DraftReads | None:

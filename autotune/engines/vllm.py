@@ -529,6 +529,13 @@ class VLLMEngine(Engine):
                 f"(missing {missing}) so trials compare"
             )
         seqs, batched = _int(out[MAX_SEQS], f"--{MAX_SEQS}"), _int(out[MAX_BATCHED], f"--{MAX_BATCHED}")
+        # vllm/config/scheduler.py:317-329 (0.33.0): without chunked prefill a prompt must fit one batch.
+        model_len = out.get(MAX_MODEL_LEN)
+        if out.get("enable-chunked-prefill") is False and isinstance(model_len, int) and 0 < batched < model_len:
+            raise InvalidConfig(
+                f"max_num_batched_tokens ({batched}) is smaller than max_model_len ({model_len}) "
+                "with chunked prefill disabled"
+            )
         if batched < seqs:
             raise InvalidConfig(
                 f"max_num_batched_tokens ({batched}) must be greater than or equal to max_num_seqs ({seqs})"

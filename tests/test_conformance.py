@@ -1,0 +1,273 @@
+"""Conformance with the real engines (issue 17 item 4): every command line that the shipped spaces'
+baselines, a short twin study and ``autotune export`` produce goes through the REAL SGLang 0.5.23 /
+vLLM 0.33.0 argument parsers (and SGLang's server-args resolution) in their own venv
+(scripts/conformance-env.sh), via scripts/conformance_check.py. A rule that autotune's engine or twin
+applies and the real server does not (or the reverse) fails here.
+
+Needs AUTOTUNE_CONFORMANCE_PYTHON (the env's python; .ci/run sets it); skipped without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.engines import get_engine
+from autotune.engines.base import InvalidConfig, LaunchPlan, flag_argv
+from autotune.space import load_space
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKER = ROOT / "scripts" / "conformance_check.py"
+MODELS = ROOT / "tests" / "fixtures" / "conformance"
+PYTHON = os.environ.get("AUTOTUNE_CONFORMANCE_PYTHON")
+
+pytestmark = [
+    pytest.mark.real_engine,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not PYTHON,
+        reason="AUTOTUNE_CONFORMANCE_PYTHON is unset: build the env with "
+        "`export AUTOTUNE_CONFORMANCE_PYTHON=$(scripts/conformance-env.sh | tail -n1)` (CI does)",
+    ),
+]
+
+# Stand-in model folders (config.json only) for the spaces' models. Qwen3.6-122B-A10B is a MoE of the
+# same hybrid GDN + MTP family: the 27B config stands in for it (its launch rules are the same).
+STAND_IN = {
+    "Qwen/Qwen3.6-27B": MODELS / "qwen3.6-27b",
+    "Qwen/Qwen3.6-122B-A10B": MODELS / "qwen3.6-27b",
+    "meta-llama/Llama-3.1-8B-Instruct": MODELS / "llama3.1-8b",
+    "z-lab/Llama-3.1-8B-DFlash": MODELS / "llama3.1-8b-dflash",  # a DFlash drafter (its config names the block)
+}
+# The GPU each space targets, as SGLang's resolution sees it (MiB per GPU, count).
+GPUS = {
+    "2xa6000": {"memory_mib": 49140, "count": 2, "name": "NVIDIA RTX A6000", "capability": [8, 6]},
+    "1xh100": {"memory_mib": 81559, "count": 1, "name": "NVIDIA H100 80GB HBM3", "capability": [9, 0]},
+    "4xa100": {"memory_mib": 81920, "count": 4, "name": "NVIDIA A100-SXM4-80GB", "capability": [8, 0]},
+}
+LAUNCHERS = {"sglang": ["python", "-m", "sglang.launch_server"], "vllm": ["vllm", "serve"]}
+# autotune policies that are not server rules: the real server accepts these, autotune refuses them
+# on purpose (say why next to each).
+POLICY = (
+    "give both",  # vLLM: --max-num-seqs/--max-num-batched-tokens defaults depend on the GPU; trials must compare
+    "disable-log-stats",  # vLLM: turns off the metrics autotune reads
+)
+
+
+def gpu_of(space_path: Path) -> dict[str, Any]:
+    return next(gpu for key, gpu in GPUS.items() if key in space_path.name)
+
+
+def model_of(name: str) -> Path:
+    for key, folder in STAND_IN.items():
+        if key.split("/")[-1].lower() in name.lower() or name.lower() in key.lower():
+            return folder
+    raise AssertionError(f"no stand-in model config for {name} under {MODELS}")
+
+
+def stand_in(argv: list[str], model: str) -> list[str]:
+    """The argv with the space's model, and any draft model named in STAND_IN, as local folders."""
+    names = {model: str(model_of(model)), **{name: str(folder) for name, folder in STAND_IN.items()}}
+    return [names.get(word, word) for word in argv]
+
+
+def run_checker(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    assert PYTHON
+    done = subprocess.run(
+        [PYTHON, str(CHECKER)], input=json.dumps(items), capture_output=True, text=True, timeout=900, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    verdicts = json.loads(done.stdout)
+    broken = [v for v in verdicts if v["accepted"] is None]
+    assert not broken, f"the checker itself failed: {broken}"
+    return verdicts
+
+
+def autotune(*args: str, cwd: Path) -> str:
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "autotune"), *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, f"autotune {' '.join(args)}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+    return done.stdout
+
+
+def shipped_spaces() -> list[Path]:
+    return sorted(p for p in (ROOT / "search_spaces").glob("*.yaml") if "llamacpp" not in p.name)
+
+
+def baseline_items(tmp: Path) -> list[dict[str, Any]]:
+    """The baselines' argv of every shipped space: ``autotune check --json`` where the launcher runs
+    here (the twin spaces); for spaces whose launcher is a real engine's venv (absent here), the same
+    normalise + build_argv that ``check`` runs, with a stand-in launcher."""
+    items = []
+    for path in shipped_spaces():
+        space = load_space(path)
+        if all("autotune.twin" in " ".join(space.launcher_for(name)) for name in space.engine_names()):
+            for baseline in json.loads(autotune("check", str(path), "--json", cwd=tmp))["baselines"]:
+                argv = stand_in(baseline["argv"], space.model)
+                items.append({"id": f"{path.name}:{baseline['name']}", "engine": baseline["engine"], "argv": argv})
+            continue
+        for baseline in space.baselines:
+            name, flags = space.split_engine({**space.fixed, **baseline.flags})
+            engine = get_engine(name)
+            plan = engine.normalise(flags)
+            argv = engine.build_argv(LAUNCHERS[name], model=space.model, plan=plan, host="127.0.0.1", port=30000)
+            items.append({"id": f"{path.name}:{baseline.name}", "engine": name, "argv": stand_in(argv, space.model)})
+    for item in items:
+        item["gpu"] = gpu_of(Path(item["id"].split(":")[0]))
+    return items
+
+
+@pytest.fixture(scope="module")
+def twin_study(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A short SGLang twin study, its records (argv per launched trial) and its exported script."""
+    tmp = tmp_path_factory.mktemp("conformance")
+    space = ROOT / "search_spaces" / "qwen3.6-27b-2xa6000-twin.yaml"
+    name = "conformance"
+    autotune(
+        "study", str(space), "--trials", "4", "--seed", "1", "--name", name, "--studies-dir", str(tmp / "s"), cwd=tmp
+    )
+    shown = json.loads(autotune("show", name, "--json", "--studies-dir", str(tmp / "s"), cwd=tmp))
+    script = autotune("export", name, "--format", "sh", "--studies-dir", str(tmp / "s"), cwd=tmp)
+    return {"space": space, "trials": shown["trials"], "script": script, "tmp": tmp}
+
+
+def exported_argv(script: str) -> list[str]:
+    """The launch command of an exported shell script (its ``exec`` line, continuations joined)."""
+    text = script.replace("\\\n", " ")
+    line = next(line for line in text.splitlines() if line.strip().startswith("exec "))
+    return shlex.split(line.strip())[1:]
+
+
+def test_every_argv_autotune_launches_or_exports_is_accepted_by_the_real_engines(twin_study, tmp_path):
+    model = load_space(twin_study["space"]).model
+    gpu = gpu_of(twin_study["space"])
+    items = baseline_items(tmp_path)
+    refused: list[dict[str, Any]] = []
+    for trial in twin_study["trials"]:
+        if trial["argv"] and trial["outcome"] != "invalid-config":
+            items.append({"id": f"trial {trial['number']}", "engine": "sglang", "argv": stand_in(trial["argv"], model)})
+        elif trial["outcome"] == "invalid-config":
+            argv = trial["argv"] or [*LAUNCHERS["sglang"], "--model-path", model, *flag_argv(trial["flags"])]
+            refused.append(
+                {
+                    "id": f"refused trial {trial['number']}",
+                    "engine": "sglang",
+                    "argv": stand_in(argv, model),
+                    "gpu": gpu,
+                }
+            )
+    items.append({"id": "export sh", "engine": "sglang", "argv": stand_in(exported_argv(twin_study["script"]), model)})
+    for item in items:
+        item.setdefault("gpu", gpu)
+    assert len(items) >= 10, items
+    verdicts = run_checker(items + refused)
+    print(json.dumps(verdicts, indent=1))  # shown with -s / on failure: the real resolution's values
+    wrong = [v for v in verdicts[: len(items)] if not v["accepted"]]
+    assert not wrong, f"autotune launched/exported command lines the real engine refuses: {wrong}"
+    accepted_refusals = [
+        (v, t)
+        for v, t in zip(verdicts[len(items) :], refused, strict=True)
+        if v["accepted"] and not any(p in str(t) for p in POLICY)
+    ]
+    assert not accepted_refusals, f"autotune refused command lines the real engine accepts: {accepted_refusals}"
+
+
+# Rules autotune's engines apply, each with a command line on either side of it: autotune's verdict
+# (normalise) must equal the real engine's.
+RULES: list[tuple[str, str, dict[str, Any]]] = [
+    ("sglang", "qwen", {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3, "speculative-eagle-topk": 1}),
+    ("sglang", "qwen", {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3}),  # partial set
+    ("sglang", "qwen", {"speculative-algorithm": "NEXTN", "speculative-eagle-topk": 2}),  # partial set
+    ("sglang", "qwen", {"speculative-algorithm": "NEXTN", "speculative-num-draft-tokens": 4}),  # partial set
+    ("sglang", "qwen", {"speculative-algorithm": "MTP", "speculative-num-steps": 1, "speculative-eagle-topk": 1}),
+    ("sglang", "qwen", {"mamba-radix-cache-strategy": "no_buffer", "disable-overlap-schedule": True}),
+    ("sglang", "qwen", {"mamba-radix-cache-strategy": "no_buffer"}),
+    (
+        "sglang",
+        "qwen",
+        {
+            "speculative-algorithm": "NEXTN",
+            "speculative-num-steps": 4,
+            "speculative-eagle-topk": 4,
+            "speculative-num-draft-tokens": 12,
+            "mamba-radix-cache-strategy": "extra_buffer",
+            "mamba-track-interval": 8,
+        },
+    ),
+    (
+        "sglang",
+        "qwen",
+        {
+            "speculative-algorithm": "NEXTN",
+            "speculative-num-steps": 4,
+            "speculative-eagle-topk": 4,
+            "speculative-num-draft-tokens": 12,
+            "mamba-track-interval": 16,
+        },
+    ),
+    ("sglang", "qwen", {"context-length": "128k"}),
+    ("vllm", "qwen", {"max-num-seqs": 8, "max-num-batched-tokens": 4096, "max-model-len": 8192}),
+    (
+        "vllm",
+        "qwen",
+        {"max-num-seqs": 8, "max-num-batched-tokens": 4096, "max-model-len": 8192, "enable-chunked-prefill": False},
+    ),
+    ("vllm", "qwen", {"max-num-seqs": 64, "max-num-batched-tokens": 32}),
+    (
+        "vllm",
+        "qwen",
+        {"max-num-seqs": 8, "max-num-batched-tokens": 4096, "speculative-method": "mtp", "num-speculative-tokens": 2},
+    ),
+]
+
+
+def agreement(cases: list[tuple[str, str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """autotune's verdict next to the real engine's for each case; the disagreements."""
+    items, ours = [], []
+    for index, (engine_name, model_key, flags) in enumerate(cases):
+        engine = get_engine(engine_name)
+        model = str(MODELS / ("qwen3.6-27b" if model_key == "qwen" else "llama3.1-8b"))
+        try:
+            plan, accepted = engine.normalise(flags), True
+        except InvalidConfig as exc:
+            plan, accepted = LaunchPlan(engine=engine_name, flags=dict(flags)), False
+            if any(p in str(exc) for p in POLICY):
+                continue
+        argv = engine.build_argv(LAUNCHERS[engine_name], model=model, plan=plan, host="127.0.0.1", port=30000)
+        items.append({"id": index, "engine": engine_name, "argv": argv, "gpu": GPUS["2xa6000"]})
+        ours.append(accepted)
+    verdicts = run_checker(items)
+    return [
+        {"case": cases[v["id"]], "autotune": mine, "real": v["accepted"], "real_error": v.get("error")}
+        for v, mine in zip(verdicts, ours, strict=True)
+        if v["accepted"] != mine
+    ]
+
+
+def test_autotune_rules_agree_with_the_real_engines():
+    disagreements = agreement(RULES)
+    assert not disagreements, json.dumps(disagreements, indent=1)
+
+
+def test_a_seeded_disagreement_fails_the_check(monkeypatch):
+    """Toggle one rule off (SGLang's partial speculative set) in autotune's engine: the check must see
+    autotune accept a command line that the real SGLang refuses."""
+    from autotune.engines.sglang import SGLangEngine
+
+    def permissive(self, flags):
+        return LaunchPlan(engine=self.name, flags=dict(flags))
+
+    monkeypatch.setattr(SGLangEngine, "normalise", permissive)
+    seeded = [("sglang", "qwen", {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3})]
+    disagreements = agreement(seeded)
+    assert len(disagreements) == 1
+    assert disagreements[0]["autotune"] is True and disagreements[0]["real"] is False
+    assert "Error" in disagreements[0]["real_error"]

@@ -1,0 +1,45 @@
+"""Launch rules that autotune's engines apply as the real SGLang 0.5.23 / vLLM 0.33.0 code has them
+(issue 17 item 3; the source lines are cited in the engines' normalise)."""
+
+import pytest
+
+from autotune.engines.base import InvalidConfig
+from autotune.engines.sglang import SGLangEngine
+from autotune.engines.vllm import VLLMEngine
+
+SPEC = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3, "speculative-eagle-topk": 1}
+
+
+def test_sglang_no_buffer_needs_the_overlap_scheduler_off():
+    with pytest.raises(InvalidConfig, match="disable-overlap-schedule"):
+        SGLangEngine().normalise({**SPEC, "mamba-radix-cache-strategy": "no_buffer"})
+    plan = SGLangEngine().normalise(
+        {**SPEC, "mamba-radix-cache-strategy": "no_buffer", "disable-overlap-schedule": True}
+    )
+    assert plan.flags["mamba-radix-cache-strategy"] == "no_buffer"
+
+
+@pytest.mark.parametrize("strategy", ["auto", "extra_buffer", "extra_buffer_lazy"])
+def test_sglang_extra_buffer_bounds_draft_tokens_by_the_track_interval(strategy):
+    wide = {"speculative-algorithm": "EAGLE", "speculative-num-steps": 4, "speculative-eagle-topk": 4}
+    flags = {**wide, "speculative-num-draft-tokens": 12, "mamba-radix-cache-strategy": strategy}
+    with pytest.raises(InvalidConfig, match="at most 8 draft tokens"):
+        SGLangEngine().normalise({**flags, "mamba-track-interval": 8})
+    assert SGLangEngine().normalise({**flags, "mamba-track-interval": 16}).flags["speculative-num-draft-tokens"] == 12
+    # the default interval is 256, not a fixed cap: a larger interval admits more draft tokens
+    SGLangEngine().normalise({**flags, "speculative-num-draft-tokens": 300, "mamba-track-interval": 512})
+    with pytest.raises(InvalidConfig):
+        SGLangEngine().normalise({**flags, "speculative-num-draft-tokens": 300})
+
+
+def _vllm(**flags):
+    return VLLMEngine().normalise({"max-num-seqs": 8, "max-num-batched-tokens": 4096, **flags})
+
+
+def test_vllm_without_chunked_prefill_a_batch_holds_the_whole_context():
+    with pytest.raises(InvalidConfig, match="smaller than max_model_len"):
+        _vllm(**{"max-model-len": 8192, "enable-chunked-prefill": False})
+    with pytest.raises(InvalidConfig, match="smaller than max_model_len"):
+        _vllm(**{"max-model-len": "8k", "disable-chunked-prefill": True})
+    assert _vllm(**{"max-model-len": 4096, "enable-chunked-prefill": False}).flags["max-num-batched-tokens"] == 4096
+    _vllm(**{"max-model-len": 8192})  # chunked prefill on (vLLM's default): allowed
