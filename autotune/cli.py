@@ -127,8 +127,9 @@ def study(
         from autotune.errors import UserError
         from autotune.report import LiveView, best_summary, engines_table, trials_table
         from autotune.space import load_space
-        from autotune.stopping import parse_duration
+        from autotune.stopping import REPEATED_FAILURE, parse_duration
         from autotune.study import StudyPaths, StudyRunner, best_of, preflight
+        from autotune.study.storage import storage_errors
 
         space = load_space(space_file)
         if trials is None and timeout is None and patience is None and total_trials is None:
@@ -147,49 +148,52 @@ def study(
         simulated = checked.inventory is not None and checked.inventory.simulated
         if simulated:
             console.print("[yellow]GPUs are simulated: this study runs on the autotune SGLang twin.[/yellow]")
-        runner = StudyRunner.open(
-            checked,
-            name=study_name,
-            storage_url=storage_url,
-            paths=paths,
-            sampler=sampler.value,
-            seed=seed,
-            heartbeat_s=heartbeat,
-        )
-        killed, failed = runner.recover()
-        if killed or failed:
-            console.print(f"recovered: killed {killed} orphaned server(s), marked {failed} stale trial(s) failed")
-        retried, queued = runner.prepare()
-        if retried:
-            console.print(f"interrupted trials queued again: {', '.join(map(str, retried))}", highlight=False)
-        if queued:
-            console.print(f"baselines queued: {', '.join(queued)}", highlight=False)
-        view = LiveView(console, total=trials, timeout_s=timeout_s, simulated=simulated)
-        runner.events = view
-        previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-        interrupted = False
-        try:
-            with view:
-                runner.run(trials=trials, timeout_s=timeout_s, patience=patience, total_trials=total_trials)
-        except KeyboardInterrupt:
-            interrupted = True
-            runner.stop_reason = "interrupted"
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-        all_records = runner.records()
-        best = best_of(all_records)
-        console.print(trials_table(all_records, flag_names=list(space.tuned), best=best.number if best else None))
-        per_engine = engines_table(all_records)
-        if per_engine is not None:
-            console.print(per_engine)
-        console.print(best_summary(best, simulated=simulated))
-        console.print(
-            f"stopped: {runner.stop_reason}.  Export the best: autotune export {study_name} --format sh"
-            + (f" --storage {storage}" if storage else ""),
-            highlight=False,
-        )
-        if interrupted:
-            raise typer.Exit(130)
+        with storage_errors(storage_url):
+            runner = StudyRunner.open(
+                checked,
+                name=study_name,
+                storage_url=storage_url,
+                paths=paths,
+                sampler=sampler.value,
+                seed=seed,
+                heartbeat_s=heartbeat,
+            )
+            killed, failed = runner.recover()
+            if killed or failed:
+                console.print(f"recovered: killed {killed} orphaned server(s), marked {failed} stale trial(s) failed")
+            retried, queued = runner.prepare()
+            if retried:
+                console.print(f"interrupted trials queued again: {', '.join(map(str, retried))}", highlight=False)
+            if queued:
+                console.print(f"baselines queued: {', '.join(queued)}", highlight=False)
+            view = LiveView(console, total=trials, timeout_s=timeout_s, simulated=simulated)
+            runner.events = view
+            previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+            interrupted = False
+            try:
+                with view:
+                    runner.run(trials=trials, timeout_s=timeout_s, patience=patience, total_trials=total_trials)
+            except KeyboardInterrupt:
+                interrupted = True
+                runner.stop_reason = "interrupted"
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+            all_records = runner.records()
+            best = best_of(all_records)
+            console.print(trials_table(all_records, flag_names=list(space.tuned), best=best.number if best else None))
+            per_engine = engines_table(all_records)
+            if per_engine is not None:
+                console.print(per_engine)
+            console.print(best_summary(best, simulated=simulated))
+            console.print(
+                f"stopped: {runner.stop_reason}.  Export the best: autotune export {study_name} --format sh"
+                + (f" --storage {storage}" if storage else ""),
+                highlight=False,
+            )
+            if interrupted:
+                raise typer.Exit(130)
+            if runner.stop_reason and runner.stop_reason.startswith(REPEATED_FAILURE):
+                raise AutotuneError(f"study stopped: {runner.stop_reason}")
 
 
 def _open(name: str, storage: str | None, studies_dir: Path, artifacts: Path | None = None) -> StudyView:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import os
 import threading
 import time
 import warnings
@@ -55,22 +56,93 @@ class StudyPaths:
         return self.folder / "servers"
 
 
+def _sqlite_path(url: str) -> Path | None:
+    """The database file of an SQLite URL (None for other databases and in-memory SQLite)."""
+    if not url.startswith("sqlite:///"):
+        return None
+    path = url.removeprefix("sqlite:///").split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+def _first_line(exc: BaseException) -> str:
+    """The root cause's first line, without SQLAlchemy's "(Background on this error ...)" tail."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    line = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+@contextlib.contextmanager
+def _creation_lock(url: str) -> Iterator[None]:
+    """Workers starting at once open (and create) the storage one after another.
+
+    PostgreSQL: a session-level advisory lock (hosts share the server); SQLite: ``flock`` on the
+    database's folder (one host). Without it, simultaneous workers race to create Optuna's tables
+    (``DuplicateTable``, ``alembic_version``, "database is locked").
+    """
+    path = _sqlite_path(url)
+    if path is not None:
+        folder = path.parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(folder, os.O_RDONLY)
+        except OSError as exc:
+            raise StorageError(
+                f"cannot open storage {url!r}: cannot create folder {str(folder)!r}: {exc.strerror}",
+                hint="pass --storage sqlite:///PATH or --studies-dir DIR on a folder you can write",
+            ) from None
+        if not os.access(folder, os.W_OK):
+            os.close(fd)
+            raise StorageError(
+                f"cannot open storage {url!r}: folder {str(folder)!r} is not writable",
+                hint="pass --storage sqlite:///PATH or --studies-dir DIR on a folder you can write",
+            )
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+        return
+    if url.startswith(("postgresql", "postgres")):
+        engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+        try:
+            with engine.connect() as conn:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
+                conn.commit()
+                try:
+                    yield
+                finally:
+                    conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": _SCHEMA_LOCK_KEY})
+                    conn.commit()
+        finally:
+            engine.dispose()
+        return
+    yield
+
+
+_SCHEMA_LOCK_KEY = int(hashlib.sha256(b"autotune: create optuna tables").hexdigest()[:15], 16)
+
+
 def open_storage(url: str, *, heartbeat_s: int | None = None) -> optuna.storages.RDBStorage:
     """An RDB storage for any SQLAlchemy URL; SQLite waits for locks instead of failing.
 
+    Workers started at the same moment open it one after another (see :func:`_creation_lock`).
     With ``heartbeat_s``, each running trial beats; a trial whose worker stopped beating for three
     intervals is failed by the next worker that asks for a trial, and its config retried once.
+
+    Raises:
+        StorageError: one line naming the URL and the cause (folder, permissions, server, driver).
     """
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    if _sqlite_path(url) is not None:
         kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}}
     else:
         kwargs = {"pool_pre_ping": True}
-    for attempt in range(3):
+    heartbeat: dict[str, Any] = {}
+    for attempt in range(5):
         try:
-            with warnings.catch_warnings():  # heartbeats are experimental in Optuna 5
+            with _creation_lock(url), warnings.catch_warnings():  # heartbeats are experimental in Optuna 5
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                heartbeat: dict[str, Any] = {}
                 if heartbeat_s:
                     heartbeat = {
                         "heartbeat_interval": heartbeat_s,
@@ -78,13 +150,37 @@ def open_storage(url: str, *, heartbeat_s: int | None = None) -> optuna.storages
                         "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
                     }
                 return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, **heartbeat)
-        except sqlalchemy.exc.IntegrityError:
-            # Two workers creating a new database's tables at once: the loser finds them made.
-            time.sleep(1.0 + attempt)
-        except Exception as exc:  # SQLAlchemy raises many types; all mean "cannot open"
-            message = str(exc).splitlines()[0] if str(exc) else ""
-            raise StorageError(f"cannot open storage {url!r}: {type(exc).__name__}: {message}") from None
+        except StorageError:
+            raise
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as exc:
+            # Another database (MySQL) without a creation lock: the loser of the race finds the tables made.
+            if attempt == 4 or "already exists" not in str(exc) and "duplicate" not in str(exc).lower():
+                raise StorageError(f"cannot open storage {url!r}: {_first_line(exc)}") from None
+            time.sleep(0.5 + attempt)
+        except Exception as exc:  # SQLAlchemy and its drivers raise many types; all mean "cannot open"
+            raise StorageError(f"cannot open storage {url!r}: {_first_line(exc)}") from None
     raise StorageError(f"cannot open storage {url!r}: its tables could not be created")
+
+
+@contextlib.contextmanager
+def storage_errors(url: str) -> Iterator[None]:
+    """The seam for storage failures after opening: one line naming the URL and the cause.
+
+    A read-only database file, a full disk, a server gone: SQLAlchemy's errors (which Optuna wraps
+    in ``StorageInternalError``) and the file system's become :class:`StorageError`.
+    """
+    try:
+        yield
+    except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as exc:
+        cause = _first_line(exc)
+        hint = None
+        if "readonly" in cause or "read-only" in cause:
+            hint = "the database file is read-only: check its permissions (or pass --storage to another file)"
+        elif "disk is full" in cause or "No space" in cause:
+            hint = "free some space on the disk that holds the study, then run the same command to resume"
+        else:
+            hint = "the measured trials are kept; run the same command again to resume"
+        raise StorageError(f"cannot write to storage {url!r}: {cause}", hint=hint) from None
 
 
 def heartbeat_enabled(storage: optuna.storages.BaseStorage) -> bool:
