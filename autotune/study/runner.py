@@ -27,7 +27,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.engines import get_engine
 from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan
-from autotune.errors import UserError
+from autotune.errors import StorageError, UserError
 from autotune.gpu import GpuInventory, check_idle, read_inventory, wait_for
 from autotune.measure import Measurement
 from autotune.outcomes import OutcomeKind
@@ -237,6 +237,7 @@ class StudyRunner:
         self.launch: Launcher = launcher or trial_launcher(checked, paths, read_gpus)
         self.artifact_store = artifact_store(paths.artifacts, create=True)
         self.stop_reason: str | None = None
+        self.storage_fault: str | None = None
         self.feasibility = feasibility_models(self.space, self.engines, self.inventory)
         replay(self.feasibility, self.records(), default_engine=self.space.engine)
 
@@ -343,7 +344,10 @@ class StudyRunner:
             set_constraints(trial, self.space.slo, memory=True)
             return 0.0
         self._wait_for_idle_gpus(trial, plan)
-        self.paths.logs.mkdir(parents=True, exist_ok=True)
+        try:
+            self.paths.logs.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create the log folder {self.paths.logs}: {exc.strerror}") from None
         log_path = self.paths.logs / f"trial-{trial.number:04d}.log"
         try:
             outcome = self.launch(plan, log_path, self.events.phase)
@@ -359,7 +363,11 @@ class StudyRunner:
             trial, outcome, lesson=lesson, roofline=roofline_of(outcome, inventory=self.inventory, model=model)
         )
         if self.artifact_store is not None:
-            upload(self.artifact_store, trial, outcome)
+            try:
+                upload(self.artifact_store, trial, outcome)
+            except OSError as exc:  # a full disk: keep the measurement (the trial completes), then stop
+                self.storage_fault = f"cannot keep trial {trial.number}'s artifacts in {self.paths.artifacts}: {exc}"
+                self.study.stop()
         if outcome.kind is OutcomeKind.OK:
             set_constraints(trial, self.space.slo, measured=outcome.measurement)
             objective = outcome.objective
@@ -440,9 +448,14 @@ class StudyRunner:
             catch=(TrialFault,),
             callbacks=[self._after_trial, check_rules],
         )
+        if self.storage_fault is not None:
+            self.stop_reason = self.storage_fault
         if self.stop_reason is None:
             self.stop_reason = f"{trials} trials done" if trials else "time budget spent"
         attrs.record_stop_reason(self.study, self.stop_reason)
+        if self.storage_fault is not None:
+            hint = "free some space (or pass --artifacts DIR), then re-run to resume: nothing measured is lost"
+            raise StorageError(self.storage_fault, hint=hint)
 
 
 def redact(text: str, secrets: list[str]) -> str:
