@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -32,8 +33,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = Console()
-if not console.is_terminal:  # piped or captured: tables need room, there is no screen to fit
-    console = Console(width=200)
+if not console.is_terminal and "COLUMNS" not in os.environ:  # piped or captured: the width tables are made for
+    console = Console(width=120)
 err_console = Console(stderr=True)
 _state = {"debug": False}
 
@@ -217,13 +218,29 @@ def show(
     storage: StorageOpt = None,
     studies_dir: StudiesDir = Path("studies"),
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+    trial: Annotated[
+        Optional[int], typer.Option("--trial", help="Show one trial in full: reason, flags, argv, metrics.")
+    ] = None,
 ) -> None:
     """Show every trial (outcome, key flags, tok/s, accept length), which flags mattered, the best per category."""
     with error_funnel():
         from autotune.report import best_summary, category_table, engines_table, importance_table, trials_table
-        from autotune.report_summary import trial_categories
 
         opened = _open(study_name, storage, studies_dir)
+        if trial is not None:
+            from autotune.errors import UserError
+            from autotune.report import trial_detail
+
+            record = opened.record(trial)
+            if record is None:
+                raise UserError(f"study {study_name!r} has no trial {trial}")
+            if as_json:
+                print(record.model_dump_json(indent=2))
+            else:
+                console.print(trial_detail(record), highlight=False)
+            return
+        from autotune.report_summary import trial_categories
+
         all_records = opened.records()
         best = opened.best()
         importance = opened.importance()
