@@ -81,6 +81,10 @@ class Format(str, Enum):
     systemd = "systemd"
 
 
+# ``autotune bench`` without a profile's settings: a few minutes, not the study protocol's 10 rounds.
+BENCH_DEFAULTS: dict[str, Any] = {"max_tokens": 128, "max_seconds": 180.0, "max_rounds": 5}
+
+
 def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -383,8 +387,17 @@ def bench(
         "studies/bench"
     ),
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+    api_key: Annotated[
+        Optional[str],
+        typer.Option("--api-key", envvar="AUTOTUNE_API_KEY", show_default=False,
+                     help="Key of a server started with --api-key (sent as a Bearer header). Env: AUTOTUNE_API_KEY."),
+    ] = None,
 ) -> None:
-    """Measure a running server (--url), or re-launch an exported profile (--profile) and check its numbers."""
+    """Measure a running server (--url), or re-launch an exported profile (--profile) and check its numbers.
+
+    Without a profile's own settings, bench caps each answer at 128 tokens and the measurement at
+    3 minutes (a few minutes in all); progress goes to stderr, also with --json.
+    """
     with error_funnel():
         from autotune.bench import bench_profile, bench_url, compare
         from autotune.errors import UserError
@@ -395,7 +408,7 @@ def bench(
         if (url is None) == (profile_file is None):
             raise UserError("give exactly one of --url URL or --profile PROFILE.yaml")
         profile = load_profile(profile_file) if profile_file else None
-        base = (profile.measure if profile and profile.measure else None) or MeasureSettings()
+        base = (profile.measure if profile and profile.measure else None) or MeasureSettings(**BENCH_DEFAULTS)
         overrides = {
             "concurrency": concurrency,
             "max_tokens": max_tokens,
@@ -406,13 +419,21 @@ def bench(
         }
         settings = base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
         suite_ref = suite or (profile.suite if profile and profile.suite else "builtin:mixed")
+        def progress(text: str, detail: str = "") -> None:  # stderr: stdout stays clean for --json
+            err_console.print(f"bench: {text}" + (f" {detail}" if detail else ""), highlight=False, markup=False)
+
         if profile is None:
             assert url is not None
-            measurement = bench_url(engine, url, suite_ref, settings)
+            progress(f"measuring {url} (suite {suite_ref}, up to {settings.max_seconds:.0f} s)")
+            measurement = bench_url(engine, url, suite_ref, settings, api_key=api_key, on_progress=progress)
             verdict = None
         else:
-            console.print(f"launching profile {profile_file}: {profile.summary()}", highlight=False)
-            measurement = bench_profile(profile, settings=settings, suite_ref=suite_ref, workdir=workdir)
+            err_console.print(f"launching profile {profile_file}: {profile.summary()}", highlight=False)
+            if api_key:
+                os.environ.setdefault("AUTOTUNE_API_KEY", api_key)
+            measurement = bench_profile(
+                profile, settings=settings, suite_ref=suite_ref, workdir=workdir, on_progress=progress
+            )
             verdict = compare(profile, measurement)
         if as_json:
             payload = {

@@ -170,7 +170,7 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
                 [t.state.name for t in trials_so_far(tmp_path)] == ["COMPLETE", "RUNNING"]
                 and len(list(records.glob("server-*.json"))) == 1
             ),
-            timeout=120,
+            timeout=600,  # generous, for a loaded machine: the condition is what the test waits on
         )
         record = json.loads(next(records.glob("server-*.json")).read_text())
         orphan = record["pid"]
@@ -210,18 +210,26 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_stops_the_server_and_marks_the_trial(tmp_path: Path) -> None:
-    space = quick_space(tmp_path, env={"AUTOTUNE_TEST_MARK": str(tmp_path)})
+    # A first trial far longer than any load can make the wait below (a 4000-token answer per round, 5
+    # rounds), and more trials than could ever finish: the signal always lands inside a trial, however
+    # slow the machine. (Under load, 5 quick trials used to finish before the signal came.)
+    measurement = {**yaml.safe_load(TWIN_SPACE.read_text())["measurement"], "warmup_requests": 0,
+                   "prompts_per_round": 1, "max_tokens": 4000, "ignore_eos": True, "min_rounds": 5, "max_rounds": 5,
+                   "request_timeout_s": 600}  # fmt: skip
+    space = quick_space(tmp_path, env={"AUTOTUNE_TEST_MARK": str(tmp_path)}, measurement=measurement,
+                        launch={"timeout_s": 300, "stop_timeout_s": 5})  # fmt: skip
     tuner = subprocess.Popen(
-        autotune_cmd("study", str(space), "--trials", "5"),
+        autotune_cmd("study", str(space), "--trials", "50"),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     records = tmp_path / "studies" / STUDY / "servers"
-    wait_until(lambda: len(list(records.glob("server-*.json"))) == 1, timeout=60)
+    # readiness: the first trial's server record exists (written before its spawn returns)
+    wait_until(lambda: len(list(records.glob("server-*.json"))) == 1, timeout=300)
     tuner.send_signal(signal.SIGINT)
-    out, err = tuner.communicate(timeout=60)
+    out, err = tuner.communicate(timeout=300)  # generous: stopping is TERM, 5 s grace, KILL
     assert tuner.returncode == 130, out + err
     assert "stopped: interrupted" in out and "Traceback" not in err
     assert processes_with(str(tmp_path)) == []
