@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
@@ -61,6 +62,8 @@ def main_options(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
 ) -> None:
     _state["debug"] = debug
+    if debug:
+        warnings.showwarning = _SHOW_WARNING
 
 
 StudiesDir = Annotated[Path, typer.Option("--studies-dir", help="Folder for study databases, logs and artifacts.")]
@@ -539,5 +542,22 @@ def report(
             console.print(f"  not drawn: {skipped}", highlight=False)
 
 
+_SHOW_WARNING = warnings.showwarning
+
+
+def _own_warnings_only(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
+) -> None:
+    """The user's terminal shows no third-party warnings (optuna-dashboard's FutureWarning, Optuna's
+    ExperimentalWarning, ...): only Python's own warning classes raised in autotune's code."""
+    if category.__module__ == "builtins" and filename.startswith(_PACKAGE):
+        _SHOW_WARNING(message, category, filename, lineno, file, line)
+
+
+_PACKAGE = str(Path(__file__).resolve().parent)
+
+
 def main() -> None:
+    if not sys.warnoptions:  # -W / PYTHONWARNINGS and --debug show everything
+        warnings.showwarning = _own_warnings_only
     app()
