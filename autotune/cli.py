@@ -247,9 +247,10 @@ def show(
                 console.print(trial_detail(record), highlight=False)
             return
         from autotune.report_summary import trial_categories
+        from autotune.study import best_of
 
         all_records = opened.records()
-        best = opened.best()
+        best = best_of(all_records)  # not opened.best(): that reads every trial again
         importance = opened.importance()
         per_category = trial_categories(opened, best.number, "best") if best else None
         if as_json:

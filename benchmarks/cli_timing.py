@@ -55,12 +55,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=300)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--reuse", type=Path, help="a folder holding bench.db from an earlier run (kept)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="autotune-cli-timing-") as tmp:
-        folder = Path(tmp)
-        started = time.perf_counter()
-        name = build_study(folder, args.trials)
-        print(f"built a {args.trials}-trial study in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        folder = args.reuse or Path(tmp)
+        name = "bench"
+        if args.reuse is None:
+            started = time.perf_counter()
+            build_study(folder, args.trials)
+            print(f"built a {args.trials}-trial study in {time.perf_counter() - started:.0f} s", file=sys.stderr)
         where = ["--studies-dir", str(folder)]
         commands: list[tuple[str, list[str], str | None]] = [
             ("python -c pass", [sys.executable, "-c", "pass"], None),

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
+import sys
 import threading
 import time
 import warnings
@@ -121,6 +123,72 @@ def _creation_lock(url: str) -> Iterator[None]:
     yield
 
 
+# A database server that goes away (restart, failover, network) is waited for this long before the
+# study stops; the trial in progress keeps its measurement and is recorded once the server is back.
+OUTAGE_S = 600.0
+OUTAGE_POLL_S = 2.0
+
+
+def _is_disconnect(exc: BaseException) -> bool:
+    """A lost or refused connection (worth waiting for), not a rejected statement."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, sqlalchemy.exc.DBAPIError) and seen.connection_invalidated:
+            return True
+        if isinstance(seen, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
+            return True
+        if type(seen).__name__ in ("OperationalError", "InterfaceError"):  # the driver's own
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+class _OutageTolerantStorage(optuna.storages.RDBStorage):
+    """Optuna's RDB storage whose every call rides out a database server that went away: retried
+    every few seconds for up to :data:`OUTAGE_S` (one line on stderr), then the error propagates.
+    For server databases only; SQLite's errors are local and final."""
+
+    outage_s = OUTAGE_S
+
+
+def _riding_out(name: str) -> Any:
+    method = getattr(optuna.storages.RDBStorage, name)
+
+    @functools.wraps(method)
+    def call(self: _OutageTolerantStorage, *args: Any, **kwargs: Any) -> Any:
+        deadline: float | None = None
+        while True:
+            try:
+                return method(self, *args, **kwargs)
+            except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as exc:
+                if not _is_disconnect(exc):
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.outage_s
+                    sys.stderr.write(
+                        f"storage unreachable ({_first_line(exc)}); retrying for up to {self.outage_s:.0f} s\n"
+                    )
+                    sys.stderr.flush()
+                elif now >= deadline:
+                    raise
+                time.sleep(OUTAGE_POLL_S)
+
+    return call
+
+
+for _name in (
+    "create_new_study", "delete_study", "set_study_user_attr", "set_study_system_attr", "get_study_id_from_name",
+    "get_study_name_from_id", "get_study_directions", "get_study_user_attrs", "get_study_system_attrs",
+    "get_trial_user_attrs", "get_trial_system_attrs", "get_all_studies", "create_new_trial", "set_trial_param",
+    "get_trial_param", "set_trial_state_values", "set_trial_intermediate_value", "set_trial_user_attr",
+    "set_trial_system_attr", "get_trial_id_from_study_id_trial_number", "get_trial", "get_all_trials",
+    "get_best_trial", "record_heartbeat", "_get_stale_trial_ids",
+):  # fmt: skip
+    if hasattr(optuna.storages.RDBStorage, _name):
+        setattr(_OutageTolerantStorage, _name, _riding_out(_name))
+
+
 _SCHEMA_LOCK_KEY = int(hashlib.sha256(b"autotune: create optuna tables").hexdigest()[:15], 16)
 
 
@@ -134,10 +202,12 @@ def open_storage(url: str, *, heartbeat_s: int | None = None) -> optuna.storages
     Raises:
         StorageError: one line naming the URL and the cause (folder, permissions, server, driver).
     """
+    storage_class = optuna.storages.RDBStorage
     if _sqlite_path(url) is not None:
         kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}}
     else:
         kwargs = {"pool_pre_ping": True}
+        storage_class = _OutageTolerantStorage
     heartbeat: dict[str, Any] = {}
     for attempt in range(5):
         try:
@@ -149,7 +219,7 @@ def open_storage(url: str, *, heartbeat_s: int | None = None) -> optuna.storages
                         "grace_period": 3 * heartbeat_s,
                         "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
                     }
-                return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, **heartbeat)
+                return storage_class(url, engine_kwargs=kwargs, **heartbeat)
         except StorageError:
             raise
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as exc:
