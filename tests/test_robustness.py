@@ -9,6 +9,7 @@ import signal
 import socket
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -287,3 +288,18 @@ def test_secret_values_stay_out_of_db_artifacts_and_profiles(tmp_path: Path) -> 
             autotune_cmd("export", STUDY, "--format", fmt), cwd=tmp_path, check=True, capture_output=True, text=True
         ).stdout
         assert secret not in out and "HF_TOKEN" in out
+
+
+@pytest.mark.slow
+def test_a_short_soak_with_faults_and_kills_loses_nothing(tmp_path: Path) -> None:
+    """benchmarks/soak.py, short: 12 trials, random twin faults, the tuner SIGKILLed twice and restarted."""
+    soak = Path(__file__).resolve().parent.parent / "benchmarks" / "soak.py"
+    proc = subprocess.run(
+        [sys.executable, str(soak), "--trials", "12", "--kills", "2", "--fault-rate", "0.2", "--keep", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert proc.returncode == 0 and "soak: PASS" in proc.stdout, proc.stdout + proc.stderr
+    assert "measured trials lost or changed by a kill: 0" in proc.stdout
+    assert "server processes left: 0" in proc.stdout
