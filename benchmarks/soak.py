@@ -68,8 +68,13 @@ class Soak:
         data = yaml.safe_load((ROOT / "search_spaces" / "qwen3.6-27b-2xa6000-twin.yaml").read_text())
         data["study"] = STUDY
         schedule = self.folder / "faults.json"
-        rate = self.fault_rate
-        kinds = [self.rng.choice(FAULTS) if self.rng.random() < rate else "none" for _ in range(4 * self.trials)]
+        # round(rate x trials) faults at random launches among the first ``trials`` (so a short soak
+        # meets some too), then the same rate for the launches after them (retries, restarts)
+        kinds = ["none"] * self.trials + [
+            self.rng.choice(FAULTS) if self.rng.random() < self.fault_rate else "none" for _ in range(3 * self.trials)
+        ]
+        for at in self.rng.sample(range(self.trials), round(self.fault_rate * self.trials)):
+            kinds[at] = self.rng.choice(FAULTS)
         schedule.write_text(json.dumps(kinds))
         data["env"] = {"AUTOTUNE_TWIN_FAULT_SCHEDULE": str(schedule), "AUTOTUNE_SOAK_MARK": str(self.folder)}
         data["measurement"].update({"warmup_requests": 0, "prompts_per_round": 1, "max_tokens": 8, "min_rounds": 2,
@@ -131,7 +136,8 @@ class Soak:
         leftover = _processes_with(str(self.folder))
         db = (self.folder / "studies" / f"{STUDY}.db").stat().st_size
         artifacts = sum(p.stat().st_size for p in (self.folder / "studies" / STUDY).rglob("*") if p.is_file())
-        longest = max(self.samples, key=len)
+        # memory and open files once the tuner is past its imports and first trial, to its end
+        longest = [x for x in max(self.samples, key=len) if x.trials > max(self.samples, key=len)[0].trials]
         outcomes: dict[str, int] = {}
         for t in trials:
             outcomes[str(t.user_attrs.get("outcome"))] = outcomes.get(str(t.user_attrs.get("outcome")), 0) + 1

@@ -170,9 +170,12 @@ def test_a_database_server_that_goes_away_mid_study_is_waited_for(postgres: str,
             time.sleep(0.2)
     finally:
         subprocess.run([*SERVER["pg_ctl"], "start"], check=True, capture_output=True)
-    assert tuner.wait(timeout=600) == 0, "".join(lines)
+    code = tuner.wait(timeout=600)
     reader.join(timeout=10)
+    if tuner.stdout is not None:
+        tuner.stdout.close()
     output = "".join(lines)
+    assert code == 0, output
     assert "Traceback" not in output and not any(line.startswith("Error:") for line in lines), output
     assert "storage unreachable" in output  # one line said so, then the study went on
     trials = load_trials(postgres, name)
