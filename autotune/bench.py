@@ -54,6 +54,8 @@ def bench_url(
                 f"cannot reach a ready {engine_name} server at {base_url}", hint="is it running and healthy?"
             )
     suite = load_suite(suite_ref)
+    if on_progress is not None:
+        on_progress(f"measuring {base_url} (suite {suite_ref}, up to {settings.max_seconds:.0f} s)")
     return asyncio.run(
         measure_with_server_stats(engine, base_url, suite, settings, log=None, on_progress=on_progress, headers=headers)
     )

@@ -428,7 +428,6 @@ def bench(
 
         if profile is None:
             assert url is not None
-            progress(f"measuring {url} (suite {suite_ref}, up to {settings.max_seconds:.0f} s)")
             measurement = bench_url(engine, url, suite_ref, settings, api_key=api_key, on_progress=progress)
             verdict = None
         else:
