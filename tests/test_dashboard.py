@@ -58,7 +58,8 @@ def dashboard(study_dir: Path) -> Iterator[Running]:
     output = study_dir / "dashboard.out"
     with output.open("w") as out:
         proc = subprocess.Popen(
-            autotune_cmd("dashboard", STUDY, "--port", str(port)), cwd=study_dir, stdout=out, stderr=subprocess.STDOUT
+            autotune_cmd("dashboard", STUDY, "--port", str(port)), cwd=study_dir, stdout=out, stderr=subprocess.STDOUT,
+            preexec_fn=interruptible,  # Ctrl-C as at a terminal, even when the tests run in the background
         )
     base_url = f"http://127.0.0.1:{port}"
     try:
@@ -84,6 +85,11 @@ def dashboard(study_dir: Path) -> Iterator[Running]:
             proc.wait()
             raise AssertionError("the dashboard did not stop on Ctrl-C") from None
     assert code == 0, output.read_text()
+
+
+def interruptible() -> None:
+    """A test run started in the background (``&``, CI) inherits SIGINT ignored; a user's terminal does not."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def best_ok_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:

@@ -81,6 +81,12 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
+def interruptible() -> None:
+    """In the child: Ctrl-C as at a terminal. A test run started in the background by a shell (``&``,
+    CI runners) inherits SIGINT ignored, and Python then leaves it ignored in the tuner too."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_until(condition, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -225,12 +231,18 @@ def test_ctrl_c_stops_the_server_and_marks_the_trial(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=interruptible,
     )
     records = tmp_path / "studies" / STUDY / "servers"
-    # readiness: the first trial's server record exists (written before its spawn returns)
-    wait_until(lambda: len(list(records.glob("server-*.json"))) == 1, timeout=300)
-    tuner.send_signal(signal.SIGINT)
-    out, err = tuner.communicate(timeout=300)  # generous: stopping is TERM, 5 s grace, KILL
+    try:
+        # readiness: the first trial's server record exists (written before its spawn returns)
+        wait_until(lambda: len(list(records.glob("server-*.json"))) == 1, timeout=300)
+        tuner.send_signal(signal.SIGINT)
+        out, err = tuner.communicate(timeout=300)  # generous: stopping is TERM, 5 s grace, KILL
+    finally:
+        if tuner.poll() is None:  # never leave a tuner (and its pipes) behind a failed test
+            tuner.kill()
+            tuner.communicate()
     assert tuner.returncode == 130, out + err
     assert "stopped: interrupted" in out and "Traceback" not in err
     assert processes_with(str(tmp_path)) == []
