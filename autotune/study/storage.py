@@ -254,8 +254,10 @@ def storage_errors(url: str) -> Iterator[None]:
 
 
 def heartbeat_enabled(storage: optuna.storages.BaseStorage) -> bool:
-    """Whether Optuna fails this storage's stale trials itself."""
-    return isinstance(storage, optuna.storages.RDBStorage) and storage.get_heartbeat_interval() is not None
+    """Whether Optuna fails this storage's stale trials itself (a study holds its RDB storage inside
+    Optuna's cache: look through it)."""
+    backend = getattr(storage, "_backend", storage)
+    return isinstance(backend, optuna.storages.RDBStorage) and backend.get_heartbeat_interval() is not None
 
 
 def load_existing_study(name: str, storage_url: str) -> optuna.Study:
