@@ -7,6 +7,8 @@ numbers it recorded, within their confidence intervals.
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -38,17 +40,25 @@ class Verdict(BaseModel):
     meets: bool
 
 
-def bench_url(engine_name: str, url: str, suite_ref: str, settings: MeasureSettings) -> Measurement:
+def bench_url(
+    engine_name: str, url: str, suite_ref: str, settings: MeasureSettings, *, api_key: str | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> Measurement:
     """Measure a server someone else started (nothing is launched or stopped)."""
     engine = get_engine(engine_name)
     base_url = url.rstrip("/")
-    with httpx.Client() as client:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    with httpx.Client(headers=headers) as client:
         if not engine.is_ready(client, base_url):
             raise UserError(
                 f"cannot reach a ready {engine_name} server at {base_url}", hint="is it running and healthy?"
             )
     suite = load_suite(suite_ref)
-    return asyncio.run(measure_with_server_stats(engine, base_url, suite, settings, log=None))
+    if on_progress is not None:
+        on_progress(f"measuring {base_url} (suite {suite_ref}, up to {settings.max_seconds:.0f} s)")
+    return asyncio.run(
+        measure_with_server_stats(engine, base_url, suite, settings, log=None, on_progress=on_progress, headers=headers)
+    )
 
 
 def compare(profile: Profile, measurement: Measurement) -> Verdict | None:
@@ -68,9 +78,13 @@ def compare(profile: Profile, measurement: Measurement) -> Verdict | None:
     )
 
 
-def bench_profile(profile: Profile, *, settings: MeasureSettings, suite_ref: str, workdir: Path) -> Measurement:
+def bench_profile(
+    profile: Profile, *, settings: MeasureSettings, suite_ref: str, workdir: Path,
+    on_progress: Callable[[str, str], None] | None = None,
+) -> Measurement:
     """Launch the profile's command, measure it with the given settings, stop it."""
     engine = get_engine(profile.engine)
+    profile = profile.with_secrets(dict(os.environ))
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     env = {k: v for k, v in profile.env.items() if v is not None}
     if profile.gpu_devices is not None:
@@ -88,7 +102,7 @@ def bench_profile(profile: Profile, *, settings: MeasureSettings, suite_ref: str
         records_dir=workdir / "servers",
     )
     plan = LaunchPlan(engine=profile.engine, flags=profile.flags)
-    outcome = run_trial(engine, setup, plan, log_path=workdir / f"bench-{stamp}.log")
+    outcome = run_trial(engine, setup, plan, log_path=workdir / f"bench-{stamp}.log", on_phase=on_progress)
     if outcome.kind is not OutcomeKind.OK or outcome.measurement is None:
         raise AutotuneError(
             f"the profile's server did not measure: {outcome.kind.value}: {outcome.reason}", log_path=outcome.log_path

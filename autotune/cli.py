@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import sys
+import warnings
 from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
@@ -32,8 +34,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = Console()
-if not console.is_terminal:  # piped or captured: tables need room, there is no screen to fit
-    console = Console(width=200)
+if not console.is_terminal and "COLUMNS" not in os.environ:  # piped or captured: the width tables are made for
+    console = Console(width=120)
 err_console = Console(stderr=True)
 _state = {"debug": False}
 
@@ -60,6 +62,8 @@ def main_options(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
 ) -> None:
     _state["debug"] = debug
+    if debug:
+        warnings.showwarning = _SHOW_WARNING
 
 
 StudiesDir = Annotated[Path, typer.Option("--studies-dir", help="Folder for study databases, logs and artifacts.")]
@@ -92,6 +96,10 @@ class Format(str, Enum):
     yaml = "yaml"
     sh = "sh"
     systemd = "systemd"
+
+
+# ``autotune bench`` without a profile's settings: a few minutes, not the study protocol's 10 rounds.
+BENCH_DEFAULTS: dict[str, Any] = {"max_tokens": 128, "max_seconds": 180.0, "max_rounds": 5}
 
 
 def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -153,8 +161,9 @@ def study(
         from autotune.errors import UserError
         from autotune.report import LiveView, best_summary, confirmation_table, engines_table, trials_table
         from autotune.space import load_space
-        from autotune.stopping import parse_duration
+        from autotune.stopping import REPEATED_FAILURE, parse_duration
         from autotune.study import StudyPaths, StudyRunner, StudyView, preflight
+        from autotune.study.storage import storage_errors
 
         space = load_space(space_file)
         if trials is None and timeout is None and patience is None and total_trials is None:
@@ -173,66 +182,70 @@ def study(
         simulated = checked.inventory is not None and checked.inventory.simulated
         if simulated:
             console.print("[yellow]GPUs are simulated: this study runs on the autotune SGLang twin.[/yellow]")
-        runner = StudyRunner.open(
-            checked,
-            name=study_name,
-            storage_url=storage_url,
-            paths=paths,
-            sampler=sampler.value,
-            seed=seed,
-            heartbeat_s=heartbeat,
-            early_stop=early_stop,
-        )
-        killed, failed = runner.recover()
-        if killed or failed:
-            console.print(f"recovered: killed {killed} orphaned server(s), marked {failed} stale trial(s) failed")
-        retried, queued = runner.prepare()
-        if retried:
-            console.print(f"interrupted trials queued again: {', '.join(map(str, retried))}", highlight=False)
-        if queued:
-            console.print(f"baselines queued: {', '.join(queued)}", highlight=False)
-        view = LiveView(console, total=trials, timeout_s=timeout_s, simulated=simulated)
-        runner.events = view
-        previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-        interrupted = False
-        try:
-            with view:
-                try:
-                    runner.run(trials=trials, timeout_s=timeout_s, patience=patience, total_trials=total_trials)
-                except KeyboardInterrupt:
-                    interrupted = True
-                    runner.stop_reason = "interrupted"
-                    console.print("interrupted: confirming the finalists before reporting (Ctrl-C again to skip)")
-                if confirm_top > 0 and runner.others_running():
-                    console.print(
-                        "other workers are still measuring: the last to finish confirms the finalists "
-                        f"(or run: autotune confirm {study_name})",
-                        highlight=False,
-                    )
-                elif confirm_top > 0:
-                    runner.confirm(top=confirm_top, launches=confirm_launches)
-        except KeyboardInterrupt:
-            interrupted = True
-            runner.stop_reason = "interrupted"
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-        opened = StudyView(runner.study, artifacts_dir=paths.artifacts)
-        all_records = opened.records()
-        best = opened.best()
-        console.print(trials_table(all_records, flag_names=list(space.tuned), best=best.number if best else None))
-        per_engine = engines_table(all_records)
-        if per_engine is not None:
-            console.print(per_engine)
-        if opened.info.confirmation is not None:
-            console.print(confirmation_table(opened.info.confirmation))
-        console.print(best_summary(best, simulated=simulated))
-        console.print(
-            f"stopped: {runner.stop_reason}.  Export the best: autotune export {study_name} --format sh"
-            + (f" --storage {storage}" if storage else ""),
-            highlight=False,
-        )
-        if interrupted:
-            raise typer.Exit(130)
+        with storage_errors(storage_url):
+            runner = StudyRunner.open(
+                checked,
+                name=study_name,
+                storage_url=storage_url,
+                paths=paths,
+                sampler=sampler.value,
+                seed=seed,
+                heartbeat_s=heartbeat,
+                early_stop=early_stop,
+            )
+            killed, failed = runner.recover()
+            if killed or failed:
+                console.print(f"recovered: killed {killed} orphaned server(s), marked {failed} stale trial(s) failed")
+            retried, queued = runner.prepare()
+            if retried:
+                console.print(f"interrupted trials queued again: {', '.join(map(str, retried))}", highlight=False)
+            if queued:
+                console.print(f"baselines queued: {', '.join(queued)}", highlight=False)
+            view = LiveView(console, total=trials, timeout_s=timeout_s, simulated=simulated)
+            runner.events = view
+            previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+            interrupted = False
+            try:
+                with view:
+                    try:
+                        runner.run(trials=trials, timeout_s=timeout_s, patience=patience, total_trials=total_trials)
+                    except KeyboardInterrupt:
+                        interrupted = True
+                        runner.stop_reason = "interrupted"
+                        console.print("interrupted: confirming the finalists before reporting (Ctrl-C again to skip)")
+                    repeated = bool(runner.stop_reason and runner.stop_reason.startswith(REPEATED_FAILURE))
+                    if confirm_top > 0 and not repeated and runner.others_running():
+                        console.print(
+                            "other workers are still measuring: the last to finish confirms the finalists "
+                            f"(or run: autotune confirm {study_name})",
+                            highlight=False,
+                        )
+                    elif confirm_top > 0 and not repeated:
+                        runner.confirm(top=confirm_top, launches=confirm_launches)
+            except KeyboardInterrupt:
+                interrupted = True
+                runner.stop_reason = "interrupted"
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+            opened = StudyView(runner.study, artifacts_dir=paths.artifacts)
+            all_records = opened.records()
+            best = opened.best()
+            console.print(trials_table(all_records, flag_names=list(space.tuned), best=best.number if best else None))
+            per_engine = engines_table(all_records)
+            if per_engine is not None:
+                console.print(per_engine)
+            if opened.info.confirmation is not None:
+                console.print(confirmation_table(opened.info.confirmation))
+            console.print(best_summary(best, simulated=simulated))
+            console.print(
+                f"stopped: {runner.stop_reason}.  Export the best: autotune export {study_name} --format sh"
+                + (f" --storage {storage}" if storage else ""),
+                highlight=False,
+            )
+            if interrupted:
+                raise typer.Exit(130)
+            if runner.stop_reason and runner.stop_reason.startswith(REPEATED_FAILURE):
+                raise AutotuneError(f"study stopped: {runner.stop_reason}")
 
 
 def _open(name: str, storage: str | None, studies_dir: Path, artifacts: Path | None = None) -> StudyView:
@@ -256,15 +269,39 @@ def show(
     storage: StorageOpt = None,
     studies_dir: StudiesDir = Path("studies"),
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+    trial: Annotated[
+        Optional[int], typer.Option("--trial", help="Show one trial in full: reason, flags, argv, metrics.")
+    ] = None,
 ) -> None:
     """Show every trial (outcome, key flags, tok/s, accept length), which flags mattered, the best per category."""
     with error_funnel():
-        from autotune.report import best_summary, category_table, engines_table, importance_table, trials_table
-        from autotune.report_summary import trial_categories
+        from autotune.report import (
+            best_summary,
+            category_table,
+            confirmation_table,
+            engines_table,
+            importance_table,
+            trials_table,
+        )
 
         opened = _open(study_name, storage, studies_dir)
+        if trial is not None:
+            from autotune.errors import UserError
+            from autotune.report import trial_detail
+
+            record = opened.record(trial)
+            if record is None:
+                raise UserError(f"study {study_name!r} has no trial {trial}")
+            if as_json:
+                print(record.model_dump_json(indent=2))
+            else:
+                console.print(trial_detail(record), highlight=False)
+            return
+        from autotune.report_summary import trial_categories
+        from autotune.study import best_of
+
         all_records = opened.records()
-        best = opened.best()
+        best = best_of(all_records, opened.info.confirmation, objective=opened.info.objective_metric)
         importance = opened.importance()
         per_category = trial_categories(opened, best.number, "best") if best else None
         if as_json:
@@ -272,6 +309,7 @@ def show(
                 "study": study_name,
                 "simulated": opened.info.simulated,
                 "best_trial": best.number if best else None,
+                "confirmation": opened.info.confirmation.model_dump(mode="json") if opened.info.confirmation else None,
                 "trials": [r.model_dump(mode="json") for r in all_records],
                 "importance": importance.model_dump(mode="json"),
                 "best_categories": [c.model_dump(mode="json") for c in per_category.categories] if per_category else [],
@@ -291,6 +329,8 @@ def show(
         if best is not None and per_category is not None:
             title = f"best trial {best.number} per prompt category"
             console.print(category_table(per_category.categories, title=title))
+        if opened.info.confirmation is not None:
+            console.print(confirmation_table(opened.info.confirmation))
         console.print(best_summary(best, simulated=opened.info.simulated))
 
 
@@ -460,8 +500,17 @@ def bench(
         "studies/bench"
     ),
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+    api_key: Annotated[
+        Optional[str],
+        typer.Option("--api-key", envvar="AUTOTUNE_API_KEY", show_default=False,
+                     help="Key of a server started with --api-key (sent as a Bearer header). Env: AUTOTUNE_API_KEY."),
+    ] = None,
 ) -> None:
-    """Measure a running server (--url), or re-launch an exported profile (--profile) and check its numbers."""
+    """Measure a running server (--url), or re-launch an exported profile (--profile) and check its numbers.
+
+    Without a profile's own settings, bench caps each answer at 128 tokens and the measurement at
+    3 minutes (a few minutes in all); progress goes to stderr, also with --json.
+    """
     with error_funnel():
         from autotune.bench import bench_profile, bench_url, compare
         from autotune.errors import UserError
@@ -472,7 +521,7 @@ def bench(
         if (url is None) == (profile_file is None):
             raise UserError("give exactly one of --url URL or --profile PROFILE.yaml")
         profile = load_profile(profile_file) if profile_file else None
-        base = (profile.measure if profile and profile.measure else None) or MeasureSettings()
+        base = (profile.measure if profile and profile.measure else None) or MeasureSettings(**BENCH_DEFAULTS)
         overrides = {
             "concurrency": concurrency,
             "max_tokens": max_tokens,
@@ -483,13 +532,20 @@ def bench(
         }
         settings = base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
         suite_ref = suite or (profile.suite if profile and profile.suite else "builtin:mixed")
+        def progress(text: str, detail: str = "") -> None:  # stderr: stdout stays clean for --json
+            err_console.print(f"bench: {text}" + (f" {detail}" if detail else ""), highlight=False, markup=False)
+
         if profile is None:
             assert url is not None
-            measurement = bench_url(engine, url, suite_ref, settings)
+            measurement = bench_url(engine, url, suite_ref, settings, api_key=api_key, on_progress=progress)
             verdict = None
         else:
-            console.print(f"launching profile {profile_file}: {profile.summary()}", highlight=False)
-            measurement = bench_profile(profile, settings=settings, suite_ref=suite_ref, workdir=workdir)
+            err_console.print(f"launching profile {profile_file}: {profile.summary()}", highlight=False)
+            if api_key:
+                os.environ.setdefault("AUTOTUNE_API_KEY", api_key)
+            measurement = bench_profile(
+                profile, settings=settings, suite_ref=suite_ref, workdir=workdir, on_progress=progress
+            )
             verdict = compare(profile, measurement)
         if as_json:
             payload = {
@@ -595,5 +651,22 @@ def report(
             console.print(f"  not drawn: {skipped}", highlight=False)
 
 
+_SHOW_WARNING = warnings.showwarning
+
+
+def _own_warnings_only(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
+) -> None:
+    """The user's terminal shows no third-party warnings (optuna-dashboard's FutureWarning, Optuna's
+    ExperimentalWarning, ...): only Python's own warning classes raised in autotune's code."""
+    if category.__module__ == "builtins" and filename.startswith(_PACKAGE):
+        _SHOW_WARNING(message, category, filename, lineno, file, line)
+
+
+_PACKAGE = str(Path(__file__).resolve().parent)
+
+
 def main() -> None:
+    if not sys.warnoptions:  # -W / PYTHONWARNINGS and --debug show everything
+        warnings.showwarning = _own_warnings_only
     app()

@@ -1,7 +1,8 @@
 """The exported profile: the winning launch, its numbers, and renderings as YAML, shell, systemd.
 
 Secret environment values never enter a profile: their names are kept (so the rendered command
-still asks for them) and their values are left to the deployment.
+still asks for them) and their values are left to the deployment. Secret flags (``--api-key``) are
+stored as ``***`` and rendered as an environment variable (``--api-key "$AUTOTUNE_API_KEY"``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from autotune.engines import get_engine
 from autotune.engines.base import LaunchPlan
 from autotune.errors import UserError
 from autotune.protocol import MeasureSettings
-from autotune.space import FlagValue, is_secret_name, resolve_command
+from autotune.space import REDACTED, FlagValue, is_secret_flag, is_secret_name, resolve_command, secret_env_name
 
 ExportFormat = Literal["yaml", "sh", "systemd"]
 
@@ -57,6 +58,24 @@ class Profile(BaseModel):
     )
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 
+    def secret_flags(self) -> dict[str, str]:
+        """Secret flags of the profile -> the environment variable that carries each value."""
+        return {name: secret_env_name(name) for name, value in self.flags.items() if is_secret_flag(name)}
+
+    def with_secrets(self, environ: dict[str, str]) -> Profile:
+        """The profile with each secret flag's value read from its environment variable.
+
+        Raises:
+            UserError: a variable is not set.
+        """
+        flags = dict(self.flags)
+        for name, variable in self.secret_flags().items():
+            if flags[name] == REDACTED:
+                if not environ.get(variable):
+                    raise UserError(f"the profile's --{name} is a secret: set {variable} in the environment first")
+                flags[name] = environ[variable]
+        return self.model_copy(update={"flags": flags})
+
     def argv(self, *, host: str, port: int) -> list[str]:
         plan = LaunchPlan(engine=self.engine, flags=self.flags)
         return get_engine(self.engine).build_argv(
@@ -87,7 +106,9 @@ def redact_env(env: dict[str, str]) -> dict[str, str | None]:
 
 
 def render_yaml(profile: Profile) -> str:
-    return yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False)
+    data = profile.model_dump(mode="json")
+    data["env"].update({variable: None for variable in profile.secret_flags().values()})
+    return yaml.safe_dump(data, sort_keys=False)
 
 
 def _environment(profile: Profile) -> tuple[dict[str, str], list[str]]:
@@ -95,7 +116,19 @@ def _environment(profile: Profile) -> tuple[dict[str, str], list[str]]:
     if profile.gpu_devices is not None:
         plain["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in profile.gpu_devices)
     secrets = [k for k, v in profile.env.items() if v is None]
+    secrets += [v for v in profile.secret_flags().values() if v not in secrets]
     return plain, secrets
+
+
+def _secret_positions(profile: Profile, argv: list[str]) -> dict[int, str]:
+    """argv index of each secret flag's value -> its environment variable."""
+    variables = profile.secret_flags()
+    found = {}
+    for i, arg in enumerate(argv[1:], start=1):
+        name = argv[i - 1].lstrip("-")
+        if arg == REDACTED and argv[i - 1].startswith("--") and name in variables:
+            found[i] = variables[name]
+    return found
 
 
 def render_shell(profile: Profile, *, host: str, port: int) -> str:
@@ -103,7 +136,10 @@ def render_shell(profile: Profile, *, host: str, port: int) -> str:
     lines = ["#!/usr/bin/env bash", f"# autotune profile: {profile.summary()}", "set -euo pipefail"]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in plain.items()]
     lines += [f': "${{{name}:?set {name} in the environment first}}"' for name in secrets]
-    lines.append("exec " + shlex.join(profile.argv(host=host, port=port)))
+    argv = profile.argv(host=host, port=port)
+    secret_at = _secret_positions(profile, argv)
+    words = [f'"${secret_at[i]}"' if i in secret_at else shlex.quote(a) for i, a in enumerate(argv)]
+    lines.append("exec " + " ".join(words))
     return "\n".join(lines) + "\n"
 
 
@@ -117,6 +153,9 @@ def _systemd_quote(arg: str) -> str:
 
 def render_systemd(profile: Profile, *, host: str, port: int) -> str:
     plain, secrets = _environment(profile)
+    argv = profile.argv(host=host, port=port)
+    secret_at = _secret_positions(profile, argv)  # systemd expands ${NAME} from EnvironmentFile=
+    words = [f"${{{secret_at[i]}}}" if i in secret_at else _systemd_quote(a) for i, a in enumerate(argv)]
     lines = [
         "[Unit]",
         f"Description={profile.engine} server tuned by autotune ({profile.study}, trial {profile.trial})",
@@ -132,7 +171,7 @@ def render_systemd(profile: Profile, *, host: str, port: int) -> str:
         lines.append(f"# Secrets ({', '.join(secrets)}) are not embedded: put NAME=value lines in this file.")
         lines.append(f"EnvironmentFile=-/etc/autotune/{profile.study}.env")
     lines += [
-        "ExecStart=" + " ".join(_systemd_quote(a) for a in profile.argv(host=host, port=port)),
+        "ExecStart=" + " ".join(words),
         "Restart=on-failure",
         "RestartSec=10",
         "KillMode=control-group",

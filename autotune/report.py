@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.panel import Panel
@@ -56,38 +57,99 @@ def short_flag(name: str) -> str:
     return name
 
 
+# Outcomes as the trial table spells them (the stored spelling is in `show --json` and `show --trial N`).
+_OUTCOME_SHORT = {
+    "infeasible-memory-low": "mem-low",
+    "infeasible-memory-high": "mem-high",
+    "predicted-infeasible-memory-low": "pred mem-low",
+    "predicted-infeasible-memory-high": "pred mem-high",
+    "invalid-config": "invalid",
+    "measurement-failed": "measure-fail",
+    "launch-timeout": "launch-t/o",
+}
+NOTE_WIDTH = 36
+
+
+def _header(name: str, width: int = 9) -> str:
+    """A flag's column header on several short lines, broken at hyphens (tables fit 120 columns)."""
+    lines: list[str] = []
+    for part in short_flag(name).split("-"):
+        if lines and len(lines[-1]) + 1 + len(part) <= width:
+            lines[-1] += "-" + part
+        else:
+            lines.append(part)
+    return "\n".join(lines)
+
+
+def _shorten(text: str, width: int) -> str:
+    """Cut at a word boundary, never mid-word; the full text is in ``show --trial N``."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1].rsplit(" ", 1)[0] if " " in text[: width - 1] else text[: width - 1]
+    return cut.rstrip(",;:") + "…"
+
+
 def trials_table(records: Sequence[TrialRecord], *, flag_names: Sequence[str], best: int | None = None) -> Table:
-    table = Table(title="trials", title_justify="left", show_lines=False)
-    table.add_column("#", justify="right")
-    table.add_column("outcome")
+    """One row per trial, 120 columns wide for the built-in spaces; full reasons: ``show --trial N``."""
+    table = Table(title="trials", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("outcome", no_wrap=True)
     for name in flag_names:
-        table.add_column(short_flag(name), justify="right", no_wrap=True)
-    table.add_column("decode tok/s", justify="right")
-    table.add_column("accept len", justify="right")
-    table.add_column("roofline", justify="right")
+        header = _header(name)
+        table.add_column(header, justify="right", no_wrap=True, min_width=max(map(len, header.splitlines())))
+    table.add_column("decode tok/s", justify="right", no_wrap=True)
+    table.add_column("accept\nlen", justify="right", no_wrap=True, min_width=6)
+    table.add_column("roof-\nline", justify="right", no_wrap=True)
     hosts = sorted({r.host for r in records if r.host})
     if len(hosts) > 1:  # several workers: show where each trial ran, so hardware differences are visible
-        table.add_column("host")
-    table.add_column("note", overflow="fold")
+        table.add_column("host", no_wrap=True, overflow="ellipsis", max_width=16)
+    table.add_column("note", no_wrap=True, overflow="ellipsis", min_width=12, max_width=NOTE_WIDTH)
     for r in records:
         accept = r.metric_value("accept_length")
         note = r.baseline or ""
         if r.duplicate_of is not None:
             note = (note + " " if note else "") + f"same as #{r.duplicate_of}"
         elif r.outcome != "ok" and r.reason:
-            note = (note + ": " if note else "") + r.reason[:80]
-        mark = " ★" if best is not None and r.number == best else ""
+            note = (note + ": " if note else "") + r.reason
+        mark = "★" if best is not None and r.number == best else ""
         table.add_row(
             f"{r.number}{mark}",
-            Text(r.outcome, style=_OUTCOME_STYLE.get(r.outcome, "red")),
+            Text(_OUTCOME_SHORT.get(r.outcome, r.outcome), style=_OUTCOME_STYLE.get(r.outcome, "red")),
             *(_fmt(r.engine if n == ENGINE_PARAM else r.flags.get(n)) for n in flag_names),
             _speed(r),
             f"{accept:.2f}" if accept is not None else "-",
             f"{r.roofline_share:.0%}" if r.roofline_share is not None else "-",
             *([f"{r.host} ({', '.join(sorted(set(r.gpus)))})" if r.gpus else r.host or "-"] if len(hosts) > 1 else []),
-            note,
+            _shorten(note, NOTE_WIDTH),
         )
     return table
+
+
+def trial_detail(record: TrialRecord) -> Group:
+    """Everything stored about one trial, nothing cut: outcome and full reason, flags, argv, metrics."""
+    rows = Table(box=None, show_header=False, pad_edge=False)
+    rows.add_column(style="bold", no_wrap=True)
+    rows.add_column(overflow="fold")
+    rows.add_row("trial", f"{record.number} ({record.state})")
+    rows.add_row("outcome", record.outcome)
+    if record.reason:
+        rows.add_row("reason", record.reason)
+    for label, value in (("baseline", record.baseline), ("same as", record.duplicate_of),
+                         ("retry of", record.retry_of), ("engine", record.engine), ("host", record.host)):  # fmt: skip
+        if value is not None:
+            rows.add_row(label, str(value))
+    if record.value is not None:
+        rows.add_row("value", f"{record.value:g} ({'feasible' if record.feasible else 'infeasible'})")
+    for name, metric in record.metrics.items():
+        ci = f" ± {metric.ci95:.3g}" if metric.ci95 is not None else ""
+        shown = f"{metric.value:.4g}" if metric.value is not None else "-"
+        rows.add_row(name, f"{shown}{ci} {metric.unit}".strip())
+    for flag, setting in record.flags.items():
+        rows.add_row(f"--{flag}", _fmt(setting))
+    if record.argv:
+        rows.add_row("argv", " ".join(record.argv))
+    return Group(rows)
 
 
 def engines_table(records: Sequence[TrialRecord]) -> Table | None:

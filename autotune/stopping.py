@@ -77,6 +77,48 @@ class TotalTrials:
         return f"the study has {finished} trials (total {self.total})" if finished >= self.total else None
 
 
+REPEATED_FAILURE = "the same failure"
+# Outcomes that say nothing about the sampled configuration: when one repeats identically launch
+# after launch (a wrong key, a missing model, a launcher that cannot start), more trials cannot help.
+_INFRASTRUCTURE = frozenset({"crashed", "launch-timeout", "measurement-failed", "error", "port-in-use"})
+_NUMBERS = re.compile(r"\d+")
+
+
+@dataclass
+class RepeatedFailure:
+    """Stop when the last ``times`` launches all failed with the same reason and nothing succeeded
+    in between: a fault of the set-up, not of the configuration, that would fail all night.
+
+    Reasons are compared with their numbers blanked (ports, pids, timings differ per launch).
+    Duplicates, predictions and interrupted trials neither count nor break the streak; a measured
+    trial or a memory/config failure (a launch that got far enough to teach something) breaks it.
+    """
+
+    times: int = 3
+
+    def __call__(self, records: Sequence[TrialRecord]) -> str | None:
+        streak: list[TrialRecord] = []
+        for record in sorted(records, key=lambda r: r.number):
+            if record.state not in ("COMPLETE", "FAIL") or record.duplicate_of is not None:
+                continue
+            if record.outcome in _INFRASTRUCTURE:
+                shape = (record.outcome, _NUMBERS.sub("#", record.reason or ""))
+                if streak and (streak[-1].outcome, _NUMBERS.sub("#", streak[-1].reason or "")) != shape:
+                    streak = []
+                streak.append(record)
+            elif record.outcome in ("ok", "invalid-config") or record.outcome.startswith("infeasible"):
+                streak = []
+        if len(streak) < self.times:
+            return None
+        last = streak[-1]
+        numbers = ", ".join(str(r.number) for r in streak[-self.times :])
+        return (
+            f"{REPEATED_FAILURE} in {len(streak)} launches in a row (trials {numbers}): {last.outcome}: "
+            f"{last.reason or 'no reason given'}; it does not depend on the configuration: fix it "
+            "(see the trial's log), then run the same command to resume"
+        )
+
+
 def first_reason(rules: Sequence[StopRule], records: Sequence[TrialRecord]) -> str | None:
     for rule in rules:
         reason = rule(records)

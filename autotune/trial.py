@@ -22,6 +22,7 @@ from autotune.measure import Measurement, run_measurement
 from autotune.outcomes import OutcomeKind
 from autotune.protocol import MeasureSettings
 from autotune.server import ServerProcess, find_free_port
+from autotune.space import auth_headers
 from autotune.workload import Suite
 
 HOST = "127.0.0.1"
@@ -134,7 +135,8 @@ def _run_once(
     server = ServerProcess(argv, env=setup.env, log_path=log_path, records_dir=setup.records_dir)
     launch_started = time.monotonic()
     phase("launching", f"port {port}")
-    with server, httpx.Client() as client:
+    headers = auth_headers(plan.flags)  # a server launched with --api-key wants it on every request
+    with server, httpx.Client(headers=headers) as client:
         ready = server.wait_ready(lambda: engine.is_ready(client, base_url), timeout_s=setup.launch_timeout_s)
         launch_s = time.monotonic() - launch_started
         if not ready.ready:
@@ -172,6 +174,7 @@ def _run_once(
                             settings,
                             log=LogWindow(log_path),
                             on_progress=functools.partial(_progress, phase, level),
+                            headers=headers,
                         )
                     )
                 )
@@ -250,9 +253,11 @@ async def measure_with_server_stats(
     *,
     log: LogWindow | None,
     on_progress: Callable[[str], None] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> Measurement:
     """Measure, and attach the server's own figures over the same window (log lines and /metrics)."""
-    async with httpx.AsyncClient(timeout=httpx.Timeout(settings.request_timeout_s, connect=10.0)) as client:
+    timeout = httpx.Timeout(settings.request_timeout_s, connect=10.0)
+    async with httpx.AsyncClient(timeout=timeout, headers=headers) as client:
         if log is not None:
             log.mark()
         try:

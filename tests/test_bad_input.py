@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
 
@@ -123,3 +126,75 @@ def test_no_nvidia_driver_is_one_clear_line(tmp_path: Path) -> None:
     proc = subprocess.run(autotune_cmd("gpus"), cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("Error: cannot read GPUs: no NVIDIA driver")
+
+
+# ---------------------------------------------------------------- storage the user cannot write
+
+
+def one_error_line(proc: subprocess.CompletedProcess[str], code: int = 2) -> str:
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1, proc.stderr
+    return errors[0]
+
+
+def test_sqlite_folder_that_cannot_be_created_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    url = f"sqlite:///{tmp_path}/a-file/sub/x.db"
+    proc = subprocess.run(autotune_cmd("study", str(TWIN_SPACE), "--trials", "1", "--storage", url), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    line = one_error_line(proc)
+    assert f"cannot open storage {url!r}: cannot create folder" in line and "Not a directory" in line
+
+
+def as_read_only(folder: Path, argv: list[str]) -> list[str]:
+    """Run ``argv`` with ``folder`` read-only: a read-only bind mount in a private mount namespace
+    for root (who ignores file modes), the folder's and files' modes otherwise."""
+    if os.geteuid() != 0:
+        for path in [*folder.iterdir(), folder]:
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        return argv
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) to make a read-only folder as root")
+    mount = f"mount --bind {folder} {folder} && mount -o remount,ro,bind {folder} {folder} && exec \"$@\""
+    return ["unshare", "-m", "sh", "-c", mount, "sh", *argv]
+
+
+def test_read_only_database_is_one_line(tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    url = f"sqlite:///{folder}/x.db"
+    optuna.create_study(study_name="ro", storage=url)  # an existing study, then made read-only
+    study = autotune_cmd("study", str(TWIN_SPACE), "--name", "ro", "--trials", "1", "--storage", url)
+    argv = as_read_only(folder, study)
+    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 2 and "unshare" in argv[0] and "Operation not permitted" in proc.stderr:
+        pytest.skip("mount namespaces are not allowed here")
+    line = one_error_line(proc)
+    assert url in line and ("not writable" in line or "readonly database" in line), line
+
+
+@pytest.mark.twin
+def test_full_disk_for_artifacts_keeps_the_measurement_and_is_one_line(tmp_path: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) to mount a small tmpfs")
+    data = yaml.safe_load(TWIN_SPACE.read_text())
+    data["study"] = "full"
+    data["measurement"].update({"warmup_requests": 0, "prompts_per_round": 1, "max_tokens": 16, "max_rounds": 2})
+    data["baselines"] = data["baselines"][1:]  # hand-found: measured
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump(data))
+    small = tmp_path / "small"
+    small.mkdir()
+    mount = f"mount -t tmpfs -o size=8k tmpfs {small} && exec \"$@\""
+    argv = ["unshare", "-m", "sh", "-c", mount, "sh",
+            *autotune_cmd("study", str(space), "--trials", "3", "--artifacts", str(small))]  # fmt: skip
+    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    if "Operation not permitted" in proc.stderr and proc.returncode != 2:
+        pytest.skip("mount namespaces are not allowed here")
+    line = one_error_line(proc)
+    assert "cannot keep trial 0's artifacts" in line and "No space left on device" in line, line
+    trials = optuna.load_study(study_name="full", storage=f"sqlite:///{tmp_path}/studies/full.db").trials
+    assert len(trials) == 1 and trials[0].state.name == "COMPLETE" and trials[0].value  # the measurement is kept
+    assert trials[0].user_attrs["outcome"] == "ok"

@@ -12,6 +12,7 @@ storage before anything propagates.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -26,7 +27,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.engines import get_engine
 from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan
-from autotune.errors import UserError
+from autotune.errors import StorageError, UserError
 from autotune.gpu import GpuInventory, check_idle, read_inventory, wait_for
 from autotune.measure import Measurement
 from autotune.outcomes import OutcomeKind
@@ -34,8 +35,17 @@ from autotune.profile import redact_env
 from autotune.protocol import EarlyStop
 from autotune.records import TrialRecord
 from autotune.server import reap_orphans
-from autotune.space import Baseline, Candidate, SearchSpace, SLOSpec, is_secret_name, resolve_command, suggest
-from autotune.stopping import NoImprovement, StopRule, TimeBudget, TotalTrials, first_reason
+from autotune.space import (
+    Baseline,
+    Candidate,
+    SearchSpace,
+    SLOSpec,
+    redact_flags,
+    resolve_command,
+    secret_values,
+    suggest,
+)
+from autotune.stopping import NoImprovement, RepeatedFailure, StopRule, TimeBudget, TotalTrials, first_reason
 from autotune.study import attrs, recovery
 from autotune.study.artifacts import artifact_store, upload
 from autotune.study.confirm import Confirmation, best_first_measured, choose_finalists, confirm, measure_noise
@@ -226,16 +236,18 @@ class StudyRunner:
         self.events = events or StudyEvents()
         self.read_gpus = read_gpus
         self.early_stop = early_stop
-        self.study = optuna.create_study(
-            study_name=name,
-            storage=storage,
-            direction="maximize",
-            sampler=sampler or make_sampler("tpe", None),
-            load_if_exists=True,
-        )
+        with exclusive(storage, paths):  # workers started at the same moment create it once
+            self.study = optuna.create_study(
+                study_name=name,
+                storage=storage,
+                direction="maximize",
+                sampler=sampler or make_sampler("tpe", None),
+                load_if_exists=True,
+            )
         self.launch: Launcher = launcher or trial_launcher(checked, paths, read_gpus)
         self.artifact_store = artifact_store(paths.artifacts, create=True)
         self.stop_reason: str | None = None
+        self.storage_fault: str | None = None
         self.feasibility = feasibility_models(self.space, self.engines, self.inventory)
         replay(self.feasibility, self.records(), default_engine=self.space.engine)
 
@@ -282,10 +294,12 @@ class StudyRunner:
         return recovery.enqueue_baselines(self.study, self.space)
 
     def _describe_study(self) -> None:
-        attrs.describe_study(
-            self.study, space=self.space, env=redact_env(self.space.env), suite=self.checked.suite.name,
-            inventory=self.inventory,
-        )  # fmt: skip
+        shown = self.space.model_copy(update={"fixed": redact_flags(self.space.fixed)})
+        with exclusive(self.study._storage, self.paths):  # two workers writing the same attrs at once
+            attrs.describe_study(
+                self.study, space=shown, env=redact_env(self.space.env), suite=self.checked.suite.name,
+                inventory=self.inventory,
+            )  # fmt: skip
         with warnings.catch_warnings():  # Optuna 5 still calls metric names experimental
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             # optuna-dashboard names the objective axis with it (instead of "Objective 0").
@@ -325,31 +339,35 @@ class StudyRunner:
         try:
             plan = self.engines[engine_name].normalise(flags)
         except InvalidConfig as exc:
-            attrs.record_not_run(trial, OutcomeKind.INVALID_CONFIG, f"engine rule: {exc}", candidate.flags)
+            reason = f"engine rule: {exc}"
+            attrs.record_not_run(trial, OutcomeKind.INVALID_CONFIG, reason, redact_flags(candidate.flags))
             set_constraints(trial, self.space.slo, config=True)
             return 0.0
         confirming = attrs.confirm_of(trial) is not None
         duplicate = None if confirming else self._find_duplicate(trial, plan.config_key)
         if duplicate is not None:
-            attrs.record_duplicate(trial, plan, duplicate)
+            attrs.record_duplicate(trial, self._hidden(plan), duplicate)
             for key, value in duplicate.constraints.items():
                 trial.set_constraint(key, value)
             assert duplicate.value is not None
             return duplicate.value
         prediction = self.feasibility[plan.engine].predict(plan.flags)
         if not prediction.feasible:
-            attrs.record_predicted(trial, plan, prediction)
+            attrs.record_predicted(trial, self._hidden(plan), prediction)
             set_constraints(trial, self.space.slo, memory=True)
             return 0.0
         self._wait_for_idle_gpus(trial, plan)
-        self.paths.logs.mkdir(parents=True, exist_ok=True)
+        try:
+            self.paths.logs.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create the log folder {self.paths.logs}: {exc.strerror}") from None
         log_path = self.paths.logs / f"trial-{trial.number:04d}.log"
         try:
             early_stop = None if confirming or self._baseline(trial) else self._early_stop()
             outcome = self.launch(plan, log_path, self.events.phase, early_stop)
         except BaseException as exc:  # Ctrl-C, SIGTERM, bugs: say so in storage, then let it go
             kind = OutcomeKind.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else OutcomeKind.ERROR
-            attrs.record_not_run(trial, kind, f"{type(exc).__name__}: {exc}".strip(": "), plan.flags)
+            attrs.record_not_run(trial, kind, f"{type(exc).__name__}: {exc}".strip(": "), redact_flags(plan.flags))
             raise
         outcome = self._redacted(outcome)
         model = self.feasibility[plan.engine]
@@ -358,7 +376,11 @@ class StudyRunner:
         share = roofline_of(outcome, inventory=self.inventory, model=model, engine=self.engines[plan.engine])
         attrs.record_outcome(trial, outcome, lesson=lesson, roofline=share)
         if self.artifact_store is not None:
-            upload(self.artifact_store, trial, outcome)
+            try:
+                upload(self.artifact_store, trial, outcome)
+            except OSError as exc:  # a full disk: keep the measurement (the trial completes), then stop
+                self.storage_fault = f"cannot keep trial {trial.number}'s artifacts in {self.paths.artifacts}: {exc}"
+                self.study.stop()
         if outcome.kind is OutcomeKind.OK:
             set_constraints(trial, self.space.slo, measured=outcome.measurement)
             objective = outcome.objective
@@ -392,17 +414,23 @@ class StudyRunner:
         if waited > 0:
             attrs.record_busy_wait(trial, waited)
         if not verdict.idle:
-            attrs.record_not_run(trial, OutcomeKind.SKIPPED_BUSY, verdict.reason, plan.flags)
+            attrs.record_not_run(trial, OutcomeKind.SKIPPED_BUSY, verdict.reason, redact_flags(plan.flags))
             raise TrialFault(f"{OutcomeKind.SKIPPED_BUSY.value}: {verdict.reason}")
 
+    def _hidden(self, plan: LaunchPlan) -> LaunchPlan:
+        return plan.model_copy(update={"flags": redact_flags(plan.flags)})
+
     def _redacted(self, outcome: TrialOutcome) -> TrialOutcome:
-        """Secret environment values never reach the stored reason or the log kept as an artifact."""
-        secrets = [value for name, value in self.space.env.items() if is_secret_name(name) and value]
+        """Secret values (environment, secret flags such as --api-key) never reach storage: not the
+        flags, argv, effective config or reason, nor the log kept as an artifact."""
+        secrets = secret_values(self.space.env, self.space.fixed)
         if not secrets:
             return outcome
-        if outcome.log_path is not None and outcome.log_path.exists():
-            outcome.log_path.write_text(redact(outcome.log_path.read_text(errors="replace"), secrets))
-        return outcome.model_copy(update={"reason": redact(outcome.reason, secrets) if outcome.reason else None})
+        if outcome.log_path is not None and outcome.log_path.exists():  # as written, or as Python's repr
+            written = secrets + [repr(secret)[1:-1] for secret in secrets]
+            outcome.log_path.write_text(redact(outcome.log_path.read_text(errors="replace"), written))
+        as_json = [json.dumps(secret)[1:-1] for secret in secrets]  # as they appear inside JSON strings
+        return TrialOutcome.model_validate_json(redact(outcome.model_dump_json(), as_json))
 
     def _after_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         # Another worker on this host may have died with its server running: clean up after it.
@@ -474,7 +502,7 @@ class StudyRunner:
         (counted across every worker) or one of ``rules`` says stop."""
         self._describe_study()
         attrs.record_confirmation(self.study, None)  # more trials: an earlier confirmation no longer holds
-        active: list[StopRule] = list(rules)
+        active: list[StopRule] = [*rules, RepeatedFailure()]
         if timeout_s is not None:
             active.append(TimeBudget(timeout_s))
         if patience is not None:
@@ -496,9 +524,14 @@ class StudyRunner:
             catch=(TrialFault,),
             callbacks=[self._after_trial, check_rules],
         )
+        if self.storage_fault is not None:
+            self.stop_reason = self.storage_fault
         if self.stop_reason is None:
             self.stop_reason = f"{trials} trials done" if trials else "time budget spent"
         attrs.record_stop_reason(self.study, self.stop_reason)
+        if self.storage_fault is not None:
+            hint = "free some space (or pass --artifacts DIR), then re-run to resume: nothing measured is lost"
+            raise StorageError(self.storage_fault, hint=hint)
 
 
 def redact(text: str, secrets: list[str]) -> str:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
+import os
+import sys
 import threading
 import time
 import warnings
@@ -55,41 +58,206 @@ class StudyPaths:
         return self.folder / "servers"
 
 
+def _sqlite_path(url: str) -> Path | None:
+    """The database file of an SQLite URL (None for other databases and in-memory SQLite)."""
+    if not url.startswith("sqlite:///"):
+        return None
+    path = url.removeprefix("sqlite:///").split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+def _first_line(exc: BaseException) -> str:
+    """The root cause's first line, without SQLAlchemy's "(Background on this error ...)" tail."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    line = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+@contextlib.contextmanager
+def _creation_lock(url: str) -> Iterator[None]:
+    """Workers starting at once open (and create) the storage one after another.
+
+    PostgreSQL: a session-level advisory lock (hosts share the server); SQLite: ``flock`` on the
+    database's folder (one host). Without it, simultaneous workers race to create Optuna's tables
+    (``DuplicateTable``, ``alembic_version``, "database is locked").
+    """
+    path = _sqlite_path(url)
+    if path is not None:
+        folder = path.parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(folder, os.O_RDONLY)
+        except OSError as exc:
+            raise StorageError(
+                f"cannot open storage {url!r}: cannot create folder {str(folder)!r}: {exc.strerror}",
+                hint="pass --storage sqlite:///PATH or --studies-dir DIR on a folder you can write",
+            ) from None
+        if not os.access(folder, os.W_OK):
+            os.close(fd)
+            raise StorageError(
+                f"cannot open storage {url!r}: folder {str(folder)!r} is not writable",
+                hint="pass --storage sqlite:///PATH or --studies-dir DIR on a folder you can write",
+            )
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+        return
+    if url.startswith(("postgresql", "postgres")):
+        engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+        try:
+            with engine.connect() as conn:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
+                conn.commit()
+                try:
+                    yield
+                finally:
+                    conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": _SCHEMA_LOCK_KEY})
+                    conn.commit()
+        finally:
+            engine.dispose()
+        return
+    yield
+
+
+# A database server that goes away (restart, failover, network) is waited for this long before the
+# study stops; the trial in progress keeps its measurement and is recorded once the server is back.
+OUTAGE_S = 600.0
+OUTAGE_POLL_S = 2.0
+
+
+def _is_disconnect(exc: BaseException) -> bool:
+    """A lost or refused connection (worth waiting for), not a rejected statement."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, sqlalchemy.exc.DBAPIError) and seen.connection_invalidated:
+            return True
+        if isinstance(seen, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
+            return True
+        if type(seen).__name__ in ("OperationalError", "InterfaceError"):  # the driver's own
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+class _OutageTolerantStorage(optuna.storages.RDBStorage):
+    """Optuna's RDB storage whose every call rides out a database server that went away: retried
+    every few seconds for up to :data:`OUTAGE_S` (one line on stderr), then the error propagates.
+    For server databases only; SQLite's errors are local and final."""
+
+    outage_s = OUTAGE_S
+
+
+def _riding_out(name: str) -> Any:
+    method = getattr(optuna.storages.RDBStorage, name)
+
+    @functools.wraps(method)
+    def call(self: _OutageTolerantStorage, *args: Any, **kwargs: Any) -> Any:
+        deadline: float | None = None
+        while True:
+            try:
+                return method(self, *args, **kwargs)
+            except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as exc:
+                if not _is_disconnect(exc):
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.outage_s
+                    sys.stderr.write(
+                        f"storage unreachable ({_first_line(exc)}); retrying for up to {self.outage_s:.0f} s\n"
+                    )
+                    sys.stderr.flush()
+                elif now >= deadline:
+                    raise
+                time.sleep(OUTAGE_POLL_S)
+
+    return call
+
+
+for _name in (
+    "create_new_study", "delete_study", "set_study_user_attr", "set_study_system_attr", "get_study_id_from_name",
+    "get_study_name_from_id", "get_study_directions", "get_study_user_attrs", "get_study_system_attrs",
+    "get_trial_user_attrs", "get_trial_system_attrs", "get_all_studies", "create_new_trial", "set_trial_param",
+    "get_trial_param", "set_trial_state_values", "set_trial_intermediate_value", "set_trial_user_attr",
+    "set_trial_system_attr", "get_trial_id_from_study_id_trial_number", "get_trial", "get_all_trials",
+    "get_best_trial", "record_heartbeat", "_get_stale_trial_ids",
+):  # fmt: skip
+    if hasattr(optuna.storages.RDBStorage, _name):
+        setattr(_OutageTolerantStorage, _name, _riding_out(_name))
+
+
+_SCHEMA_LOCK_KEY = int(hashlib.sha256(b"autotune: create optuna tables").hexdigest()[:15], 16)
+
+
 def open_storage(url: str, *, heartbeat_s: int | None = None) -> optuna.storages.RDBStorage:
     """An RDB storage for any SQLAlchemy URL; SQLite waits for locks instead of failing.
 
+    Workers started at the same moment open it one after another (see :func:`_creation_lock`).
     With ``heartbeat_s``, each running trial beats; a trial whose worker stopped beating for three
     intervals is failed by the next worker that asks for a trial, and its config retried once.
+
+    Raises:
+        StorageError: one line naming the URL and the cause (folder, permissions, server, driver).
     """
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    storage_class = optuna.storages.RDBStorage
+    if _sqlite_path(url) is not None:
         kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}}
     else:
         kwargs = {"pool_pre_ping": True}
-    for attempt in range(3):
+        storage_class = _OutageTolerantStorage
+    heartbeat: dict[str, Any] = {}
+    for attempt in range(5):
         try:
-            with warnings.catch_warnings():  # heartbeats are experimental in Optuna 5
+            with _creation_lock(url), warnings.catch_warnings():  # heartbeats are experimental in Optuna 5
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                heartbeat: dict[str, Any] = {}
                 if heartbeat_s:
                     heartbeat = {
                         "heartbeat_interval": heartbeat_s,
                         "grace_period": 3 * heartbeat_s,
                         "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
                     }
-                return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, **heartbeat)
-        except sqlalchemy.exc.IntegrityError:
-            # Two workers creating a new database's tables at once: the loser finds them made.
-            time.sleep(1.0 + attempt)
-        except Exception as exc:  # SQLAlchemy raises many types; all mean "cannot open"
-            message = str(exc).splitlines()[0] if str(exc) else ""
-            raise StorageError(f"cannot open storage {url!r}: {type(exc).__name__}: {message}") from None
+                return storage_class(url, engine_kwargs=kwargs, **heartbeat)
+        except StorageError:
+            raise
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as exc:
+            # Another database (MySQL) without a creation lock: the loser of the race finds the tables made.
+            if attempt == 4 or "already exists" not in str(exc) and "duplicate" not in str(exc).lower():
+                raise StorageError(f"cannot open storage {url!r}: {_first_line(exc)}") from None
+            time.sleep(0.5 + attempt)
+        except Exception as exc:  # SQLAlchemy and its drivers raise many types; all mean "cannot open"
+            raise StorageError(f"cannot open storage {url!r}: {_first_line(exc)}") from None
     raise StorageError(f"cannot open storage {url!r}: its tables could not be created")
 
 
+@contextlib.contextmanager
+def storage_errors(url: str) -> Iterator[None]:
+    """The seam for storage failures after opening: one line naming the URL and the cause.
+
+    A read-only database file, a full disk, a server gone: SQLAlchemy's errors (which Optuna wraps
+    in ``StorageInternalError``) and the file system's become :class:`StorageError`.
+    """
+    try:
+        yield
+    except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as exc:
+        cause = _first_line(exc)
+        hint = None
+        if "readonly" in cause or "read-only" in cause:
+            hint = "the database file is read-only: check its permissions (or pass --storage to another file)"
+        elif "disk is full" in cause or "No space" in cause:
+            hint = "free some space on the disk that holds the study, then run the same command to resume"
+        else:
+            hint = "the measured trials are kept; run the same command again to resume"
+        raise StorageError(f"cannot write to storage {url!r}: {cause}", hint=hint) from None
+
+
 def heartbeat_enabled(storage: optuna.storages.BaseStorage) -> bool:
-    """Whether Optuna fails this storage's stale trials itself."""
-    return isinstance(storage, optuna.storages.RDBStorage) and storage.get_heartbeat_interval() is not None
+    """Whether Optuna fails this storage's stale trials itself (a study holds its RDB storage inside
+    Optuna's cache: look through it)."""
+    backend = getattr(storage, "_backend", storage)
+    return isinstance(backend, optuna.storages.RDBStorage) and backend.get_heartbeat_interval() is not None
 
 
 def load_existing_study(name: str, storage_url: str) -> optuna.Study:

@@ -63,6 +63,7 @@ class StudyView:
         self._store = artifacts.artifact_store(artifacts_dir)
         self.artifacts_dir = artifacts_dir
         self.info: StudyInfo = attrs.study_info(study)
+        self._records: list[TrialRecord] | None = None
 
     @classmethod
     def open(cls, name: str, storage_url: str, *, artifacts_dir: Path | None = None) -> StudyView:
@@ -81,7 +82,10 @@ class StudyView:
         return [d.name.lower() for d in self._study.directions]
 
     def records(self) -> list[TrialRecord]:
-        return [attrs.trial_record(t) for t in self._study.get_trials(deepcopy=False)]
+        """Every trial, read once (a view is a snapshot: open another to see later trials)."""
+        if self._records is None:
+            self._records = [attrs.trial_record(t) for t in self._study.get_trials(deepcopy=False)]
+        return self._records
 
     def best(self) -> TrialRecord | None:
         return best_of(self.records(), self.info.confirmation, objective=self.info.objective_metric)

@@ -1,0 +1,91 @@
+"""How fast the CLI answers: each command's wall time as a ratio to ``python -c pass`` (issue 18).
+
+Builds a 300-trial study first (the study runner's front door, the twin's landscape as launcher,
+SQLite storage: the same database a real study writes), then runs each command ``--repeat`` times
+and prints the median. Targets: ``--help`` and ``<cmd> --help`` under 0.3 s, ``show`` under 1 s.
+
+    .venv/bin/python benchmarks/cli_timing.py [--trials 300] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+AUTOTUNE = str(Path(sys.executable).parent / "autotune")
+TARGETS = {"help": 0.3, "show": 1.0}
+
+
+def build_study(folder: Path, trials: int) -> str:
+    spec = importlib.util.spec_from_file_location("search_efficiency", ROOT / "benchmarks" / "search_efficiency.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["search_efficiency"] = bench
+    spec.loader.exec_module(bench)
+    from autotune.study import make_sampler, open_storage
+
+    space = ROOT / "search_spaces" / "qwen3.6-27b-2xa6000-twin.yaml"
+    problem = bench.load_problem("qwen3.6-27b-2xa6000", space)
+    launcher = bench.LandscapeLauncher(problem, problem.landscape(1), random.Random(1))
+    storage = open_storage(f"sqlite:///{folder}/bench.db")
+    runner = bench.make_runner(problem, folder, sampler=make_sampler("random", 1), launcher=launcher, storage=storage)
+    runner.prepare()
+    runner.run(trials=trials, timeout_s=None)
+    return "bench"
+
+
+def wall(argv: list[str], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=300)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--reuse", type=Path, help="a folder holding bench.db from an earlier run (kept)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="autotune-cli-timing-") as tmp:
+        folder = args.reuse or Path(tmp)
+        name = "bench"
+        if args.reuse is None:
+            started = time.perf_counter()
+            build_study(folder, args.trials)
+            print(f"built a {args.trials}-trial study in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        where = ["--studies-dir", str(folder)]
+        commands: list[tuple[str, list[str], str | None]] = [
+            ("python -c pass", [sys.executable, "-c", "pass"], None),
+            ("autotune --help", [AUTOTUNE, "--help"], "help"),
+        ]
+        for cmd in ("study", "show", "export", "check", "bench", "gpus", "dashboard", "report"):
+            commands.append((f"autotune {cmd} --help", [AUTOTUNE, cmd, "--help"], "help"))
+        commands += [
+            (f"autotune show ({args.trials} trials)", [AUTOTUNE, "show", name, *where], "show"),
+            ("autotune show --json", [AUTOTUNE, "show", name, "--json", *where], "show"),
+            ("autotune show --trial 7", [AUTOTUNE, "show", name, "--trial", "7", *where], "show"),
+            ("autotune export -f sh", [AUTOTUNE, "export", name, "-f", "sh", *where], None),
+        ]
+        base = wall(commands[0][1], args.repeat)
+        print(f"\n{'command':<34} {'median s':>9} {'x pass':>7} {'target s':>9}  verdict")
+        for label, argv, target in commands:
+            seconds = base if label == "python -c pass" else wall(argv, args.repeat)
+            limit = TARGETS.get(target or "")
+            verdict = "" if limit is None else ("ok" if seconds <= limit else "OVER")
+            limit_text = f"{limit:.1f}" if limit else ""
+            print(f"{label:<34} {seconds:>9.3f} {seconds / base:>7.1f} {limit_text:>9}  {verdict}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""A night, compressed: a twin study of many trials with random faults and SIGKILLs of the tuner.
+
+The tuner (``autotune study``, a real process) runs a twin study with short measurements; the twin
+fails at random launches (``AUTOTUNE_TWIN_FAULT_SCHEDULE``: crash on start, never ready, death or
+hang mid-measurement); the tuner is killed with SIGKILL at random moments and started again, as a
+machine reboot or an OOM kill would. At the end it prints:
+
+- every measured trial present exactly once, none lost or changed by a kill;
+- no server process left (the test's marker is searched in every process's environment);
+- the tuner's memory (RSS) and open files at the start and end of its longest run (flat or not);
+- the database and artifact folder sizes;
+- the best value before each kill and after the restart (unchanged, or better).
+
+    .venv/bin/python benchmarks/soak.py                      # 300 trials, 20 kills
+    .venv/bin/python benchmarks/soak.py --trials 30 --kills 3  # a few minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import optuna
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+AUTOTUNE = str(Path(sys.executable).parent / "autotune")
+STUDY = "soak"
+FAULTS = ["exit-on-start", "never-ready", "die-mid-measurement", "hang-mid-measurement"]
+
+
+@dataclass
+class Sample:
+    trials: int
+    rss_kb: int
+    open_files: int
+
+
+@dataclass
+class Soak:
+    folder: Path
+    trials: int
+    kills: int
+    fault_rate: float
+    seed: int
+    rng: random.Random = field(init=False)
+    samples: list[list[Sample]] = field(default_factory=list)
+    kill_checks: list[tuple[float | None, float | None]] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    @property
+    def url(self) -> str:
+        return f"sqlite:///{self.folder}/studies/{STUDY}.db"
+
+    def space(self) -> Path:
+        data = yaml.safe_load((ROOT / "search_spaces" / "qwen3.6-27b-2xa6000-twin.yaml").read_text())
+        data["study"] = STUDY
+        schedule = self.folder / "faults.json"
+        # round(rate x trials) faults at random launches among the first ``trials`` (so a short soak
+        # meets some too), then the same rate for the launches after them (retries, restarts)
+        kinds = ["none"] * self.trials + [
+            self.rng.choice(FAULTS) if self.rng.random() < self.fault_rate else "none" for _ in range(3 * self.trials)
+        ]
+        for at in self.rng.sample(range(self.trials), round(self.fault_rate * self.trials)):
+            kinds[at] = self.rng.choice(FAULTS)
+        schedule.write_text(json.dumps(kinds))
+        data["env"] = {"AUTOTUNE_TWIN_FAULT_SCHEDULE": str(schedule), "AUTOTUNE_SOAK_MARK": str(self.folder)}
+        data["measurement"].update({"warmup_requests": 0, "prompts_per_round": 1, "max_tokens": 8, "min_rounds": 2,
+                                    "max_rounds": 2, "request_timeout_s": 5})  # fmt: skip
+        data["launch"] = {"timeout_s": 20, "stop_timeout_s": 2}
+        path = self.folder / "space.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return path
+
+    def measured(self) -> dict[int, float]:
+        """Trial number -> value of every measured (ok) trial, read as a user would."""
+        if not (self.folder / "studies" / f"{STUDY}.db").exists():
+            return {}
+        try:
+            trials = optuna.load_study(study_name=STUDY, storage=self.url).trials
+        except (KeyError, Exception):  # the tuner is creating the study right now
+            return {}
+        ok = [t for t in trials if t.state.name == "COMPLETE" and t.user_attrs.get("outcome") == "ok"]
+        return {t.number: float(t.value) for t in ok if t.value is not None}
+
+    def finished(self) -> int:
+        try:
+            trials = optuna.load_study(study_name=STUDY, storage=self.url).trials
+        except Exception:
+            return 0
+        return sum(1 for t in trials if t.state.name in ("COMPLETE", "FAIL"))
+
+    def run(self) -> None:
+        space = self.space()
+        kill_at = sorted(self.rng.sample(range(1, self.trials), min(self.kills, self.trials - 1)))
+        run_number = 0
+        while self.finished() < self.trials:
+            run_number += 1
+            tuner = subprocess.Popen([AUTOTUNE, "study", str(space), "--total-trials", str(self.trials), "--seed",
+                                      str(run_number)], cwd=self.folder, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)  # fmt: skip
+            samples: list[Sample] = []
+            self.samples.append(samples)
+            target = kill_at.pop(0) if kill_at else None
+            while tuner.poll() is None:
+                done = self.finished()
+                samples.append(Sample(done, _rss_kb(tuner.pid), _open_files(tuner.pid)))
+                if target is not None and done >= target:
+                    time.sleep(self.rng.uniform(0.0, 5.0))  # a random moment inside the next trial
+                    before = self.measured()
+                    tuner.send_signal(signal.SIGKILL)
+                    tuner.wait()
+                    after = self.measured()
+                    self.lost += [f"trial {n} lost or changed by kill" for n, v in before.items() if after.get(n) != v]
+                    self.kill_checks.append((max(before.values(), default=None), max(after.values(), default=None)))
+                    break
+                time.sleep(1.0)
+
+    def report(self) -> int:
+        trials = optuna.load_study(study_name=STUDY, storage=self.url).trials
+        ok = [t for t in trials if t.user_attrs.get("outcome") == "ok"]
+        measured = [t for t in ok if t.user_attrs.get("duplicate_of") is None]
+        keys = [t.user_attrs.get("config_key") for t in measured]
+        leftover = _processes_with(str(self.folder))
+        db = (self.folder / "studies" / f"{STUDY}.db").stat().st_size
+        artifacts = sum(p.stat().st_size for p in (self.folder / "studies" / STUDY).rglob("*") if p.is_file())
+        # memory and open files once the tuner is past its imports and first trial, to its end
+        longest = [x for x in max(self.samples, key=len) if x.trials > max(self.samples, key=len)[0].trials]
+        outcomes: dict[str, int] = {}
+        for t in trials:
+            outcomes[str(t.user_attrs.get("outcome"))] = outcomes.get(str(t.user_attrs.get("outcome")), 0) + 1
+        print(f"trials: {len(trials)} ({', '.join(f'{k} {v}' for k, v in sorted(outcomes.items()))})")
+        print(f"tuner runs: {len(self.samples)}, SIGKILLs: {len(self.kill_checks)}")
+        print(f"measured configs: {len(measured)}, each once: {len(keys) == len(set(keys))}")
+        print(f"measured trials lost or changed by a kill: {len(self.lost)}")
+        print(f"server processes left: {len(leftover)}")
+        if longest:
+            first, last = longest[0], longest[-1]
+            print(f"tuner, longest run ({len(longest)} samples, trials {first.trials}->{last.trials}): "
+                  f"RSS {first.rss_kb / 1024:.0f} -> {last.rss_kb / 1024:.0f} MiB (max "
+                  f"{max(s.rss_kb for s in longest) / 1024:.0f}), open files {first.open_files} -> {last.open_files}"
+                  f" (max {max(s.open_files for s in longest)})")  # fmt: skip
+        print(f"database: {db / 1e6:.2f} MB, study folder (logs, artifacts): {artifacts / 1e6:.2f} MB")
+        changed = [(b, a) for b, a in self.kill_checks if b is not None and (a is None or a < b)]
+        print(f"best before/after each kill: {len(self.kill_checks) - len(changed)}/{len(self.kill_checks)} unchanged")
+        ok = not self.lost and not leftover and len(keys) == len(set(keys)) and not changed
+        print("soak:", "PASS" if ok else "FAIL")
+        return 0 if ok else 1
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _open_files(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() in (entry / "environ").read_bytes():
+                stat = (entry / "stat").read_text()
+                if stat[stat.rindex(")") + 2] != "Z":
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=300)
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--fault-rate", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--keep", type=Path, help="run in this folder and keep it")
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    with tempfile.TemporaryDirectory(prefix="autotune-soak-") as tmp:
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        soak = Soak(folder=folder.resolve(), trials=args.trials, kills=args.kills, fault_rate=args.fault_rate,
+                    seed=args.seed)  # fmt: skip
+        started = time.monotonic()
+        soak.run()
+        print(f"soak of {args.trials} trials, {args.kills} kills: {time.monotonic() - started:.0f} s")
+        code = soak.report()
+        for pid in _processes_with(str(soak.folder)):  # never leave a server behind, even on FAIL
+            os.kill(pid, signal.SIGKILL)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
