@@ -132,8 +132,9 @@ def twin_study(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     space = ROOT / "search_spaces" / "qwen3.6-27b-2xa6000-twin.yaml"
     name = "conformance"
     autotune(
-        "study", str(space), "--trials", "4", "--seed", "1", "--name", name, "--studies-dir", str(tmp / "s"), cwd=tmp
-    )
+        "study", str(space), "--trials", "4", "--seed", "1", "--confirm-top", "0", "--name", name,
+        "--studies-dir", str(tmp / "s"), cwd=tmp,
+    )  # fmt: skip
     shown = json.loads(autotune("show", name, "--json", "--studies-dir", str(tmp / "s"), cwd=tmp))
     script = autotune("export", name, "--format", "sh", "--studies-dir", str(tmp / "s"), cwd=tmp)
     return {"space": space, "trials": shown["trials"], "script": script, "tmp": tmp}

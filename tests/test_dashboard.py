@@ -30,7 +30,7 @@ def study_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A short twin study (two baselines and two sampled trials), run through the real CLI."""
     cwd = tmp_path_factory.mktemp("dashboard")
     proc = subprocess.run(
-        autotune_cmd("study", str(TWIN_SPACE), "--trials", "4", "--seed", "1"),
+        autotune_cmd("study", str(TWIN_SPACE), "--trials", "4", "--seed", "1", "--confirm-top", "0"),
         cwd=cwd,
         capture_output=True,
         text=True,

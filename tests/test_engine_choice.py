@@ -41,7 +41,7 @@ def test_engines_need_the_engine_choice(tmp_path: Path) -> None:
 
 def test_engine_choice_study_compares_the_best_of_each(tmp_path: Path) -> None:
     proc = subprocess.run(
-        autotune_cmd("study", str(ENGINES_TWIN), "--trials", "4", "--seed", "1"),
+        autotune_cmd("study", str(ENGINES_TWIN), "--trials", "4", "--seed", "1", "--confirm-top", "0"),
         cwd=tmp_path,
         capture_output=True,
         text=True,

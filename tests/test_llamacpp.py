@@ -285,7 +285,7 @@ def study(server_binary: str, models: Path, tmp_path_factory: pytest.TempPathFac
     ]
     space = cpu_space(cwd, server_binary, models, study="llamacpp-real", baselines=baselines)
     proc = subprocess.run(
-        autotune_cmd("study", str(space), "--trials", "8", "--seed", "3", "--sampler", "random"),
+        autotune_cmd("study", str(space), "--trials", "8", "--seed", "3", "--sampler", "random", "--confirm-top", "0"),
         cwd=cwd,
         capture_output=True,
         text=True,

@@ -86,7 +86,7 @@ def load_trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
 
 
 def worker(space: Path, url: str, cwd: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(autotune_cmd("study", str(space), "--storage", url, *extra), cwd=cwd,
+    return subprocess.Popen(autotune_cmd("study", str(space), "--storage", url, "--confirm-top", "0", *extra), cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 

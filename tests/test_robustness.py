@@ -116,7 +116,7 @@ def test_every_fault_kind_is_classified_recorded_and_followed(tmp_path: Path) ->
         launch={"timeout_s": 6, "stop_timeout_s": 2},
     )
     proc = subprocess.run(
-        autotune_cmd("study", str(space), "--trials", "9", "--seed", "3"),
+        autotune_cmd("study", str(space), "--trials", "9", "--seed", "3", "--confirm-top", "0"),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -163,7 +163,7 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
         ],
     )
     tuner = subprocess.Popen(
-        autotune_cmd("study", str(space), "--trials", "5", "--seed", "4"),
+        autotune_cmd("study", str(space), "--trials", "5", "--seed", "4", "--confirm-top", "0"),
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -190,7 +190,7 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
             tuner.kill()
             tuner.wait(timeout=10)
     proc = subprocess.run(
-        autotune_cmd("study", str(space), "--trials", "2", "--seed", "5"),
+        autotune_cmd("study", str(space), "--trials", "2", "--seed", "5", "--confirm-top", "0"),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -226,7 +226,7 @@ def test_ctrl_c_stops_the_server_and_marks_the_trial(tmp_path: Path) -> None:
     space = quick_space(tmp_path, env={"AUTOTUNE_TEST_MARK": str(tmp_path)}, measurement=measurement,
                         launch={"timeout_s": 300, "stop_timeout_s": 5})  # fmt: skip
     tuner = subprocess.Popen(
-        autotune_cmd("study", str(space), "--trials", "50"),
+        autotune_cmd("study", str(space), "--trials", "50", "--confirm-top", "0"),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -286,8 +286,9 @@ def test_secret_values_stay_out_of_db_artifacts_and_profiles(tmp_path: Path) -> 
     feasible = {"speculative-num-steps": 3, "speculative-eagle-topk": 1, "mem-fraction-static": 0.88}
     space = quick_space(tmp_path, env={"HF_TOKEN": secret}, baselines=[{"name": "known", "flags": feasible}])
     subprocess.run(
-        autotune_cmd("study", str(space), "--trials", "1"), cwd=tmp_path, check=True, capture_output=True, timeout=300
-    )
+        autotune_cmd("study", str(space), "--trials", "1", "--confirm-top", "0"),
+        cwd=tmp_path, check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
     db = tmp_path / "studies" / f"{STUDY}.db"
     with sqlite3.connect(db) as conn:
         dump = "\n".join(conn.iterdump())
