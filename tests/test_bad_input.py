@@ -176,6 +176,7 @@ def test_read_only_database_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.twin
+@pytest.mark.slow
 def test_full_disk_for_artifacts_keeps_the_measurement_and_is_one_line(tmp_path: Path) -> None:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare(1) to mount a small tmpfs")

@@ -20,7 +20,7 @@ from autotune.server import find_free_port
 from tests.browser import chromium, screenshot, wait_for_text
 from tests.conftest import TWIN_SPACE, autotune_cmd
 
-pytestmark = pytest.mark.twin
+pytestmark = [pytest.mark.twin, pytest.mark.slow]
 
 STUDY = "qwen3.6-27b-2xa6000-twin"
 

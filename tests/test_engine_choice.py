@@ -13,7 +13,7 @@ from autotune.errors import SpaceError
 from autotune.space import load_space
 from tests.conftest import SPACES, autotune_cmd
 
-pytestmark = pytest.mark.twin
+pytestmark = [pytest.mark.twin, pytest.mark.slow]
 ENGINES_TWIN = SPACES / "qwen3.6-27b-2xa6000-engines-twin.yaml"
 NAME = "qwen3.6-27b-2xa6000-engines-twin"
 

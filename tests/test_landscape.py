@@ -175,6 +175,7 @@ def test_grid_honours_conditions_and_the_fast_optimum_is_the_exhaustive_one() ->
     assert full.memory > 0 and full.feasible > 0 and full.within_2pct >= 1
 
 
+@pytest.mark.slow
 def test_every_shipped_profile_has_a_twin_space_and_an_optimum() -> None:
     for name in builtin_profiles():
         space = SPACES / f"{name}-twin.yaml"
@@ -190,6 +191,7 @@ def test_every_shipped_profile_has_a_twin_space_and_an_optimum() -> None:
 
 
 @pytest.mark.twin
+@pytest.mark.slow
 def test_landscape_agrees_with_a_twin_process(tmp_path: Path) -> None:
     problem = bench.load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
     runner = bench.make_runner(problem, tmp_path, sampler=make_sampler("tpe", 0))  # its launch is the real one
@@ -265,6 +267,7 @@ def _deaths(run) -> list[int]:  # type: ignore[no-untyped-def]
     return [i for i, s in enumerate(run.steps) if s.launched and s.outcome.startswith("infeasible-memory")]
 
 
+@pytest.mark.slow
 def test_feasibility_predictions_are_learned_from_memory_failures(wide_runs: list) -> None:  # type: ignore[type-arg]
     learned = 0
     for run in wide_runs:
@@ -275,11 +278,13 @@ def test_feasibility_predictions_are_learned_from_memory_failures(wide_runs: lis
     assert learned >= 1  # launches skipped because an earlier launch died at the boundary
 
 
+@pytest.mark.slow
 def test_launches_rarely_die_of_memory(wide_runs: list) -> None:  # type: ignore[type-arg]
     rates = [len(_deaths(run)) / max(1, sum(s.launched for s in run.steps)) for run in wide_runs]
     assert statistics.median(rates) <= 0.05, rates
 
 
+@pytest.mark.slow
 def test_what_is_predicted_infeasible_would_have_died(wide_runs: list) -> None:  # type: ignore[type-arg]
     """Too cautious costs throughput: no candidate skipped as infeasible would have started."""
     land = bench.load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE).landscape(0)

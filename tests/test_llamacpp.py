@@ -17,7 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -229,7 +229,11 @@ def test_accept_length_is_tokens_per_target_step() -> None:
 
 # ---------------------------------------------------------------- a real llama-server
 
-real = pytest.mark.real_engine
+
+
+def real(test: Callable[..., None]) -> Callable[..., None]:
+    """A test on a real llama-server: slow, and skipped without one (outside CI)."""
+    return pytest.mark.slow(pytest.mark.real_engine(test))
 
 
 @pytest.fixture(scope="module")

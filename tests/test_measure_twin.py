@@ -21,7 +21,7 @@ from autotune.trial import LogWindow, measure_with_server_stats
 from autotune.workload import Suite, load_suite
 from tests.conftest import autotune_cmd
 
-pytestmark = pytest.mark.twin
+pytestmark = [pytest.mark.twin, pytest.mark.slow]
 HAND_FOUND = [
     "--speculative-algorithm",
     "NEXTN",

@@ -21,7 +21,7 @@ import yaml
 from autotune.server import find_free_port
 from tests.conftest import TWIN_SPACE, autotune_cmd
 
-pytestmark = pytest.mark.twin
+pytestmark = [pytest.mark.twin, pytest.mark.slow]
 STUDY = "shared"
 
 

@@ -18,7 +18,7 @@ from autotune.profile import load_profile
 from tests.browser import chromium, screenshot, wait_until
 from tests.conftest import TWIN_SPACE, autotune_cmd
 
-pytestmark = pytest.mark.twin
+pytestmark = [pytest.mark.twin, pytest.mark.slow]
 
 STUDY = "qwen3.6-27b-2xa6000-twin"
 FIGURES = {

@@ -26,7 +26,7 @@ from autotune.trial import TrialSetup, run_trial
 from autotune.workload import load_suite
 from tests.conftest import TWIN_SPACE, autotune_cmd
 
-pytestmark = pytest.mark.twin
+pytestmark = [pytest.mark.twin, pytest.mark.slow]
 STUDY = "robust"
 
 

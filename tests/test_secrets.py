@@ -44,6 +44,7 @@ def test_secret_flag_names() -> None:
 
 
 @pytest.mark.twin
+@pytest.mark.slow
 def test_a_study_with_an_api_key_measures_and_stores_no_key(tmp_path: Path) -> None:
     feasible = {"speculative-num-steps": 3, "speculative-eagle-topk": 1, "mem-fraction-static": 0.88}
     data = yaml.safe_load(TWIN_SPACE.read_text())
@@ -76,6 +77,7 @@ def test_a_study_with_an_api_key_measures_and_stores_no_key(tmp_path: Path) -> N
 
 
 @pytest.mark.twin
+@pytest.mark.slow
 def test_exported_script_reads_the_key_from_the_environment(tmp_path: Path) -> None:
     profile = Profile(study="s", trial=0, engine="sglang", model="m", launcher=["python", "-m", "x"],
                       flags={"tp-size": 2, "api-key": "***"})  # fmt: skip
@@ -104,6 +106,7 @@ def test_repeated_failure_rule() -> None:
 
 
 @pytest.mark.twin
+@pytest.mark.slow
 def test_a_failure_that_repeats_on_every_launch_stops_the_study(tmp_path: Path) -> None:
     schedule = tmp_path / "faults.json"
     schedule.write_text(json.dumps(["exit-on-start"] * 20))

@@ -20,7 +20,7 @@ from autotune.profile import load_profile
 from autotune.server import find_free_port
 from tests.conftest import ROOT, TWIN_SPACE, autotune_cmd
 
-pytestmark = pytest.mark.twin
+pytestmark = [pytest.mark.twin, pytest.mark.slow]
 
 
 def run(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:

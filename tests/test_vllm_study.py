@@ -11,7 +11,7 @@ import yaml
 
 from tests.conftest import SPACES, autotune_cmd
 
-pytestmark = pytest.mark.twin
+pytestmark = [pytest.mark.twin, pytest.mark.slow]
 
 VLLM_SPACE = SPACES / "qwen3.6-27b-2xa6000-vllm-twin.yaml"
 STUDY = "qwen3.6-27b-2xa6000-vllm-twin"

@@ -17,7 +17,7 @@ from autotune_twin.profile import load_profile
 from autotune_twin.sglang.flags import parse_args
 from tests.twin.processes import Server, free_port, serving, start_twin, twin
 
-pytestmark = pytest.mark.twin
+pytestmark = [pytest.mark.twin, pytest.mark.slow]
 
 MODEL = ["--model-path", "Qwen/Qwen3.6-27B", "--tp-size", "2"]
 NEXTN = (
@@ -136,11 +136,37 @@ def test_a_killed_twins_memory_is_not_counted(tmp_path: Path) -> None:
 
 def test_partial_speculative_set_dies_with_assertion_error() -> None:
     result = twin(
-        *MODEL, "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--twin-load-seconds", "0"
+        *MODEL, "--speculative-algorithm", "NEXTN", "--speculative-eagle-topk", "1", "--twin-load-seconds", "0"
     )
     assert result.returncode == 1
     assert result.stderr.rstrip().splitlines()[-1] == "AssertionError"
     assert "Traceback (most recent call last)" in result.stderr
+
+
+def test_steps_without_topk_dies_with_type_error() -> None:
+    result = twin(
+        *MODEL, "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--twin-load-seconds", "0"
+    )
+    assert result.returncode == 1
+    last = result.stderr.rstrip().splitlines()[-1]
+    assert last == "TypeError: '>' not supported between instances of 'NoneType' and 'int'"
+
+
+@pytest.mark.parametrize(
+    ("flags", "last_line"),
+    [
+        (["--mamba-radix-cache-strategy", "no_buffer"],
+         "AssertionError: no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True."),
+        (["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule", "--page-size", "16"],
+         "AssertionError: no_buffer only supports page_size=1."),
+        (["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
+          "--speculative-num-draft-tokens", "12", "--mamba-track-interval", "8"], "AssertionError"),
+    ],
+)  # fmt: skip
+def test_mamba_radix_strategy_asserts(flags: list[str], last_line: str) -> None:
+    result = twin(*MODEL, *flags, "--twin-load-seconds", "0")
+    assert result.returncode == 1
+    assert result.stderr.rstrip().splitlines()[-1] == last_line
 
 
 def test_mtp_algorithm_parses_but_fails_at_launch() -> None:

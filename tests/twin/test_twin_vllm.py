@@ -22,7 +22,7 @@ from autotune_twin.profile import load_profile
 from autotune_twin.vllm.flags import help_text
 from tests.twin.processes import REPO, Server, serving, start_twin, twin, wait_for
 
-pytestmark = pytest.mark.twin
+pytestmark = [pytest.mark.twin, pytest.mark.slow]
 
 REAL_HELP = REPO / "tests" / "fixtures" / "vllm-0.33.0-serve-help.txt"
 SERVE = ["--personality", "vllm", "serve", "Qwen/Qwen3.6-27B", "-tp", "2"]
@@ -117,6 +117,13 @@ def test_without_personality_the_sglang_twin_is_unchanged() -> None:
         (["--gpu-memory-utilization", "1.5", *BATCH], "less than or equal to 1"),
         (["--kv-cache-dtype", "fp7", *BATCH], "Invalid kv_cache_dtype"),
         (["--max-model-len", "300k", *BATCH], "greater than the derived max_model_len"),
+        # vllm/config/scheduler.py:317-329: without chunked prefill one step must hold a whole request
+        (
+            ["--disable-chunked-prefill", "--max-model-len", "32768", "--max-num-batched-tokens", "8192"],
+            "ValueError: max_num_batched_tokens (8192) is smaller than max_model_len (32768). This effectively "
+            "limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer sequences. "
+            "Please increase max_num_batched_tokens or decrease max_model_len.",
+        ),
     ],
 )
 def test_config_stage_failures_are_invalid_configs(flags: list[str], message: str) -> None:
