@@ -11,8 +11,8 @@ SQLite (one host, one folder).
 
 from __future__ import annotations
 
-import subprocess
 import os
+import subprocess
 import sys
 from pathlib import Path
 
