@@ -50,6 +50,11 @@ class MemoryRules(BaseModel):
     headroom_demand: frozenset[str] = frozenset()
     headroom_irrelevant: frozenset[str] = frozenset()
     graph_batch_flag: str | None = Field(default=None, description="captured batch size of the decode graphs")
+    graph_batch_cap_flag: str | None = Field(
+        default=None,
+        description="flag whose value caps the captured graph batch, an explicit one included (SGLang captures "
+        "graphs only up to the request-pool size, --max-running-requests)",
+    )
     graph_width_flag: str | None = Field(default=None, description="tokens per sequence in a graph (draft tokens)")
     graph_ignored: frozenset[str] = Field(
         default=frozenset(), description="flags that do not change the headroom once the graph tokens are known"
@@ -223,6 +228,9 @@ class FeasibilityModel:
             return None
         batch = _number(flags.get(self.rules.graph_batch_flag))
         batch = batch if batch is not None else (float(logged_batch) if logged_batch else None)
+        cap = _number(flags.get(self.rules.graph_batch_cap_flag)) if self.rules.graph_batch_cap_flag else None
+        if batch is not None and cap is not None:
+            batch = min(batch, cap)
         width = _number(flags.get(self.rules.graph_width_flag)) if self.rules.graph_width_flag else None
         return batch * (width or 1.0) if batch is not None else None
 

@@ -105,7 +105,7 @@ def resolve_launch(args: argparse.Namespace, profile: TwinProfile) -> LaunchConf
     page_size = args.page_size or 1
     backend = _attention_backend(args.attention_backend, profile)
     spec = _speculative(args, profile, page_size, backend, notes)
-    strategy = _radix_strategy(args.mamba_radix_cache_strategy, profile, spec, page_size, notes)
+    strategy = _radix_strategy(args, profile, spec, page_size, notes)
     chunked = args.chunked_prefill_size or profile.memory.default_chunked_prefill_size
     if chunked > 0 and chunked % page_size != 0:
         raise LaunchError(
@@ -118,9 +118,12 @@ def resolve_launch(args: argparse.Namespace, profile: TwinProfile) -> LaunchConf
         raise LaunchError("ValueError", f"max_running_requests must be positive, got {max_running}")
     graph_bs = args.cuda_graph_max_bs_decode
     if graph_bs is None:
-        graph_bs = min(
-            profile.memory.default_cuda_graph_max_bs, max_running or profile.memory.default_cuda_graph_max_bs
-        )
+        # memory_hook.py:186-192: a default decode graph batch is lowered to max_running_requests.
+        graph_bs = default_cuda_graph_max_bs(profile, args.tp_size)
+    if max_running is not None:
+        # base_cuda_graph_runner.py:78,101: graphs are captured only up to the request-pool size
+        # (req_to_token_pool.size, i.e. max_running_requests), an explicit batch included.
+        graph_bs = min(graph_bs, max_running)
     if args.mem_fraction_static is not None and not 0.0 < args.mem_fraction_static < 1.0:
         raise LaunchError("ValueError", f"mem_fraction_static must be in (0, 1), got {args.mem_fraction_static}")
     if args.mamba_full_memory_ratio <= 0:
@@ -142,6 +145,25 @@ def resolve_launch(args: argparse.Namespace, profile: TwinProfile) -> LaunchConf
         kv_cache_dtype=args.kv_cache_dtype,
         notes=tuple(notes),
     )
+
+
+def default_cuda_graph_max_bs(profile: TwinProfile, tp_size: int) -> int:
+    """SGLang's default ``--cuda-graph-max-bs-decode`` from GPU memory and TP size.
+
+    ``arg_groups/memory_hook.py:118-145``: 32 on 35-60 GB cards at TP < 4 (160 at TP >= 4), 256 on
+    60-90 GB cards at TP < 4 (512 at TP >= 4). A profile's ``default_cuda_graph_max_bs`` overrides it.
+    """
+    if profile.memory.default_cuda_graph_max_bs is not None:
+        return profile.memory.default_cuda_graph_max_bs
+    gib = profile.gpus.memory_total_bytes / 2**30
+    small_tp = tp_size < 4
+    if gib < 20:
+        return 8
+    if gib < 35:
+        return 24 if small_tp else 80
+    if gib < 60:
+        return 32 if small_tp else 160
+    return 256 if small_tp else 512
 
 
 def _context_length(requested: int | None, profile: TwinProfile, notes: list[str]) -> int:
@@ -185,9 +207,17 @@ def _speculative(
     kind = _mtp_kind(algorithm, args, profile)
     steps, topk, draft = args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens
     given = [v for v in (steps, topk, draft) if v is not None]
-    if given and len(given) < 3:
-        # SGLang asserts without a message here.
+    if given and len(given) < 3 and not (steps is not None and topk is not None):
+        if steps is not None and topk is None:
+            # speculative_hook.py:1274: steps (alone or with draft tokens) reaches a comparison
+            # with the unset topk.
+            raise LaunchError("TypeError", "'>' not supported between instances of 'NoneType' and 'int'")
+        # speculative_hook.py:1160-1163: topk alone, draft alone, topk + draft: a bare assert.
         raise LaunchError("AssertionError")
+    if steps is not None and topk is not None and draft is None:
+        # steps + topk without draft tokens passes SGLang's resolution (topk == 1 is adjusted to
+        # steps + 1 below). With topk > 1 the twin assumes the full tree, steps x topk + 1 tokens.
+        draft = steps + 1 if topk == 1 else steps * topk + 1
     if not given:
         steps, topk, draft = DEFAULT_SPEC
         notes.append(
@@ -272,19 +302,27 @@ def _dflash(args: argparse.Namespace, profile: TwinProfile, notes: list[str]) ->
     )
 
 
-def _radix_strategy(requested: str, profile: TwinProfile, spec: SpecConfig, page_size: int, notes: list[str]) -> str:
+def _radix_strategy(
+    args: argparse.Namespace, profile: TwinProfile, spec: SpecConfig, page_size: int, notes: list[str]
+) -> str:
+    """``arg_groups/mamba_hook.py``: the mamba radix-cache strategy of a hybrid model."""
+    requested: str = args.mamba_radix_cache_strategy
     if not profile.model.hybrid:
         return requested
     strategy = requested
     if strategy == "auto":
         strategy = "extra_buffer"
         notes.append("mamba_radix_cache_strategy auto -> extra_buffer (keeps the overlap scheduler)")
-    if strategy.startswith("extra_buffer") and spec.tokens_per_pass > 256:
-        raise LaunchError(
-            "ValueError",
-            f"mamba_radix_cache_strategy {strategy} requires speculative_num_draft_tokens <= 256, "
-            f"got {spec.tokens_per_pass}",
-        )
-    if strategy == "no_buffer" and page_size != 1:
-        raise LaunchError("ValueError", f"mamba_radix_cache_strategy no_buffer requires page_size 1, got {page_size}")
+    track_interval = args.mamba_track_interval
+    if strategy.startswith("extra_buffer") and spec.enabled and spec.tokens_per_pass > track_interval:
+        # mamba_hook.py:133: draft tokens must not exceed --mamba-track-interval; a bare assert.
+        raise LaunchError("AssertionError")
+    if strategy == "no_buffer":
+        if page_size != 1:
+            raise LaunchError("AssertionError", "no_buffer only supports page_size=1.")  # mamba_hook.py:157
+        if not args.disable_overlap_schedule:
+            raise LaunchError(  # mamba_hook.py:158
+                "AssertionError",
+                "no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True.",
+            )
     return strategy

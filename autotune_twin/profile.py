@@ -178,7 +178,8 @@ class MemorySpec(_Strict):
     activation_per_prefill_token_bytes: int = Field(ge=0)
     graph_base_bytes: int = Field(ge=0)
     graph_bytes_per_token: int = Field(ge=0)
-    default_cuda_graph_max_bs: int = Field(ge=1)
+    # None: SGLang's default from GPU memory and TP size (launch.default_cuda_graph_max_bs).
+    default_cuda_graph_max_bs: int | None = Field(default=None, ge=1)
     default_chunked_prefill_size: int = Field(ge=1)
     auto_fraction_margin_bytes: int = Field(ge=0)
     default_attention_backend: str

@@ -154,8 +154,9 @@ def test_vllm_utilization_is_of_the_total_and_must_be_free_at_start() -> None:
 def test_graphs_beyond_the_most_tokens_seen_grow_along_the_logged_line() -> None:
     m = model()
     base, per_token = 0.2 * GIB, 5 * 2**20
-    for tokens in (40, 96, 192):  # batch 8, 24, 48 at 4 draft tokens
-        m.observe_graph(base + per_token * tokens, flags={**BASE, "cuda-graph-max-bs-decode": tokens // 4})
+    for tokens in (40, 96, 192):  # batch 8, 24, 48 at 4 draft tokens, each within its request pool
+        batch = {"cuda-graph-max-bs-decode": tokens // 4, "max-running-requests": tokens // 4}
+        m.observe_graph(base + per_token * tokens, flags={**BASE, **batch})
     assert m.graph_slope() == pytest.approx(per_token)
     at_512 = m.graph_bytes_at_least(512)
     assert base + per_token * 192 < at_512 < base + per_token * 512  # along the line, less a tenth
@@ -163,12 +164,31 @@ def test_graphs_beyond_the_most_tokens_seen_grow_along_the_logged_line() -> None
     # two token counts are a line by definition: no extrapolation; nor when the points do not lie on one
     two = model()
     for tokens in (96, 192):
-        two.observe_graph(base + per_token * tokens, flags={**BASE, "cuda-graph-max-bs-decode": tokens // 4})
+        batch = {"cuda-graph-max-bs-decode": tokens // 4, "max-running-requests": tokens // 4}
+        two.observe_graph(base + per_token * tokens, flags={**BASE, **batch})
     assert two.graph_slope() is None and two.graph_bytes_at_least(512) == base + per_token * 192
     bent = model()
     for tokens, gib in ((40, 0.4), (96, 0.45), (192, 1.5)):
-        bent.observe_graph(gib * GIB, flags={**BASE, "cuda-graph-max-bs-decode": tokens // 4})
+        batch = {"cuda-graph-max-bs-decode": tokens // 4, "max-running-requests": tokens // 4}
+        bent.observe_graph(gib * GIB, flags={**BASE, **batch})
     assert bent.graph_slope() is None
+
+
+def test_graphs_are_captured_only_up_to_the_request_pool() -> None:
+    """SGLang captures decode graphs up to req_to_token_pool.size (base_cuda_graph_runner.py:78,101):
+    an explicit --cuda-graph-max-bs-decode above --max-running-requests captures max-running-requests."""
+    m = model()
+    assert m.graph_tokens({**BASE, "cuda-graph-max-bs-decode": 48, "max-running-requests": 16}) == 16 * 4
+    assert m.graph_tokens({**BASE, "cuda-graph-max-bs-decode": 8, "max-running-requests": 16}) == 8 * 4
+    unset = {k: v for k, v in BASE.items() if k != "max-running-requests"}
+    assert m.graph_tokens({**unset, "cuda-graph-max-bs-decode": 48}) == 48 * 4
+    # the twin agrees: its graph batch, and so its graph memory, stops at the request pool
+    profile = load_profile()
+    argv = ["--model-path", "Qwen/Qwen3.6-27B", "--tp-size", "2", "--speculative-algorithm", "NEXTN",
+            "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+            "--cuda-graph-max-bs-decode", "48"]  # fmt: skip
+    capped = resolve_launch(parse_args([*argv, "--max-running-requests", "16"])[0], profile)
+    assert capped.cuda_graph_max_bs_decode == 16 and physics.graph_tokens(capped) == 16 * 4
 
 
 def test_served_launches_without_graph_sizes_predict_nothing() -> None:
@@ -254,7 +274,8 @@ def fraction_study(tmp_path: Path, data: dict[str, Any], *, low: float) -> list[
     )
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump(data))
-    command = autotune_cmd("study", str(space), "--trials", str(len(data["baselines"])))
+    # --confirm-top 0: these studies are about what is launched, not about re-measuring finalists
+    command = autotune_cmd("study", str(space), "--trials", str(len(data["baselines"])), "--confirm-top", "0")
     subprocess.run(command, cwd=tmp_path, check=True, capture_output=True, timeout=300)
     storage = f"sqlite:///{tmp_path}/studies/{data['study']}.db"
     return optuna.load_study(study_name=data["study"], storage=storage).trials
@@ -301,8 +322,9 @@ def test_a_served_launch_saves_a_launch_that_would_run_out_of_headroom(tmp_path:
     """The twin's simulated GPUs show what a serving server holds (NVML's view), so the study learns the
     run-time memory outside the graphs from the first launch and skips a fraction that cannot hold it."""
     data = yaml.safe_load(TWIN_SPACE.read_text())
+    # max-running-requests 48: SGLang captures graphs only up to the request pool, so the graph batch is 48
     hand_found = {"speculative-num-steps": 3, "speculative-eagle-topk": 1, "cuda-graph-max-bs-decode": 48,
-                  "max-running-requests": 16, "mamba-full-memory-ratio": 0.5}  # fmt: skip
+                  "max-running-requests": 48, "mamba-full-memory-ratio": 0.5}  # fmt: skip
     data.update(
         study="served",
         baselines=[{"name": "served", "flags": {"mem-fraction-static": 0.88}},

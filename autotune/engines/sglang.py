@@ -197,6 +197,7 @@ class SGLangEngine(Engine):
         headroom_demand=_SPEC_DEMAND | {"cuda-graph-max-bs-decode", "max-running-requests", "chunked-prefill-size"},
         headroom_irrelevant=_LOG_NOISE | {"mamba-full-memory-ratio", "max-mamba-cache-size", CONTEXT},
         graph_batch_flag="cuda-graph-max-bs-decode",
+        graph_batch_cap_flag="max-running-requests",
         graph_width_flag=DRAFT,
         # With the graph batch and draft tokens known, the steps, the tree width and the running
         # requests no longer change what the graphs hold.

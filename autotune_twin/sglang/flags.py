@@ -72,6 +72,8 @@ _SIMULATED: dict[str, dict[str, Any]] = {
     "--mamba-full-memory-ratio": {"type": float, "default": 0.9, "help": "Mamba state memory : full KV memory."},
     "--mamba-radix-cache-strategy": {"default": "auto", "help": "The strategy to use for mamba radix cache."},
     "--max-mamba-cache-size": {"type": int},
+    "--mamba-track-interval": {"type": int, "default": 256, "help": "Tokens between tracked mamba states."},
+    "--disable-overlap-schedule": {"help": "Disable the overlap scheduler (mamba no_buffer requires it)."},
     "--cuda-graph-max-bs-decode": {"type": int, "help": "Maximum batch size captured for the decode cuda graph."},
     "--cuda-graph-max-bs-prefill": {"type": int},
     "--cuda-graph-backend-decode": {},

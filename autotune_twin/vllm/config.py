@@ -135,6 +135,19 @@ def resolve_config(args: argparse.Namespace, profile: TwinProfile) -> VllmConfig
     if batched is None:
         context = max_model_len or profile.model.max_context_length
         batched = min(defaults.default_max_num_batched_tokens, max_num_seqs * context)
+    if (
+        args.max_num_batched_tokens is not None
+        and args.enable_chunked_prefill is False
+        and max_model_len is not None
+        and batched < max_model_len
+    ):
+        # vllm/config/scheduler.py:317-329 (SchedulerConfig.verify_max_model_len).
+        raise LaunchError(
+            "ValueError",
+            f"max_num_batched_tokens ({batched}) is smaller than max_model_len ({max_model_len}). "
+            "This effectively limits the maximum sequence length to max_num_batched_tokens and makes vLLM "
+            "reject longer sequences. Please increase max_num_batched_tokens or decrease max_model_len.",
+        )
     if batched < max_num_seqs:
         raise LaunchError(
             "ValueError",

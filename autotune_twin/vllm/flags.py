@@ -104,6 +104,7 @@ _SIMULATED: dict[str, dict[str, Any]] = {
     "--max-model-len": {"type": human_readable_int_or_auto, "help": "Context length (1k, 1K, -1 or auto)."},
     "--max-num-seqs": {"type": int, "help": "Maximum number of sequences per iteration."},
     "--max-num-batched-tokens": {"type": human_readable_int, "help": "Maximum tokens per iteration."},
+    "--enable-chunked-prefill": {"help": "Chunked prefill (on by default); --disable-chunked-prefill turns it off."},
     "--kv-cache-dtype": {"default": "auto", "help": "Data type for kv cache storage."},
     "--enable-prefix-caching": {"help": "Whether to enable prefix caching (on by default)."},
     "--enforce-eager": {"help": "Always use eager-mode PyTorch (no CUDA graphs)."},

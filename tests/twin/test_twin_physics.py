@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from autotune_twin import physics
-from autotune_twin.launch import LaunchConfig, LaunchError, resolve_launch
+from autotune_twin.launch import LaunchConfig, LaunchError, default_cuda_graph_max_bs, resolve_launch
 from autotune_twin.profile import ProfileError, TwinProfile, load_profile
 from autotune_twin.sglang.flags import parse_args
 
@@ -303,17 +303,38 @@ def test_automatic_fraction_fits_the_defaults(profile: TwinProfile) -> None:
 # -- launch rules -------------------------------------------------------------------------------------
 
 
+STEPS, TOPK, DRAFT = "--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens"
+
+
 @pytest.mark.parametrize(
     "flags",
-    [
-        ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3"],
-        ["--speculative-algorithm", "NEXTN", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"],
+    [  # arg_groups/speculative_hook.py:1160-1163
+        [TOPK, "1"],
+        [TOPK, "4"],
+        [DRAFT, "4"],
+        [TOPK, "1", DRAFT, "4"],
     ],
 )
 def test_partial_speculative_set_is_a_bare_assertion(profile: TwinProfile, flags: list[str]) -> None:
     with pytest.raises(LaunchError) as err:
-        launch(profile, *flags)
+        launch(profile, "--speculative-algorithm", "NEXTN", *flags)
     assert err.value.exc_type == "AssertionError" and err.value.message == ""
+
+
+@pytest.mark.parametrize("flags", [[STEPS, "3"], [STEPS, "3", DRAFT, "4"]])
+def test_steps_without_topk_compare_none_with_int(profile: TwinProfile, flags: list[str]) -> None:
+    """arg_groups/speculative_hook.py:1274: the unset topk reaches ``topk > 1``."""
+    with pytest.raises(LaunchError) as err:
+        launch(profile, "--speculative-algorithm", "NEXTN", *flags)
+    assert err.value.exc_type == "TypeError"
+    assert err.value.message == "'>' not supported between instances of 'NoneType' and 'int'"
+
+
+def test_steps_and_topk_without_draft_tokens_pass(profile: TwinProfile) -> None:
+    tree = launch(profile, "--speculative-algorithm", "NEXTN", STEPS, "3", TOPK, "2").spec
+    assert (tree.num_steps, tree.eagle_topk) == (3, 2) and tree.num_draft_tokens is not None
+    chain = launch(profile, "--speculative-algorithm", "NEXTN", STEPS, "3", TOPK, "1").spec
+    assert chain.num_draft_tokens == 4
 
 
 def test_speculative_defaults_and_topk_one_rewrite(profile: TwinProfile) -> None:
@@ -344,8 +365,16 @@ def test_dflash_rules(profile: TwinProfile) -> None:
     [
         (["--speculative-algorithm", "MTP"], "ValueError", "MTP"),
         (["--context-length", "300000"], "ValueError", "greater than the derived context_length"),
-        (nextn(2, 256, 300) + ["--mamba-radix-cache-strategy", "extra_buffer"], "ValueError", "<= 256"),
-        (["--mamba-radix-cache-strategy", "no_buffer", "--page-size", "16"], "ValueError", "page_size 1"),
+        (
+            ["--mamba-radix-cache-strategy", "no_buffer", "--page-size", "16", "--disable-overlap-schedule"],
+            "AssertionError",
+            "no_buffer only supports page_size=1.",
+        ),
+        (
+            ["--mamba-radix-cache-strategy", "no_buffer"],
+            "AssertionError",
+            "no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True.",
+        ),
         (["--tp-size", "4"], "RuntimeError", "invalid device ordinal"),
         (["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "some/eagle3"], "ValueError", "twin"),
     ],
@@ -355,6 +384,54 @@ def test_launch_failures(profile: TwinProfile, flags: list[str], exc_type: str, 
         launch(profile, *flags)
     assert err.value.exc_type == exc_type
     assert needle in err.value.message
+
+
+@pytest.mark.parametrize("strategy", ["auto", "extra_buffer"])
+def test_extra_buffer_draft_tokens_stay_within_the_track_interval(profile: TwinProfile, strategy: str) -> None:
+    """arg_groups/mamba_hook.py:133: a bare assert that draft tokens <= --mamba-track-interval (256)."""
+    radix = ["--mamba-radix-cache-strategy", strategy]
+    for flags in ([*nextn(2, 256, 300), *radix], [*nextn(3, 4, 12), *radix, "--mamba-track-interval", "8"]):
+        with pytest.raises(LaunchError) as err:
+            launch(profile, *flags)
+        assert err.value.exc_type == "AssertionError" and err.value.message == ""
+    assert launch(profile, *nextn(3, 4, 12), *radix, "--mamba-track-interval", "12").spec.num_draft_tokens == 12
+    assert launch(profile, *nextn(2, 128, 256), *radix).spec.num_draft_tokens == 256
+
+
+def test_no_buffer_with_overlap_disabled_launches(profile: TwinProfile) -> None:
+    cfg = launch(profile, "--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule")
+    assert cfg.mamba_radix_cache_strategy == "no_buffer"
+
+
+def test_decode_graphs_stop_at_the_request_pool(profile: TwinProfile) -> None:
+    """base_cuda_graph_runner.py:78,101: graphs are captured up to req_to_token_pool.size, an explicit
+    --cuda-graph-max-bs-decode included."""
+    pool = ["--max-running-requests", "16"]
+    assert launch(profile, "--cuda-graph-max-bs-decode", "48", *pool).cuda_graph_max_bs_decode == 16
+    assert launch(profile, "--cuda-graph-max-bs-decode", "8", *pool).cuda_graph_max_bs_decode == 8
+    assert launch(profile, "--cuda-graph-max-bs-decode", "48").cuda_graph_max_bs_decode == 48
+    # speculative decoding's default of 48 running requests caps an explicit batch too
+    assert launch(profile, *nextn(3, 1, 4), "--cuda-graph-max-bs-decode", "64").cuda_graph_max_bs_decode == 48
+
+
+@pytest.mark.parametrize(
+    ("name", "tp", "expected"),
+    [  # arg_groups/memory_hook.py:118-145
+        ("qwen3.6-27b-2xa6000", 1, 32),
+        ("qwen3.6-27b-2xa6000", 2, 32),
+        ("llama3.1-8b-1xh100", 1, 256),
+        ("qwen3.6-122b-4xa100", 2, 256),
+        ("qwen3.6-122b-4xa100", 4, 512),
+    ],
+)
+def test_default_decode_graph_batch_follows_gpu_memory_and_tp(name: str, tp: int, expected: int) -> None:
+    profile = load_profile(name)
+    assert default_cuda_graph_max_bs(profile, tp) == expected
+    cfg = resolve_launch(parse_args(["--model-path", profile.model.name, "--tp-size", str(tp)])[0], profile)
+    assert cfg.cuda_graph_max_bs_decode == expected
+    # memory_hook.py:186-192: a default batch is lowered to max_running_requests
+    capped = ["--model-path", profile.model.name, "--tp-size", str(tp), "--max-running-requests", "20"]
+    assert resolve_launch(parse_args(capped)[0], profile).cuda_graph_max_bs_decode == 20
 
 
 def test_context_length_spelling_and_radix_strategy(profile: TwinProfile) -> None:
