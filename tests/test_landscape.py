@@ -106,7 +106,9 @@ def test_failures_agree_with_the_physics_and_carry_sglangs_message(a6000: Landsc
         assert physics.memory_outcome(load_profile(), config(flags)) == result.outcome
     assert "Please try to increase --mem-fraction-static" in (low.message or "")
     assert "CUDA out of memory" in (high.message or "")
-    assert partial.outcome == "invalid" and partial.message == "AssertionError"
+    # steps without topk: real SGLang 0.5.23 fails comparing None (speculative_hook.py:1274)
+    assert partial.outcome == "invalid"
+    assert partial.message == "TypeError: '>' not supported between instances of 'NoneType' and 'int'"
     assert unknown.outcome == "invalid" and "unrecognized arguments" in (unknown.message or "")
     assert low.weights_bytes is not None and high.kv_pool_bytes is not None  # logged before dying
     assert a6000.evaluate({**HAND_FOUND, "mem-fraction-static": 0.5}).message.startswith(  # type: ignore[union-attr]
