@@ -108,9 +108,10 @@ class Soak:
         run_number = 0
         while self.finished() < self.trials:
             run_number += 1
+            # No confirmation: the soak counts each measured config once (confirmation relaunches finalists).
             tuner = subprocess.Popen([AUTOTUNE, "study", str(space), "--total-trials", str(self.trials), "--seed",
-                                      str(run_number)], cwd=self.folder, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)  # fmt: skip
+                                      str(run_number), "--confirm-top", "0"], cwd=self.folder,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
             samples: list[Sample] = []
             self.samples.append(samples)
             target = kill_at.pop(0) if kill_at else None

@@ -239,7 +239,7 @@ def test_same_effective_config_is_measured_once(tmp_path: Path) -> None:
         fixed={"tp-size": 2, "speculative-algorithm": "NEXTN", "speculative-eagle-topk": 1, "speculative-num-steps": 2},
         tuned={"speculative-num-draft-tokens": {"type": "int", "low": 3, "high": 9}},
     )
-    run("study", str(space), "--trials", "3", "--seed", "2", cwd=tmp_path)
+    run("study", str(space), "--trials", "3", "--seed", "2", "--confirm-top", "0", cwd=tmp_path)
     trials = show_json(tmp_path)["trials"]
     assert [t["duplicate_of"] for t in trials] == [None, 0, 0]
     assert len({t["value"] for t in trials}) == 1
