@@ -4,7 +4,7 @@ Run by the conformance env's python (scripts/conformance-env.sh), never by autot
 import autotune. Input: JSON on stdin (or a file argument), a list of objects
 ``{"id": ..., "engine": "sglang" | "vllm", "argv": [...], "gpu": {"memory_mib": 49140, "count": 2}}``;
 ``argv`` is the launch command as autotune builds it (launcher words are dropped up to
-``sglang.launch_server`` / ``autotune.twin`` / ``serve``). Output: JSON, one verdict per item:
+``sglang.launch_server`` / ``autotune_twin`` / ``serve``). Output: JSON, one verdict per item:
 ``{"id", "engine", "accepted": bool, "stage": "parse" | "resolve" | "config" | null, "error": str | null,
 "resolved": {...}}``.
 
@@ -183,7 +183,7 @@ def check_sglang(argv: list[str], gpu: dict[str, Any]) -> dict[str, Any]:
     import sglang.srt.arg_groups.pipeline  # noqa: F401  (loads the resolution hooks before _fake_gpu patches them)
     from sglang.srt.server_args import prepare_server_args
 
-    args = _strip_launcher(argv, ("sglang.launch_server", "autotune.twin", "serve"))
+    args = _strip_launcher(argv, ("sglang.launch_server", "autotune_twin", "serve"))
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):

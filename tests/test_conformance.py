@@ -109,7 +109,7 @@ def baseline_items(tmp: Path) -> list[dict[str, Any]]:
     items = []
     for path in shipped_spaces():
         space = load_space(path)
-        if all("autotune.twin" in " ".join(space.launcher_for(name)) for name in space.engine_names()):
+        if all("autotune_twin" in " ".join(space.launcher_for(name)) for name in space.engine_names()):
             for baseline in json.loads(autotune("check", str(path), "--json", cwd=tmp))["baselines"]:
                 argv = stand_in(baseline["argv"], space.model)
                 items.append({"id": f"{path.name}:{baseline['name']}", "engine": baseline["engine"], "argv": argv})
