@@ -377,8 +377,12 @@ def confirm(
         Optional[Path],
         typer.Option("--space", help="The study's space file (needed when its env holds secrets, never stored)."),
     ] = None,
-    top: ConfirmTop = 3,
-    launches: ConfirmLaunches = 2,
+    top: Annotated[
+        int, typer.Option("--top", min=1, help="Finalists: the top K distinct configurations plus the best baseline.")
+    ] = 3,
+    launches: Annotated[
+        int, typer.Option("--launches", min=1, help="Fresh launches per finalist, interleaved (A B C A B C).")
+    ] = 2,
     storage: StorageOpt = None,
     studies_dir: StudiesDir = Path("studies"),
 ) -> None:
@@ -398,8 +402,6 @@ def confirm(
                 f"study {study_name!r} launches with secret environment values, which are never stored",
                 hint="pass --space FILE (the space the study ran with)",
             )
-        if top < 1:
-            raise UserError("--confirm-top must be at least 1 here")
         paths = StudyPaths(studies_dir, study_name)
         checked = preflight(space)
         runner = StudyRunner.open(checked, name=study_name, storage_url=storage or paths.default_storage, paths=paths)
