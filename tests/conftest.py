@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -12,6 +14,16 @@ ROOT = Path(__file__).resolve().parent.parent
 SPACES = ROOT / "search_spaces"
 TWIN_SPACE = SPACES / "qwen3.6-27b-2xa6000-twin.yaml"
 REAL_SPACE = SPACES / "qwen3.6-27b-2xa6000.yaml"
+
+
+def load_benchmark() -> ModuleType:
+    """benchmarks/search_efficiency.py as a module (the benchmarks folder is not a package)."""
+    spec = importlib.util.spec_from_file_location("search_efficiency", ROOT / "benchmarks" / "search_efficiency.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["search_efficiency"] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def autotune_cmd(*args: str) -> list[str]:

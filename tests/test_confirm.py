@@ -7,11 +7,8 @@ launcher, so every launch is a noisy measurement of a known true speed.
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import optuna
@@ -22,17 +19,7 @@ from autotune.engines.base import LaunchPlan
 from autotune.protocol import EarlyStop
 from autotune.study import StudyView, make_sampler
 from autotune.trial import TrialOutcome
-from tests.conftest import ROOT, TWIN_SPACE
-
-
-def load_benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("search_efficiency", ROOT / "benchmarks" / "search_efficiency.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["search_efficiency"] = module
-    spec.loader.exec_module(module)
-    return module
-
+from tests.conftest import TWIN_SPACE, load_benchmark
 
 bench = load_benchmark()
 HAND_FOUND = {"speculative-num-steps": 3, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 4,

@@ -9,13 +9,10 @@ die of memory rare on the built-in space widened to mem-fraction-static 0.97.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import statistics
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
@@ -29,7 +26,7 @@ from autotune_twin.launch import resolve_launch
 from autotune_twin.profile import builtin_profiles, load_profile
 from autotune_twin.sglang.flags import parse_args
 from benchmarks.landscape import GridAxis, Landscape, MeasureShape, Prompt, grid, grid_size, perf_key
-from tests.conftest import ROOT, SPACES, TWIN_SPACE
+from tests.conftest import SPACES, TWIN_SPACE, load_benchmark
 
 CODE = (
     "Implement insertion for a red-black tree in Python. I need a `RedBlackTree` class with an "
@@ -46,15 +43,6 @@ HAND_FOUND = {
     "max-running-requests": 16,
     "mamba-full-memory-ratio": 0.5,
 }
-
-
-def load_benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("search_efficiency", ROOT / "benchmarks" / "search_efficiency.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["search_efficiency"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 bench = load_benchmark()

@@ -6,11 +6,8 @@ What a trial taught about memory is stored exactly and learned the same way by a
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import optuna
 import yaml
@@ -19,17 +16,7 @@ from autotune.feasibility import FeasibilityModel
 from autotune.outcomes import OutcomeKind
 from autotune.study import StudyView, make_sampler
 from autotune.study.memory import feasibility_models
-from tests.conftest import ROOT, TWIN_SPACE
-
-
-def load_benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("search_efficiency", ROOT / "benchmarks" / "search_efficiency.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["search_efficiency"] = module
-    spec.loader.exec_module(module)
-    return module
-
+from tests.conftest import TWIN_SPACE, load_benchmark
 
 bench = load_benchmark()
 
