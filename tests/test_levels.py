@@ -102,7 +102,8 @@ def test_levels_must_be_measured_and_hold_the_primary(tmp_path: Path) -> None:
     data["objective"]["levels"] = [1, 4, 32]
     with pytest.raises(SpaceError) as unmeasured:
         parse_space(data, path=LEVELS_SPACE)
-    assert unmeasured.value.field == "objective.levels" and "32 is not one of the measured levels" in str(unmeasured.value)
+    assert unmeasured.value.field == "objective.levels"
+    assert "32 is not one of the measured levels" in str(unmeasured.value)
     data["objective"]["levels"] = [1, 16]
     with pytest.raises(SpaceError) as no_primary:
         parse_space(data, path=LEVELS_SPACE)
