@@ -25,6 +25,7 @@ from rich.markup import escape
 from autotune.errors import AutotuneError
 
 if TYPE_CHECKING:
+    from autotune.records import TrialRecord
     from autotune.study import StudyView
 
 app = typer.Typer(
@@ -304,6 +305,7 @@ def show(
         best = best_of(all_records, opened.info.confirmation, objective=opened.info.objective_metric)
         importance = opened.importance()
         per_category = trial_categories(opened, best.number, "best") if best else None
+        levels = opened.load_levels()
         if as_json:
             payload = {
                 "study": study_name,
@@ -313,6 +315,7 @@ def show(
                 "trials": [r.model_dump(mode="json") for r in all_records],
                 "importance": importance.model_dump(mode="json"),
                 "best_categories": [c.model_dump(mode="json") for c in per_category.categories] if per_category else [],
+                "load_levels": levels.model_dump(mode="json") if levels else None,
             }
             print(json.dumps(payload, indent=2))
             return
@@ -331,6 +334,10 @@ def show(
             console.print(category_table(per_category.categories, title=title))
         if opened.info.confirmation is not None:
             console.print(confirmation_table(opened.info.confirmation))
+        if levels is not None:
+            from autotune.report import levels_table
+
+            console.print(levels_table(levels))
         console.print(best_summary(best, simulated=opened.info.simulated))
 
 
@@ -341,6 +348,10 @@ def export(
         Format, typer.Option("--format", "-f", help="yaml (profile), sh (launch script) or systemd (unit).")
     ] = Format.yaml,
     trial: Annotated[Optional[int], typer.Option("--trial", help="Export this trial instead of the best.")] = None,
+    concurrency: Annotated[
+        Optional[int],
+        typer.Option("--concurrency", help="A levels study: export the winner at this load level (objective.levels)."),
+    ] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to a file instead of stdout.")] = None,
     host: Annotated[str, typer.Option("--host", help="Address the exported server listens on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port the exported server listens on.")] = 30000,
@@ -352,7 +363,10 @@ def export(
         from autotune.errors import UserError
         from autotune.profile import render
         opened = _open(study_name, storage, studies_dir)
-        if trial is None:
+        chosen: TrialRecord | None
+        if concurrency is not None:
+            chosen = _level_winner(opened, concurrency, trial)
+        elif trial is None:
             chosen = opened.best()
             if chosen is None:
                 raise UserError(f"study {study_name!r} has no feasible measured trial yet")
@@ -360,7 +374,7 @@ def export(
             chosen = opened.record(trial)
             if chosen is None or chosen.outcome != "ok":
                 raise UserError(f"trial {trial} of study {study_name!r} was not measured successfully")
-        text = render(opened.profile(chosen), fmt.value, host=host, port=port)
+        text = render(opened.profile(chosen, concurrency=concurrency), fmt.value, host=host, port=port)
         if output is None:
             sys.stdout.write(text)
         else:
@@ -368,6 +382,22 @@ def export(
             if fmt is Format.sh:
                 output.chmod(0o755)
             console.print(f"wrote {output}")
+
+
+def _level_winner(opened: StudyView, concurrency: int, trial: int | None) -> TrialRecord:
+    """The record ``export --concurrency N`` writes: that level's winner, with that level's metrics."""
+    from autotune.errors import UserError
+
+    levels = opened.info.levels
+    if concurrency not in levels:
+        known = f"its levels are {levels}" if levels else "it has no objective.levels in its space"
+        raise UserError(f"--concurrency {concurrency}: study {opened.name!r} has no winner at that level ({known})")
+    if trial is not None:
+        raise UserError("--concurrency and --trial: pass one of them")
+    chosen = opened.best_at(concurrency)
+    if chosen is None:
+        raise UserError(f"study {opened.name!r} has no feasible measured trial at concurrency {concurrency} yet")
+    return chosen
 
 
 @app.command()

@@ -169,6 +169,9 @@ def render_html(s: StudySummary, figures: Sequence[ReportFigure]) -> str:
                 ],
             )
         )  # fmt: skip
+    if s.load_levels is not None:
+        parts.append("<h2>Per load level</h2>")
+        parts.append(_levels_html(s))
     parts.append("<h2>The winner</h2>")
     if s.best is None:
         parts.append("<p>No feasible trial has been measured yet.</p>")
@@ -253,6 +256,32 @@ def render_html(s: StudySummary, figures: Sequence[ReportFigure]) -> str:
         parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in s.notes) + "</ul>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _levels_html(s: StudySummary) -> str:
+    """The winner at each load level (export one with ``--concurrency N``)."""
+    assert s.load_levels is not None
+    e = html.escape
+    rows = [
+        [
+            str(w.concurrency) + (" (primary)" if w.concurrency == s.load_levels.primary else ""),
+            f"{w.trial}" + (f" ({e(w.baseline)})" if w.baseline else "")
+            if w.trial is not None
+            else "none keeps the SLO",
+            _num(w.value, 2, w.ci95),
+            _num(w.per_user_tok_s, 1),
+            _num(w.per_gpu_tok_s, 1),
+            _num(w.accept_length, 2),
+            f"{w.confirmed_launches} launches" if w.confirmed_launches else "single measurement",
+        ]
+        for w in s.load_levels.winners
+    ]
+    head = ["concurrency", "winner", f"{e(s.objective_metric)} [{e(s.objective_unit)}]", "tok/s per user",
+            "tok/s per GPU", "accept length", "confirmed"]  # fmt: skip
+    return _table(head, rows) + (
+        f"<p>Each level's winner: <code>autotune export {e(s.study)} --concurrency N</code>. Only the primary "
+        "level's winner is confirmed on fresh launches.</p>"
+    )
 
 
 def _one_flag_a_line(script: str) -> str:

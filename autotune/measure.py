@@ -170,11 +170,15 @@ def summarise(
     stop_reason: str,
     duration_s: float,
     early_stopped: bool = False,
+    round_output_tok_s: Sequence[float] = (),
 ) -> Measurement:
     measured = [r for r in records if r.round >= 0]
     objective = mean_metric(settings.objective, OBJECTIVE_UNITS[settings.objective], round_values)
     rel = objective.rel_ci95
     metrics = [objective]
+    if settings.objective != "output_tok_s" and round_output_tok_s:
+        # Aggregate throughput at this load: with the per-request speed, the two axes of a load level.
+        metrics.append(mean_metric("output_tok_s", "tok/s", round_output_tok_s))
     if settings.objective != "decode_tok_s":
         rates = [r.decode_tok_s for r in measured if r.decode_tok_s is not None]
         if rates:
@@ -342,9 +346,13 @@ async def run_measurement(
         await asyncio.gather(*(worker() for _ in range(min(settings.concurrency, len(batch)))))
         return [r for r in results if r is not None]
 
+    # A round holds at least one request per concurrent user (the suite repeated), so a level of 16
+    # over a suite of 12 prompts measures 16 users at once, not 12.
+    round_prompts = [prompts[i % len(prompts)] for i in range(max(len(prompts), settings.concurrency))]
     started = clock()
     records: list[RequestRecord] = []
     round_values: list[float] = []
+    round_output: list[float] = []
     stop_reason = f"max rounds ({settings.max_rounds})"
     early_stopped = False
     try:
@@ -359,9 +367,11 @@ async def run_measurement(
         for round_index in range(settings.max_rounds):
             report(f"round {round_index + 1}" + (f", ±{_rel(round_values):.1%}" if len(round_values) > 1 else ""))
             round_started = clock()
-            batch = await send(prompts, round_index)
+            batch = await send(round_prompts, round_index)
             records += batch
-            round_values.append(round_value(settings.objective, batch, clock() - round_started))
+            round_s = clock() - round_started
+            round_values.append(round_value(settings.objective, batch, round_s))
+            round_output.append(round_value("output_tok_s", batch, round_s))
             so_far = statistics.fmean(round_values)
             if settings.early_stop is not None and settings.early_stop.hopeless(so_far):
                 early_stopped = True
@@ -381,7 +391,7 @@ async def run_measurement(
             await client.aclose()
     return summarise(
         records, round_values, settings, stop_reason=stop_reason, duration_s=clock() - started,
-        early_stopped=early_stopped,
+        early_stopped=early_stopped, round_output_tok_s=round_output,
     )  # fmt: skip
 
 

@@ -18,6 +18,18 @@ class MetricRecord(Frozen):
     n: int | None = None
 
 
+class LevelRecord(Frozen):
+    """One load level (concurrency) of a trial that measures several: its metrics and its SLO verdict."""
+
+    concurrency: int
+    metrics: dict[str, MetricRecord] = Field(default_factory=dict)
+    slo_broken: list[str] = Field(default_factory=list, description="SLO limits this level exceeds")
+
+    def metric_value(self, name: str) -> float | None:
+        metric = self.metrics.get(name)
+        return metric.value if metric else None
+
+
 class TrialRecord(Frozen):
     """One trial as autotune reads it back from storage."""
 
@@ -52,6 +64,7 @@ class TrialRecord(Frozen):
     readings: dict[str, float | int | str] = Field(
         default_factory=dict, description="memory and roofline readings, as shown to people"
     )
+    levels: dict[int, LevelRecord] = Field(default_factory=dict, description="per load level, in a levels study")
 
     def metric_value(self, name: str) -> float | None:
         metric = self.metrics.get(name)

@@ -21,6 +21,7 @@ from autotune.records import TrialRecord
 from autotune.space import ENGINE_PARAM, Candidate, FlagValue
 from autotune.study import StudyEvents
 from autotune.study.confirm import Confirmation
+from autotune.study.levels import LoadLevels
 
 _OUTCOME_STYLE = {
     "ok": "green",
@@ -393,3 +394,29 @@ def category_table(categories: Sequence[CategoryStats], *, title: str) -> Table:
             (f"{accept.value:.2f}" + (f" ± {accept.ci95:.2f}" if accept.ci95 is not None else "")) if accept else "-",
         )
     return table
+
+
+def levels_table(levels: LoadLevels, *, unit: str = "tok/s") -> Group:
+    """The winner per load level, then the trials on the per-user vs per-GPU front."""
+    winners = Table(title="best per load level (autotune export STUDY --concurrency N)", title_justify="left")
+    metric = f"{levels.metric} [{unit}]"
+    for column in ("concurrency", "winner", metric, "per user", "per GPU", "accept len", "confirmed"):
+        winners.add_column(column, justify="left" if column == "winner" else "right")
+    for w in levels.winners:
+        primary = " (primary)" if w.concurrency == levels.primary else ""
+        winners.add_row(
+            f"{w.concurrency}{primary}",
+            (f"#{w.trial}" + (f" {w.baseline}" if w.baseline else "")) if w.trial is not None else "none keeps the SLO",
+            (f"{w.value:.1f}" + (f" ± {w.ci95:.1f}" if w.ci95 is not None else "")) if w.value is not None else "-",
+            f"{w.per_user_tok_s:.1f}" if w.per_user_tok_s is not None else "-",
+            f"{w.per_gpu_tok_s:.1f}" if w.per_gpu_tok_s is not None else "-",
+            f"{w.accept_length:.2f}" if w.accept_length is not None else "-",
+            f"{w.confirmed_launches} launches" if w.confirmed_launches else "single measurement",
+        )
+    front = Table(title=f"front: tok/s per user vs tok/s per GPU ({levels.gpus} GPUs)", title_justify="left")
+    for column in ("trial", "concurrency", "tok/s per user", "tok/s per GPU"):
+        front.add_column(column, justify="right")
+    for p in sorted((p for p in levels.front if p.on_front), key=lambda p: -p.per_user_tok_s):
+        front.add_row(f"#{p.trial}", str(p.concurrency), f"{p.per_user_tok_s:.1f}", f"{p.per_gpu_tok_s:.1f}")
+    note = Text(f"only the primary level (concurrency {levels.primary}) is confirmed on fresh launches", style="dim")
+    return Group(winners, note, front)

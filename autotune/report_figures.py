@@ -299,6 +299,36 @@ def _draw_pareto(s: StudySummary) -> Figure:
     return fig
 
 
+def _draw_levels_front(s: StudySummary) -> Figure:
+    assert s.load_levels is not None
+    levels = s.load_levels
+    fig, ax = _new_figure()
+    concurrencies = sorted({p.concurrency for p in levels.front})
+    winners = {(w.trial, w.concurrency) for w in levels.winners}
+    for p in levels.front:
+        colour = _SERIES[concurrencies.index(p.concurrency) % len(_SERIES)]
+        ax.plot(p.per_gpu_tok_s, p.per_user_tok_s, marker="o" if not p.slo_broken else "x", linestyle="",
+                color=colour, alpha=1.0 if p.on_front else 0.35, markersize=8 if (p.trial, p.concurrency) in winners
+                else 5)  # fmt: skip
+    on_front = sorted((p for p in levels.front if p.on_front), key=lambda p: p.per_gpu_tok_s)
+    if on_front:
+        ax.plot([p.per_gpu_tok_s for p in on_front], [p.per_user_tok_s for p in on_front], color="#333333",
+                linewidth=1, label="front (no trial better on both)")  # fmt: skip
+    _annotate_groups(ax, [(p.per_gpu_tok_s, p.per_user_tok_s, f"#{p.trial}") for p in on_front])
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], marker="o", linestyle="", color=_SERIES[i % len(_SERIES)], label=f"concurrency {c}")
+               for i, c in enumerate(concurrencies)]  # fmt: skip
+    if any(p.slo_broken for p in levels.front):
+        handles.append(Line2D([], [], marker="x", linestyle="", color="#555555", label="breaks the SLO"))
+    ax.legend(handles=[*handles, *ax.get_legend_handles_labels()[0]], fontsize=8, loc="best", framealpha=0.9)
+    ax.set_xlabel(f"tokens/s per GPU (output tok/s ÷ {levels.gpus} GPUs)")
+    ax.set_ylabel("tokens/s per user (decode tok/s)")
+    ax.set_title("Per user against per GPU, every measured trial at every load level")
+    ax.grid(alpha=0.3)
+    return fig
+
+
 def _tuned(s: StudySummary, flag: str) -> str | None:
     if flag not in s.tuned:
         return f"--{flag} is not tuned in this study"
@@ -383,10 +413,23 @@ def plan_figures(s: StudySummary) -> list[tuple[ReportFigure, Callable[[], Figur
         lambda: _draw_feasibility(s, MEM_FRACTION, DRAFT_TOKENS),
         feasibility_skip,
     )
+    if s.load_levels is not None:
+        add(
+            ReportFigure(
+                "levels-front.png",
+                "Tokens/s per user against tokens/s per GPU",
+                "Every measured trial at every load level (colour). Up is faster for each user, right is more "
+                "throughput from each GPU; the line joins the points no other point beats on both. Large "
+                "markers are each level's winner.",
+            ),
+            lambda: _draw_levels_front(s),
+            None if any(p.on_front for p in s.load_levels.front) else "no trial measured at every level yet",
+        )
     add(
         ReportFigure("pareto.png", "Pareto front", "Trials on the front are not beaten on both objectives at once."),
         lambda: _draw_pareto(s),
-        None if s.pareto else f"the study has {len(s.directions)} objective; a Pareto front needs two",
+        None if s.pareto else "a levels study: see the per-user vs per-GPU figure" if s.load_levels
+        else f"the study has {len(s.directions)} objective; a Pareto front needs two",
     )
     return plans
 

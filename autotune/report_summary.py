@@ -19,6 +19,7 @@ from autotune.models import Frozen
 from autotune.profile import Profile, render_shell
 from autotune.records import TrialRecord
 from autotune.study.confirm import Confirmation
+from autotune.study.levels import LoadLevels
 from autotune.study.view import Importance, ParetoPoint, StudyView
 
 # The knobs the issue names; a figure about one is drawn only when the study tuned it.
@@ -74,6 +75,7 @@ class StudySummary(Frozen):
     launch_script: str | None
     pareto: list[ParetoPoint] | None = Field(default=None, description="only for studies with two objectives")
     confirmation: Confirmation | None = Field(default=None, description="the finalists measured again")
+    load_levels: LoadLevels | None = Field(default=None, description="winner per load level, per-user vs per-GPU")
     notes: list[str] = Field(default_factory=list)
 
     @property
@@ -107,7 +109,7 @@ def summarise(view: StudyView) -> StudySummary:
     notes: list[str] = []
     if not view.has_artifacts:
         notes.append(f"no artifact store at {view.artifacts_dir}: per-category numbers are not shown")
-    multi = len(view.directions) > 1
+    multi = len(view.directions) > max(1, len(info.levels))  # a levels study has one objective per level
     all_records = [] if multi else view.records()
     best = None if multi else view.best()
     if multi:
@@ -172,6 +174,7 @@ def summarise(view: StudyView) -> StudySummary:
         launch_script=launch_script,
         pareto=view.pareto(),
         confirmation=info.confirmation,
+        load_levels=view.load_levels(),
         notes=notes,
     )
 

@@ -250,6 +250,11 @@ class ObjectiveSpec(_Strict):
         description="decode_tok_s: mean per-request decode speed; output_tok_s: aggregate output tokens/s",
     )
     concurrency: int = Field(default=1, ge=1)
+    levels: list[int] | None = Field(
+        default=None,
+        min_length=1,
+        description="load levels (measured concurrencies) that each get their own winner; concurrency is the primary",
+    )
 
 
 class SLOSpec(_Strict):
@@ -260,6 +265,10 @@ class SLOSpec(_Strict):
 
     def limits(self) -> dict[str, float]:
         return {k: v for k, v in (("p95_ttft_s", self.p95_ttft_s), ("p95_itl_s", self.p95_itl_s)) if v is not None}
+
+    def broken(self, values: Mapping[str, float]) -> list[str]:
+        """The limits these measured values exceed (a limit on an unmeasured value is not broken)."""
+        return [name for name, limit in self.limits().items() if name in values and values[name] > limit]
 
 
 class LaunchSpec(_Strict):
@@ -333,6 +342,18 @@ class SearchSpace(_Strict):
                 f"objective.concurrency: {self.objective.concurrency} is not one of the measured levels "
                 f"(measurement.concurrency: {self.measurement.concurrency})"
             )
+        for level in self.objective.levels or []:
+            if level not in self.measurement.concurrency:
+                raise ValueError(
+                    f"objective.levels: {level} is not one of the measured levels "
+                    f"(measurement.concurrency: {self.measurement.concurrency})"
+                )
+        levels = self.objective.levels
+        if levels is not None and (len(set(levels)) != len(levels) or self.objective.concurrency not in levels):
+            raise ValueError(
+                f"objective.levels: list each level once, the primary level (objective.concurrency: "
+                f"{self.objective.concurrency}) among them"
+            )
         overlap = sorted(set(self.fixed) & set(self.tuned))
         if overlap:
             raise ValueError(f"tuned.{overlap[0]}: the flag is both fixed and tuned; keep it in one place")
@@ -394,6 +415,11 @@ class SearchSpace(_Strict):
             if str(baseline.flags.get(ENGINE_PARAM, engine)) == engine:
                 names += [f for f in baseline.flags if f != ENGINE_PARAM]
         return list(dict.fromkeys(names))
+
+    def objective_levels(self) -> list[int]:
+        """The concurrencies Optuna optimises, the primary first (its value is the trial's ``value``)."""
+        primary = self.objective.concurrency
+        return [primary, *(level for level in self.objective.levels or [] if level != primary)]
 
     def measure_settings(self) -> MeasureSettings:
         """The settings each measurement runs with (the objective's concurrency; others set per level)."""

@@ -21,8 +21,8 @@ from autotune.gpu import GpuInventory, Roofline
 from autotune.measure import Measurement
 from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
-from autotune.records import MetricRecord, TrialRecord
-from autotune.space import FlagValue, SearchSpace
+from autotune.records import LevelRecord, MetricRecord, TrialRecord
+from autotune.space import FlagValue, SearchSpace, SLOSpec
 from autotune.study.confirm import Confirmation
 from autotune.trial import TrialOutcome
 
@@ -35,6 +35,7 @@ READING_PREFIXES = ("roofline", "memory")
 # A duplicate copies its original's facts, except who ran it and what it taught (learned once).
 NOT_COPIED = frozenset({"baseline", "host", "worker_pid", "retry_of", "confirm_of", MEMORY_LESSON})
 CONFIRMATION = "confirmation"
+BY_CONCURRENCY = "by_concurrency"
 
 
 class StudyInfo(Frozen):
@@ -61,6 +62,11 @@ class StudyInfo(Frozen):
     @property
     def objective_concurrency(self) -> int:
         return self.space.objective.concurrency if self.space else 1
+
+    @property
+    def levels(self) -> list[int]:
+        """The load levels with a winner each, the primary first; empty for a study of one level."""
+        return self.space.objective_levels() if self.space and self.space.objective.levels else []
 
     @property
     def tuned(self) -> list[str]:
@@ -193,6 +199,7 @@ def record_outcome(
     *,
     lesson: MemoryLesson | None = None,
     roofline: Roofline | None = None,
+    slo: SLOSpec | None = None,
 ) -> None:
     """A launched trial's facts: outcome, effective config, metrics with units, memory, durations."""
     _ended(trial, outcome.kind, outcome.reason, outcome.plan.flags)
@@ -207,7 +214,8 @@ def record_outcome(
     if outcome.measurement is not None:
         _record_measurement(trial, outcome.measurement)
     if len(outcome.measurements) > 1:
-        trial.set_user_attr("by_concurrency", {str(m.concurrency): _rounded(m) for m in outcome.measurements})
+        by_level = {str(m.concurrency): _level(m, slo or SLOSpec()) for m in outcome.measurements}
+        trial.set_user_attr(BY_CONCURRENCY, by_level)
     trial.set_user_attr(LAUNCH_TIME, round(outcome.launch_s, 2))
     trial.set_user_attr(MEASURE_TIME, round(outcome.measure_s, 2))
     trial.set_user_attr("stop time [s]", round(outcome.stop_s, 2))
@@ -217,14 +225,19 @@ def record_outcome(
         trial.set_user_attr("ceiling_tok_s", round(roofline.ceiling_tok_s, 1))
 
 
-def _rounded(measurement: Measurement) -> dict[str, float]:
-    return {m.name: round(m.value, 3) for m in measurement.metrics}
+def _metrics(measurement: Measurement) -> dict[str, dict[str, Any]]:
+    return {m.name: {"value": m.value, "unit": m.unit, "ci95": m.ci95, "n": m.n} for m in measurement.metrics}
+
+
+def _level(measurement: Measurement, slo: SLOSpec) -> dict[str, Any]:
+    """One load level: its metrics and the SLO limits it breaks (judged per level, not per trial)."""
+    broken = slo.broken({m.name: m.value for m in measurement.metrics})
+    return {"metrics": _metrics(measurement), "slo_broken": broken}
 
 
 def _record_measurement(trial: optuna.Trial, measurement: Measurement) -> None:
     """Metrics with units, precision, steadiness, per-category numbers and the server's own figures."""
-    metrics = {m.name: {"value": m.value, "unit": m.unit, "ci95": m.ci95, "n": m.n} for m in measurement.metrics}
-    trial.set_user_attr("metrics", metrics)
+    trial.set_user_attr("metrics", _metrics(measurement))
     for m in measurement.metrics:
         trial.set_user_attr(f"{m.name} [{m.unit}]", round(m.value, 3))
     trial.set_user_attr("precision_reached", measurement.precision_reached)
@@ -316,11 +329,7 @@ def has_outcome(trial: FrozenTrial) -> bool:
 def trial_record(trial: FrozenTrial) -> TrialRecord:
     attrs = trial.user_attrs
     default_outcome = OutcomeKind.FAILED.value if trial.state is TrialState.FAIL else trial.state.name.lower()
-    metrics = {
-        name: MetricRecord(value=m.get("value"), unit=str(m.get("unit") or ""), ci95=m.get("ci95"), n=m.get("n"))
-        for name, m in (attrs.get("metrics") or {}).items()
-        if isinstance(m, dict)
-    }
+    metrics = _metric_records(attrs.get("metrics"))
     lesson = attrs.get(MEMORY_LESSON)
     readings = {
         key: value
@@ -332,7 +341,8 @@ def trial_record(trial: FrozenTrial) -> TrialRecord:
         state=trial.state.name,
         outcome=attrs.get(OUTCOME, default_outcome),
         reason=attrs.get("reason"),
-        value=trial.value if trial.state is TrialState.COMPLETE else None,
+        # A levels study has one value per level, the primary first: the trial's value is the primary's.
+        value=trial.values[0] if trial.state is TrialState.COMPLETE and trial.values else None,
         feasible=bool(attrs.get("feasible", False)),
         baseline=attrs.get("baseline"),
         duplicate_of=attrs.get("duplicate_of"),
@@ -354,4 +364,30 @@ def trial_record(trial: FrozenTrial) -> TrialRecord:
         measure_s=attrs.get(MEASURE_TIME),
         memory=MemoryLesson.model_validate(lesson) if isinstance(lesson, dict) else None,
         readings=readings,
+        levels=_level_records(attrs.get(BY_CONCURRENCY)),
     )
+
+
+def _metric_records(stored: object) -> dict[str, MetricRecord]:
+    if not isinstance(stored, dict):
+        return {}
+    return {
+        name: MetricRecord(value=m.get("value"), unit=str(m.get("unit") or ""), ci95=m.get("ci95"), n=m.get("n"))
+        for name, m in stored.items()
+        if isinstance(m, dict)
+    }
+
+
+def _level_records(stored: object) -> dict[int, LevelRecord]:
+    """Per-level records; an older study's rounded figures (no "metrics" key) read as none."""
+    if not isinstance(stored, dict):
+        return {}
+    return {
+        int(level): LevelRecord(
+            concurrency=int(level),
+            metrics=_metric_records(entry["metrics"]),
+            slo_broken=[str(name) for name in entry.get("slo_broken", [])],
+        )
+        for level, entry in stored.items()
+        if isinstance(entry, dict) and isinstance(entry.get("metrics"), dict)
+    }

@@ -183,17 +183,19 @@ def set_constraints(
     *,
     memory: bool = False,
     config: bool = False,
-    measured: Measurement | None = None,
+    measured: Sequence[Measurement] = (),
 ) -> None:
     """Every key on every trial (GPSampler needs a stable count); > 0 means violated.
 
     SLO constraints are relative excess over the limit (0.1 = 10 % over); unmeasured trials get 0.
+    With several load levels measured, the least excess: the trial is infeasible only when every
+    level breaks the limit (a level that breaks it alone scores 0 at that level instead).
     """
     trial.set_constraint("memory", 1.0 if memory else 0.0)
     trial.set_constraint("config", 1.0 if config else 0.0)
     for name, limit in slo.limits().items():
-        metric = measured.metric(name) if measured is not None else None
-        trial.set_constraint(f"slo_{name}", (metric.value - limit) / limit if metric is not None else 0.0)
+        excess = [(metric.value - limit) / limit for m in measured if (metric := m.metric(name)) is not None]
+        trial.set_constraint(f"slo_{name}", min(excess) if excess else 0.0)
 
 
 class StudyRunner:
@@ -240,7 +242,7 @@ class StudyRunner:
             self.study = optuna.create_study(
                 study_name=name,
                 storage=storage,
-                direction="maximize",
+                directions=["maximize"] * len(self.space.objective_levels()),
                 sampler=sampler or make_sampler("tpe", None),
                 load_if_exists=True,
             )
@@ -303,7 +305,12 @@ class StudyRunner:
         with warnings.catch_warnings():  # Optuna 5 still calls metric names experimental
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             # optuna-dashboard names the objective axis with it (instead of "Objective 0").
-            self.study.set_metric_names([f"{self.space.objective.metric} [tok/s]"])
+            metric = self.space.objective.metric
+            self.study.set_metric_names(
+                [f"{metric} at concurrency {level} [tok/s]" for level in self.space.objective_levels()]
+                if self.space.objective.levels
+                else [f"{metric} [tok/s]"]
+            )
 
     # ---------------------------------------------------------------- one trial
 
@@ -329,7 +336,19 @@ class StudyRunner:
             self.events.phase("waiting", "for another worker measuring the same config")
             time.sleep(DUPLICATE_POLL_S)
 
-    def objective(self, trial: optuna.Trial) -> float:
+    def _values(self, outcome: TrialOutcome | None) -> float | list[float]:
+        """What Optuna is told: the objective, or in a levels study one value per level (primary
+        first), 0 at a level that was not measured or breaks the SLO there."""
+        if not self.space.objective.levels:
+            return (outcome.objective if outcome is not None else None) or 0.0
+        by_level = {m.concurrency: m for m in outcome.measurements} if outcome is not None else {}
+        slo = self.space.slo
+        return [
+            m.value if m is not None and not slo.broken({x.name: x.value for x in m.metrics}) else 0.0
+            for m in map(by_level.get, self.space.objective_levels())
+        ]
+
+    def objective(self, trial: optuna.Trial) -> float | list[float]:
         gpus = [g.name for g in self.inventory.gpus]
         attrs.record_start(trial, host=socket.gethostname(), pid=os.getpid(), gpus=gpus)
         candidate = suggest(self.space, trial, self._baseline(trial))
@@ -342,20 +361,19 @@ class StudyRunner:
             reason = f"engine rule: {exc}"
             attrs.record_not_run(trial, OutcomeKind.INVALID_CONFIG, reason, redact_flags(candidate.flags))
             set_constraints(trial, self.space.slo, config=True)
-            return 0.0
+            return self._values(None)
         confirming = attrs.confirm_of(trial) is not None
         duplicate = None if confirming else self._find_duplicate(trial, plan.config_key)
         if duplicate is not None:
             attrs.record_duplicate(trial, self._hidden(plan), duplicate)
             for key, value in duplicate.constraints.items():
                 trial.set_constraint(key, value)
-            assert duplicate.value is not None
-            return duplicate.value
+            return list(duplicate.values) if self.space.objective.levels else duplicate.values[0]
         prediction = self.feasibility[plan.engine].predict(plan.flags)
         if not prediction.feasible:
             attrs.record_predicted(trial, self._hidden(plan), prediction)
             set_constraints(trial, self.space.slo, memory=True)
-            return 0.0
+            return self._values(None)
         self._wait_for_idle_gpus(trial, plan)
         try:
             self.paths.logs.mkdir(parents=True, exist_ok=True)
@@ -374,7 +392,7 @@ class StudyRunner:
         lesson = lesson_of(outcome, trial=trial.number, inventory=self.inventory)
         model.learn(lesson)
         share = roofline_of(outcome, inventory=self.inventory, model=model, engine=self.engines[plan.engine])
-        attrs.record_outcome(trial, outcome, lesson=lesson, roofline=share)
+        attrs.record_outcome(trial, outcome, lesson=lesson, roofline=share, slo=self.space.slo)
         if self.artifact_store is not None:
             try:
                 upload(self.artifact_store, trial, outcome)
@@ -382,13 +400,12 @@ class StudyRunner:
                 self.storage_fault = f"cannot keep trial {trial.number}'s artifacts in {self.paths.artifacts}: {exc}"
                 self.study.stop()
         if outcome.kind is OutcomeKind.OK:
-            set_constraints(trial, self.space.slo, measured=outcome.measurement)
-            objective = outcome.objective
-            assert objective is not None
-            return objective
+            measured = [m for m in outcome.measurements if m.concurrency in self.space.objective_levels()]
+            set_constraints(trial, self.space.slo, measured=measured)
+            return self._values(outcome)
         if outcome.kind.is_config_fault:
             set_constraints(trial, self.space.slo, memory=outcome.kind.is_memory, config=not outcome.kind.is_memory)
-            return 0.0
+            return self._values(None)
         raise TrialFault(f"{outcome.kind.value}: {outcome.reason}")
 
     def _early_stop(self) -> EarlyStop | None:

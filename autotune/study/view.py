@@ -18,6 +18,7 @@ from autotune.records import TrialRecord
 from autotune.study import artifacts, attrs
 from autotune.study.attrs import StudyInfo
 from autotune.study.confirm import Confirmation, best_first_measured
+from autotune.study.levels import LoadLevels, level_best, load_levels
 from autotune.study.storage import load_existing_study
 
 
@@ -94,6 +95,21 @@ class StudyView:
         """The best single first measurement (what an unconfirmed tuner would report)."""
         return best_first_measured(self.records())
 
+    def load_levels(self) -> LoadLevels | None:
+        """Winner per load level and the per-user vs per-GPU front; None for a study of one level."""
+        levels, space = self.info.levels, self.info.space
+        if not levels or space is None:
+            return None
+        gpus = len(space.gpus.devices) if space.gpus.devices else max(len(self.info.gpus), 1)
+        return load_levels(self.records(), levels, metric=self.info.objective_metric, primary_best=self.best(),
+                           gpus=gpus)  # fmt: skip
+
+    def best_at(self, concurrency: int) -> TrialRecord | None:
+        """The winner at one load level: the study's best at the primary level, else by first measurement."""
+        if concurrency == self.info.objective_concurrency:
+            return self.best()
+        return level_best(self.records(), concurrency, metric=self.info.objective_metric)
+
     def record(self, number: int) -> TrialRecord | None:
         return next((r for r in self.records() if r.number == number), None)
 
@@ -112,14 +128,17 @@ class StudyView:
         """
         study = self._study
         complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.params]
-        if len(study.directions) != 1:
+        levels = len(self.info.levels)
+        if len(study.directions) != max(levels, 1):
             return Importance(note="importance is computed for single-objective studies only")
         if len(complete) < 2:
             return Importance(trials_used=len(complete), note="needs at least 2 completed trials")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                values = optuna.importance.get_param_importances(study)
+                # A levels study: importance for its primary level (the first value).
+                primary = (lambda t: t.values[0]) if levels else None
+                values = optuna.importance.get_param_importances(study, target=primary)
             except (ValueError, RuntimeError) as exc:
                 return Importance(trials_used=len(complete), note=f"Optuna could not compute it: {exc}")
         note = None
@@ -137,7 +156,7 @@ class StudyView:
 
     def pareto(self) -> list[ParetoPoint] | None:
         study = self._study
-        if len(study.directions) != 2:
+        if len(study.directions) != 2 or self.info.levels:  # a levels study draws its own front
             return None
         front = {t.number for t in study.best_trials}
         return [
@@ -146,8 +165,8 @@ class StudyView:
             if t.values is not None
         ]
 
-    def profile(self, record: TrialRecord) -> Profile:
-        """The exported profile of one measured trial."""
+    def profile(self, record: TrialRecord, *, concurrency: int | None = None) -> Profile:
+        """The exported profile of one measured trial (measured at ``concurrency``, default the objective's)."""
         space = self.info.space
         if space is None:
             raise ValueError(f"study {self.name!r} does not record its search space")
@@ -169,7 +188,9 @@ class StudyView:
             gpus=self.info.gpus,
             simulated=self.info.simulated,
             suite=self.info.suite_ref or space.measurement.suite,
-            measure=space.measure_settings(),
+            measure=space.measure_settings().model_copy(update={"concurrency": concurrency})
+            if concurrency is not None
+            else space.measure_settings(),
             metrics=metrics,
             confirmed_launches=record.confirmed_launches,
         )
