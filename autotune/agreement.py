@@ -17,7 +17,7 @@ from autotune.models import Frozen
 # Fixed, short and varied (code, arithmetic, prose), so a drafter tuned to one kind is still seen
 # on the others; never the study's suite, so every trial and the reference answer the same.
 PROMPTS: tuple[str, ...] = (
-    "def fibonacci(n: int) -> int:\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    'def fibonacci(n: int) -> int:\n    """Return the n-th Fibonacci number."""\n',
     "Question: A train travels 120 km in 1.5 hours. What is its average speed?\nAnswer:",
     "The three most important ideas in the history of science are",
 )
