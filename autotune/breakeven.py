@@ -46,7 +46,7 @@ class DrafterFit(Frozen):
     pass_from: str = Field(description="'fit' or 'bare pass' (one depth measured: the intercept is the bare pass)")
     rms_rel: float = Field(description="root-mean-square relative error of the fitted cycle times")
     steps: int = Field(description="the depth of its fastest trial, where break_even is given")
-    break_even: float = Field(description="accept length at ``steps`` that equals the best tok/s")
+    break_even: float = Field(description="accept length at its fastest trial's measured cycle that equals the best")
     measured_accept: float = Field(description="accept length of its fastest trial")
     measured_tok_s: float
 
@@ -106,7 +106,7 @@ def fit_drafter(
         pass_from=pass_from,
         rms_rel=(statistics.fmean(e * e for e in errors)) ** 0.5,
         steps=fastest.steps,
-        break_even=best_tok_s * (pass_s + fastest.steps * step_s),
+        break_even=best_tok_s * fastest.cycle_s,  # its measured cost, not the line's: the best ties itself
         measured_accept=fastest.accept_length,
         measured_tok_s=fastest.tok_s,
     )

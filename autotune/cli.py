@@ -277,6 +277,7 @@ def show(
     with error_funnel():
         from autotune.report import (
             best_summary,
+            break_even_text,
             category_table,
             confirmation_table,
             engines_table,
@@ -313,6 +314,7 @@ def show(
                 "trials": [r.model_dump(mode="json") for r in all_records],
                 "importance": importance.model_dump(mode="json"),
                 "best_categories": [c.model_dump(mode="json") for c in per_category.categories] if per_category else [],
+                "break_even": opened.break_even().model_dump(mode="json", exclude={"points"}),
             }
             print(json.dumps(payload, indent=2))
             return
@@ -331,6 +333,7 @@ def show(
             console.print(category_table(per_category.categories, title=title))
         if opened.info.confirmation is not None:
             console.print(confirmation_table(opened.info.confirmation))
+        console.print(break_even_text(opened.break_even()))
         console.print(best_summary(best, simulated=opened.info.simulated))
 
 
