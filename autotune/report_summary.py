@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 from pydantic import Field
 
+from autotune.breakeven import BreakEven
 from autotune.errors import AutotuneError
 from autotune.measure import OBJECTIVE_UNITS, CategoryStats, Measurement
 from autotune.models import Frozen
@@ -74,6 +75,7 @@ class StudySummary(Frozen):
     launch_script: str | None
     pareto: list[ParetoPoint] | None = Field(default=None, description="only for studies with two objectives")
     confirmation: Confirmation | None = Field(default=None, description="the finalists measured again")
+    break_even: BreakEven | None = Field(default=None, description="accept length each drafter needs to beat the best")
     notes: list[str] = Field(default_factory=list)
 
     @property
@@ -172,6 +174,7 @@ def summarise(view: StudyView) -> StudySummary:
         launch_script=launch_script,
         pareto=view.pareto(),
         confirmation=info.confirmation,
+        break_even=view.break_even(),
         notes=notes,
     )
 
