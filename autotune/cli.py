@@ -278,6 +278,7 @@ def show(
     with error_funnel():
         from autotune.report import (
             best_summary,
+            break_even_text,
             category_table,
             confirmation_table,
             engines_table,
@@ -316,6 +317,7 @@ def show(
                 "importance": importance.model_dump(mode="json"),
                 "best_categories": [c.model_dump(mode="json") for c in per_category.categories] if per_category else [],
                 "load_levels": levels.model_dump(mode="json") if levels else None,
+                "break_even": opened.break_even().model_dump(mode="json", exclude={"points"}),
             }
             print(json.dumps(payload, indent=2))
             return
@@ -338,6 +340,7 @@ def show(
             from autotune.report import levels_table
 
             console.print(levels_table(levels))
+        console.print(break_even_text(opened.break_even()))
         console.print(best_summary(best, simulated=opened.info.simulated))
 
 

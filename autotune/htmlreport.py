@@ -15,6 +15,7 @@ from pathlib import Path
 
 from autotune.errors import UserError
 from autotune.profile import render_yaml
+from autotune.report import break_even_text
 from autotune.report_figures import ReportFigure, outcome_look, plan_figures, short_name
 from autotune.report_summary import StudySummary, summarise
 from autotune.study.view import StudyView
@@ -172,6 +173,9 @@ def render_html(s: StudySummary, figures: Sequence[ReportFigure]) -> str:
     if s.load_levels is not None:
         parts.append("<h2>Per load level</h2>")
         parts.append(_levels_html(s))
+    if s.break_even is not None:  # the same lines as ``autotune show``; the figure is with the others
+        parts.append("<h2>Break-even accept length</h2>")
+        parts.append(f"<pre>{e(break_even_text(s.break_even).plain)}</pre>")
     parts.append("<h2>The winner</h2>")
     if s.best is None:
         parts.append("<p>No feasible trial has been measured yet.</p>")

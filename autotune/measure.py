@@ -395,6 +395,33 @@ async def run_measurement(
     )  # fmt: skip
 
 
+async def greedy_texts(
+    client: httpx.AsyncClient, base_url: str, prompts: Sequence[str], *, tokens: int
+) -> list[str]:
+    """Each prompt's first ``tokens`` greedy tokens as text, one request at a time (one stream in
+    the batch, as the reference ran). OpenAI's ``/v1/completions`` is served alike by SGLang, vLLM
+    and llama-server (the model named as ``/v1/models`` lists it), so no engine needs a text path."""
+    # llama-server may drop a kept-alive connection just as a request is sent (see llamacpp.py).
+    headers = {"Connection": "close"}
+    try:
+        listed = await client.get(f"{base_url}/v1/models", headers=headers)
+        listed.raise_for_status()
+        model = listed.json()["data"][0]["id"]
+        texts = []
+        for prompt in prompts:
+            body = {"model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": False}
+            response = await client.post(f"{base_url}/v1/completions", json=body, headers=headers)
+            response.raise_for_status()
+            texts.append(str(response.json()["choices"][0]["text"]))
+    except httpx.HTTPStatusError as exc:
+        raise MeasurementError(f"output check: server answered HTTP {exc.response.status_code}") from None
+    except httpx.HTTPError as exc:
+        raise MeasurementError(f"output check: {type(exc).__name__}: {exc}") from None
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise MeasurementError(f"output check: unexpected answer ({type(exc).__name__}: {exc})") from None
+    return texts
+
+
 def _rel(values: Sequence[float]) -> float:
     metric = mean_metric("x", "", values)
     return metric.rel_ci95 if metric.rel_ci95 is not None else math.inf

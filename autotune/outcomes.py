@@ -24,6 +24,7 @@ class OutcomeKind(str, Enum):
     CRASHED = "crashed"
     PORT_IN_USE = "port-in-use"
     MEASUREMENT_FAILED = "measurement-failed"
+    DIVERGED = "diverged"  # served and measured, but its greedy text departs from the reference: wrong, not fast
     SKIPPED_BUSY = "skipped-busy"
     INTERRUPTED = "interrupted"
     ERROR = "error"
@@ -51,7 +52,7 @@ class OutcomeKind(str, Enum):
     @property
     def is_config_fault(self) -> bool:
         """The configuration itself is at fault (the sampler should learn to avoid it)."""
-        return self.is_memory or self is OutcomeKind.INVALID_CONFIG
+        return self.is_memory or self in (OutcomeKind.INVALID_CONFIG, OutcomeKind.DIVERGED)
 
     @classmethod
     def predicted_for(cls, side: MemorySide) -> OutcomeKind:

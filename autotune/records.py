@@ -30,6 +30,17 @@ class LevelRecord(Frozen):
         return metric.value if metric else None
 
 
+class AgreementRecord(Frozen):
+    """A trial's greedy outputs against the study's reference, as stored."""
+
+    share: float | None = Field(default=None, description="mean share of matching leading characters")
+    reference_trial: int | None = None
+    shares: list[float] = Field(default_factory=list)
+    first_difference: list[int | None] = Field(default_factory=list, description="per prompt: first departing char")
+    outputs: list[str] = Field(default_factory=list, description="this trial's greedy texts")
+    error: str | None = None
+
+
 class TrialRecord(Frozen):
     """One trial as autotune reads it back from storage."""
 
@@ -61,6 +72,7 @@ class TrialRecord(Frozen):
     launch_s: float | None = None
     measure_s: float | None = None
     memory: MemoryLesson | None = Field(default=None, description="what the trial taught about memory")
+    agreement: AgreementRecord | None = Field(default=None, description="greedy outputs vs the reference")
     readings: dict[str, float | int | str] = Field(
         default_factory=dict, description="memory and roofline readings, as shown to people"
     )

@@ -15,6 +15,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from autotune.breakeven import BreakEven
 from autotune.gpu import GpuInventory
 from autotune.measure import CategoryStats, Measurement
 from autotune.records import TrialRecord
@@ -146,11 +147,48 @@ def trial_detail(record: TrialRecord) -> Group:
         ci = f" ± {metric.ci95:.3g}" if metric.ci95 is not None else ""
         shown = f"{metric.value:.4g}" if metric.value is not None else "-"
         rows.add_row(name, f"{shown}{ci} {metric.unit}".strip())
+    if record.agreement is not None:
+        rows.add_row("output check", agreement_text(record))
+        for index, text in enumerate(record.agreement.outputs):
+            rows.add_row(f"output {index + 1}", repr(text))
     for flag, setting in record.flags.items():
         rows.add_row(f"--{flag}", _fmt(setting))
     if record.argv:
         rows.add_row("argv", " ".join(record.argv))
     return Group(rows)
+
+
+def agreement_text(record: TrialRecord) -> str:
+    """The greedy-output check of a trial, in one line."""
+    check = record.agreement
+    if check is None:
+        return "not run"
+    if check.error is not None:
+        return f"failed: {check.error}"
+    if check.share is None:
+        return "unchecked: no reference output yet (a baseline or a run without speculation becomes it)"
+    shares = ", ".join(f"{s:.0%}" for s in check.shares)
+    return f"{check.share:.0%} leading agreement with trial {check.reference_trial}'s greedy text (each: {shares})"
+
+
+def break_even_text(result: BreakEven) -> Text:
+    """What accept length each measured drafter needs to beat the best, and what the fit used."""
+    text = Text("Break-even accept length", style="bold")
+    if result.note is not None or result.best_tok_s is None:
+        return text.append(f": {result.note}", style="default")
+    bare = (f"bare pass {result.bare_pass_s * 1e3:.1f} ms (trials {', '.join(map(str, result.bare_trials))})"
+            if result.bare_pass_s is not None else "no run without speculation")  # fmt: skip
+    floor = f"; at full bandwidth even a free drafter needs {result.floor:.2f}" if result.floor is not None else ""
+    text.append(f" to beat trial {result.best_trial} ({result.best_tok_s:.1f} tok/s); {bare}{floor}\n", style="default")
+    for fit in result.drafters:
+        source = "bare" if fit.pass_from == "bare pass" else "fit"
+        text.append(f"  {fit.drafter}: needs {fit.break_even:.2f} at {fit.steps} steps ", style="bold")
+        text.append(
+            f"(measured {fit.measured_accept:.2f} -> {fit.measured_tok_s:.1f} tok/s); "
+            f"pass {fit.pass_s * 1e3:.1f} ms ({source}) + {fit.step_s * 1e3:.1f} ms/step, "
+            f"{len(fit.trials)} trials, fit ±{fit.rms_rel:.1%}\n"
+        )
+    return text
 
 
 def engines_table(records: Sequence[TrialRecord]) -> Table | None:

@@ -41,6 +41,7 @@ _OUTCOME_LOOK = {
     "infeasible-memory-low": Look("#e69f00", "v", "memory: too little for the KV pools"),
     "infeasible-memory-high": Look("#d55e00", "^", "memory: too much, CUDA graphs failed"),
     "invalid-config": Look("#8e44ad", "s", "invalid flag combination"),
+    "diverged": Look("#7f7f7f", "D", "diverged: greedy text differs from the reference"),
 }
 _FAILED_LOOK = Look("#c0392b", "X", "failed (crash, timeout, interrupted)")
 
@@ -329,6 +330,34 @@ def _draw_levels_front(s: StudySummary) -> Figure:
     return fig
 
 
+def _draw_break_even(s: StudySummary) -> Figure:
+    """Predicted tok/s against accept length per drafter (its fastest trial's cycle time), the
+    best as a line, every measured drafting trial as a point, and where each line crosses the best."""
+    result = s.break_even
+    assert result is not None and result.best_tok_s is not None
+    fig, ax = _new_figure()
+    top = max([6.0, *(f.break_even + 1 for f in result.drafters), *(p.accept_length + 1 for p in result.points)])
+    lengths = [1 + i * (top - 1) / 100 for i in range(101)]
+    colours = ["#1f4e9c", "#d55e00", "#2a9d3a", "#8e44ad", "#e69f00", "#555555"]
+    for fit, colour in zip(result.drafters, colours * len(result.drafters), strict=False):
+        label = f"{fit.drafter}, {fit.steps} steps: needs {fit.break_even:.2f}"
+        # at its fastest trial's measured cycle time, the cost the break-even number uses
+        cycle_s = fit.measured_accept / fit.measured_tok_s
+        ax.plot(lengths, [x / cycle_s for x in lengths], color=colour, linewidth=1.2, label=label)
+        ax.plot(fit.break_even, result.best_tok_s, marker="|", markersize=14, color=colour)
+        measured = [p for p in result.points if p.drafter == fit.drafter]
+        ax.plot([p.accept_length for p in measured], [p.tok_s for p in measured], marker="o", linestyle="",
+                color=colour, markersize=5)  # fmt: skip
+    ax.axhline(result.best_tok_s, color="#888888", linestyle="--", linewidth=1,
+               label=f"best: trial {result.best_trial}, {result.best_tok_s:.1f} tok/s")  # fmt: skip
+    ax.set_xlabel("accept length (tokens per verify pass)")
+    ax.set_ylabel("decode tok/s (one stream)")
+    ax.set_title("Break-even accept length per drafter")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return fig
+
+
 def _tuned(s: StudySummary, flag: str) -> str | None:
     if flag not in s.tuned:
         return f"--{flag} is not tuned in this study"
@@ -430,6 +459,18 @@ def plan_figures(s: StudySummary) -> list[tuple[ReportFigure, Callable[[], Figur
         lambda: _draw_pareto(s),
         None if s.pareto else "a levels study: see the per-user vs per-GPU figure" if s.load_levels
         else f"the study has {len(s.directions)} objective; a Pareto front needs two",
+    )
+    break_even = s.break_even
+    add(
+        ReportFigure(
+            "break_even.png",
+            "Break-even accept length",
+            "Predicted decode tok/s = accept length / cycle time, at the cycle (pass + drafting) each drafter's "
+            "fastest trial measured; points are its measured trials. Where a line crosses the best (dashed) is the "
+            "accept length that drafter must reach to beat it.",
+        ),
+        lambda: _draw_break_even(s),
+        None if break_even is not None and break_even.drafters else (break_even.note if break_even else "not computed"),
     )
     return plans
 

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 from pydantic import Field
 
+from autotune.breakeven import BreakEven
 from autotune.errors import AutotuneError
 from autotune.measure import OBJECTIVE_UNITS, CategoryStats, Measurement
 from autotune.models import Frozen
@@ -76,6 +77,7 @@ class StudySummary(Frozen):
     pareto: list[ParetoPoint] | None = Field(default=None, description="only for studies with two objectives")
     confirmation: Confirmation | None = Field(default=None, description="the finalists measured again")
     load_levels: LoadLevels | None = Field(default=None, description="winner per load level, per-user vs per-GPU")
+    break_even: BreakEven | None = Field(default=None, description="accept length each drafter needs to beat the best")
     notes: list[str] = Field(default_factory=list)
 
     @property
@@ -175,6 +177,7 @@ def summarise(view: StudyView) -> StudySummary:
         pareto=view.pareto(),
         confirmation=info.confirmation,
         load_levels=view.load_levels(),
+        break_even=view.break_even(),
         notes=notes,
     )
 

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Protocol
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from autotune.agreement import AgreementSpec
 from autotune.errors import SpaceError
 from autotune.protocol import MeasureProtocol, MeasureSettings, ObjectiveMetric
 
@@ -229,6 +230,7 @@ class MeasurementSpec(MeasureProtocol):
 
     suite: str = "builtin:mixed"
     concurrency: list[int] = Field(default=[1], min_length=1, description="levels measured, in order")
+    agreement: AgreementSpec = Field(default_factory=AgreementSpec, description="greedy output check per trial")
 
     @field_validator("concurrency", mode="before")
     @classmethod

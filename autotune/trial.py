@@ -15,10 +15,11 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from autotune.agreement import PROMPTS, Agreement, AgreementSpec, OutputSample, Reference, compare
 from autotune.engines.base import EffectiveConfig, Engine, LaunchPlan, MemoryFacts
 from autotune.errors import MeasurementError
 from autotune.gpu import IDLE_TOLERANCE_BYTES, Busy, GpuInventory, used_bytes, wait_for
-from autotune.measure import Measurement, run_measurement
+from autotune.measure import Measurement, greedy_texts, run_measurement
 from autotune.outcomes import OutcomeKind
 from autotune.protocol import MeasureSettings
 from autotune.server import ServerProcess, find_free_port
@@ -46,6 +47,7 @@ class TrialOutcome(BaseModel):
     gpu_peak_used_bytes: float | None = Field(default=None, description="most memory in use, sampled while it ran")
     release_s: float | None = Field(default=None, description="time until the GPUs had their memory back")
     released: bool | None = None
+    agreement: Agreement | None = Field(default=None, description="greedy outputs against the study's reference")
 
     @property
     def measurement(self) -> Measurement | None:
@@ -78,6 +80,8 @@ class TrialSetup(BaseModel):
     records_dir: Path
     read_gpus: Callable[[], GpuInventory] | None = None
     release_timeout_s: float = 120.0
+    agreement: AgreementSpec | None = None
+    reference: Callable[[], Reference | None] | None = Field(default=None, description="the study's, read when needed")
 
 
 PORT_ATTEMPTS = 3
@@ -180,6 +184,7 @@ def _run_once(
                 )
         except MeasurementError as exc:
             error = exc.message
+        agreement = _check_outputs(setup, base_url, headers, phase) if error is None else None
         measure_s = time.monotonic() - measure_started
         phase("stopping", "")
         stop_started = time.monotonic()
@@ -208,8 +213,11 @@ def _run_once(
             stop_s=stop_s,
             objective_concurrency=setup.objective_concurrency,
         )
+    diverged = agreement is not None and agreement.diverged
     return TrialOutcome(
-        kind=OutcomeKind.OK,
+        kind=OutcomeKind.DIVERGED if diverged else OutcomeKind.OK,
+        reason=agreement.reason() if agreement is not None and diverged else None,
+        agreement=agreement,
         plan=plan,
         argv=argv,
         effective=effective,
@@ -220,6 +228,27 @@ def _run_once(
         measure_s=measure_s,
         stop_s=stop_s,
     )
+
+
+def _check_outputs(setup: TrialSetup, base_url: str, headers: dict[str, str], phase: Phase) -> Agreement | None:
+    """The server's greedy texts on the fixed prompts against the study's reference; a failed check
+    is noted, never a failed trial (the measurement stands)."""
+    spec = setup.agreement
+    if spec is None or not spec.enabled:
+        return None
+    phase("measuring", f"output check ({spec.prompts} prompts x {spec.tokens} tokens)")
+
+    async def sample() -> list[str]:
+        timeout = httpx.Timeout(setup.measure.request_timeout_s, connect=10.0)
+        async with httpx.AsyncClient(timeout=timeout, headers=headers) as client:
+            return await greedy_texts(client, base_url, PROMPTS[: spec.prompts], tokens=spec.tokens)
+
+    try:
+        texts = asyncio.run(sample())
+    except MeasurementError as exc:
+        return Agreement(error=exc.message)
+    reference = setup.reference() if setup.reference is not None else None
+    return compare(OutputSample(key=spec.key, texts=texts), reference)
 
 
 def _progress(phase: Phase | Callable[[str, str], None], level: int, text: str) -> None:

@@ -20,6 +20,7 @@ FAULT_KINDS = (
     "never-ready",  # port open, /health 503 forever
     "die-mid-measurement",  # the process exits after --twin-fault-after requests
     "hang-mid-measurement",  # stops answering (and ignores SIGTERM) after --twin-fault-after requests
+    "diverge",  # a speculating server's text departs from greedy after the first few tokens (a broken drafter)
 )
 
 

@@ -87,6 +87,10 @@ class Stats:
     token_usage: float = 0.0
 
 
+# With the ``diverge`` fault, a speculating server's text departs after this many tokens.
+DIVERGE_AFTER_TOKENS = 3
+
+
 class Scheduler(threading.Thread):
     """Runs the passes. ``submit`` from any thread; ``stop`` ends the thread within one wait."""
 
@@ -115,6 +119,7 @@ class Scheduler(threading.Thread):
         self._seen_prompts: dict[int, int] = {}
         self._drift = drift
         self._ready_at: float | None = None
+        self.diverges = False  # the ``diverge`` fault: set by the app before it starts
 
     # -- called by handler threads -------------------------------------------------------------
 
@@ -264,7 +269,9 @@ class Scheduler(threading.Thread):
     def _advance(self, request: Request, tokens: int, now: float) -> None:
         """Give ``request`` ``tokens`` more tokens and publish the update; retire it when done."""
         for _ in range(tokens):
-            request.pieces.append(request.rng.choice(request.words))
+            # Greedy text depends on the prompt only; a diverging drafter's on the pass's randomness.
+            broken = self.diverges and self.cfg.spec.enabled and len(request.pieces) >= DIVERGE_AFTER_TOKENS
+            request.pieces.append((self._rng if broken else request.rng).choice(request.words))
         request.generated += tokens
         finished = request.generated >= request.target_tokens
         reason: dict[str, object] | None = None

@@ -15,13 +15,14 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 from pydantic import Field, ValidationError
 
+from autotune.agreement import Agreement, Reference, compare
 from autotune.engines.base import LaunchPlan
 from autotune.feasibility import MemoryLesson, Prediction
 from autotune.gpu import GpuInventory, Roofline
 from autotune.measure import Measurement
 from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
-from autotune.records import LevelRecord, MetricRecord, TrialRecord
+from autotune.records import AgreementRecord, LevelRecord, MetricRecord, TrialRecord
 from autotune.space import FlagValue, SearchSpace, SLOSpec
 from autotune.study.confirm import Confirmation
 from autotune.trial import TrialOutcome
@@ -36,6 +37,8 @@ READING_PREFIXES = ("roofline", "memory")
 NOT_COPIED = frozenset({"baseline", "host", "worker_pid", "retry_of", "confirm_of", MEMORY_LESSON})
 CONFIRMATION = "confirmation"
 BY_CONCURRENCY = "by_concurrency"
+AGREEMENT = "agreement"
+REFERENCE = "agreement_reference"
 
 
 class StudyInfo(Frozen):
@@ -129,6 +132,34 @@ def study_info(study: optuna.Study) -> StudyInfo:
     )
 
 
+def agreement_reference(study: optuna.Study) -> Reference | None:
+    """The study's reference outputs (read afresh: another worker may have set it meanwhile)."""
+    stored = study.user_attrs.get(REFERENCE)
+    try:
+        return Reference.model_validate(stored) if isinstance(stored, dict) else None
+    except ValidationError:
+        return None
+
+
+def _offer_reference(trial: optuna.Trial, outcome: TrialOutcome, agreement: Agreement) -> Agreement:
+    """The first baseline, or a run without speculation, that found no reference becomes it (and
+    agrees with itself). A speculating trial never does (its drafter may be the broken one); trials
+    that ran before any reference existed stay unchecked."""
+    measured = outcome.measurement
+    accept = measured.metric("accept_length") if measured is not None else None
+    plain = accept is None or accept.value <= 1.0
+    if outcome.kind is not OutcomeKind.OK or agreement.sample is None or agreement.reference_trial is not None:
+        return agreement
+    if not (baseline_of(trial) or plain):
+        return agreement
+    current = agreement_reference(trial.study)
+    if current is not None and current.sample.key == agreement.sample.key:
+        return compare(agreement.sample, current)  # another worker set it meanwhile
+    reference = Reference(trial=trial.number, sample=agreement.sample)
+    trial.study.set_user_attr(REFERENCE, reference.model_dump(mode="json"))
+    return compare(agreement.sample, reference)
+
+
 def _confirmation(stored: object) -> Confirmation | None:
     if not isinstance(stored, dict):
         return None
@@ -220,6 +251,8 @@ def record_outcome(
     trial.set_user_attr(MEASURE_TIME, round(outcome.measure_s, 2))
     trial.set_user_attr("stop time [s]", round(outcome.stop_s, 2))
     _record_memory(trial, outcome, lesson)
+    if outcome.agreement is not None:
+        _record_agreement(trial, outcome, outcome.agreement)
     if roofline is not None:
         trial.set_user_attr("roofline_share", round(roofline.share, 3))
         trial.set_user_attr("ceiling_tok_s", round(roofline.ceiling_tok_s, 1))
@@ -258,6 +291,22 @@ def _record_measurement(trial: optuna.Trial, measurement: Measurement) -> None:
     trial.set_user_attr("categories", categories)
     if measurement.server is not None:
         trial.set_user_attr("server", measurement.server.model_dump(exclude_none=True))
+
+
+def _record_agreement(trial: optuna.Trial, outcome: TrialOutcome, agreement: Agreement) -> None:
+    agreement = _offer_reference(trial, outcome, agreement)
+    share = agreement.share
+    stored = AgreementRecord(
+        share=share,
+        reference_trial=agreement.reference_trial,
+        shares=agreement.shares,
+        first_difference=agreement.first_difference,
+        outputs=agreement.sample.texts if agreement.sample else [],
+        error=agreement.error,
+    )
+    trial.set_user_attr(AGREEMENT, stored.model_dump(mode="json", exclude_defaults=True))
+    if share is not None:
+        trial.set_user_attr("agreement [share]", round(share, 3))  # a dashboard column
 
 
 def _record_memory(trial: optuna.Trial, outcome: TrialOutcome, lesson: MemoryLesson | None) -> None:
@@ -331,6 +380,7 @@ def trial_record(trial: FrozenTrial) -> TrialRecord:
     default_outcome = OutcomeKind.FAILED.value if trial.state is TrialState.FAIL else trial.state.name.lower()
     metrics = _metric_records(attrs.get("metrics"))
     lesson = attrs.get(MEMORY_LESSON)
+    agreement = attrs.get(AGREEMENT)
     readings = {
         key: value
         for key, value in attrs.items()
@@ -363,6 +413,7 @@ def trial_record(trial: FrozenTrial) -> TrialRecord:
         launch_s=attrs.get(LAUNCH_TIME),
         measure_s=attrs.get(MEASURE_TIME),
         memory=MemoryLesson.model_validate(lesson) if isinstance(lesson, dict) else None,
+        agreement=AgreementRecord.model_validate(agreement) if isinstance(agreement, dict) else None,
         readings=readings,
         levels=_level_records(attrs.get(BY_CONCURRENCY)),
     )

@@ -25,6 +25,7 @@ from typing import Literal, Protocol
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.agreement import Reference
 from autotune.engines import get_engine
 from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan
 from autotune.errors import StorageError, UserError
@@ -144,7 +145,9 @@ def make_sampler(name: SamplerName, seed: int | None) -> optuna.samplers.BaseSam
         )
 
 
-def trial_launcher(checked: Preflight, paths: StudyPaths, read_gpus: ReadGpus | None) -> Launcher:
+def trial_launcher(
+    checked: Preflight, paths: StudyPaths, read_gpus: ReadGpus | None, reference: Callable[[], Reference | None]
+) -> Launcher:
     """The real launcher: each engine's server started, measured and stopped by :func:`run_trial`."""
     space = checked.space
     env = dict(space.env)
@@ -164,6 +167,8 @@ def trial_launcher(checked: Preflight, paths: StudyPaths, read_gpus: ReadGpus | 
             records_dir=paths.servers,
             read_gpus=read_gpus,
             release_timeout_s=space.gpus.release_timeout_s,
+            agreement=space.measurement.agreement,
+            reference=reference,
         )
         for name, prepared in checked.engines.items()
     }
@@ -246,7 +251,9 @@ class StudyRunner:
                 sampler=sampler or make_sampler("tpe", None),
                 load_if_exists=True,
             )
-        self.launch: Launcher = launcher or trial_launcher(checked, paths, read_gpus)
+        self.launch: Launcher = launcher or trial_launcher(
+            checked, paths, read_gpus, lambda: attrs.agreement_reference(self.study)
+        )
         self.artifact_store = artifact_store(paths.artifacts, create=True)
         self.stop_reason: str | None = None
         self.storage_fault: str | None = None

@@ -11,6 +11,7 @@ import optuna
 from optuna.trial import TrialState
 from pydantic import Field
 
+from autotune.breakeven import BreakEven, break_even, speed_point
 from autotune.measure import Measurement
 from autotune.models import Frozen
 from autotune.profile import Profile, ProfileMetric
@@ -109,6 +110,14 @@ class StudyView:
         if concurrency == self.info.objective_concurrency:
             return self.best()
         return level_best(self.records(), concurrency, metric=self.info.objective_metric)
+
+    def break_even(self) -> BreakEven:
+        """The accept length each measured drafter must reach to beat the best (see :mod:`autotune.breakeven`)."""
+        best = self.best()
+        engine = self.info.space.engine if self.info.space else "sglang"
+        points = [p for r in self.records() if (p := speed_point(r, engine=engine)) is not None]
+        best_tok_s = best.metric_value("decode_tok_s") if best is not None else None
+        return break_even(points, best_tok_s=best_tok_s, best_trial=best.number if best is not None else None)
 
     def record(self, number: int) -> TrialRecord | None:
         return next((r for r in self.records() if r.number == number), None)

@@ -145,6 +145,7 @@ class TwinApp(Lifecycle):
             decode_log_interval=self.args.decode_log_interval,
             drift=self.drift,
         )
+        scheduler.diverges = self.fault.kind == "diverge"
         scheduler.start()
         try:
             self._announce(cfg, plan)

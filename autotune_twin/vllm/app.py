@@ -195,6 +195,7 @@ class VllmApp(Lifecycle):
             f"init engine (profile, create kv cache, warmup model) took {time.monotonic() - started:.2f} seconds",
         )
         scheduler = VllmScheduler(profile=self.profile, vc=vc, kv=kv, seed=self.twin.seed, drift=self.twin.drift)
+        scheduler.diverges = self.fault.kind == "diverge"
         scheduler.start()
         try:
             if self.fault.kind == "never-ready":
