@@ -125,3 +125,29 @@ def test_a_drafter_takes_only_its_algorithms_cost_fields(tmp_path: Path) -> None
         load_profile(str(_with_drafter(tmp_path, {**base, "algorithm": "MEDUSA"})))
     eagle = load_profile(str(_with_drafter(tmp_path, {**base, "algorithm": "eagle", "step_ms": 0.2})))
     assert eagle.model.drafters[0].algorithm == "EAGLE" and eagle.model.drafters[0].step_bytes == 1
+
+
+def test_the_27b_profile_weighs_two_dflash_checkpoints() -> None:
+    """The public drafter reaches accept length 5-6 on code at its best block and beats the best MTP
+    depth; the user's earlier checkpoint accepts less and loses to MTP."""
+    qwen = load_profile()
+    memory = ["--tp-size", "2", "--mem-fraction-static", "0.88", "--context-length", "131072"]
+
+    def best(path: str) -> tuple[float, float]:
+        rates = []
+        for block in range(4, 17, 2):
+            cfg = launch(qwen, *memory, "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", path,
+                         "--speculative-dflash-block-size", str(block))  # fmt: skip
+            probs = physics.acceptance_probs(qwen, cfg, physics.classify_prompt(qwen, CODE))
+            rates.append((tok_s(qwen, cfg), physics.expected_accept_length(probs)))
+        return max(rates)
+
+    mtp = max(
+        tok_s(qwen, launch(qwen, *memory, "--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(steps),
+                           "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(steps + 1)))
+        for steps in range(1, 7)
+    )  # fmt: skip
+    public, public_accept = best("z-lab/Qwen3.6-27B-DFlash")
+    early, _ = best("/models/qwen3.6-27b-dflash/checkpoint-2000")
+    assert 5.0 <= public_accept <= 6.0
+    assert public > 1.05 * mtp > early
