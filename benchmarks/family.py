@@ -39,7 +39,7 @@ from autotune_twin.profile import (
 
 GIB = 1 << 30
 ModelKind = Literal["dense", "hybrid", "moe"]
-Drafting = Literal["mtp", "dflash", "mtp+dflash"]
+Drafting = Literal["mtp", "eagle3", "dflash", "mtp+dflash", "eagle3+dflash"]
 Tightness = Literal["roomy", "medium", "tight"]
 CurveShape = Literal["geometric", "plateau", "steep"]
 
@@ -63,25 +63,97 @@ class GpuKind(_Frozen):
 
 # Datasheet figures (memory, bandwidth, dense bf16 FLOPs); consumer and workstation cards talk over PCIe.
 GPUS: tuple[GpuKind, ...] = (
-    GpuKind(name="NVIDIA GeForce RTX 3090", memory_bytes=24 * GIB, bandwidth_bytes_per_s=936e9, flops=71e12,
-            bus_bits=384, clock_mhz=9751, nvlink=False, max_count=4),
-    GpuKind(name="NVIDIA GeForce RTX 4090", memory_bytes=24 * GIB, bandwidth_bytes_per_s=1008e9, flops=165e12,
-            bus_bits=384, clock_mhz=10501, nvlink=False, max_count=8),
-    GpuKind(name="NVIDIA L4", memory_bytes=24 * GIB, bandwidth_bytes_per_s=300e9, flops=121e12,
-            bus_bits=192, clock_mhz=6251, nvlink=False, max_count=8),
-    GpuKind(name="NVIDIA GeForce RTX 5090", memory_bytes=32 * GIB, bandwidth_bytes_per_s=1792e9, flops=209e12,
-            bus_bits=512, clock_mhz=14001, nvlink=False, max_count=4),
-    GpuKind(name="NVIDIA RTX A6000", memory_bytes=48 * GIB, bandwidth_bytes_per_s=768e9, flops=155e12,
-            bus_bits=384, clock_mhz=8001, nvlink=False, max_count=8),
-    GpuKind(name="NVIDIA L40S", memory_bytes=48 * GIB, bandwidth_bytes_per_s=864e9, flops=362e12,
-            bus_bits=384, clock_mhz=9001, nvlink=False, max_count=8),
-    GpuKind(name="NVIDIA A100-SXM4-80GB", memory_bytes=80 * GIB, bandwidth_bytes_per_s=2039e9, flops=312e12,
-            bus_bits=5120, clock_mhz=1593, nvlink=True, max_count=8),
-    GpuKind(name="NVIDIA H100 80GB HBM3", memory_bytes=80 * GIB, bandwidth_bytes_per_s=3350e9, flops=989e12,
-            bus_bits=5120, clock_mhz=2619, nvlink=True, max_count=8),
-    GpuKind(name="NVIDIA H200", memory_bytes=141_000_000_000, bandwidth_bytes_per_s=4800e9, flops=989e12,
-            bus_bits=6144, clock_mhz=3201, nvlink=True, max_count=8),
-)  # fmt: skip
+    GpuKind(
+        name="NVIDIA GeForce RTX 3090",
+        memory_bytes=24 * GIB,
+        bandwidth_bytes_per_s=936e9,
+        flops=71e12,
+        bus_bits=384,
+        clock_mhz=9751,
+        nvlink=False,
+        max_count=4,
+    ),
+    GpuKind(
+        name="NVIDIA GeForce RTX 4090",
+        memory_bytes=24 * GIB,
+        bandwidth_bytes_per_s=1008e9,
+        flops=165e12,
+        bus_bits=384,
+        clock_mhz=10501,
+        nvlink=False,
+        max_count=8,
+    ),
+    GpuKind(
+        name="NVIDIA L4",
+        memory_bytes=24 * GIB,
+        bandwidth_bytes_per_s=300e9,
+        flops=121e12,
+        bus_bits=192,
+        clock_mhz=6251,
+        nvlink=False,
+        max_count=8,
+    ),
+    GpuKind(
+        name="NVIDIA GeForce RTX 5090",
+        memory_bytes=32 * GIB,
+        bandwidth_bytes_per_s=1792e9,
+        flops=209e12,
+        bus_bits=512,
+        clock_mhz=14001,
+        nvlink=False,
+        max_count=4,
+    ),
+    GpuKind(
+        name="NVIDIA RTX A6000",
+        memory_bytes=48 * GIB,
+        bandwidth_bytes_per_s=768e9,
+        flops=155e12,
+        bus_bits=384,
+        clock_mhz=8001,
+        nvlink=False,
+        max_count=8,
+    ),
+    GpuKind(
+        name="NVIDIA L40S",
+        memory_bytes=48 * GIB,
+        bandwidth_bytes_per_s=864e9,
+        flops=362e12,
+        bus_bits=384,
+        clock_mhz=9001,
+        nvlink=False,
+        max_count=8,
+    ),
+    GpuKind(
+        name="NVIDIA A100-SXM4-80GB",
+        memory_bytes=80 * GIB,
+        bandwidth_bytes_per_s=2039e9,
+        flops=312e12,
+        bus_bits=5120,
+        clock_mhz=1593,
+        nvlink=True,
+        max_count=8,
+    ),
+    GpuKind(
+        name="NVIDIA H100 80GB HBM3",
+        memory_bytes=80 * GIB,
+        bandwidth_bytes_per_s=3350e9,
+        flops=989e12,
+        bus_bits=5120,
+        clock_mhz=2619,
+        nvlink=True,
+        max_count=8,
+    ),
+    GpuKind(
+        name="NVIDIA H200",
+        memory_bytes=141_000_000_000,
+        bandwidth_bytes_per_s=4800e9,
+        flops=989e12,
+        bus_bits=6144,
+        clock_mhz=3201,
+        nvlink=True,
+        max_count=8,
+    ),
+)
 
 BYTES_PER_PARAM = {"bfloat16": 2.0, "float8_e4m3fn": 1.0, "int4": 0.55}  # int4: scales and zeros on top
 VOCAB = 152_064
@@ -132,7 +204,7 @@ def _draw(rng: random.Random, seed: int) -> Member | None:
     kind: ModelKind = rng.choice(["dense", "hybrid", "moe"])
     params = _log_uniform(rng, 1e9, 250e9)
     dtype = rng.choice(list(BYTES_PER_PARAM))
-    drafting: Drafting = rng.choice(["mtp", "dflash", "mtp+dflash"])
+    drafting: Drafting = rng.choice(["mtp", "eagle3", "dflash", "mtp+dflash", "eagle3+dflash"])
     tightness: Tightness = rng.choice(["roomy", "medium", "tight"])
     gpus = _gpu_spec(rng, gpu, count)
     model = _model(rng, seed, kind, params, dtype, drafting)
@@ -153,8 +225,11 @@ def _draw(rng: random.Random, seed: int) -> Member | None:
         interconnect=_interconnect(rng, gpu),
         model=model,
         prompts=_prompts(),
-        tree=TreeSpec(miss_factor_per_doubling=rng.uniform(0.55, 0.8), bookkeeping_ms=rng.uniform(0.3, 1.5),
-                      draft_step_per_extra_branch_ms=rng.uniform(0.05, 0.3)),  # fmt: skip
+        tree=TreeSpec(
+            miss_factor_per_doubling=rng.uniform(0.55, 0.8),
+            bookkeeping_ms=rng.uniform(0.3, 1.5),
+            draft_step_per_extra_branch_ms=rng.uniform(0.05, 0.3),
+        ),
         overheads=_overheads(rng, kind),
         memory=_memory(rng, gpu),
         timing=TimingSpec(load_seconds=1.0, noise_rel=0.015),
@@ -165,8 +240,9 @@ def _draw(rng: random.Random, seed: int) -> Member | None:
         f"{' NVLink' if gpu.nvlink and count > 1 else ''}, {kind} {params / 1e9:.0f}B {dtype}, "
         f"TP>={smallest}, {drafting}, {tightness} (context {context})"
     )
-    return Member(seed=seed, summary=summary, kind=kind, drafting=drafting, tightness=tightness,
-                  profile=profile, space=space)  # fmt: skip
+    return Member(
+        seed=seed, summary=summary, kind=kind, drafting=drafting, tightness=tightness, profile=profile, space=space
+    )
 
 
 def _gpu_spec(rng: random.Random, gpu: GpuKind, count: int) -> GpuSpec:
@@ -187,15 +263,21 @@ def _gpu_spec(rng: random.Random, gpu: GpuKind, count: int) -> GpuSpec:
 
 def _interconnect(rng: random.Random, gpu: GpuKind) -> InterconnectSpec:
     if gpu.nvlink:
-        return InterconnectSpec(name="NVLink (NVSwitch)", allreduce_latency_us=rng.uniform(5, 10),
-                                allreduce_bandwidth_bytes_per_s=rng.uniform(150e9, 400e9), allreduces_per_layer=2)  # fmt: skip
-    return InterconnectSpec(name="PCIe (no NVLink)", allreduce_latency_us=rng.uniform(10, 30),
-                            allreduce_bandwidth_bytes_per_s=rng.uniform(8e9, 25e9), allreduces_per_layer=2)  # fmt: skip
+        return InterconnectSpec(
+            name="NVLink (NVSwitch)",
+            allreduce_latency_us=rng.uniform(5, 10),
+            allreduce_bandwidth_bytes_per_s=rng.uniform(150e9, 400e9),
+            allreduces_per_layer=2,
+        )
+    return InterconnectSpec(
+        name="PCIe (no NVLink)",
+        allreduce_latency_us=rng.uniform(10, 30),
+        allreduce_bandwidth_bytes_per_s=rng.uniform(8e9, 25e9),
+        allreduces_per_layer=2,
+    )
 
 
-def _model(
-    rng: random.Random, seed: int, kind: ModelKind, params: float, dtype: str, drafting: Drafting
-) -> ModelSpec:
+def _model(rng: random.Random, seed: int, kind: ModelKind, params: float, dtype: str, drafting: Drafting) -> ModelSpec:
     per_param = BYTES_PER_PARAM[dtype]
     layers = int(min(96, max(16, round(8 * math.log2(params / 1e8)))))
     hidden = int(max(1024, round(math.sqrt(params / (12 * layers)) / 256) * 256))
@@ -211,9 +293,26 @@ def _model(
     if "mtp" in drafting:
         head = int(layer_bytes * rng.uniform(1.0, 1.5))
         step_read = int(head * (active / params) + VOCAB * hidden * 2)
-        mtp = MtpSpec(head_bytes=head, step_read_bytes=step_read, kv_bytes_per_token=kv_heads * head_dim * 4,
-                      acceptance=_acceptance(rng, 8))  # fmt: skip
+        mtp = MtpSpec(
+            head_bytes=head,
+            step_read_bytes=step_read,
+            kv_bytes_per_token=kv_heads * head_dim * 4,
+            acceptance=_acceptance(rng, 8),
+        )
     drafters = []
+    if "eagle3" in drafting:  # one decoder layer and its own lm_head, trained on the target's features
+        eagle = int(layer_bytes * rng.uniform(1.0, 1.3) + VOCAB * hidden * 2)
+        drafters.append(
+            DrafterSpec(
+                path=f"family/drafter-{seed}-EAGLE3",
+                algorithm="EAGLE3",
+                weight_bytes=eagle,
+                kv_bytes_per_token=kv_heads * head_dim * 4,
+                step_read_bytes=int(eagle * rng.uniform(0.8, 1.0)),
+                step_ms=_log_uniform(rng, 0.05, 1.5),
+                acceptance=_acceptance(rng, 8),
+            )
+        )
     if "dflash" in drafting:
         drafters.append(
             DrafterSpec(
@@ -284,9 +383,13 @@ def _overheads(rng: random.Random, kind: ModelKind) -> OverheadSpec:
         verify_token_ms=_log_uniform(rng, 0.5, 2.5) if kind == "hybrid" else _log_uniform(rng, 0.03, 0.6),
         draft_step_ms=_log_uniform(rng, 0.1, 2.0),
         no_cuda_graph_pass_ms=rng.uniform(4.0, 12.0),
-        attention_backend_pass_ms={"flashinfer": rng.uniform(0, 0.6), "fa3": rng.uniform(0, 0.6),
-                                   "triton": rng.uniform(0.1, 1.5), "flex_attention": rng.uniform(1, 3),
-                                   "torch_native": rng.uniform(8, 20)},  # fmt: skip
+        attention_backend_pass_ms={
+            "flashinfer": rng.uniform(0, 0.6),
+            "fa3": rng.uniform(0, 0.6),
+            "triton": rng.uniform(0.1, 1.5),
+            "flex_attention": rng.uniform(1, 3),
+            "torch_native": rng.uniform(8, 20),
+        },
         prefill_fixed_ms=rng.uniform(4, 12),
     )
 
@@ -341,25 +444,51 @@ def _space(rng: random.Random, profile: TwinProfile, *, tps: list[int], context:
         tuned["tp-size"] = {"type": "categorical", "choices": offered}
     else:
         fixed["tp-size"] = offered[0]
-    algorithms: list[object] = [False]
-    if model.mtp is not None:
-        algorithms.append("NEXTN")
-    if model.drafters:
-        algorithms.append("DFLASH")
-    tuned["speculative-algorithm"] = {"type": "categorical", "choices": algorithms}
-    if model.drafters:
-        drafter = model.drafters[0]
-        tuned["speculative-draft-model-path"] = {"type": "categorical", "choices": [drafter.path],
-                                                 "when": "speculative-algorithm == DFLASH"}  # fmt: skip
-        tuned["speculative-dflash-block-size"] = {"type": "int", "low": 2, "high": 16,
-                                                  "when": "speculative-algorithm == DFLASH"}  # fmt: skip
-    if model.mtp is not None:
-        tuned["speculative-num-steps"] = {"type": "int", "low": 1, "high": rng.choice([5, 6, 8]),
-                                          "when": "speculative-algorithm == NEXTN"}  # fmt: skip
-        tuned["speculative-eagle-topk"] = {"type": "categorical", "choices": [1, 2, 4],
-                                           "when": "speculative-algorithm == NEXTN"}  # fmt: skip
-        tuned["speculative-num-draft-tokens"] = {"type": "int", "low": 2, "high": 16,
-                                                 "when": "speculative-eagle-topk > 1"}  # fmt: skip
+    eagle = next((d for d in model.drafters if d.algorithm == "EAGLE3"), None)
+    dflash = next((d for d in model.drafters if d.algorithm == "DFLASH"), None)
+    stepper = "NEXTN" if model.mtp is not None else "EAGLE3" if eagle is not None else None
+    tuned["speculative-algorithm"] = {
+        "type": "categorical",
+        "choices": [False, *([stepper] if stepper else []), *(["DFLASH"] if dflash else [])],
+    }
+    drafters = [d for d in (eagle, dflash) if d is not None]
+    if drafters:
+        # With both drafters a user lists both paths: a path of the other algorithm dies at launch.
+        when = (
+            f"speculative-algorithm == {drafters[0].algorithm}"
+            if len(drafters) == 1
+            else "speculative-algorithm != false"
+        )
+        tuned["speculative-draft-model-path"] = {
+            "type": "categorical",
+            "choices": [d.path for d in drafters],
+            "when": when,
+        }
+    if dflash is not None:
+        tuned["speculative-dflash-block-size"] = {
+            "type": "int",
+            "low": 2,
+            "high": 16,
+            "when": "speculative-algorithm == DFLASH",
+        }
+    if stepper is not None:
+        tuned["speculative-num-steps"] = {
+            "type": "int",
+            "low": 1,
+            "high": rng.choice([5, 6, 8]),
+            "when": f"speculative-algorithm == {stepper}",
+        }
+        tuned["speculative-eagle-topk"] = {
+            "type": "categorical",
+            "choices": [1, 2, 4],
+            "when": f"speculative-algorithm == {stepper}",
+        }
+        tuned["speculative-num-draft-tokens"] = {
+            "type": "int",
+            "low": 2,
+            "high": 16,
+            "when": "speculative-eagle-topk > 1",
+        }
     tuned["mem-fraction-static"] = {"type": "float", "low": rng.choice([0.5, 0.6, 0.7]), "high": 0.97, "step": 0.01}
     tuned["max-running-requests"] = {"type": "categorical", "choices": [4, 8, 16, 32, 64]}
     tuned["cuda-graph-max-bs-decode"] = {"type": "categorical", "choices": [4, 8, 16, 32, 64, 128]}
@@ -373,11 +502,19 @@ def _space(rng: random.Random, profile: TwinProfile, *, tps: list[int], context:
         tuned["mamba-full-memory-ratio"] = {"type": "float", "low": 0.2, "high": 1.0, "step": 0.1}
     smallest = {"tp-size": tps[0]} if "tp-size" in tuned else {}
     cautious = {**smallest, "mem-fraction-static": 0.8}
-    if model.mtp is not None:
-        cautious.update({"speculative-algorithm": "NEXTN", "speculative-num-steps": 1, "speculative-eagle-topk": 1,
-                         "speculative-num-draft-tokens": 2})  # fmt: skip
-    elif model.drafters:
-        cautious.update({"speculative-algorithm": "DFLASH", "speculative-draft-model-path": model.drafters[0].path})
+    if stepper is not None:
+        cautious.update(
+            {
+                "speculative-algorithm": stepper,
+                "speculative-num-steps": 1,
+                "speculative-eagle-topk": 1,
+                "speculative-num-draft-tokens": 2,
+            }
+        )
+        if eagle is not None:
+            cautious["speculative-draft-model-path"] = eagle.path
+    elif dflash is not None:
+        cautious.update({"speculative-algorithm": "DFLASH", "speculative-draft-model-path": dflash.path})
     return SearchSpace.model_validate(
         {
             "version": 1,
@@ -390,11 +527,19 @@ def _space(rng: random.Random, profile: TwinProfile, *, tps: list[int], context:
             "tuned": tuned,
             "baselines": [
                 Baseline(name="defaults", note="SGLang's defaults (no speculative decoding)", flags=smallest),
-                Baseline(name="cautious", note="the drafter at its mildest, a cautious memory fraction",
-                         flags=cautious),  # fmt: skip
+                Baseline(
+                    name="cautious", note="the drafter at its mildest, a cautious memory fraction", flags=cautious
+                ),
             ],
-            "measurement": {"suite": "builtin:mixed", "warmup_requests": 1, "prompts_per_round": 4,
-                            "max_tokens": 256, "concurrency": 1, "min_rounds": 2, "max_rounds": 4},  # fmt: skip
+            "measurement": {
+                "suite": "builtin:mixed",
+                "warmup_requests": 1,
+                "prompts_per_round": 4,
+                "max_tokens": 256,
+                "concurrency": 1,
+                "min_rounds": 2,
+                "max_rounds": 4,
+            },
             "objective": "decode_tok_s",
             "launch": {"timeout_s": 60},
         }

@@ -834,7 +834,8 @@ def print_family_table(report: dict[str, Any]) -> None:
         table.add_column(header, justify="left" if header == "method" else "right")
     for name, result in report["methods"].items():
         s = result["summary"]
-        launches, hours, deaths, gap = s["launches_to_2pct"], s["gpu_hours_to_2pct"], s["memory_death_rate"], s["final_gap"]
+        launches, hours = s["launches_to_2pct"], s["gpu_hours_to_2pct"]
+        deaths, gap = s["memory_death_rate"], s["final_gap"]
         table.add_row(
             name,
             " / ".join(_fmt(launches[k], 0, budget) for k in ("median", "p90", "worst")),
