@@ -59,10 +59,11 @@ from autotune.study import (  # noqa: E402
     StudyRunner,
     make_sampler,
 )
+from autotune.study.runner import SamplerName  # noqa: E402
 from autotune.trial import TrialOutcome  # noqa: E402
 from autotune.workload import load_suite  # noqa: E402
 from autotune_twin.profile import TwinProfile, inventory, load_profile  # noqa: E402
-from benchmarks import family  # noqa: E402
+from benchmarks import family, replay  # noqa: E402
 from benchmarks.landscape import (  # noqa: E402
     Evaluation,
     GridAxis,
@@ -71,6 +72,7 @@ from benchmarks.landscape import (  # noqa: E402
     MeasureShape,
     Optimum,
     Prompt,
+    _random_candidate,
     grid,
 )
 
@@ -847,6 +849,106 @@ def print_family_table(report: dict[str, Any]) -> None:
     console.print(table)
 
 
+# ---------------------------------------------------------------------------------------------
+# A recorded real landscape (benchmarks/replay.py): launches drawn from the recorded ones
+
+
+class RecordedSteps(StudyEvents):
+    """Each finished trial of a replayed study as a step (launched when the launcher drew a launch)."""
+
+    def __init__(self, run: Run, launcher: replay.RecordedLauncher) -> None:
+        self.run, self.launcher, self.seen = run, launcher, 0
+
+    def trial_finished(self, record: TrialRecord) -> None:
+        launched = len(self.launcher.drawn) > self.seen
+        self.seen = len(self.launcher.drawn)
+        launch, true = self.launcher.drawn[-1] if launched else (None, None)
+        self.run.steps.append(
+            Step(launched=launched, outcome=record.outcome or "", flags=record.flags or None,
+                 seconds=launch.launch_s + launch.measure_s + launch.stop_s if launch else 0.0,
+                 measured=launch.value if launch else None, true=true)
+        )  # fmt: skip
+
+
+def run_recorded_study(problem: replay.RecordedProblem, seed: int, budget: int, *, sampler: SamplerName) -> Run:
+    """autotune's study loop (no baselines) on a recorded landscape, until ``budget`` launches."""
+    run = Run(method=f"autotune ({sampler})", seed=seed)
+    launcher = replay.RecordedLauncher(problem, random.Random(seed))
+    engine = PreparedEngine(engine=problem.engine, launcher=["recorded"],
+                            flag_set=FlagSet(flags=frozenset(problem.space.all_flag_names())))  # fmt: skip
+    checked = Preflight(space=problem.space, engines={problem.space.engine: engine}, suite=load_suite("builtin:mixed"),
+                        inventory=GpuInventory(driver_version="none", gpus=[]))  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="autotune-replay-") as tmp:
+        paths = StudyPaths(Path(tmp), "replay")
+        events = RecordedSteps(run, launcher)
+        runner = StudyRunner(checked, name=paths.name, storage=optuna.storages.InMemoryStorage(), paths=paths,
+                             launcher=launcher, sampler=make_sampler(sampler, seed), events=events)  # fmt: skip
+
+        def launch_budget(records: Sequence[TrialRecord]) -> str | None:
+            return f"{budget} launches" if len(launcher.drawn) >= budget else None
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            runner.run(trials=budget * TRIAL_CAP_FACTOR, timeout_s=None, rules=[launch_budget])
+    return run
+
+
+def run_recorded_random(problem: replay.RecordedProblem, seed: int, budget: int) -> Run:
+    """Plain random search over the recorded grid: uniform draws, each launched."""
+    run = Run(method="random search", seed=seed)
+    rng, launcher = random.Random(10_000 + seed), replay.RecordedLauncher(problem, random.Random(seed))
+    while len(run.steps) < budget:
+        flags = _random_candidate(problem.axes, problem.space.fixed, rng)
+        plan = problem.engine.normalise({k: v for k, v in flags.items() if v is not False})
+        launch = launcher.draw(plan)
+        seconds = launch.launch_s + launch.measure_s + launch.stop_s
+        run.steps.append(Step(launched=True, outcome=launch.outcome, measured=launch.value,
+                              true=launcher.drawn[-1][1], seconds=seconds))  # fmt: skip
+    return run
+
+
+def recorded_benchmark(path: Path, *, seeds: int, budget: int | None = None) -> dict[str, Any]:
+    """autotune and random search on a recorded landscape; the budget defaults to the grid's size."""
+    problem = replay.load_problem(path)
+    budget = budget or len(problem.launches)
+    runs = {
+        "autotune (TPE, default)": [run_recorded_study(problem, s, budget, sampler="tpe") for s in range(seeds)],
+        "random (autotune loop)": [run_recorded_study(problem, s, budget, sampler="random") for s in range(seeds)],
+        "random search": [run_recorded_random(problem, s, budget) for s in range(seeds)],
+    }
+    results = {}
+    for name, method_runs in runs.items():
+        rows = [{**r.summary(problem.optimum, 1), "seed": r.seed} for r in method_runs]
+        results[name] = {"summary": {"seeds": seeds, "reached": sum(r["launches_to_2pct"] is not None for r in rows),
+                                     "launches_to_2pct": spread([r["launches_to_2pct"] for r in rows]),
+                                     "final_gap": spread([r["final_gap"] for r in rows])},
+                         "runs": rows}  # fmt: skip
+    return {"recorded": str(path), "name": problem.recorded.name, "hardware": problem.recorded.machine.hardware,
+            "configs": len(problem.launches), "grid_points": len(problem.recorded.configs), "budget": budget,
+            "optimum": problem.optimum, "methods": results}  # fmt: skip
+
+
+def print_recorded_table(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    budget = report["budget"]
+    table = Table(
+        title=f"Search on the recorded landscape {report['name']} ({report['hardware']}): {report['configs']} distinct "
+        f"configs, best mean {report['optimum']:.2f}; budget {budget} launches",
+        caption="launches until the best-so-far's mean is within 2 % of the best config's (median / 90th percentile "
+        "/ worst over seeds). Each launch replays one recorded launch of its config.",
+    )
+    for header in ("method", "launches to 2%", "reached", "final gap"):
+        table.add_column(header, justify="left" if header == "method" else "right")
+    for name, result in report["methods"].items():
+        s = result["summary"]
+        table.add_row(name, " / ".join(_fmt(s["launches_to_2pct"][k], 0, budget) for k in ("median", "p90", "worst")),
+                      f"{s['reached']}/{s['seeds']}",
+                      " / ".join(f"{s['final_gap'][k]:.1%}" for k in ("median", "p90", "worst")))  # fmt: skip
+    Console(width=max(Console().width, 130)).print(table)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -856,8 +958,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--family", type=int, default=None, metavar="N",
                         help="instead of one profile: N generated landscapes (benchmarks/family.py)")  # fmt: skip
     parser.add_argument("--family-seed", type=int, default=0, metavar="S", help="the first member's seed")
+    parser.add_argument("--recorded", type=Path, default=None, metavar="FILE",
+                        help="instead of a twin: a recorded real landscape (benchmarks/landscapes/*.json)")  # fmt: skip
     parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--budget", type=int, default=80, help="launches per run")
+    parser.add_argument("--budget", type=int, default=None, help="launches per run (default 80; --recorded: the grid)")
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
     parser.add_argument("--methods", default=None,
                         help="comma-separated: autotune, random-runner, random, grid, tiered, tpe-startup2, "
@@ -869,9 +973,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     started = time.monotonic()
-    if args.family is not None:
+    if args.recorded is not None:
+        report = recorded_benchmark(args.recorded, seeds=args.seeds, budget=args.budget)
+        print_recorded_table(report)
+    elif args.family is not None:
         names = args.methods.split(",") if args.methods else DEFAULT_FAMILY_METHODS
-        report = family_benchmark(args.family, args.family_seed, budget=args.budget,
+        report = family_benchmark(args.family, args.family_seed, budget=args.budget or 80,
                                   method_names=[m.strip() for m in names if m.strip()], per_tier=args.per_tier,
                                   noise_rel=args.noise, progress=progress)  # fmt: skip
         report["wall_s"] = time.monotonic() - started
@@ -882,7 +989,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         problem = load_problem(args.twin_profile, args.space, noise_rel=args.noise)
         solve(problem, exhaustive=args.exhaustive or None)
         names = args.methods.split(",") if args.methods else DEFAULT_METHODS
-        report = benchmark(problem, seeds=args.seeds, budget=args.budget,
+        report = benchmark(problem, seeds=args.seeds, budget=args.budget or 80,
                            method_names=[m.strip() for m in names if m.strip()], per_tier=args.per_tier,
                            progress=progress)  # fmt: skip
         report["wall_s"] = time.monotonic() - started
