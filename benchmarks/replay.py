@@ -98,10 +98,11 @@ class RecordedLauncher:
         self, plan: LaunchPlan, log_path: Path, phase: Callable[[str, str], None], early_stop: EarlyStop | None = None
     ) -> TrialOutcome:
         launch = self.draw(plan)
-        timing = {"launch_s": launch.launch_s, "measure_s": launch.measure_s, "stop_s": launch.stop_s}
         kind = OutcomeKind(launch.outcome)
+        outcome = TrialOutcome(kind=kind, plan=plan, reason=launch.reason, launch_s=launch.launch_s,
+                              measure_s=launch.measure_s, stop_s=launch.stop_s)  # fmt: skip
         if kind is not OutcomeKind.OK or launch.value is None:
-            return TrialOutcome(kind=kind, reason=launch.reason, plan=plan, **timing)  # type: ignore[arg-type]
+            return outcome
         objective = self.problem.space.objective
         rounds = launch.rounds or 1
         metrics = [Metric(name=objective.metric, unit="tok/s", value=launch.value, n=rounds,
@@ -114,5 +115,6 @@ class RecordedLauncher:
             precision_reached=True, stop_reason="recorded launch", steadiness=None, metrics=metrics, categories=[],
             duration_s=launch.measure_s, requests=[], early_stopped=False,
         )  # fmt: skip
-        return TrialOutcome(kind=kind, plan=plan, measurements=[measurement],
-                            objective_concurrency=objective.concurrency, **timing)  # type: ignore[arg-type]
+        return outcome.model_copy(
+            update={"measurements": [measurement], "objective_concurrency": objective.concurrency}
+        )
