@@ -43,7 +43,7 @@ class LaunchError(Exception):
 class SpecConfig:
     """Speculative decoding after SGLang's rules; ``kind`` is how the twin simulates it."""
 
-    kind: str  # "none", "mtp" (the model's own MTP heads) or "dflash"
+    kind: str  # "none", "mtp" (the model's own MTP heads), "eagle" (a separate EAGLE/EAGLE3 drafter) or "dflash"
     algorithm: str | None = None
     num_steps: int | None = None
     eagle_topk: int | None = None
@@ -204,7 +204,7 @@ def _speculative(
         raise LaunchError("ValueError", f"Unknown speculative algorithm name: {args.speculative_algorithm}")
     if algorithm == "DFLASH":
         return _dflash(args, profile, notes)
-    kind = _mtp_kind(algorithm, args, profile)
+    kind, drafter = _draft_source(algorithm, args, profile)
     steps, topk, draft = args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens
     given = [v for v in (steps, topk, draft) if v is not None]
     if given and len(given) < 3 and not (steps is not None and topk is not None):
@@ -246,22 +246,37 @@ def _speculative(
         eagle_topk=topk,
         num_draft_tokens=draft,
         draft_model_path=args.speculative_draft_model_path or args.model_path,
+        drafter=drafter,
     )
 
 
-def _mtp_kind(algorithm: str, args: argparse.Namespace, profile: TwinProfile) -> str:
-    """NEXTN, or EAGLE without a separate draft model, runs the model's own MTP heads."""
-    own_heads = args.speculative_draft_model_path in (None, args.model_path)
+def _draft_source(algorithm: str, args: argparse.Namespace, profile: TwinProfile) -> tuple[str, DrafterSpec | None]:
+    """("mtp", None) for the model's own MTP heads (NEXTN, or EAGLE without a separate draft
+    model); ("eagle", drafter) for a separate EAGLE/EAGLE3 draft model the profile knows."""
+    path = args.speculative_draft_model_path
+    own_heads = path in (None, args.model_path)
     if algorithm in ("NEXTN", "EAGLE") and own_heads:
         if profile.model.mtp is None:
             raise LaunchError("ValueError", f"{profile.model.name} has no MTP heads; NEXTN needs a draft model")
-        return "mtp"
-    raise LaunchError(
-        "ValueError",
-        f"speculative algorithm {algorithm} with draft model {args.speculative_draft_model_path} is not "
-        f"supported by the autotune twin (profile {profile.name} simulates NEXTN/EAGLE with the model's "
-        f"MTP heads and DFLASH with {[d.path for d in profile.model.drafters]})",
-    )
+        return "mtp", None
+    if algorithm not in ("NEXTN", "EAGLE", "EAGLE3"):
+        raise LaunchError(
+            "ValueError",
+            f"speculative algorithm {algorithm} is not simulated by the autotune twin (profile "
+            f"{profile.name} simulates NEXTN/EAGLE with the model's MTP heads, EAGLE/EAGLE3 and DFLASH "
+            f"with {[d.path for d in profile.model.drafters]})",
+        )
+    if own_heads:
+        raise LaunchError("ValueError", f"{algorithm} needs --speculative-draft-model-path (its draft model)")
+    # NEXTN is EAGLE under another name once a draft model is given.
+    drafter = profile.drafter(path, "EAGLE" if algorithm == "NEXTN" else algorithm)
+    if drafter is None:
+        raise LaunchError(
+            "OSError",
+            f"{path} is not an {algorithm} draft model the twin knows "
+            f"(profile {profile.name} has {[(d.path, d.algorithm) for d in profile.model.drafters]})",
+        )
+    return "eagle", drafter
 
 
 def _dflash(args: argparse.Namespace, profile: TwinProfile, notes: list[str]) -> SpecConfig:

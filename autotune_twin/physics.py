@@ -393,10 +393,10 @@ def acceptance_probs(profile: TwinProfile, cfg: LaunchConfig, prompt: PromptClas
         assert spec.drafter is not None and spec.num_draft_tokens is not None
         probs = _extend(spec.drafter.acceptance[category], spec.num_draft_tokens - 1)
     else:
-        mtp = profile.model.mtp
-        assert mtp is not None and spec.num_steps and spec.eagle_topk and spec.num_draft_tokens
+        table = spec.drafter.acceptance if spec.drafter is not None else _mtp_acceptance(profile)
+        assert spec.num_steps and spec.eagle_topk and spec.num_draft_tokens
         depth = min(spec.num_steps, spec.num_draft_tokens - 1)
-        probs = _extend(mtp.acceptance[category], depth)
+        probs = _extend(table[category], depth)
         branch = min(spec.eagle_topk, (spec.num_draft_tokens - 1) / max(depth, 1))
         if branch > 1:
             probs = _widen(probs, branch, profile.tree.miss_factor_per_doubling)
@@ -404,6 +404,12 @@ def acceptance_probs(profile: TwinProfile, cfg: LaunchConfig, prompt: PromptClas
         scale = profile.prompts.long_acceptance_scale
         probs = [p * scale ** (i + 1) for i, p in enumerate(probs)]
     return tuple(probs)
+
+
+def _mtp_acceptance(profile: TwinProfile) -> dict[str, list[float]]:
+    mtp = profile.model.mtp
+    assert mtp is not None  # launch refuses NEXTN without MTP heads
+    return mtp.acceptance
 
 
 def _widen(probs: list[float], branch: float, miss_factor: float) -> list[float]:
@@ -458,14 +464,14 @@ def _flops(profile: TwinProfile) -> float:
 
 
 def draft_seconds(profile: TwinProfile, cfg: LaunchConfig, batch: int) -> float:
-    """Drafting the next pass's tokens: MTP steps in sequence, or one DFlash block."""
+    """Drafting the next pass's tokens: MTP or EAGLE steps in sequence, or one DFlash block."""
     spec = cfg.spec
     scale = 1 + profile.overheads.batch_scale * (batch - 1)
-    if spec.kind == "mtp":
-        mtp = profile.model.mtp
-        assert mtp is not None and spec.num_steps is not None and spec.eagle_topk is not None
-        step_ms = profile.overheads.draft_step_ms + (spec.eagle_topk - 1) * profile.tree.draft_step_per_extra_branch_ms
-        step_s = mtp.step_read_bytes / cfg.tp_size / _bandwidth(profile) + step_ms * 1e-3 * scale
+    if spec.kind in ("mtp", "eagle"):
+        assert spec.num_steps is not None and spec.eagle_topk is not None
+        step_read, step_ms = _draft_step_costs(profile, cfg)
+        step_ms += (spec.eagle_topk - 1) * profile.tree.draft_step_per_extra_branch_ms
+        step_s = step_read / cfg.tp_size / _bandwidth(profile) + step_ms * 1e-3 * scale
         tree_s = profile.tree.bookkeeping_ms * 1e-3 if spec.eagle_topk > 1 else 0.0
         return spec.num_steps * step_s + tree_s
     if spec.kind == "dflash":
@@ -474,6 +480,16 @@ def draft_seconds(profile: TwinProfile, cfg: LaunchConfig, batch: int) -> float:
         read_s = drafter.weight_bytes / cfg.tp_size / _bandwidth(profile)
         return read_s + (drafter.block_fixed_ms + drafter.per_token_ms * spec.num_draft_tokens) * 1e-3 * scale
     return 0.0
+
+
+def _draft_step_costs(profile: TwinProfile, cfg: LaunchConfig) -> tuple[int, float]:
+    """(bytes read, fixed ms) of one draft step: the EAGLE drafter's, else the MTP head's."""
+    drafter = cfg.spec.drafter
+    if drafter is not None:
+        return drafter.step_bytes, drafter.step_ms
+    mtp = profile.model.mtp
+    assert mtp is not None
+    return mtp.step_read_bytes, profile.overheads.draft_step_ms
 
 
 def decode_pass_seconds(profile: TwinProfile, cfg: LaunchConfig, contexts: Sequence[int]) -> float:

@@ -82,15 +82,34 @@ class MtpSpec(_Strict):
         return _check_acceptance(value)
 
 
+# The algorithms a separate draft model can serve: EAGLE/EAGLE3 draft step by step (NEXTN with a
+# draft model path is EAGLE), DFLASH drafts a whole block in one pass.
+DRAFTER_ALGORITHMS = ("EAGLE", "EAGLE3", "DFLASH")
+_DFLASH_FIELDS = ("default_block_size", "block_fixed_ms", "per_token_ms")
+_EAGLE_FIELDS = ("step_read_bytes", "step_ms")
+
+
 class DrafterSpec(_Strict):
+    """A separate draft model, matched by ``--speculative-draft-model-path`` and algorithm.
+
+    Common fields, then the cost fields of its algorithm: DFLASH ``default_block_size``,
+    ``block_fixed_ms``, ``per_token_ms``; EAGLE/EAGLE3 ``step_read_bytes``, ``step_ms``. Setting
+    the other algorithm's fields is an error, so a generated profile cannot mix them up.
+    """
+
     path: str
     algorithm: str
     weight_bytes: int = Field(ge=0)
     kv_bytes_per_token: int = Field(ge=0)
-    default_block_size: int = Field(ge=2)
-    block_fixed_ms: float = Field(ge=0)
-    per_token_ms: float = Field(ge=0)
     acceptance: dict[str, list[float]]
+    # A broken checkpoint (wrong tokenizer, wrong target): its tokens depart from greedy text.
+    diverges: bool = False
+    default_block_size: int = Field(default=16, ge=2)
+    block_fixed_ms: float = Field(default=0.0, ge=0)
+    per_token_ms: float = Field(default=0.0, ge=0)
+    # None: the whole drafter is read per step (weight_bytes).
+    step_read_bytes: int | None = Field(default=None, ge=0)
+    step_ms: float = Field(default=0.0, ge=0)
 
     @field_validator("acceptance")
     @classmethod
@@ -99,8 +118,24 @@ class DrafterSpec(_Strict):
 
     @field_validator("algorithm")
     @classmethod
-    def _upper(cls, value: str) -> str:
-        return value.upper()
+    def _algorithm(cls, value: str) -> str:
+        upper = value.upper()
+        if upper not in DRAFTER_ALGORITHMS:
+            raise ValueError(f"unknown drafter algorithm {value!r}; known: {list(DRAFTER_ALGORITHMS)}")
+        return upper
+
+    @model_validator(mode="after")
+    def _fields_of_its_algorithm(self) -> DrafterSpec:
+        foreign = _EAGLE_FIELDS if self.algorithm == "DFLASH" else _DFLASH_FIELDS
+        wrong = sorted(set(foreign) & self.model_fields_set)
+        if wrong:
+            raise ValueError(f"{wrong} do not apply to a {self.algorithm} drafter")
+        return self
+
+    @property
+    def step_bytes(self) -> int:
+        """Bytes one EAGLE draft step reads."""
+        return self.weight_bytes if self.step_read_bytes is None else self.step_read_bytes
 
 
 class ModelSpec(_Strict):

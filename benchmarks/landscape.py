@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import dataclasses
 import io
+import itertools
 import math
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -359,7 +360,8 @@ class Landscape:
         """
         fixed = dict(fixed or {})
         if exhaustive is None:
-            exhaustive = grid_size(axes, fixed) <= EXHAUSTIVE_LIMIT
+            # Counting stops past the limit: a family member's grid has millions of candidates.
+            exhaustive = sum(1 for _ in itertools.islice(grid(axes, fixed), EXHAUSTIVE_LIMIT + 1)) <= EXHAUSTIVE_LIMIT
         if not exhaustive:
             found = self._optimum_by_class(axes, fixed, normalise)
             if found is not None:

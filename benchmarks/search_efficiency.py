@@ -59,9 +59,11 @@ from autotune.study import (  # noqa: E402
     StudyRunner,
     make_sampler,
 )
+from autotune.study.runner import SamplerName  # noqa: E402
 from autotune.trial import TrialOutcome  # noqa: E402
 from autotune.workload import load_suite  # noqa: E402
 from autotune_twin.profile import TwinProfile, inventory, load_profile  # noqa: E402
+from benchmarks import family, replay  # noqa: E402
 from benchmarks.landscape import (  # noqa: E402
     Evaluation,
     GridAxis,
@@ -70,6 +72,7 @@ from benchmarks.landscape import (  # noqa: E402
     MeasureShape,
     Optimum,
     Prompt,
+    _random_candidate,
     grid,
 )
 
@@ -158,8 +161,13 @@ def load_problem(
     profile_ref: str, space_path: str | Path, *, noise_rel: float | None = None, cost: LaunchCost | None = None
 ) -> Problem:
     """Read a twin profile and a search space; the landscape's measurement follows the space's."""
-    profile = load_profile(profile_ref)
-    space = load_space(space_path)
+    return problem_of(load_profile(profile_ref), load_space(space_path), noise_rel=noise_rel, cost=cost)
+
+
+def problem_of(
+    profile: TwinProfile, space: SearchSpace, *, noise_rel: float | None = None, cost: LaunchCost | None = None
+) -> Problem:
+    """A profile and a space already in hand (a family member); see :func:`load_problem`."""
     engine = get_engine(space.engine)
     suite = load_suite(space.suite_path())
     m = space.measurement
@@ -650,6 +658,7 @@ def _sampler_method(spec: str) -> Method:
 
 
 DEFAULT_METHODS = ("autotune", "random-runner", "random", "grid", "tiered")
+DEFAULT_FAMILY_METHODS = ("autotune", "random", "tiered")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -759,35 +768,232 @@ def print_table(report: dict[str, Any]) -> None:
         console.print(f"note: {note}")
 
 
+# ---------------------------------------------------------------------------------------------
+# A family of landscapes (benchmarks/family.py): the distribution over members
+
+
+def _quantile(values: Sequence[float | None], q: float) -> float | None:
+    """Nearest-rank quantile; a member that never got within 2 % is larger than any number (None)."""
+    ordered = sorted(values, key=lambda v: math.inf if v is None else v)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def spread(values: Sequence[float | None]) -> dict[str, float | None]:
+    """Median, 90th percentile and worst over members (None: not reached)."""
+    return {"median": _quantile(values, 0.5), "p90": _quantile(values, 0.9), "worst": _quantile(values, 1.0)}
+
+
+def family_benchmark(
+    count: int, first_seed: int, *, budget: int, method_names: Sequence[str] = DEFAULT_FAMILY_METHODS,
+    per_tier: int = 8, noise_rel: float | None = None, progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Every method once on every member (the member's seed seeds the sampler and the noise)."""
+    chosen = methods(method_names, per_tier=per_tier)
+    rows: dict[str, list[dict[str, Any]]] = {m.name: [] for m in chosen}
+    described = []
+    for fam in family.members(count, first_seed):
+        problem = problem_of(fam.profile, fam.space, noise_rel=noise_rel)
+        optimum = solve(problem)
+        described.append({"seed": fam.seed, "summary": fam.summary, "optimum_tok_s": optimum.tok_s,
+                          "optimum": optimum.flags})  # fmt: skip
+        for method in chosen:
+            run = method.run(problem, fam.seed, budget)
+            rows[method.name].append({**run.summary(optimum.tok_s, problem.gpus), "seed": fam.seed})
+        if progress is not None:
+            progress(f"member {fam.seed} done: {fam.summary}")
+    results = {}
+    for name, runs in rows.items():
+        results[name] = {
+            "summary": {
+                "members": len(runs),
+                "reached": sum(r["launches_to_2pct"] is not None for r in runs),
+                "launches_to_2pct": spread([r["launches_to_2pct"] for r in runs]),
+                "gpu_hours_to_2pct": spread([r["gpu_hours_to_2pct"] for r in runs]),
+                "memory_death_rate": spread([r["memory_death_rate"] for r in runs]),
+                "final_gap": spread([r["final_gap"] for r in runs]),
+            },
+            "runs": runs,
+        }
+    return {"family_seeds": [first_seed, first_seed + count - 1], "budget": budget, "members": described,
+            "methods": results}  # fmt: skip
+
+
+def print_family_table(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 150))
+    budget = report["budget"]
+    first, last = report["family_seeds"]
+    table = Table(
+        title=f"Search efficiency over family members {first}..{last} ({last - first + 1} landscapes, "
+        f"budget {budget} launches)",
+        caption="median / 90th percentile / worst over members; >N = not reached in N launches. Memory deaths: "
+        "launches that died of memory, as a share of launches (autotune and its random loop launch only what "
+        "their feasibility model predicts fits). SIMULATED on generated twin profiles.",
+    )
+    for header in ("method", "launches to 2%", "GPU-h to 2%", "reached", "memory deaths", "final gap"):
+        table.add_column(header, justify="left" if header == "method" else "right")
+    for name, result in report["methods"].items():
+        s = result["summary"]
+        launches, hours = s["launches_to_2pct"], s["gpu_hours_to_2pct"]
+        deaths, gap = s["memory_death_rate"], s["final_gap"]
+        table.add_row(
+            name,
+            " / ".join(_fmt(launches[k], 0, budget) for k in ("median", "p90", "worst")),
+            " / ".join(_fmt(hours[k], 2, budget) if hours[k] is not None else "—" for k in ("median", "p90", "worst")),
+            f"{s['reached']}/{s['members']}",
+            " / ".join(f"{deaths[k]:.0%}" for k in ("median", "p90", "worst")),
+            " / ".join(f"{gap[k]:.1%}" for k in ("median", "p90", "worst")),
+        )
+    console.print(table)
+
+
+# ---------------------------------------------------------------------------------------------
+# A recorded real landscape (benchmarks/replay.py): launches drawn from the recorded ones
+
+
+class RecordedSteps(StudyEvents):
+    """Each finished trial of a replayed study as a step (launched when the launcher drew a launch)."""
+
+    def __init__(self, run: Run, launcher: replay.RecordedLauncher) -> None:
+        self.run, self.launcher, self.seen = run, launcher, 0
+
+    def trial_finished(self, record: TrialRecord) -> None:
+        launched = len(self.launcher.drawn) > self.seen
+        self.seen = len(self.launcher.drawn)
+        launch, true = self.launcher.drawn[-1] if launched else (None, None)
+        self.run.steps.append(
+            Step(launched=launched, outcome=record.outcome or "", flags=record.flags or None,
+                 seconds=launch.launch_s + launch.measure_s + launch.stop_s if launch else 0.0,
+                 measured=launch.value if launch else None, true=true)
+        )  # fmt: skip
+
+
+def run_recorded_study(problem: replay.RecordedProblem, seed: int, budget: int, *, sampler: SamplerName) -> Run:
+    """autotune's study loop (no baselines) on a recorded landscape, until ``budget`` launches."""
+    run = Run(method=f"autotune ({sampler})", seed=seed)
+    launcher = replay.RecordedLauncher(problem, random.Random(seed))
+    engine = PreparedEngine(engine=problem.engine, launcher=["recorded"],
+                            flag_set=FlagSet(flags=frozenset(problem.space.all_flag_names())))  # fmt: skip
+    checked = Preflight(space=problem.space, engines={problem.space.engine: engine}, suite=load_suite("builtin:mixed"),
+                        inventory=GpuInventory(driver_version="none", gpus=[]))  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="autotune-replay-") as tmp:
+        paths = StudyPaths(Path(tmp), "replay")
+        events = RecordedSteps(run, launcher)
+        runner = StudyRunner(checked, name=paths.name, storage=optuna.storages.InMemoryStorage(), paths=paths,
+                             launcher=launcher, sampler=make_sampler(sampler, seed), events=events)  # fmt: skip
+
+        def launch_budget(records: Sequence[TrialRecord]) -> str | None:
+            return f"{budget} launches" if len(launcher.drawn) >= budget else None
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            runner.run(trials=budget * TRIAL_CAP_FACTOR, timeout_s=None, rules=[launch_budget])
+    return run
+
+
+def run_recorded_random(problem: replay.RecordedProblem, seed: int, budget: int) -> Run:
+    """Plain random search over the recorded grid: uniform draws, each launched."""
+    run = Run(method="random search", seed=seed)
+    rng, launcher = random.Random(10_000 + seed), replay.RecordedLauncher(problem, random.Random(seed))
+    while len(run.steps) < budget:
+        flags = _random_candidate(problem.axes, problem.space.fixed, rng)
+        plan = problem.engine.normalise({k: v for k, v in flags.items() if v is not False})
+        launch = launcher.draw(plan)
+        seconds = launch.launch_s + launch.measure_s + launch.stop_s
+        run.steps.append(Step(launched=True, outcome=launch.outcome, measured=launch.value,
+                              true=launcher.drawn[-1][1], seconds=seconds))  # fmt: skip
+    return run
+
+
+def recorded_benchmark(path: Path, *, seeds: int, budget: int | None = None) -> dict[str, Any]:
+    """autotune and random search on a recorded landscape; the budget defaults to the grid's size."""
+    problem = replay.load_problem(path)
+    budget = budget or len(problem.launches)
+    runs = {
+        "autotune (TPE, default)": [run_recorded_study(problem, s, budget, sampler="tpe") for s in range(seeds)],
+        "random (autotune loop)": [run_recorded_study(problem, s, budget, sampler="random") for s in range(seeds)],
+        "random search": [run_recorded_random(problem, s, budget) for s in range(seeds)],
+    }
+    results = {}
+    for name, method_runs in runs.items():
+        rows = [{**r.summary(problem.optimum, 1), "seed": r.seed} for r in method_runs]
+        results[name] = {"summary": {"seeds": seeds, "reached": sum(r["launches_to_2pct"] is not None for r in rows),
+                                     "launches_to_2pct": spread([r["launches_to_2pct"] for r in rows]),
+                                     "final_gap": spread([r["final_gap"] for r in rows])},
+                         "runs": rows}  # fmt: skip
+    return {"recorded": str(path), "name": problem.recorded.name, "hardware": problem.recorded.machine.hardware,
+            "configs": len(problem.launches), "grid_points": len(problem.recorded.configs), "budget": budget,
+            "optimum": problem.optimum, "methods": results}  # fmt: skip
+
+
+def print_recorded_table(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    budget = report["budget"]
+    table = Table(
+        title=f"Search on the recorded landscape {report['name']} ({report['hardware']}): {report['configs']} distinct "
+        f"configs, best mean {report['optimum']:.2f}; budget {budget} launches",
+        caption="launches until the best-so-far's mean is within 2 % of the best config's (median / 90th percentile "
+        "/ worst over seeds). Each launch replays one recorded launch of its config.",
+    )
+    for header in ("method", "launches to 2%", "reached", "final gap"):
+        table.add_column(header, justify="left" if header == "method" else "right")
+    for name, result in report["methods"].items():
+        s = result["summary"]
+        table.add_row(name, " / ".join(_fmt(s["launches_to_2pct"][k], 0, budget) for k in ("median", "p90", "worst")),
+                      f"{s['reached']}/{s['seeds']}",
+                      " / ".join(f"{s['final_gap'][k]:.1%}" for k in ("median", "p90", "worst")))  # fmt: skip
+    Console(width=max(Console().width, 130)).print(table)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--twin-profile", required=True, help="twin profile: a built-in name or a YAML path")
-    parser.add_argument("--space", required=True, help="search-space YAML file")
+    parser.add_argument("--twin-profile", help="twin profile: a built-in name or a YAML path (with --space)")
+    parser.add_argument("--space", help="search-space YAML file (with --twin-profile)")
+    parser.add_argument("--family", type=int, default=None, metavar="N",
+                        help="instead of one profile: N generated landscapes (benchmarks/family.py)")  # fmt: skip
+    parser.add_argument("--family-seed", type=int, default=0, metavar="S", help="the first member's seed")
+    parser.add_argument("--recorded", type=Path, default=None, metavar="FILE",
+                        help="instead of a twin: a recorded real landscape (benchmarks/landscapes/*.json)")  # fmt: skip
     parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--budget", type=int, default=80, help="launches per run")
+    parser.add_argument("--budget", type=int, default=None, help="launches per run (default 80; --recorded: the grid)")
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
-    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+    parser.add_argument("--methods", default=None,
                         help="comma-separated: autotune, random-runner, random, grid, tiered, tpe-startup2, "
-                        "tpe-startup10, tpe-startup20, tpe-independent, gp")  # fmt: skip
+                        "tpe-startup10, tpe-startup20, tpe-independent, gp (default: "
+                        f"{','.join(DEFAULT_METHODS)}; with --family {','.join(DEFAULT_FAMILY_METHODS)})")  # fmt: skip
     parser.add_argument("--per-tier", type=int, default=8, help="candidates per tier of the tiered grid")
     parser.add_argument("--noise", type=float, default=None, help="relative sd of a measurement (default: target/1.96)")
     parser.add_argument("--exhaustive", action="store_true", help="find the optimum by evaluating every candidate")
     args = parser.parse_args(argv)
-    problem = load_problem(args.twin_profile, args.space, noise_rel=args.noise)
+    progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     started = time.monotonic()
-    solve(problem, exhaustive=args.exhaustive or None)
-    report = benchmark(
-        problem,
-        seeds=args.seeds,
-        budget=args.budget,
-        method_names=[m.strip() for m in args.methods.split(",") if m.strip()],
-        per_tier=args.per_tier,
-        progress=lambda text: print(text, file=sys.stderr, flush=True),
-    )
-    report["wall_s"] = time.monotonic() - started
-    print_table(report)
+    if args.recorded is not None:
+        report = recorded_benchmark(args.recorded, seeds=args.seeds, budget=args.budget)
+        print_recorded_table(report)
+    elif args.family is not None:
+        names = args.methods.split(",") if args.methods else DEFAULT_FAMILY_METHODS
+        report = family_benchmark(args.family, args.family_seed, budget=args.budget or 80,
+                                  method_names=[m.strip() for m in names if m.strip()], per_tier=args.per_tier,
+                                  noise_rel=args.noise, progress=progress)  # fmt: skip
+        report["wall_s"] = time.monotonic() - started
+        print_family_table(report)
+    else:
+        if args.twin_profile is None or args.space is None:
+            parser.error("give --twin-profile and --space, or --family N")
+        problem = load_problem(args.twin_profile, args.space, noise_rel=args.noise)
+        solve(problem, exhaustive=args.exhaustive or None)
+        names = args.methods.split(",") if args.methods else DEFAULT_METHODS
+        report = benchmark(problem, seeds=args.seeds, budget=args.budget or 80,
+                           method_names=[m.strip() for m in names if m.strip()], per_tier=args.per_tier,
+                           progress=progress)  # fmt: skip
+        report["wall_s"] = time.monotonic() - started
+        print_table(report)
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2))
     return 0

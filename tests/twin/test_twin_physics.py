@@ -376,7 +376,9 @@ def test_dflash_rules(profile: TwinProfile) -> None:
             "no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True.",
         ),
         (["--tp-size", "4"], "RuntimeError", "invalid device ordinal"),
-        (["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "some/eagle3"], "ValueError", "twin"),
+        (["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "some/eagle3"], "OSError", "EAGLE3"),
+        (["--speculative-algorithm", "EAGLE3"], "ValueError", "needs --speculative-draft-model-path"),
+        (["--speculative-algorithm", "NGRAM"], "ValueError", "not simulated"),
     ],
 )
 def test_launch_failures(profile: TwinProfile, flags: list[str], exc_type: str, needle: str) -> None:

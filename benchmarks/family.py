@@ -1,0 +1,546 @@
+"""A family of twin landscapes: from a seed, a GPU set, a model, its drafters and a search space.
+
+For judging a search on landscapes nobody tuned it on (issue 14). :func:`member` draws one
+deployment: 1-8 GPUs from 24 GB consumer cards to 141 GB HBM parts (their real bandwidth, PCIe or
+NVLink), a dense, hybrid (linear attention) or MoE model of 1B-250B parameters in bf16, fp8 or int4
+whose weights fit at the smallest tensor-parallel size offered (else the draw is repeated), its MTP
+heads and/or a separate drafter with acceptance curves of different shapes, per-pass overheads from
+negligible to dominant, and a context length that leaves memory roomy or tight. The result is a
+validated :class:`TwinProfile` and a matching :class:`SearchSpace` with only the engine's defaults
+and a cautious launch as baselines. The numbers are plausible, not calibrated: a family member is
+a simulation, as the twin is.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from functools import cache
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from autotune.space import Baseline, SearchSpace
+from autotune_twin.profile import (
+    CATEGORIES,
+    DrafterSpec,
+    GpuSpec,
+    InterconnectSpec,
+    MemorySpec,
+    ModelSpec,
+    MtpSpec,
+    OverheadSpec,
+    PromptsSpec,
+    TimingSpec,
+    TreeSpec,
+    TwinProfile,
+    load_profile,
+)
+
+GIB = 1 << 30
+ModelKind = Literal["dense", "hybrid", "moe"]
+Drafting = Literal["mtp", "eagle3", "dflash", "mtp+dflash", "eagle3+dflash"]
+Tightness = Literal["roomy", "medium", "tight"]
+CurveShape = Literal["geometric", "plateau", "steep"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GpuKind(_Frozen):
+    """A GPU as its datasheet gives it."""
+
+    name: str
+    memory_bytes: int
+    bandwidth_bytes_per_s: float
+    flops: float  # dense bf16 tensor-core peak
+    bus_bits: int
+    clock_mhz: int
+    nvlink: bool
+    max_count: int
+
+
+# Datasheet figures (memory, bandwidth, dense bf16 FLOPs); consumer and workstation cards talk over PCIe.
+GPUS: tuple[GpuKind, ...] = (
+    GpuKind(
+        name="NVIDIA GeForce RTX 3090",
+        memory_bytes=24 * GIB,
+        bandwidth_bytes_per_s=936e9,
+        flops=71e12,
+        bus_bits=384,
+        clock_mhz=9751,
+        nvlink=False,
+        max_count=4,
+    ),
+    GpuKind(
+        name="NVIDIA GeForce RTX 4090",
+        memory_bytes=24 * GIB,
+        bandwidth_bytes_per_s=1008e9,
+        flops=165e12,
+        bus_bits=384,
+        clock_mhz=10501,
+        nvlink=False,
+        max_count=8,
+    ),
+    GpuKind(
+        name="NVIDIA L4",
+        memory_bytes=24 * GIB,
+        bandwidth_bytes_per_s=300e9,
+        flops=121e12,
+        bus_bits=192,
+        clock_mhz=6251,
+        nvlink=False,
+        max_count=8,
+    ),
+    GpuKind(
+        name="NVIDIA GeForce RTX 5090",
+        memory_bytes=32 * GIB,
+        bandwidth_bytes_per_s=1792e9,
+        flops=209e12,
+        bus_bits=512,
+        clock_mhz=14001,
+        nvlink=False,
+        max_count=4,
+    ),
+    GpuKind(
+        name="NVIDIA RTX A6000",
+        memory_bytes=48 * GIB,
+        bandwidth_bytes_per_s=768e9,
+        flops=155e12,
+        bus_bits=384,
+        clock_mhz=8001,
+        nvlink=False,
+        max_count=8,
+    ),
+    GpuKind(
+        name="NVIDIA L40S",
+        memory_bytes=48 * GIB,
+        bandwidth_bytes_per_s=864e9,
+        flops=362e12,
+        bus_bits=384,
+        clock_mhz=9001,
+        nvlink=False,
+        max_count=8,
+    ),
+    GpuKind(
+        name="NVIDIA A100-SXM4-80GB",
+        memory_bytes=80 * GIB,
+        bandwidth_bytes_per_s=2039e9,
+        flops=312e12,
+        bus_bits=5120,
+        clock_mhz=1593,
+        nvlink=True,
+        max_count=8,
+    ),
+    GpuKind(
+        name="NVIDIA H100 80GB HBM3",
+        memory_bytes=80 * GIB,
+        bandwidth_bytes_per_s=3350e9,
+        flops=989e12,
+        bus_bits=5120,
+        clock_mhz=2619,
+        nvlink=True,
+        max_count=8,
+    ),
+    GpuKind(
+        name="NVIDIA H200",
+        memory_bytes=141_000_000_000,
+        bandwidth_bytes_per_s=4800e9,
+        flops=989e12,
+        bus_bits=6144,
+        clock_mhz=3201,
+        nvlink=True,
+        max_count=8,
+    ),
+)
+
+BYTES_PER_PARAM = {"bfloat16": 2.0, "float8_e4m3fn": 1.0, "int4": 0.55}  # int4: scales and zeros on top
+VOCAB = 152_064
+MAX_DRAWS = 200
+
+
+class Member(_Frozen):
+    """One landscape of the family: what was drawn, the twin profile and the space to search."""
+
+    seed: int
+    summary: str
+    kind: ModelKind
+    drafting: Drafting
+    tightness: Tightness
+    profile: TwinProfile
+    space: SearchSpace
+
+
+def member(seed: int) -> Member:
+    """The family member of ``seed``; the same seed always gives the same member.
+
+    Raises:
+        ValueError: no draw in ``MAX_DRAWS`` fitted its GPUs (does not happen for the catalog above).
+    """
+    rng = random.Random(f"autotune-family-{seed}")
+    for _ in range(MAX_DRAWS):
+        drawn = _draw(rng, seed)
+        if drawn is not None:
+            return drawn
+    raise ValueError(f"family seed {seed}: no model fitted its GPUs in {MAX_DRAWS} draws")
+
+
+def members(count: int, first_seed: int = 0) -> list[Member]:
+    return [member(seed) for seed in range(first_seed, first_seed + count)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Drawing
+
+
+def _log_uniform(rng: random.Random, low: float, high: float) -> float:
+    return math.exp(rng.uniform(math.log(low), math.log(high)))
+
+
+def _draw(rng: random.Random, seed: int) -> Member | None:
+    gpu = rng.choice(GPUS)
+    count = rng.choice([c for c in (1, 2, 4, 8) if c <= gpu.max_count])
+    kind: ModelKind = rng.choice(["dense", "hybrid", "moe"])
+    params = _log_uniform(rng, 1e9, 250e9)
+    dtype = rng.choice(list(BYTES_PER_PARAM))
+    drafting: Drafting = rng.choice(["mtp", "eagle3", "dflash", "mtp+dflash", "eagle3+dflash"])
+    tightness: Tightness = rng.choice(["roomy", "medium", "tight"])
+    gpus = _gpu_spec(rng, gpu, count)
+    model = _model(rng, seed, kind, params, dtype, drafting)
+    free = gpus.memory_total_bytes - gpus.idle_used_bytes - gpus.runtime_reserved_bytes
+    extra = max([model.mtp.head_bytes if model.mtp else 0] + [d.weight_bytes for d in model.drafters])
+    tps = [tp for tp in (1, 2, 4, 8) if tp <= count and (model.weight_bytes + extra) / tp < 0.8 * free]
+    if not tps:
+        return None  # the weights do not fit these GPUs: draw again
+    smallest = tps[0]
+    context = _context_length(rng, model, tightness, free=free, tp=smallest, extra=extra)
+    if context is None:
+        return None
+    profile = TwinProfile(
+        name=f"family-{seed}",
+        simulated="SIMULATION: a generated landscape of the search benchmark's family "
+        f"(benchmarks/family.py, seed {seed}); plausible, uncalibrated numbers.",
+        gpus=gpus,
+        interconnect=_interconnect(rng, gpu),
+        model=model,
+        prompts=_prompts(),
+        tree=TreeSpec(
+            miss_factor_per_doubling=rng.uniform(0.55, 0.8),
+            bookkeeping_ms=rng.uniform(0.3, 1.5),
+            draft_step_per_extra_branch_ms=rng.uniform(0.05, 0.3),
+        ),
+        overheads=_overheads(rng, kind),
+        memory=_memory(rng, gpu),
+        timing=TimingSpec(load_seconds=1.0, noise_rel=0.015),
+    )
+    space = _space(rng, profile, tps=tps, context=context)
+    summary = (
+        f"{count}x {gpu.name.removeprefix('NVIDIA ').removeprefix('GeForce ')}"
+        f"{' NVLink' if gpu.nvlink and count > 1 else ''}, {kind} {params / 1e9:.0f}B {dtype}, "
+        f"TP>={smallest}, {drafting}, {tightness} (context {context})"
+    )
+    return Member(
+        seed=seed, summary=summary, kind=kind, drafting=drafting, tightness=tightness, profile=profile, space=space
+    )
+
+
+def _gpu_spec(rng: random.Random, gpu: GpuKind, count: int) -> GpuSpec:
+    return GpuSpec(
+        count=count,
+        name=gpu.name,
+        memory_total_bytes=gpu.memory_bytes,
+        idle_used_bytes=rng.choice([0, 0, 256 << 20, 512 << 20]),  # a desktop session holds some memory
+        runtime_reserved_bytes=int((0.6 + 0.15 * math.log2(count) + rng.uniform(0, 0.5)) * GIB),
+        bandwidth_bytes_per_s=int(gpu.bandwidth_bytes_per_s),
+        bandwidth_efficiency=rng.uniform(0.75, 0.92),
+        memory_bus_width_bits=gpu.bus_bits,
+        memory_max_clock_mhz=gpu.clock_mhz,
+        compute_flops=gpu.flops,
+        compute_efficiency=rng.uniform(0.35, 0.6),
+    )
+
+
+def _interconnect(rng: random.Random, gpu: GpuKind) -> InterconnectSpec:
+    if gpu.nvlink:
+        return InterconnectSpec(
+            name="NVLink (NVSwitch)",
+            allreduce_latency_us=rng.uniform(5, 10),
+            allreduce_bandwidth_bytes_per_s=rng.uniform(150e9, 400e9),
+            allreduces_per_layer=2,
+        )
+    return InterconnectSpec(
+        name="PCIe (no NVLink)",
+        allreduce_latency_us=rng.uniform(10, 30),
+        allreduce_bandwidth_bytes_per_s=rng.uniform(8e9, 25e9),
+        allreduces_per_layer=2,
+    )
+
+
+def _model(rng: random.Random, seed: int, kind: ModelKind, params: float, dtype: str, drafting: Drafting) -> ModelSpec:
+    per_param = BYTES_PER_PARAM[dtype]
+    layers = int(min(96, max(16, round(8 * math.log2(params / 1e8)))))
+    hidden = int(max(1024, round(math.sqrt(params / (12 * layers)) / 256) * 256))
+    full = layers if kind != "hybrid" else max(1, layers // 4)
+    kv_heads, head_dim = rng.choice([2, 4, 8]), rng.choice([128, 256])
+    active = params * rng.uniform(0.04, 0.15) if kind == "moe" else params
+    weight_bytes = int(params * per_param)
+    read = int(active * per_param + (0.02 * weight_bytes if kind == "moe" else 0))
+    linear = layers - full
+    state = int(linear * hidden * rng.uniform(400, 600)) if kind == "hybrid" else 0
+    layer_bytes = weight_bytes / layers
+    mtp = None
+    if "mtp" in drafting:
+        head = int(layer_bytes * rng.uniform(1.0, 1.5))
+        step_read = int(head * (active / params) + VOCAB * hidden * 2)
+        mtp = MtpSpec(
+            head_bytes=head,
+            step_read_bytes=step_read,
+            kv_bytes_per_token=kv_heads * head_dim * 4,
+            acceptance=_acceptance(rng, 8),
+        )
+    drafters = []
+    if "eagle3" in drafting:  # one decoder layer and its own lm_head, trained on the target's features
+        eagle = int(layer_bytes * rng.uniform(1.0, 1.3) + VOCAB * hidden * 2)
+        drafters.append(
+            DrafterSpec(
+                path=f"family/drafter-{seed}-EAGLE3",
+                algorithm="EAGLE3",
+                weight_bytes=eagle,
+                kv_bytes_per_token=kv_heads * head_dim * 4,
+                step_read_bytes=int(eagle * rng.uniform(0.8, 1.0)),
+                step_ms=_log_uniform(rng, 0.05, 1.5),
+                acceptance=_acceptance(rng, 8),
+            )
+        )
+    if "dflash" in drafting:
+        drafters.append(
+            DrafterSpec(
+                path=f"family/drafter-{seed}-DFlash",
+                algorithm="DFLASH",
+                weight_bytes=int(_log_uniform(rng, 0.3e9, 4e9)),
+                kv_bytes_per_token=rng.choice([2, 4, 5]) * kv_heads * head_dim * 4,
+                default_block_size=16,
+                block_fixed_ms=_log_uniform(rng, 0.3, 6.0),
+                per_token_ms=_log_uniform(rng, 0.02, 0.5),
+                acceptance=_acceptance(rng, 15),
+            )
+        )
+    return ModelSpec(
+        name=f"family/model-{seed}",
+        architectures=["FamilyForCausalLM"],
+        dtype=dtype,
+        hybrid=kind == "hybrid",
+        num_layers=layers,
+        full_attention_layers=full,
+        hidden_size=hidden,
+        weight_bytes=weight_bytes,
+        decode_read_bytes=read,
+        active_params=active,
+        max_context_length=rng.choice([32768, 131072, 262144]),
+        kv_bytes_per_token=full * kv_heads * head_dim * 2 * 2,
+        mamba_state_bytes_per_request=state,
+        mamba_state_bytes_per_draft_token=int(state * rng.uniform(0.8, 1.0)),
+        eos_token_id=2,
+        mtp=mtp,
+        drafters=drafters,
+    )
+
+
+def _acceptance(rng: random.Random, length: int) -> dict[str, list[float]]:
+    """Absolute acceptance per position for each prompt category, from one of three shapes."""
+    shape: CurveShape = rng.choice(["geometric", "plateau", "steep"])
+    first = rng.uniform(0.6, 0.92)
+    if shape == "geometric":
+        code = [first * rng.uniform(0.8, 0.92) ** i for i in range(length)]
+    elif shape == "plateau":  # good for a few positions, then falls off a cliff
+        knee = rng.randint(2, max(3, length // 2))
+        code = [first * 0.97**i if i < knee else first * 0.97**knee * 0.55 ** (i - knee + 1) for i in range(length)]
+    else:
+        code = [first * rng.uniform(0.45, 0.65) ** i for i in range(length)]
+    table = {
+        "repetitive": [1 - (1 - p) * 0.25 for p in code],
+        "code": code,
+        "math": [p * 0.96**i for i, p in enumerate(code)],
+        "chat": [p**1.4 for p in code],
+    }
+    return {c: _non_increasing(table[c]) for c in CATEGORIES}
+
+
+def _non_increasing(probs: list[float]) -> list[float]:
+    out: list[float] = []
+    for p in probs:
+        p = min(1.0, max(0.0, round(p, 4)))
+        out.append(min(p, out[-1]) if out else p)
+    return out
+
+
+def _overheads(rng: random.Random, kind: ModelKind) -> OverheadSpec:
+    return OverheadSpec(
+        fixed_pass_ms=_log_uniform(rng, 0.3, 15.0),  # negligible to dominant
+        per_request_pass_ms=rng.uniform(0.05, 0.25),
+        batch_scale=0.1,
+        verify_token_ms=_log_uniform(rng, 0.5, 2.5) if kind == "hybrid" else _log_uniform(rng, 0.03, 0.6),
+        draft_step_ms=_log_uniform(rng, 0.1, 2.0),
+        no_cuda_graph_pass_ms=rng.uniform(4.0, 12.0),
+        attention_backend_pass_ms={
+            "flashinfer": rng.uniform(0, 0.6),
+            "fa3": rng.uniform(0, 0.6),
+            "triton": rng.uniform(0.1, 1.5),
+            "flex_attention": rng.uniform(1, 3),
+            "torch_native": rng.uniform(8, 20),
+        },
+        prefill_fixed_ms=rng.uniform(4, 12),
+    )
+
+
+def _memory(rng: random.Random, gpu: GpuKind) -> MemorySpec:
+    scale = gpu.memory_bytes / (80 * GIB)
+    return MemorySpec(
+        activation_base_bytes=int(rng.uniform(0.5, 2.5) * GIB * max(scale, 0.4)),
+        activation_per_prefill_token_bytes=rng.choice([32768, 65536, 98304, 131072]),
+        graph_base_bytes=int(rng.uniform(0.2, 0.5) * GIB),
+        graph_bytes_per_token=rng.choice([1, 2, 4, 6]) << 20,
+        default_chunked_prefill_size=8192 if gpu.memory_bytes >= 60 * GIB else 4096,
+        auto_fraction_margin_bytes=int(rng.uniform(1.0, 2.0) * GIB),
+        default_attention_backend="flashinfer",
+        mamba_slots_per_request={"no_buffer": 3, "extra_buffer": 5, "extra_buffer_lazy": 4},
+    )
+
+
+@cache
+def _prompts() -> PromptsSpec:
+    """The prompt classifier of the built-in profile: the suites' prompts fall into the same categories."""
+    return load_profile().prompts
+
+
+def _context_length(
+    rng: random.Random, model: ModelSpec, tightness: Tightness, *, free: int, tp: int, extra: int
+) -> int | None:
+    """A context length whose KV for one request puts the pool boundary of ``mem-fraction-static``
+    (at the smallest TP, drafter loaded) low (roomy), in the middle, or near the top (tight)."""
+    low, high = {"roomy": (0.35, 0.6), "medium": (0.6, 0.8), "tight": (0.84, 0.92)}[tightness]
+    target = rng.uniform(low, high)
+    weights = (model.weight_bytes + extra) / tp
+    cell = model.kv_bytes_per_token * 1.3 / tp  # drafter KV on top
+    state = 8 * 5 * model.mamba_state_bytes_per_request / tp  # a few requests' recurrent state
+    tokens = (target * free - weights - state) / cell
+    context = min(model.max_context_length, int(tokens // 1024) * 1024)
+    return context if context >= 4096 else None
+
+
+# ---------------------------------------------------------------------------------------------
+# The space
+
+
+def _space(rng: random.Random, profile: TwinProfile, *, tps: list[int], context: int) -> SearchSpace:
+    model = profile.model
+    tuned: dict[str, object] = {}
+    fixed: dict[str, object] = {"context-length": context}
+    offered = tps[:3]
+    if tps[0] > 1 and rng.random() < 0.3:
+        offered = [tps[0] // 2, *offered]  # a TP too small for the weights, as a user might list it
+    if len(offered) > 1:
+        tuned["tp-size"] = {"type": "categorical", "choices": offered}
+    else:
+        fixed["tp-size"] = offered[0]
+    eagle = next((d for d in model.drafters if d.algorithm == "EAGLE3"), None)
+    dflash = next((d for d in model.drafters if d.algorithm == "DFLASH"), None)
+    stepper = "NEXTN" if model.mtp is not None else "EAGLE3" if eagle is not None else None
+    tuned["speculative-algorithm"] = {
+        "type": "categorical",
+        "choices": [False, *([stepper] if stepper else []), *(["DFLASH"] if dflash else [])],
+    }
+    drafters = [d for d in (eagle, dflash) if d is not None]
+    if drafters:
+        # With both drafters a user lists both paths: a path of the other algorithm dies at launch.
+        when = (
+            f"speculative-algorithm == {drafters[0].algorithm}"
+            if len(drafters) == 1
+            else "speculative-algorithm != false"
+        )
+        tuned["speculative-draft-model-path"] = {
+            "type": "categorical",
+            "choices": [d.path for d in drafters],
+            "when": when,
+        }
+    if dflash is not None:
+        tuned["speculative-dflash-block-size"] = {
+            "type": "int",
+            "low": 2,
+            "high": 16,
+            "when": "speculative-algorithm == DFLASH",
+        }
+    if stepper is not None:
+        tuned["speculative-num-steps"] = {
+            "type": "int",
+            "low": 1,
+            "high": rng.choice([5, 6, 8]),
+            "when": f"speculative-algorithm == {stepper}",
+        }
+        tuned["speculative-eagle-topk"] = {
+            "type": "categorical",
+            "choices": [1, 2, 4],
+            "when": f"speculative-algorithm == {stepper}",
+        }
+        tuned["speculative-num-draft-tokens"] = {
+            "type": "int",
+            "low": 2,
+            "high": 16,
+            "when": "speculative-eagle-topk > 1",
+        }
+    tuned["mem-fraction-static"] = {"type": "float", "low": rng.choice([0.5, 0.6, 0.7]), "high": 0.97, "step": 0.01}
+    tuned["max-running-requests"] = {"type": "categorical", "choices": [4, 8, 16, 32, 64]}
+    tuned["cuda-graph-max-bs-decode"] = {"type": "categorical", "choices": [4, 8, 16, 32, 64, 128]}
+    if rng.random() < 0.6:
+        tuned["kv-cache-dtype"] = {"type": "categorical", "choices": ["auto", "fp8_e4m3"]}
+    if rng.random() < 0.6:
+        tuned["attention-backend"] = {"type": "categorical", "choices": ["flashinfer", "fa3", "triton"]}
+    if rng.random() < 0.5:
+        tuned["chunked-prefill-size"] = {"type": "categorical", "choices": [2048, 4096, 8192, 16384]}
+    if model.hybrid and rng.random() < 0.7:
+        tuned["mamba-full-memory-ratio"] = {"type": "float", "low": 0.2, "high": 1.0, "step": 0.1}
+    smallest = {"tp-size": tps[0]} if "tp-size" in tuned else {}
+    cautious = {**smallest, "mem-fraction-static": 0.8}
+    if stepper is not None:
+        cautious.update(
+            {
+                "speculative-algorithm": stepper,
+                "speculative-num-steps": 1,
+                "speculative-eagle-topk": 1,
+                "speculative-num-draft-tokens": 2,
+            }
+        )
+        if eagle is not None:
+            cautious["speculative-draft-model-path"] = eagle.path
+    elif dflash is not None:
+        cautious.update({"speculative-algorithm": "DFLASH", "speculative-draft-model-path": dflash.path})
+    return SearchSpace.model_validate(
+        {
+            "version": 1,
+            "study": profile.name,
+            "engine": "sglang",
+            "launcher": ["{python}", "-m", "autotune_twin", "--twin-profile", f"{profile.name}.yaml"],
+            "model": model.name,
+            "gpus": {"devices": list(range(profile.gpus.count)), "model_bytes": float(model.weight_bytes)},
+            "fixed": fixed,
+            "tuned": tuned,
+            "baselines": [
+                Baseline(name="defaults", note="SGLang's defaults (no speculative decoding)", flags=smallest),
+                Baseline(
+                    name="cautious", note="the drafter at its mildest, a cautious memory fraction", flags=cautious
+                ),
+            ],
+            "measurement": {
+                "suite": "builtin:mixed",
+                "warmup_requests": 1,
+                "prompts_per_round": 4,
+                "max_tokens": 256,
+                "concurrency": 1,
+                "min_rounds": 2,
+                "max_rounds": 4,
+            },
+            "objective": "decode_tok_s",
+            "launch": {"timeout_s": 60},
+        }
+    )

@@ -1,0 +1,48 @@
+"""The landscape family (benchmarks/family.py): every member is a valid twin profile with a space
+the twin serves, and it knows its optimum."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.space import load_space
+from autotune_twin.profile import load_profile
+from benchmarks.family import member
+from tests.conftest import load_benchmark
+
+bench = load_benchmark()
+SEEDS = range(8)
+
+
+def test_a_seed_always_gives_the_same_member() -> None:
+    assert member(3) == member(3)
+    assert member(3) != member(4)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_member_files_load_back_as_the_user_facing_formats(seed: int, tmp_path: Path) -> None:
+    fam = member(seed)
+    profile_path = tmp_path / f"{fam.profile.name}.yaml"
+    profile_path.write_text(yaml.safe_dump(fam.profile.model_dump(mode="json", exclude_unset=True)))
+    assert load_profile(str(profile_path)) == fam.profile
+    space_path = tmp_path / "space.yaml"
+    space_path.write_text(yaml.safe_dump(fam.space.model_dump(mode="json", exclude_none=True)))
+    assert load_space(space_path).tuned == fam.space.tuned
+    assert [b.name for b in fam.space.baselines] == ["defaults", "cautious"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SEEDS)
+def test_member_launches_and_knows_its_feasible_optimum(seed: int) -> None:
+    fam = member(seed)
+    problem = bench.problem_of(fam.profile, fam.space)
+    optimum = bench.solve(problem)
+    landscape = problem.landscape(seed)
+    served = landscape.evaluate(optimum.flags)
+    assert served.outcome == "ok" and served.true_tok_s == pytest.approx(optimum.tok_s)
+    # The smallest TP offered holds the weights: the defaults baseline at least loads.
+    defaults = problem.normalise({**fam.space.fixed, **fam.space.baselines[0].flags})
+    assert defaults is not None and landscape.evaluate(defaults).outcome != "load_oom"
