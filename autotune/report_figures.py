@@ -463,7 +463,7 @@ def plan_figures(s: StudySummary) -> list[tuple[ReportFigure, Callable[[], Figur
     break_even = s.break_even
     add(
         ReportFigure(
-            "break_even.png",
+            "break-even.png",
             "Break-even accept length",
             "Predicted decode tok/s = accept length / cycle time, at the cycle (pass + drafting) each drafter's "
             "fastest trial measured; points are its measured trials. Where a line crosses the best (dashed) is the "

@@ -28,6 +28,7 @@ FIGURES = {
     "speed-vs-draft-depth.png",
     "accept-by-category.png",
     "feasibility.png",
+    "break-even.png",
 }
 
 
