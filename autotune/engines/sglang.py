@@ -188,7 +188,8 @@ def _kv_figures(line: str) -> tuple[int | None, float | None]:
 
 
 _LOG_NOISE = frozenset({"enable-metrics", "decode-log-interval", "log-level", "random-seed", "served-model-name"})
-_SPEC_DEMAND = frozenset({STEPS, TOPK, DRAFT})
+# The DFLASH block size equals the draft tokens, so it orders memory the same way.
+_SPEC_DEMAND = frozenset({STEPS, TOPK, DRAFT, DFLASH_BLOCK})
 
 
 def _adaptive_rules(out: dict[str, FlagValue], algorithm: str | None, notes: list[str]) -> None:
@@ -248,7 +249,7 @@ class SGLangEngine(Engine):
         # requests no longer change what the graphs hold.
         graph_ignored=_LOG_NOISE
         | {"mamba-full-memory-ratio", "max-mamba-cache-size", CONTEXT, STEPS, TOPK, "max-running-requests",
-           "cuda-graph-max-bs-decode", DRAFT},  # fmt: skip
+           "cuda-graph-max-bs-decode", DRAFT, DFLASH_BLOCK},  # fmt: skip
         # Outside the graphs, run-time memory is mostly the prefill chunk's activations.
         activation_demand=frozenset({"chunked-prefill-size", "max-prefill-tokens"}),
     )
