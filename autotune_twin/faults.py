@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from autotune_twin.launch import SpecConfig
+
 SCHEDULE_ENV = "AUTOTUNE_TWIN_FAULT_SCHEDULE"
 FAULT_KINDS = (
     "none",
@@ -20,8 +22,10 @@ FAULT_KINDS = (
     "never-ready",  # port open, /health 503 forever
     "die-mid-measurement",  # the process exits after --twin-fault-after requests
     "hang-mid-measurement",  # stops answering (and ignores SIGTERM) after --twin-fault-after requests
-    "diverge",  # a speculating server's text departs from greedy after the first few tokens (a broken drafter)
+    "diverge",  # with speculative decoding on, the text departs from the greedy text (a broken drafter)
 )
+# Tokens a diverging drafter leaves as the greedy text before it departs from it.
+DIVERGE_AFTER_TOKENS = 4
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,13 @@ def resolve_fault(kind: str | None, after_requests: int) -> Fault:
     if kind not in FAULT_KINDS:
         raise ValueError(f"unknown twin fault {kind!r}; known: {', '.join(FAULT_KINDS)}")
     return Fault(kind=kind, after_requests=after_requests)
+
+
+def diverges(fault: Fault, spec: SpecConfig) -> bool:
+    """Whether this launch's text departs from the greedy text: speculation is on and either the
+    ``diverge`` fault is injected or the drafter is marked broken (``diverges: true``)."""
+    broken = spec.drafter is not None and spec.drafter.diverges
+    return spec.enabled and (fault.kind == "diverge" or broken)
 
 
 def drift_factor(drift_per_minute: float, seconds_since_ready: float) -> float:

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+from autotune_twin import adaptive
+from autotune_twin.adaptive import AdaptiveConfig
 from autotune_twin.profile import DrafterSpec, TwinProfile
 
 # Names SGLang 0.5.23 knows (SpeculativeAlgorithm); MTP is not one of them.
@@ -23,6 +27,7 @@ DEFAULT_SPEC_MAX_RUNNING = 48
 AMPERE_BACKENDS = ("flashinfer", "fa3", "triton", "torch_native", "flex_attention")
 TREE_BACKENDS = ("flashinfer", "fa3", "triton")
 ALLOW_LONGER_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+_T = TypeVar("_T")
 
 
 class LaunchError(Exception):
@@ -51,10 +56,19 @@ class SpecConfig:
     draft_model_path: str | None = None
     dflash_block_size: int | None = None
     drafter: DrafterSpec | None = None
+    # --speculative-adaptive in effect: steps move at run time among the config's tiers.
+    adaptive: AdaptiveConfig | None = None
 
     @property
     def enabled(self) -> bool:
         return self.kind != "none"
+
+    @property
+    def buffer_tokens(self) -> int:
+        """Draft tokens the per-request buffers are sized for: the widest adaptive tier's, else this pass's."""
+        if self.adaptive is not None:
+            return max(self.adaptive.candidate_steps) + 1
+        return self.tokens_per_pass
 
     @property
     def tokens_per_pass(self) -> int:
@@ -202,10 +216,17 @@ def _speculative(
     algorithm = args.speculative_algorithm.upper()
     if algorithm not in KNOWN_ALGORITHMS:
         raise LaunchError("ValueError", f"Unknown speculative algorithm name: {args.speculative_algorithm}")
+    steps, topk, draft = args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens
+    tiers = _adaptive(args, algorithm, topk, notes)
     if algorithm == "DFLASH":
         return _dflash(args, profile, notes)
     kind, drafter = _draft_source(algorithm, args, profile)
-    steps, topk, draft = args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens
+    if tiers is not None:
+        # speculative_hook.py:1392-1426: topk defaults to 1, steps to the middle candidate, and
+        # draft tokens always become steps + 1, before the partial-set checks can fire.
+        topk = 1 if topk is None else topk
+        steps = _refused_as_launch_error(lambda: adaptive.initial_steps(tiers, steps))
+        draft = steps + 1
     given = [v for v in (steps, topk, draft) if v is not None]
     if given and len(given) < 3 and not (steps is not None and topk is not None):
         if steps is not None and topk is None:
@@ -247,7 +268,30 @@ def _speculative(
         num_draft_tokens=draft,
         draft_model_path=args.speculative_draft_model_path or args.model_path,
         drafter=drafter,
+        adaptive=tiers,
     )
+
+
+def _adaptive(
+    args: argparse.Namespace, algorithm: str, topk: int | None, notes: list[str]
+) -> AdaptiveConfig | None:
+    """``--speculative-adaptive``: its config, or None when off. An unsupported setting is not an
+    error in SGLang: it warns and falls back to static steps (speculative_hook.py:1374-1389)."""
+    if not args.speculative_adaptive:
+        return None
+    reason = adaptive.unsupported_reason(algorithm, topk)
+    if reason is not None:
+        notes.append(f"Warning: speculative_adaptive disabled: {reason}. Falling back to static speculative params.")
+        return None
+    path = args.speculative_adaptive_config
+    return _refused_as_launch_error(lambda: adaptive.load_config(path))
+
+
+def _refused_as_launch_error(read: Callable[[], _T]) -> _T:
+    try:
+        return read()
+    except adaptive.Refused as refused:
+        raise LaunchError(refused.exc_type, refused.message) from None
 
 
 def _draft_source(algorithm: str, args: argparse.Namespace, profile: TwinProfile) -> tuple[str, DrafterSpec | None]:

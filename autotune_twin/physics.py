@@ -17,10 +17,11 @@ import math
 import random
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from autotune_twin.launch import LaunchConfig
+from autotune_twin import adaptive
+from autotune_twin.launch import LaunchConfig, SpecConfig
 from autotune_twin.profile import TwinProfile
 
 GIB = float(1 << 30)
@@ -107,12 +108,44 @@ def graph_tokens(cfg: LaunchConfig) -> int:
     return cfg.cuda_graph_max_bs_decode * cfg.spec.tokens_per_pass
 
 
+def capture_sizes(max_bs: int) -> list[int]:
+    """The decode batch sizes SGLang captures CUDA graphs for, up to ``max_bs``."""
+    sizes = [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256]
+    return [b for b in sizes if b < max_bs] + [max_bs]
+
+
+def graph_bytes(profile: TwinProfile, cfg: LaunchConfig) -> float:
+    """CUDA graph memory: one set of graphs, or with adaptive speculation one per step tier, each
+    up to the largest batch whose slot lists that tier, feeding steps + 1 tokens per request."""
+    if cfg.disable_cuda_graph:
+        return 0.0
+    mem = profile.memory
+    tiers = cfg.spec.adaptive
+    if tiers is None:
+        return mem.graph_base_bytes + mem.graph_bytes_per_token * graph_tokens(cfg)
+    largest = adaptive.tier_graph_batches(tiers, capture_sizes(cfg.cuda_graph_max_bs_decode))
+    return sum(mem.graph_base_bytes + mem.graph_bytes_per_token * bs * (step + 1) for step, bs in largest.items())
+
+
 def needed_headroom_bytes(profile: TwinProfile, cfg: LaunchConfig) -> tuple[float, float]:
     """(activations + CUDA graphs, of which graphs) that must fit in the (1 - fraction) headroom."""
     mem = profile.memory
     activations = mem.activation_base_bytes + mem.activation_per_prefill_token_bytes * max(cfg.chunked_prefill_size, 0)
-    graphs = 0.0 if cfg.disable_cuda_graph else mem.graph_base_bytes + mem.graph_bytes_per_token * graph_tokens(cfg)
+    graphs = graph_bytes(profile, cfg)
     return activations + graphs, graphs
+
+
+def tier_config(cfg: LaunchConfig, steps: int) -> LaunchConfig:
+    """The configuration one adaptive tier runs a pass with (0 steps: no drafting)."""
+    if steps == 0:
+        return replace(cfg, spec=SpecConfig(kind="none"))
+    return replace(cfg, spec=replace(cfg.spec, num_steps=steps, num_draft_tokens=steps + 1))
+
+
+def deepest_tier(cfg: LaunchConfig) -> LaunchConfig:
+    """With adaptive speculation, the deepest tier (whose acceptance table covers every tier's)."""
+    tiers = cfg.spec.adaptive
+    return tier_config(cfg, max(tiers.candidate_steps)) if tiers is not None else cfg
 
 
 def auto_mem_fraction(profile: TwinProfile, cfg: LaunchConfig) -> float:
@@ -233,7 +266,7 @@ def _split_pool(profile: TwinProfile, cfg: LaunchConfig, rest: float) -> tuple[f
     slots = profile.memory.mamba_slots_per_request[cfg.mamba_radix_cache_strategy]
     per_req = model.mamba_state_bytes_per_request / cfg.tp_size
     per_draft = model.mamba_state_bytes_per_draft_token / cfg.tp_size
-    draft = cfg.spec.tokens_per_pass if cfg.spec.enabled else 0
+    draft = cfg.spec.buffer_tokens if cfg.spec.enabled else 0
     if cfg.max_mamba_cache_size is not None:
         size = cfg.max_mamba_cache_size
         serving = min(cfg.max_running_requests or size // slots, size // slots)
@@ -568,11 +601,18 @@ def simulate_stream(
     client's measure; accept length = completion_tokens / verify passes, SGLang's.
     """
     prompt = classify_prompt(profile, text)
-    probs = acceptance_probs(profile, cfg, prompt)
+    probs = acceptance_probs(profile, deepest_tier(cfg), prompt)
+    tiers = cfg.spec.adaptive
+    steps = adaptive.StepController(tiers, cfg.spec.num_steps or 0) if tiers is not None else None
     produced, passes, elapsed = 1, 0, 0.0  # the first token comes from prefill
     while produced < completion_tokens:
-        elapsed += noisy(decode_pass_seconds(profile, cfg, [prompt.prompt_tokens + produced]), profile, rng)
-        produced += min(draw_accept_length(probs, rng), completion_tokens - produced)
+        pass_cfg = tier_config(cfg, steps.steps_for(1)) if steps is not None else cfg
+        depth = (pass_cfg.spec.num_draft_tokens or 1) - 1 if pass_cfg.spec.enabled else 0
+        elapsed += noisy(decode_pass_seconds(profile, pass_cfg, [prompt.prompt_tokens + produced]), profile, rng)
+        accepted = draw_accept_length(probs[:depth], rng)
+        if steps is not None:
+            steps.observe(1, [accepted - 1])
+        produced += min(accepted, completion_tokens - produced)
         passes += 1
     return StreamEstimate(
         decode_tok_s=(produced - 1) / elapsed if elapsed > 0 else 0.0,

@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from autotune_twin import physics
-from autotune_twin.faults import drift_factor
+from autotune_twin.adaptive import StepController
+from autotune_twin.faults import DIVERGE_AFTER_TOKENS, drift_factor
 from autotune_twin.launch import LaunchConfig
 from autotune_twin.physics import PromptClass
 from autotune_twin.profile import TwinProfile
@@ -68,6 +69,9 @@ class Request:
     created: float
     words: tuple[str, ...]
     rng: random.Random
+    # Greedy text is a function of the prompt and the token count: the words come from this stream
+    # alone (seeded by the prompt), never from the acceptance draws or the timing noise.
+    diverged_rng: random.Random | None = None
     updates: queue.Queue[Update] = field(default_factory=queue.Queue)
     aborted: bool = False
     generated: int = 0
@@ -87,10 +91,6 @@ class Stats:
     token_usage: float = 0.0
 
 
-# With the ``diverge`` fault, a speculating server's text departs after this many tokens.
-DIVERGE_AFTER_TOKENS = 3
-
-
 class Scheduler(threading.Thread):
     """Runs the passes. ``submit`` from any thread; ``stop`` ends the thread within one wait."""
 
@@ -103,9 +103,11 @@ class Scheduler(threading.Thread):
         cfg: LaunchConfig,
         seed: int,
         drift: float = 0.0,
+        diverges: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(name="twin-scheduler", daemon=True)
+        self._diverges = diverges
         self.profile = profile
         self.cfg = cfg
         self.lock = threading.Lock()
@@ -119,7 +121,8 @@ class Scheduler(threading.Thread):
         self._seen_prompts: dict[int, int] = {}
         self._drift = drift
         self._ready_at: float | None = None
-        self.diverges = False  # the ``diverge`` fault: set by the app before it starts
+        tiers = cfg.spec.adaptive
+        self._steps = StepController(tiers, cfg.spec.num_steps or 0) if tiers is not None else None
 
     # -- called by handler threads -------------------------------------------------------------
 
@@ -149,11 +152,12 @@ class Scheduler(threading.Thread):
             prompt=prompt,
             target_tokens=target,
             stop_by_length=target == limit,
-            probs=physics.acceptance_probs(self.profile, self.cfg, prompt),
+            probs=physics.acceptance_probs(self.profile, physics.deepest_tier(self.cfg), prompt),
             cached_tokens=cached,
             created=self._clock(),
             words=_WORDS.get(prompt.category, _WORDS["chat"]),
             rng=random.Random(seed),
+            diverged_rng=random.Random(physics.stable_hash("diverged:" + text)) if self._diverges else None,
         )
 
     def submit(self, request: Request) -> None:
@@ -215,26 +219,38 @@ class Scheduler(threading.Thread):
             self._advance(request, 1, now)
             self._on_first_token(request, now)
 
+    def _pass_config(self, batch: int) -> LaunchConfig:
+        """This pass's configuration: the launch's, or the adaptive tier chosen for this batch size."""
+        if self._steps is None:
+            return self.cfg
+        return physics.tier_config(self.cfg, self._steps.steps_for(batch))
+
     def _decode(self) -> None:
         batch = list(self._running)
         self._on_decode_pass()
         contexts = [r.prompt.prompt_tokens + r.generated for r in batch]
-        seconds = physics.noisy(self._pass_seconds(contexts), self.profile, self._rng)
+        cfg = self._pass_config(len(batch))
+        depth = cfg.spec.num_draft_tokens - 1 if cfg.spec.enabled and cfg.spec.num_draft_tokens else 0
+        seconds = physics.noisy(self._pass_seconds(contexts, cfg), self.profile, self._rng)
         if self._drift and self._ready_at is not None:
             seconds *= drift_factor(self._drift, self._clock() - self._ready_at)
         if not self._sleep(seconds):
             return
         now = self._clock()
         produced = 0
+        drafts: list[int] = []
         for request in batch:
             if request.aborted:
                 continue
-            accepted = physics.draw_accept_length(request.probs, self._rng) if self.cfg.spec.enabled else 1
+            accepted = physics.draw_accept_length(request.probs[:depth], self._rng) if cfg.spec.enabled else 1
+            drafts.append(accepted - 1)
             accepted = min(accepted, request.target_tokens - request.generated)
             request.verify_ct += 1
             self._on_accept(request, accepted, seconds)
             produced += accepted
             self._advance(request, accepted, now)
+        if self._steps is not None:
+            self._steps.observe(len(batch), drafts)
         self._account_pass(len(batch), produced)
 
     # -- hooks of a personality -------------------------------------------------------------------
@@ -256,9 +272,9 @@ class Scheduler(threading.Thread):
     def _on_decode_pass(self) -> None:
         """A decode pass is about to start."""
 
-    def _pass_seconds(self, contexts: list[int]) -> float:
-        """One decode pass over requests of these lengths, before noise and drift."""
-        return physics.decode_pass_seconds(self.profile, self.cfg, contexts)
+    def _pass_seconds(self, contexts: list[int], cfg: LaunchConfig) -> float:
+        """One decode pass of ``cfg`` over requests of these lengths, before noise and drift."""
+        return physics.decode_pass_seconds(self.profile, cfg, contexts)
 
     def _on_accept(self, request: Request, accepted: int, seconds: float) -> None:
         """A decode pass of ``seconds`` gave ``request`` ``accepted`` tokens (1 + accepted draft tokens)."""
@@ -269,9 +285,10 @@ class Scheduler(threading.Thread):
     def _advance(self, request: Request, tokens: int, now: float) -> None:
         """Give ``request`` ``tokens`` more tokens and publish the update; retire it when done."""
         for _ in range(tokens):
-            # Greedy text depends on the prompt only; a diverging drafter's on the pass's randomness.
-            broken = self.diverges and self.cfg.spec.enabled and len(request.pieces) >= DIVERGE_AFTER_TOKENS
-            request.pieces.append((self._rng if broken else request.rng).choice(request.words))
+            word = request.rng.choice(request.words)
+            if request.diverged_rng is not None and len(request.pieces) >= DIVERGE_AFTER_TOKENS:
+                word = request.diverged_rng.choice(request.words)
+            request.pieces.append(word)
         request.generated += tokens
         finished = request.generated >= request.target_tokens
         reason: dict[str, object] | None = None

@@ -22,8 +22,9 @@ from autotune.trial import TrialOutcome
 from tests.conftest import TWIN_SPACE, load_benchmark
 
 bench = load_benchmark()
-HAND_FOUND = {"speculative-num-steps": 3, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 4,
-              "mem-fraction-static": 0.88, "max-running-requests": 16, "mamba-full-memory-ratio": 0.5}  # fmt: skip
+HAND_FOUND = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3, "speculative-eagle-topk": 1,
+              "speculative-num-draft-tokens": 4, "mem-fraction-static": 0.88, "max-running-requests": 16,
+              "mamba-full-memory-ratio": 0.5}  # fmt: skip
 BEST_DEPTH = {"speculative-num-steps": 4, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 5}
 
 

@@ -43,3 +43,44 @@ def test_vllm_without_chunked_prefill_a_batch_holds_the_whole_context():
         _vllm(**{"max-model-len": "8k", "disable-chunked-prefill": True})
     assert _vllm(**{"max-model-len": 4096, "enable-chunked-prefill": False}).flags["max-num-batched-tokens"] == 4096
     _vllm(**{"max-model-len": 8192})  # chunked prefill on (vLLM's default): allowed
+
+
+ADAPTIVE = {"speculative-algorithm": "NEXTN", "speculative-adaptive": True}
+
+
+def test_sglang_adaptive_fills_topk_one_and_the_middle_candidate_step():
+    """arg_groups/speculative_hook.py:1392-1426 (0.5.23): topk 1, steps = the middle of the default
+    candidates (0, 1, 3, 5, 7), draft tokens = steps + 1 even when given otherwise."""
+    flags = SGLangEngine().normalise(ADAPTIVE).flags
+    assert (flags["speculative-num-steps"], flags["speculative-eagle-topk"], flags["speculative-num-draft-tokens"]) == (
+        3, 1, 4)  # fmt: skip
+    flags = SGLangEngine().normalise({**ADAPTIVE, "speculative-num-steps": 5, "speculative-num-draft-tokens": 9}).flags
+    assert flags["speculative-num-draft-tokens"] == 6 and flags["speculative-adaptive"] is True
+    with pytest.raises(InvalidConfig, match=r"not one of the adaptive candidate steps \[0, 1, 3, 5, 7\]"):
+        SGLangEngine().normalise({**ADAPTIVE, "speculative-num-steps": 4})
+
+
+def test_sglang_adaptive_reads_the_candidate_steps_of_its_config(tmp_path):
+    config = tmp_path / "adaptive.json"
+    config.write_text('{"1": {"candidate_steps": [2, 4]}, "8": {"candidate_steps": [1]}}')
+    flags = SGLangEngine().normalise({**ADAPTIVE, "speculative-adaptive-config": str(config)}).flags
+    assert flags["speculative-num-steps"] == 2  # the middle of (1, 2, 4)
+    with pytest.raises(InvalidConfig, match="candidate steps"):
+        SGLangEngine().normalise({**ADAPTIVE, "speculative-adaptive-config": str(config), "speculative-num-steps": 3})
+    # a config that cannot be read here is left to the launch
+    unread = {**ADAPTIVE, "speculative-adaptive-config": str(tmp_path / "elsewhere.json")}
+    assert "speculative-num-steps" not in SGLangEngine().normalise(unread).flags
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"speculative-algorithm": "DFLASH", "speculative-draft-model-path": "d", "speculative-num-draft-tokens": 8},
+        {**SPEC, "speculative-eagle-topk": 2, "speculative-num-draft-tokens": 6},
+    ],
+)
+def test_sglang_adaptive_where_sglang_ignores_it_is_the_static_config(flags):
+    """SGLang warns and serves static steps (speculative_hook.py:1374), so both are one effective config."""
+    plan = SGLangEngine().normalise({**flags, "speculative-adaptive": True, "speculative-adaptive-config": "a.json"})
+    assert plan.flags == SGLangEngine().normalise(flags).flags
+    assert any("speculative-adaptive" in note for note in plan.notes)

@@ -269,6 +269,7 @@ def test_roofline_share() -> None:
 def fraction_study(tmp_path: Path, data: dict[str, Any], *, low: float) -> list[FrozenTrial]:
     """Run the study ``data`` with only mem-fraction-static tuned (from ``low``) for its baselines, briefly."""
     data["tuned"] = {"mem-fraction-static": {"type": "float", "low": low, "high": 0.97, "step": 0.01}}
+    data["fixed"].setdefault("speculative-algorithm", "NEXTN")  # tuned in the twin space, which has a DFLASH branch
     data["measurement"].update(
         {"warmup_requests": 0, "prompts_per_round": 1, "max_tokens": 16, "min_rounds": 2, "max_rounds": 2}
     )

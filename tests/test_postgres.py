@@ -65,7 +65,7 @@ def space_file(tmp_path: Path, name: str) -> Path:
     data = yaml.safe_load(TWIN_SPACE.read_text())
     data["study"] = name
     # topk 1: draft tokens are steps + 1, so many sampled candidates share an effective config
-    data["fixed"].update({"speculative-eagle-topk": 1, "mem-fraction-static": 0.88})
+    data["fixed"].update({"speculative-algorithm": "NEXTN", "speculative-eagle-topk": 1, "mem-fraction-static": 0.88})
     data["tuned"] = {"speculative-num-steps": {"type": "int", "low": 1, "high": 4},
                      "speculative-num-draft-tokens": {"type": "int", "low": 2, "high": 9}}
     data["baselines"] = [{"name": "hand-found", "flags": {"speculative-num-steps": 3}}]

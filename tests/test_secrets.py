@@ -46,7 +46,8 @@ def test_secret_flag_names() -> None:
 @pytest.mark.twin
 @pytest.mark.slow
 def test_a_study_with_an_api_key_measures_and_stores_no_key(tmp_path: Path) -> None:
-    feasible = {"speculative-num-steps": 3, "speculative-eagle-topk": 1, "mem-fraction-static": 0.88}
+    feasible = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3, "speculative-eagle-topk": 1,
+                "mem-fraction-static": 0.88}  # fmt: skip
     data = yaml.safe_load(TWIN_SPACE.read_text())
     space = quick_space(
         tmp_path, fixed={**data["fixed"], "api-key": KEY}, baselines=[{"name": "known", "flags": feasible}]

@@ -28,8 +28,12 @@ def test_shipped_spaces_load_with_seed_baselines() -> None:
     for path in (REAL_SPACE, TWIN_SPACE):
         space = load_space(path)
         assert space.model == "Qwen/Qwen3.6-27B"
-        assert space.fixed["tp-size"] == 2 and space.fixed["speculative-algorithm"] == "NEXTN"
+        assert space.fixed["tp-size"] == 2 and "speculative-algorithm" not in space.fixed
         assert set(space.tuned) == {
+            "speculative-algorithm",
+            "speculative-draft-model-path",
+            "speculative-dflash-block-size",
+            "speculative-adaptive",
             "speculative-num-steps",
             "speculative-eagle-topk",
             "speculative-num-draft-tokens",
@@ -101,18 +105,18 @@ def test_draft_tokens_only_sampled_when_topk_above_one() -> None:
     for _ in range(40):
         trial = study.ask()
         candidate = suggest(space, trial)
-        topk = candidate.flags["speculative-eagle-topk"]
+        topk = candidate.flags.get("speculative-eagle-topk", 0)  # only sampled for NEXTN, not DFLASH
         seen_topk.add(topk)
         assert ("speculative-num-draft-tokens" in candidate.params) == (topk > 1)  # type: ignore[operator]
         study.tell(trial, 1.0)
-    assert seen_topk == {1, 2, 4}
+    assert seen_topk == {0, 1, 2, 4}
 
 
 def test_baseline_keeps_engine_defaults_for_unnamed_flags() -> None:
     space = load_space(REAL_SPACE)
     study = optuna.create_study(direction="maximize")
     cautious = space.baselines[0]
-    study.enqueue_trial({"speculative-num-steps": 1, "speculative-eagle-topk": 1})
+    study.enqueue_trial({"speculative-algorithm": "NEXTN", "speculative-num-steps": 1, "speculative-eagle-topk": 1})
     candidate = suggest(space, study.ask(), cautious)
     assert candidate.baseline == "cautious"
     assert candidate.flags == {

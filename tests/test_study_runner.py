@@ -40,7 +40,7 @@ def _runner(problem, tmp_path: Path, storage: optuna.storages.BaseStorage, seed:
 
 def _candidates(problem) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
     """Normalised flags over the memory-relevant knobs."""
-    base = problem.space.fixed
+    base = {**problem.space.fixed, "speculative-algorithm": "NEXTN"}  # tuned in the space (NEXTN or DFLASH)
     flags = []
     for fraction in (0.55, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97):
         for graph in (4, 16, 48):

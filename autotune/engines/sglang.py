@@ -7,8 +7,10 @@ and configs SGLang would refuse are never launched.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,6 +29,10 @@ DRAFT = "speculative-num-draft-tokens"
 ALGORITHM = "speculative-algorithm"
 DRAFT_MODEL = "speculative-draft-model-path"
 DFLASH_BLOCK = "speculative-dflash-block-size"
+ADAPTIVE = "speculative-adaptive"
+ADAPTIVE_CONFIG = "speculative-adaptive-config"
+# speculative/adaptive_spec_params.py (0.5.23) DEFAULT_ADAPTIVE_CONFIG: the union of its slots' steps.
+DEFAULT_ADAPTIVE_STEPS = (0, 1, 3, 5, 7)
 RADIX_STRATEGY = "mamba-radix-cache-strategy"
 CONTEXT = "context-length"
 DISABLE_OVERLAP = "disable-overlap-schedule"
@@ -182,7 +188,47 @@ def _kv_figures(line: str) -> tuple[int | None, float | None]:
 
 
 _LOG_NOISE = frozenset({"enable-metrics", "decode-log-interval", "log-level", "random-seed", "served-model-name"})
-_SPEC_DEMAND = frozenset({STEPS, TOPK, DRAFT})
+# The DFLASH block size equals the draft tokens, so it orders memory the same way.
+_SPEC_DEMAND = frozenset({STEPS, TOPK, DRAFT, DFLASH_BLOCK})
+
+
+def _adaptive_rules(out: dict[str, FlagValue], algorithm: str | None, notes: list[str]) -> None:
+    """``--speculative-adaptive`` as SGLang 0.5.23 resolves it (arg_groups/speculative_hook.py:1374-1426),
+    applied to ``out`` in place. Raises InvalidConfig for a start step outside the candidates."""
+    topk = out.get(TOPK)
+    supported = algorithm in ("EAGLE", "EAGLE3", "NEXTN") and topk in (None, 1)
+    if not supported:
+        # SGLang only warns and serves static steps: the effective config is the static one.
+        notes.append(f"--{ADAPTIVE} needs EAGLE/EAGLE3/NEXTN with topk 1; SGLang ignores it here (dropped)")
+        out.pop(ADAPTIVE)
+        out.pop(ADAPTIVE_CONFIG, None)
+        return
+    candidates = _adaptive_steps(out.get(ADAPTIVE_CONFIG))
+    if candidates is None:  # a config autotune cannot read here: the launch will tell
+        if STEPS in out:
+            out[TOPK] = 1
+        return
+    out[TOPK] = 1
+    steps = out.setdefault(STEPS, candidates[len(candidates) // 2])
+    if steps not in candidates:
+        raise InvalidConfig(
+            f"--{STEPS} {steps} is not one of the adaptive candidate steps {list(candidates)} "
+            f"(a ValueError in SGLang); pass one of those"
+        )
+    out[DRAFT] = int(steps) + 1
+
+
+def _adaptive_steps(config: FlagValue | None) -> tuple[int, ...] | None:
+    """The union of the adaptive config's candidate steps (SGLang's default without a config);
+    None when the file cannot be read here (another host, a typo): the launch reports that."""
+    if config is None:
+        return DEFAULT_ADAPTIVE_STEPS
+    try:
+        data = json.loads(Path(str(config)).read_text(encoding="utf-8"))
+        steps = {int(s) for key, entry in data.items() if key.isdigit() for s in entry["candidate_steps"]}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return tuple(sorted(steps)) or None
 
 
 class SGLangEngine(Engine):
@@ -203,7 +249,7 @@ class SGLangEngine(Engine):
         # requests no longer change what the graphs hold.
         graph_ignored=_LOG_NOISE
         | {"mamba-full-memory-ratio", "max-mamba-cache-size", CONTEXT, STEPS, TOPK, "max-running-requests",
-           "cuda-graph-max-bs-decode", DRAFT},  # fmt: skip
+           "cuda-graph-max-bs-decode", DRAFT, DFLASH_BLOCK},  # fmt: skip
         # Outside the graphs, run-time memory is mostly the prefill chunk's activations.
         activation_demand=frozenset({"chunked-prefill-size", "max-prefill-tokens"}),
     )
@@ -225,6 +271,9 @@ class SGLangEngine(Engine):
         - DFLASH needs a draft model, forces steps and topk to 1, and its block size equals the
           draft tokens;
         - ``MTP`` parses but fails at launch (NEXTN is the name for built-in MTP heads);
+        - ``--speculative-adaptive`` runs only EAGLE/EAGLE3/NEXTN with topk 1 (else SGLang warns and
+          serves static steps, so autotune drops it); topk defaults to 1, steps to the middle of the
+          config's candidate steps and must be one of them, draft tokens = steps + 1;
         - mamba strategy ``no_buffer`` needs ``--disable-overlap-schedule``; under ``extra_buffer``
           (and ``auto``, which becomes it on Qwen3.5/3.6) draft tokens <= ``--mamba-track-interval``;
         - context lengths with SI/IEC suffixes (``128Ki``) are read as numbers.
@@ -241,6 +290,8 @@ class SGLangEngine(Engine):
         algorithm = str(out[ALGORITHM]).upper() if ALGORITHM in out else None
         if algorithm == "MTP":
             raise InvalidConfig("--speculative-algorithm MTP fails at launch; use NEXTN for built-in MTP heads")
+        if out.get(ADAPTIVE) is True:
+            _adaptive_rules(out, algorithm, notes)
         if algorithm == "DFLASH":
             if DRAFT_MODEL not in out:
                 raise InvalidConfig("DFLASH needs --speculative-draft-model-path")

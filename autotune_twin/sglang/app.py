@@ -18,7 +18,7 @@ import traceback
 
 from autotune_twin import physics
 from autotune_twin.cli import prepare
-from autotune_twin.faults import NO_FAULT, Fault
+from autotune_twin.faults import NO_FAULT, Fault, diverges
 from autotune_twin.gpu_state import Publisher, visible_devices
 from autotune_twin.launch import LaunchConfig, LaunchError, resolve_launch
 from autotune_twin.lifecycle import Lifecycle
@@ -144,6 +144,7 @@ class TwinApp(Lifecycle):
             seed=self.seed,
             decode_log_interval=self.args.decode_log_interval,
             drift=self.drift,
+            diverges=diverges(self.fault, cfg.spec),
         )
         scheduler.diverges = self.fault.kind == "diverge"
         scheduler.start()
@@ -203,7 +204,7 @@ class TwinApp(Lifecycle):
         capture_started = time.monotonic()
         if not self._wait(self.load_seconds * (1 - _WEIGHT_SHARE)):
             return None
-        log.info("Capture cuda graph bs %s", _capture_sizes(plan.cuda_graph_bs))
+        log.info("Capture cuda graph bs %s", physics.capture_sizes(plan.cuda_graph_bs))
         try:
             physics.check_headroom(profile, plan)
         except MemoryFailure as failure:
@@ -294,11 +295,6 @@ class TwinApp(Lifecycle):
                 continue
         request.aborted = True
         return False
-
-
-def _capture_sizes(max_bs: int) -> list[int]:
-    sizes = [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256]
-    return [b for b in sizes if b < max_bs] + [max_bs]
 
 
 def main(argv: list[str]) -> int:

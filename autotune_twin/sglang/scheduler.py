@@ -62,9 +62,10 @@ class SglangScheduler(Scheduler):
         seed: int,
         decode_log_interval: int,
         drift: float = 0.0,
+        diverges: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(profile=profile, cfg=cfg, seed=seed, drift=drift, clock=clock)
+        super().__init__(profile=profile, cfg=cfg, seed=seed, drift=drift, diverges=diverges, clock=clock)
         self.plan = plan
         self.stats = SglangStats()
         self._interval = _Interval()

@@ -30,7 +30,7 @@ import time
 import traceback
 
 from autotune_twin.cli import TwinOptions, prepare
-from autotune_twin.faults import Fault
+from autotune_twin.faults import Fault, diverges
 from autotune_twin.gpu_state import Publisher, visible_devices
 from autotune_twin.launch import LaunchError
 from autotune_twin.lifecycle import Lifecycle
@@ -194,8 +194,14 @@ class VllmApp(Lifecycle):
             "core.py:285",
             f"init engine (profile, create kv cache, warmup model) took {time.monotonic() - started:.2f} seconds",
         )
-        scheduler = VllmScheduler(profile=self.profile, vc=vc, kv=kv, seed=self.twin.seed, drift=self.twin.drift)
-        scheduler.diverges = self.fault.kind == "diverge"
+        scheduler = VllmScheduler(
+            profile=self.profile,
+            vc=vc,
+            kv=kv,
+            seed=self.twin.seed,
+            drift=self.twin.drift,
+            diverges=diverges(self.fault, vc.cfg.spec),
+        )
         scheduler.start()
         try:
             if self.fault.kind == "never-ready":

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from autotune_twin.launch import LaunchConfig
 from autotune_twin.profile import TwinProfile
 from autotune_twin.scheduler import Request, Scheduler
 from autotune_twin.vllm.config import KvPlan, VllmConfig
@@ -57,9 +58,10 @@ class VllmScheduler(Scheduler):
         kv: KvPlan,
         seed: int,
         drift: float = 0.0,
+        diverges: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(profile=profile, cfg=vc.cfg, seed=seed, drift=drift, clock=clock)
+        super().__init__(profile=profile, cfg=vc.cfg, seed=seed, drift=drift, diverges=diverges, clock=clock)
         self.vc = vc
         self.kv = kv
         k = vc.num_speculative_tokens
@@ -150,8 +152,8 @@ class VllmScheduler(Scheduler):
             self.prefix_queries += sum(r.prompt.prompt_tokens for r in batch)
             self.prefix_hits += cached
 
-    def _pass_seconds(self, contexts: list[int]) -> float:
-        return super()._pass_seconds(contexts) + self._extra_pass_s
+    def _pass_seconds(self, contexts: list[int], cfg: LaunchConfig) -> float:
+        return super()._pass_seconds(contexts, cfg) + self._extra_pass_s
 
     def _on_accept(self, request: Request, accepted: int, seconds: float) -> None:
         k = self.vc.num_speculative_tokens

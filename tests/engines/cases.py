@@ -99,6 +99,18 @@ CASES: dict[str, EngineCase] = {
                 {**NEXTN, "speculative-num-steps": 3, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 9},
             ),
             ({"context-length": "128Ki"}, {"context-length": 131072}),
+            # adaptive steps: topk 1 and the middle of the default candidate steps (0, 1, 3, 5, 7)
+            (
+                {**NEXTN, "speculative-adaptive": True},
+                {**NEXTN, "speculative-adaptive": True, "speculative-num-steps": 3, "speculative-eagle-topk": 1,
+                 "speculative-num-draft-tokens": 9},
+            ),  # fmt: skip
+            # adaptive with a tree: SGLang warns and serves the static tree
+            (
+                {**NEXTN, "speculative-num-steps": 3, "speculative-eagle-topk": 2, "speculative-num-draft-tokens": 6},
+                {**NEXTN, "speculative-num-steps": 3, "speculative-eagle-topk": 2, "speculative-num-draft-tokens": 6,
+                 "speculative-adaptive": True},
+            ),  # fmt: skip
         ],
         different=({"mem-fraction-static": 0.88}, {"mem-fraction-static": 0.85}),
         failures=table(
