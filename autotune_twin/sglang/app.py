@@ -146,7 +146,6 @@ class TwinApp(Lifecycle):
             drift=self.drift,
             diverges=diverges(self.fault, cfg.spec),
         )
-        scheduler.diverges = self.fault.kind == "diverge"
         scheduler.start()
         try:
             self._announce(cfg, plan)
