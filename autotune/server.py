@@ -24,6 +24,7 @@ from typing import IO
 from pydantic import BaseModel, ConfigDict
 
 from autotune.errors import LauncherError, ServerError
+from autotune.space import REDACTED, is_secret_flag
 
 
 class ServerState(str, Enum):
@@ -165,7 +166,7 @@ class ServerProcess:
             start_ticks=process_start_ticks(self._proc.pid),
             owner_pid=os.getpid(),
             owner_start_ticks=process_start_ticks(os.getpid()),
-            argv=self.argv,
+            argv=redact_argv(self.argv),
             log_path=str(self.log_path),
             started_at=datetime.now(timezone.utc),
         )
@@ -234,6 +235,20 @@ class ServerProcess:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """The argv with every secret flag's value (``--api-key KEY``, ``--api-key=KEY``) replaced by ``***``:
+    the record lies on disk while the server runs, readable by anyone who can read the study folder."""
+    redacted = []
+    for i, arg in enumerate(argv):
+        name, eq, _ = arg.partition("=")
+        if eq and name.startswith("--") and is_secret_flag(name):
+            arg = f"{name}={REDACTED}"
+        elif i > 0 and argv[i - 1].startswith("--") and "=" not in argv[i - 1] and is_secret_flag(argv[i - 1]):
+            arg = REDACTED
+        redacted.append(arg)
+    return redacted
 
 
 def reap_orphans(records_dir: Path) -> list[ServerRecord]:

@@ -134,7 +134,7 @@ class Soak:
         ok = [t for t in trials if t.user_attrs.get("outcome") == "ok"]
         measured = [t for t in ok if t.user_attrs.get("duplicate_of") is None]
         keys = [t.user_attrs.get("config_key") for t in measured]
-        leftover = _processes_with(str(self.folder))
+        leftover = processes_with(str(self.folder))
         db = (self.folder / "studies" / f"{STUDY}.db").stat().st_size
         artifacts = sum(p.stat().st_size for p in (self.folder / "studies" / STUDY).rglob("*") if p.is_file())
         # memory and open files once the tuner is past its imports and first trial, to its end
@@ -178,7 +178,8 @@ def _open_files(pid: int) -> int:
         return 0
 
 
-def _processes_with(marker: str) -> list[int]:
+def processes_with(marker: str) -> list[int]:
+    """Live processes whose environment holds ``marker`` (a scratch path no other process has)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -211,7 +212,7 @@ def main() -> None:
         soak.run()
         print(f"soak of {args.trials} trials, {args.kills} kills: {time.monotonic() - started:.0f} s")
         code = soak.report()
-        for pid in _processes_with(str(soak.folder)):  # never leave a server behind, even on FAIL
+        for pid in processes_with(str(soak.folder)):  # never leave a server behind, even on FAIL
             os.kill(pid, signal.SIGKILL)
     sys.exit(code)
 

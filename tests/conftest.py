@@ -16,12 +16,12 @@ TWIN_SPACE = SPACES / "qwen3.6-27b-2xa6000-twin.yaml"
 REAL_SPACE = SPACES / "qwen3.6-27b-2xa6000.yaml"
 
 
-def load_benchmark() -> ModuleType:
-    """benchmarks/search_efficiency.py as a module (the benchmarks folder is not a package)."""
-    spec = importlib.util.spec_from_file_location("search_efficiency", ROOT / "benchmarks" / "search_efficiency.py")
+def load_benchmark(name: str = "search_efficiency") -> ModuleType:
+    """benchmarks/<name>.py as a module (the benchmarks folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["search_efficiency"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 

@@ -24,7 +24,10 @@ from autotune.space import load_space
 from autotune.study import preflight
 from autotune.trial import TrialSetup, run_trial
 from autotune.workload import load_suite
-from tests.conftest import TWIN_SPACE, autotune_cmd
+from tests.conftest import TWIN_SPACE, autotune_cmd, load_benchmark
+
+# live processes whose environment holds a marker (the test's scratch path): the soak's own scan
+processes_with = load_benchmark("soak").processes_with
 
 pytestmark = [pytest.mark.twin, pytest.mark.slow]
 STUDY = "robust"
@@ -63,22 +66,6 @@ def trials_so_far(tmp_path: Path) -> list[optuna.trial.FrozenTrial]:
         return load(tmp_path).trials
     except (KeyError, sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError):
         return []  # the tuner is creating the study's tables right now
-
-
-def processes_with(marker: str) -> list[int]:
-    """Live processes whose environment holds ``marker`` (the test's own scratch path)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if marker.encode() in (entry / "environ").read_bytes():
-                stat = (entry / "stat").read_text()
-                if stat[stat.rindex(")") + 2] != "Z":
-                    found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 def interruptible() -> None:

@@ -158,6 +158,18 @@ def test_records_of_a_live_tuner_are_left_alone(tmp_path: Path) -> None:
         assert list((tmp_path / "rec").glob("server-*.json"))
 
 
+def test_the_record_holds_no_secret_flag_value(tmp_path: Path) -> None:
+    argv = [sys.executable, "-c", "import time; time.sleep(600)", "--api-key", "k-123", "--ssl-keyfile-password=pw-456"]
+    server = ServerProcess(argv, env={}, log_path=tmp_path / "s.log", records_dir=tmp_path / "rec")
+    with server:
+        (record,) = (tmp_path / "rec").glob("server-*.json")
+        text = record.read_text()
+        running = (Path("/proc") / record.stem.removeprefix("server-") / "cmdline").read_bytes().split(b"\0")
+    assert json.loads(text)["argv"][-3:] == ["--api-key", "***", "--ssl-keyfile-password=***"]
+    assert "k-123" not in text and "pw-456" not in text
+    assert b"k-123" in running and b"--ssl-keyfile-password=pw-456" in running  # the server itself gets the key
+
+
 def test_free_port_is_bindable() -> None:
     import socket
 
