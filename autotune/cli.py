@@ -33,6 +33,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 console = Console()
 if not console.is_terminal and "COLUMNS" not in os.environ:  # piped or captured: the width tables are made for
@@ -637,7 +638,7 @@ def dashboard(
 ) -> None:
     """Open the study in optuna-dashboard: every trial with its flags, numbers, server log and measurement JSON.
 
-    Needs the optional extra: pip install 'autotune\\[dashboard]'. Runs until Ctrl-C.
+    Needs the optional extra: pip install 'autotune[dashboard]'. Runs until Ctrl-C.
     """
     with error_funnel():
         from autotune.dashboard import LOOPBACK, open_dashboard
