@@ -13,7 +13,6 @@ import contextlib
 import json
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
@@ -52,8 +51,7 @@ def _in_memory(db: sqlite3.Connection, name: str, study_id: int) -> optuna.Study
     query = "SELECT direction FROM study_directions WHERE study_id = ? ORDER BY objective"
     directions = [StudyDirection[d] for (d,) in db.execute(query, (study_id,))]
     storage = optuna.storages.InMemoryStorage()
-    with _quiet_optuna():  # "A new study created in memory" is not news to the user
-        new_id = storage.create_new_study(directions, study_name=name)
+    new_id = storage.create_new_study(directions, study_name=name)  # its INFO line: silenced in storage.py
     for key, value in _attrs(db, "study_user_attributes", "study_id", study_id):
         storage.set_study_user_attr(new_id, key, value)
     for key, value in _attrs(db, "study_system_attributes", "study_id", study_id):
@@ -141,13 +139,3 @@ def _local(stored: str | None) -> datetime | None:
     if stored is None:
         return None
     return datetime.fromisoformat(stored).replace(tzinfo=timezone.utc).astimezone().replace(tzinfo=None)
-
-
-@contextlib.contextmanager
-def _quiet_optuna() -> Iterator[None]:
-    level = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        yield
-    finally:
-        optuna.logging.set_verbosity(level)

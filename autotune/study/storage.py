@@ -18,12 +18,17 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
-import sqlalchemy
 
 from autotune.errors import StorageError
+
+if TYPE_CHECKING:
+    import sqlalchemy
+
+# SQLAlchemy (~0.2 s to import) is imported by the functions that open a database: the read-only
+# commands read an SQLite study without it (study/snapshot.py).
 
 # Optuna would print a traceback per failed trial; autotune reports every trial itself.
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -107,6 +112,8 @@ def _creation_lock(url: str) -> Iterator[None]:
             os.close(fd)  # closing releases the lock
         return
     if url.startswith(("postgresql", "postgres")):
+        import sqlalchemy
+
         engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
         try:
             with engine.connect() as conn:
@@ -131,6 +138,8 @@ OUTAGE_POLL_S = 2.0
 
 def _is_disconnect(exc: BaseException) -> bool:
     """A lost or refused connection (worth waiting for), not a rejected statement."""
+    import sqlalchemy
+
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, sqlalchemy.exc.DBAPIError) and seen.connection_invalidated:
@@ -156,6 +165,8 @@ def _riding_out(name: str) -> Any:
 
     @functools.wraps(method)
     def call(self: _OutageTolerantStorage, *args: Any, **kwargs: Any) -> Any:
+        import sqlalchemy
+
         deadline: float | None = None
         while True:
             try:
@@ -202,6 +213,8 @@ def open_storage(url: str, *, heartbeat_s: int | None = None) -> optuna.storages
     Raises:
         StorageError: one line naming the URL and the cause (folder, permissions, server, driver).
     """
+    import sqlalchemy
+
     storage_class = optuna.storages.RDBStorage
     if _sqlite_path(url) is not None:
         kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}}
@@ -239,6 +252,8 @@ def storage_errors(url: str) -> Iterator[None]:
     A read-only database file, a full disk, a server gone: SQLAlchemy's errors (which Optuna wraps
     in ``StorageInternalError``) and the file system's become :class:`StorageError`.
     """
+    import sqlalchemy
+
     try:
         yield
     except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as exc:
@@ -271,6 +286,8 @@ def load_existing_study(name: str, storage_url: str) -> optuna.Study:
 
 
 def _sql_engine(storage: optuna.storages.BaseStorage) -> sqlalchemy.engine.Engine | None:
+    import sqlalchemy
+
     engine = getattr(getattr(storage, "_backend", storage), "engine", None)
     return engine if isinstance(engine, sqlalchemy.engine.Engine) else None
 
@@ -282,6 +299,8 @@ _IN_PROCESS = threading.Lock()
 def exclusive(storage: optuna.storages.BaseStorage, paths: StudyPaths) -> Iterator[None]:
     """One worker at a time: a PostgreSQL advisory lock for several hosts, a file lock on one host,
     a process lock for an in-memory study."""
+    import sqlalchemy
+
     engine = _sql_engine(storage)
     if engine is not None and engine.dialect.name == "postgresql":
         key = int(hashlib.sha256(paths.name.encode()).hexdigest()[:15], 16)
