@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -42,13 +44,18 @@ def build_study(folder: Path, trials: int) -> str:
     return "bench"
 
 
-def wall(argv: list[str], repeat: int) -> float:
-    times = []
+def timed(argv: list[str], repeat: int) -> tuple[float, float]:
+    """Median wall and CPU (user + system) seconds of ``repeat`` runs. On a busy machine the wall time
+    mostly measures the wait for a core; the CPU time is the work the command itself does."""
+    walls, cpus = [], []
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+        walls.append(time.perf_counter() - started)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def main() -> None:
@@ -69,7 +76,7 @@ def main() -> None:
             ("python -c pass", [sys.executable, "-c", "pass"], None),
             ("autotune --help", [AUTOTUNE, "--help"], "help"),
         ]
-        for cmd in ("study", "show", "export", "check", "bench", "gpus", "dashboard", "report"):
+        for cmd in ("study", "show", "export", "confirm", "check", "bench", "gpus", "dashboard", "report"):
             commands.append((f"autotune {cmd} --help", [AUTOTUNE, cmd, "--help"], "help"))
         commands += [
             (f"autotune show ({args.trials} trials)", [AUTOTUNE, "show", name, *where], "show"),
@@ -77,15 +84,16 @@ def main() -> None:
             ("autotune show --trial 7", [AUTOTUNE, "show", name, "--trial", "7", *where], "show"),
             ("autotune export -f sh", [AUTOTUNE, "export", name, "-f", "sh", *where], None),
         ]
-        base = wall(commands[0][1], args.repeat)
-        print(f"\n{'command':<34} {'median s':>9} {'x pass':>7} {'target s':>9}  verdict")
+        base, base_cpu = timed(commands[0][1], args.repeat)
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; medians of {args.repeat} runs")
+        print(f"\n{'command':<34} {'wall s':>7} {'x pass':>7} {'cpu s':>6} {'x pass':>7} {'target s':>9}  verdict")
         for label, argv, target in commands:
-            seconds = base if label == "python -c pass" else wall(argv, args.repeat)
+            seconds, cpu = (base, base_cpu) if label == "python -c pass" else timed(argv, args.repeat)
             limit = TARGETS.get(target or "")
             verdict = "" if limit is None else ("ok" if seconds <= limit else "OVER")
             limit_text = f"{limit:.1f}" if limit else ""
-            print(f"{label:<34} {seconds:>9.3f} {seconds / base:>7.1f} {limit_text:>9}  {verdict}")
-
+            print(f"{label:<34} {seconds:>7.3f} {seconds / base:>7.1f} {cpu:>6.3f} {cpu / base_cpu:>7.1f} "
+                  f"{limit_text:>9}  {verdict}")
 
 if __name__ == "__main__":
     main()
