@@ -5,6 +5,7 @@ fails at random launches (``AUTOTUNE_TWIN_FAULT_SCHEDULE``: crash on start, neve
 hang mid-measurement); the tuner is killed with SIGKILL at random moments and started again, as a
 machine reboot or an OOM kill would. At the end it prints:
 
+- the faults the twin injected, by kind;
 - every measured trial present exactly once, none lost or changed by a kill;
 - no server process left (the test's marker is searched in every process's environment);
 - the tuner's memory (RSS) and open files at the start and end of its longest run (flat or not);
@@ -102,6 +103,14 @@ class Soak:
             return 0
         return sum(1 for t in trials if t.state.name in ("COMPLETE", "FAIL"))
 
+    def injected(self) -> dict[str, int]:
+        """Faults the twin injected: the schedule's entries up to its launch counter, by kind."""
+        schedule = self.folder / "faults.json"
+        counter = schedule.with_name(schedule.name + ".count")
+        launches = int(counter.read_text()) if counter.exists() else 0
+        kinds = json.loads(schedule.read_text())[:launches]
+        return {"launches": launches, **{k: kinds.count(k) for k in FAULTS if k in kinds}}
+
     def run(self) -> None:
         space = self.space()
         kill_at = sorted(self.rng.sample(range(1, self.trials), min(self.kills, self.trials - 1)))
@@ -144,6 +153,10 @@ class Soak:
             outcomes[str(t.user_attrs.get("outcome"))] = outcomes.get(str(t.user_attrs.get("outcome")), 0) + 1
         print(f"trials: {len(trials)} ({', '.join(f'{k} {v}' for k, v in sorted(outcomes.items()))})")
         print(f"tuner runs: {len(self.samples)}, SIGKILLs: {len(self.kill_checks)}")
+        faults = self.injected()
+        launches = faults.pop("launches")
+        print(f"faults injected: {sum(faults.values())} in {launches} twin launches "
+              f"({', '.join(f'{k} {v}' for k, v in faults.items()) or 'none'})")  # fmt: skip
         print(f"measured configs: {len(measured)}, each once: {len(keys) == len(set(keys))}")
         print(f"measured trials lost or changed by a kill: {len(self.lost)}")
         print(f"server processes left: {len(leftover)}")
