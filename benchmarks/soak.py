@@ -78,7 +78,8 @@ class Soak:
             kinds[at] = self.rng.choice(FAULTS)
         schedule.write_text(json.dumps(kinds))
         data["env"] = {"AUTOTUNE_TWIN_FAULT_SCHEDULE": str(schedule), "AUTOTUNE_SOAK_MARK": str(self.folder)}
-        data["measurement"].update({"warmup_requests": 0, "prompts_per_round": 1, "max_tokens": 8, "min_rounds": 2,
+        # 4 requests: the twin's mid-measurement faults strike at the 3rd (with 2 they never struck)
+        data["measurement"].update({"warmup_requests": 0, "prompts_per_round": 2, "max_tokens": 8, "min_rounds": 2,
                                     "max_rounds": 2, "request_timeout_s": 5})  # fmt: skip
         data["launch"] = {"timeout_s": 20, "stop_timeout_s": 2}
         path = self.folder / "space.yaml"
