@@ -63,7 +63,7 @@ class StudyPaths:
         return self.folder / "servers"
 
 
-def _sqlite_path(url: str) -> Path | None:
+def sqlite_path(url: str) -> Path | None:
     """The database file of an SQLite URL (None for other databases and in-memory SQLite)."""
     if not url.startswith("sqlite:///"):
         return None
@@ -88,7 +88,7 @@ def _creation_lock(url: str) -> Iterator[None]:
     database's folder (one host). Without it, simultaneous workers race to create Optuna's tables
     (``DuplicateTable``, ``alembic_version``, "database is locked").
     """
-    path = _sqlite_path(url)
+    path = sqlite_path(url)
     if path is not None:
         folder = path.parent
         try:
@@ -216,7 +216,7 @@ def open_storage(url: str, *, heartbeat_s: int | None = None) -> optuna.storages
     import sqlalchemy
 
     storage_class = optuna.storages.RDBStorage
-    if _sqlite_path(url) is not None:
+    if sqlite_path(url) is not None:
         kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}}
     else:
         kwargs = {"pool_pre_ping": True}

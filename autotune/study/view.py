@@ -21,7 +21,7 @@ from autotune.study.attrs import StudyInfo
 from autotune.study.confirm import Confirmation, best_first_measured
 from autotune.study.levels import LoadLevels, level_best, load_levels
 from autotune.study.snapshot import read_sqlite_study
-from autotune.study.storage import _sqlite_path, load_existing_study
+from autotune.study.storage import load_existing_study, sqlite_path
 
 
 class Importance(Frozen):
@@ -71,7 +71,7 @@ class StudyView:
     @classmethod
     def open(cls, name: str, storage_url: str, *, artifacts_dir: Path | None = None) -> StudyView:
         """An SQLite study is read in one go (:mod:`~autotune.study.snapshot`), any other through Optuna."""
-        path = _sqlite_path(storage_url)
+        path = sqlite_path(storage_url)
         study = read_sqlite_study(path, name) if path is not None else None
         return cls(study or load_existing_study(name, storage_url), artifacts_dir=artifacts_dir)
 
