@@ -95,14 +95,16 @@ def _shorten(text: str, width: int) -> str:
 def trials_table(records: Sequence[TrialRecord], *, flag_names: Sequence[str], best: int | None = None) -> Table:
     """One row per trial, 120 columns wide for the built-in spaces; full reasons: ``show --trial N``."""
     table = Table(title="trials", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    table.add_column("#", justify="right", no_wrap=True)
+    # Min widths: when a wide study squeezes the table, the note gives way, not trial numbers or speeds.
+    widest_number = max((len(str(r.number)) for r in records), default=1) + 1  # + the best's star
+    table.add_column("#", justify="right", no_wrap=True, min_width=widest_number)
     table.add_column("outcome", no_wrap=True)
     for name in flag_names:
         header = _header(name)
         table.add_column(header, justify="right", no_wrap=True, min_width=max(map(len, header.splitlines())))
-    table.add_column("decode tok/s", justify="right", no_wrap=True)
+    table.add_column("decode tok/s", justify="right", no_wrap=True, min_width=12)
     table.add_column("accept\nlen", justify="right", no_wrap=True, min_width=6)
-    table.add_column("roof-\nline", justify="right", no_wrap=True)
+    table.add_column("roof-\nline", justify="right", no_wrap=True, min_width=5)
     hosts = sorted({r.host for r in records if r.host})
     if len(hosts) > 1:  # several workers: show where each trial ran, so hardware differences are visible
         table.add_column("host", no_wrap=True, overflow="ellipsis", max_width=16)
