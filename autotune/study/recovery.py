@@ -4,6 +4,7 @@ unmeasured baselines queued again (each once, across workers)."""
 from __future__ import annotations
 
 import socket
+from datetime import datetime
 from pathlib import Path
 
 import optuna
@@ -15,9 +16,14 @@ from autotune.space import SearchSpace, baseline_params
 from autotune.study import attrs
 from autotune.study.storage import heartbeat_enabled
 
+# A trial names its host and worker right after Optuna hands it out; one still nameless after this
+# long was asked for by a tuner that died in between (no host can claim it, so any worker fails it).
+UNCLAIMED_GRACE_S = 300.0
 
-def recover(study: optuna.Study, servers: Path) -> tuple[int, int]:
-    """Kill orphaned servers, fail trials left RUNNING by a dead tuner on this host.
+
+def recover(study: optuna.Study, servers: Path, *, unclaimed_grace_s: float = UNCLAIMED_GRACE_S) -> tuple[int, int]:
+    """Kill orphaned servers, fail trials left RUNNING by a dead tuner on this host (or by a tuner
+    that died before it wrote its host into the trial).
 
     With heartbeats on, Optuna fails stale trials itself (and retries them once), on any host.
     Returns (servers killed, trials failed).
@@ -29,6 +35,12 @@ def recover(study: optuna.Study, servers: Path) -> tuple[int, int]:
     host = socket.gethostname()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         record = attrs.trial_record(trial)
+        if record.host is None and record.worker_pid is None:
+            started = trial.datetime_start
+            if started is not None and (datetime.now() - started).total_seconds() > unclaimed_grace_s:
+                attrs.mark_stale(study._storage, trial, "the tuner that asked for it died before starting it")
+                failed += 1
+            continue
         if record.host != host or record.worker_pid is None or pid_alive(record.worker_pid):
             continue
         attrs.mark_stale(study._storage, trial, "the tuner running it died")
