@@ -270,7 +270,8 @@ def test_a_port_taken_meanwhile_is_retried_on_another(tmp_path: Path, monkeypatc
 
 def test_secret_values_stay_out_of_db_artifacts_and_profiles(tmp_path: Path) -> None:
     secret = "hf_SeCrEtVaLuE123"
-    feasible = {"speculative-num-steps": 3, "speculative-eagle-topk": 1, "mem-fraction-static": 0.88}
+    feasible = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3, "speculative-eagle-topk": 1,
+                "mem-fraction-static": 0.88}
     space = quick_space(tmp_path, env={"HF_TOKEN": secret}, baselines=[{"name": "known", "flags": feasible}])
     subprocess.run(
         autotune_cmd("study", str(space), "--trials", "1", "--confirm-top", "0"),
