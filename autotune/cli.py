@@ -323,7 +323,8 @@ def show(
             print(json.dumps(payload, indent=2))
             return
         tuned = opened.info.tuned
-        console.print(trials_table(all_records, flag_names=tuned, best=best.number if best else None))
+        console.print(trials_table(all_records, flag_names=tuned, best=best.number if best else None,
+                                   priority=sorted(tuned, key=lambda n: -importance.values.get(n, 0.0))))  # fmt: skip
         per_engine = engines_table(all_records)
         if per_engine is not None:
             console.print(per_engine)

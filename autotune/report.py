@@ -92,13 +92,53 @@ def _shorten(text: str, width: int) -> str:
     return cut.rstrip(",;:") + "…"
 
 
-def trials_table(records: Sequence[TrialRecord], *, flag_names: Sequence[str], best: int | None = None) -> Table:
-    """One row per trial, 120 columns wide for the built-in spaces; full reasons: ``show --trial N``."""
-    table = Table(title="trials", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+TABLE_WIDTH = 120
+# Columns besides the flags, at their narrowest (outcome, decode tok/s, accept len, roofline, note),
+# each with the two columns between it and the next.
+_FIXED_COLUMNS_WIDTH = (8 + 2) + (12 + 2) + (6 + 2) + (5 + 2) + (12 + 2)
+
+
+def _cell(name: str, value: FlagValue | None) -> str:
+    """A flag's value in the table: a path by its last part (the full path: ``show --trial N``)."""
+    text = _fmt(value)
+    return text.rstrip("/").rsplit("/", 1)[-1] if name.endswith(("-path", "-model")) and "/" in text else text
+
+
+def fitting_flags(
+    records: Sequence[TrialRecord], flag_names: Sequence[str], *, priority: Sequence[str] = (), width: int = TABLE_WIDTH
+) -> list[str]:
+    """The flag columns that fit beside the fixed ones: the most important first (``priority``, e.g.
+    by parameter importance, then the space's order), shown in the space's order."""
+    number_width = max((len(str(r.number)) for r in records), default=1) + 2
+    left = width - _FIXED_COLUMNS_WIDTH - number_width
+    kept: set[str] = set()
+    for name in [*[p for p in priority if p in flag_names], *flag_names]:
+        if name in kept:
+            continue
+        cells = [_cell(name, r.engine if name == ENGINE_PARAM else r.flags.get(name)) for r in records]
+        column = max([*map(len, _header(name).splitlines()), *map(len, cells)]) + 2
+        if column <= left:
+            kept.add(name)
+            left -= column
+    return [name for name in flag_names if name in kept]
+
+
+def trials_table(
+    records: Sequence[TrialRecord], *, flag_names: Sequence[str], best: int | None = None, priority: Sequence[str] = ()
+) -> Table:
+    """One row per trial, 120 columns wide: the flags that fit, the most important first (the others,
+    and full reasons: ``show --trial N``)."""
+    shown = fitting_flags(records, flag_names, priority=priority)
+    left_out = [name for name in flag_names if name not in shown]
+    caption = f"not shown (see show --trial N): {', '.join(short_flag(n) for n in left_out)}" if left_out else None
+    table = Table(title="trials", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+                  caption=caption, caption_justify="left")  # fmt: skip
+    flag_names = shown
     # Min widths: when a wide study squeezes the table, the note gives way, not trial numbers or speeds.
     widest_number = max((len(str(r.number)) for r in records), default=1) + 1  # + the best's star
     table.add_column("#", justify="right", no_wrap=True, min_width=widest_number)
-    table.add_column("outcome", no_wrap=True)
+    outcome_width = max((len(_OUTCOME_SHORT.get(r.outcome, r.outcome)) for r in records), default=7)
+    table.add_column("outcome", no_wrap=True, min_width=min(outcome_width, 8))
     for name in flag_names:
         header = _header(name)
         table.add_column(header, justify="right", no_wrap=True, min_width=max(map(len, header.splitlines())))
@@ -120,7 +160,7 @@ def trials_table(records: Sequence[TrialRecord], *, flag_names: Sequence[str], b
         table.add_row(
             f"{r.number}{mark}",
             Text(_OUTCOME_SHORT.get(r.outcome, r.outcome), style=_OUTCOME_STYLE.get(r.outcome, "red")),
-            *(_fmt(r.engine if n == ENGINE_PARAM else r.flags.get(n)) for n in flag_names),
+            *(_cell(n, r.engine if n == ENGINE_PARAM else r.flags.get(n)) for n in flag_names),
             _speed(r),
             f"{accept:.2f}" if accept is not None else "-",
             f"{r.roofline_share:.0%}" if r.roofline_share is not None else "-",
