@@ -17,6 +17,14 @@ Two sources, both things a user's machine can know:
    peak. Graphs grow with the captured tokens (batch x draft tokens), the rest does not once the
    activation flags are no smaller, so a candidate whose headroom cannot hold the rest plus its
    graphs (bounded from below by the logged ones) is predicted to fail without launching.
+4. The fraction moves a boundary most. Until a launch shows otherwise, a failure also speaks for a
+   candidate at a fraction no better and a tensor-parallel size no larger that differs from it in
+   values set on both (an attention backend, a KV dtype, a drafter; a pool demand), except flags the
+   rules name as mattering to that boundary only without ordering them (a split ratio), and except
+   headroom demands, which the graphs grow with. A launch that
+   serves where that presumption said it would fail marks the flags it differed in as relevant to
+   that side: from then on they are compared as in 2. Tight GPUs are learned from a few deaths
+   instead of one per combination of other flags.
 """
 
 from __future__ import annotations
@@ -106,6 +114,7 @@ class MemoryLesson(BaseModel):
     graph_batch: int | None = None
     server_free_bytes: float | None = Field(default=None, description="free memory the server logged before loading")
     runtime_bytes: float | None = Field(default=None, description="headroom used besides the graphs (served launches)")
+    served: bool = Field(default=False, description="the launch started and served")
 
 
 class GraphPoint(BaseModel):
@@ -152,6 +161,32 @@ def _dominates(
     return True
 
 
+def _loosely_dominates(
+    failed: Mapping[str, FlagValue],
+    candidate: Mapping[str, FlagValue],
+    *,
+    demand: frozenset[str],
+    ignore: frozenset[str],
+    relevant: set[str],
+    tp_flag: str,
+    only_here: frozenset[str],
+    ordered: bool,
+) -> bool:
+    """:func:`_dominates` with presumptions a served launch can refute (``relevant``): a flag set on
+    both sides may differ (a backend, a dtype, a drafter, a demand: they move a boundary little next
+    to the fraction), unless the rules name it as mattering to this boundary only without ordering
+    it (``only_here``: a split ratio is not monotone); a tensor-parallel size no larger is no less
+    demanding. ``ordered``: demands keep their order (graphs grow with them much as with the fraction)."""
+    kept = only_here | (demand if ordered else frozenset())
+    presumed = {n for n in set(failed) & set(candidate) if n not in relevant and n != tp_flag and n not in kept}
+    tp_failed, tp_candidate = _number(failed.get(tp_flag)), _number(candidate.get(tp_flag))
+    if tp_failed is not None and tp_candidate is not None:
+        if tp_candidate > tp_failed:
+            return False
+        presumed.add(tp_flag)
+    return _dominates(failed, candidate, demand=demand, ignore=ignore | presumed)
+
+
 class FeasibilityModel:
     """What is known about memory in one study; ``predict`` before each launch, ``observe`` after.
 
@@ -179,11 +214,16 @@ class FeasibilityModel:
         self.graph_points: list[GraphPoint] = []
         self.failures: list[Observation] = []
         self.headroom_uses: list[HeadroomUse] = []
+        # Unordered flags a served launch showed to move each boundary (module docstring, 4).
+        self.relevant: dict[Side, set[str]] = {"too-low": set(), "too-high": set()}
+        self.served: list[dict[str, FlagValue]] = []
 
     def learn(self, lesson: MemoryLesson) -> None:
         """Everything one trial taught: its failure side, logged weights and graphs, free memory, headroom use."""
         if lesson.side is not None:
             self.observe(lesson.flags, lesson.side, trial=lesson.trial)
+        if lesson.served:
+            self.observe_served(lesson.flags)
         if lesson.weights_bytes:
             self.observe_weights(lesson.weights_bytes, flags=lesson.flags)
         if lesson.graph_bytes:
@@ -197,7 +237,52 @@ class FeasibilityModel:
                 )  # fmt: skip
 
     def observe(self, flags: Mapping[str, FlagValue], side: Side, *, trial: int | None = None) -> None:
-        self.failures.append(Observation(flags=dict(flags), side=side, trial=trial))
+        failure = Observation(flags=dict(flags), side=side, trial=trial)
+        self.failures.append(failure)
+        for served in self.served:  # a launch that served earlier may already contradict it
+            self._contradict(failure, served)
+
+    def observe_served(self, flags: Mapping[str, FlagValue]) -> None:
+        """A launch that served: every failure that presumed it would fail loses that presumption
+        for the unordered flags the two differ in."""
+        self.served.append(dict(flags))
+        for failure in self.failures:
+            self._contradict(failure, flags)
+
+    def _contradict(self, failure: Observation, served: Mapping[str, FlagValue]) -> None:
+        if self.rules is not None and self._presumed(failure, served):
+            self.relevant[failure.side] |= {
+                name for name in set(failure.flags) & set(served)
+                if failure.flags[name] != served[name] and name != self.rules.fraction_flag
+            }  # fmt: skip
+
+    def _presumed(self, failure: Observation, flags: Mapping[str, FlagValue]) -> bool:
+        """Whether ``failure`` speaks for ``flags`` only by presuming unordered flags irrelevant."""
+        assert self.rules is not None
+        rules = self.rules
+        fraction, failed_fraction = self._fraction(flags), self._fraction(failure.flags)
+        if fraction is None or failed_fraction is None:
+            return False
+        if failure.side == "too-low":
+            beyond, demand, ignore = fraction <= failed_fraction, rules.pool_demand, rules.pool_irrelevant
+            only_here = rules.headroom_irrelevant - demand
+        else:
+            beyond, demand, ignore = fraction >= failed_fraction, rules.headroom_demand, rules.headroom_irrelevant
+            only_here = rules.pool_irrelevant - demand
+        ignore = ignore | {rules.fraction_flag}
+        return beyond and _loosely_dominates(
+            failure.flags, flags, demand=demand, ignore=ignore, relevant=self.relevant[failure.side],
+            tp_flag=rules.tp_flag, only_here=only_here - ignore, ordered=failure.side == "too-high",
+        )  # fmt: skip
+
+    def _differing(self, failure: Observation, flags: Mapping[str, FlagValue]) -> str:
+        """The unordered values a prediction presumed not to matter, for its reason."""
+        assert self.rules is not None
+        names = sorted(
+            n for n in set(failure.flags) & set(flags)
+            if failure.flags[n] != flags[n] and n != self.rules.fraction_flag and _number(flags[n]) is None
+        )  # fmt: skip
+        return f" (presuming {', '.join(names)} do not matter)" if names else ""
 
     def observe_weights(self, bytes_per_gpu: float, *, flags: Mapping[str, FlagValue]) -> None:
         """The weights per GPU a server logged under ``flags``: better than the estimate from the
@@ -362,30 +447,20 @@ class FeasibilityModel:
             failed_fraction = self._fraction(failure.flags)
             if fraction is None or failed_fraction is None:
                 continue
-            ignore_common = frozenset({rules.fraction_flag})
-            if (
-                failure.side == "too-low"
-                and fraction <= failed_fraction
-                and _dominates(
-                    failure.flags, flags, demand=rules.pool_demand, ignore=ignore_common | rules.pool_irrelevant
-                )
-            ):
+            if failure.side == "too-low" and self._presumed(failure, flags):
                 return Prediction(
                     feasible=False, side="too-low", pool_bytes=pool,
                     reason=f"trial {failure.trial} ran out of pool memory at {rules.fraction_flag} "
-                    f"{failed_fraction:g} with demands no larger",
+                    f"{failed_fraction:g} with demands no larger{self._differing(failure, flags)}",
                 )  # fmt: skip
-            too_high = failure.side == "too-high" and (
-                (fraction >= failed_fraction and _dominates(
-                    failure.flags, flags, demand=rules.headroom_demand, ignore=ignore_common | rules.headroom_irrelevant
-                ))
-                or self._headroom_bound(failure, flags, fraction)
-            )  # fmt: skip
-            if too_high:
+            if failure.side == "too-high" and (
+                self._presumed(failure, flags) or self._headroom_bound(failure, flags, fraction)
+            ):
                 return Prediction(
                     feasible=False, side="too-high", pool_bytes=pool,
                     reason=f"trial {failure.trial} ran out of headroom at {rules.fraction_flag} "
-                    f"{failed_fraction:g}; graphs no smaller by more than the headroom gained",
+                    f"{failed_fraction:g}; graphs no smaller by more than the headroom gained"
+                    f"{self._differing(failure, flags)}",
                 )  # fmt: skip
         served = self._served_bound(flags, fraction) if fraction is not None else None
         if served is not None:

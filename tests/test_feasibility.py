@@ -15,7 +15,7 @@ from optuna.trial import FrozenTrial
 
 from autotune.engines.sglang import SGLangEngine
 from autotune.engines.vllm import VLLMEngine
-from autotune.feasibility import FeasibilityModel, headroom_use, model_weight_bytes
+from autotune.feasibility import FeasibilityModel, MemoryLesson, headroom_use, model_weight_bytes
 from autotune.gpu import GpuInventory, check_idle, roofline, wait_for
 from autotune_twin import physics
 from autotune_twin.launch import resolve_launch
@@ -96,6 +96,37 @@ def test_too_low_failure_generalises_to_smaller_fractions_and_larger_demands() -
     assert m.predict({**BASE, "mem-fraction-static": 0.72, "mamba-full-memory-ratio": 0.5}).feasible
     # the mamba split is not monotone: another ratio is another question
     assert m.predict({**BASE, "mem-fraction-static": 0.65, "mamba-full-memory-ratio": 0.9}).feasible
+
+
+def test_a_too_low_failure_speaks_for_other_values_until_a_served_launch_refutes_it() -> None:
+    m = model()
+    failed = {**BASE, "mem-fraction-static": 0.80, "attention-backend": "fa3", "chunked-prefill-size": 8192}
+    m.observe(failed, "too-low", trial=4)
+    # another backend, fewer draft tokens, fewer requests, another prefill chunk: presumed to fail too
+    other = {**failed, "mem-fraction-static": 0.75, "attention-backend": "triton", "speculative-num-draft-tokens": 2,
+             "max-running-requests": 4, "chunked-prefill-size": 2048}  # fmt: skip
+    low = m.predict(other)
+    assert not low.feasible and low.side == "too-low" and "presuming attention-backend" in (low.reason or "")
+    assert m.predict({**other, "tp-size": 4}).feasible  # a larger TP holds less per GPU
+    assert m.predict({**other, "mem-fraction-static": 0.81}).feasible
+    no_drafter = {k: v for k, v in other.items() if not k.startswith("speculative-")}
+    assert m.predict(no_drafter).feasible  # flags set on one side only
+    # a launch with the fa3 backend served at 0.78: the backend does move the boundary
+    m.learn(MemoryLesson(flags={**failed, "mem-fraction-static": 0.78, "attention-backend": "triton"}, trial=5,
+                         served=True))  # fmt: skip
+    assert m.relevant["too-low"] == {"attention-backend"}
+    assert m.predict(other).feasible
+    assert not m.predict({**other, "attention-backend": "fa3"}).feasible
+
+
+def test_a_failure_after_a_served_launch_that_refutes_its_presumption_speaks_only_for_its_own_values() -> None:
+    m = model()
+    m.learn(MemoryLesson(flags={**BASE, "mem-fraction-static": 0.7, "kv-cache-dtype": "fp8_e4m3"}, trial=1,
+                         served=True))  # fmt: skip
+    m.observe({**BASE, "mem-fraction-static": 0.75, "kv-cache-dtype": "auto"}, "too-low", trial=2)
+    assert m.relevant["too-low"] == {"kv-cache-dtype"}
+    assert m.predict({**BASE, "mem-fraction-static": 0.72, "kv-cache-dtype": "fp8_e4m3"}).feasible
+    assert not m.predict({**BASE, "mem-fraction-static": 0.72, "kv-cache-dtype": "auto"}).feasible
 
 
 def served(m: FeasibilityModel, flags: dict[str, object], *, runtime_gib: float, graph_gib: float) -> None:

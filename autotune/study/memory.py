@@ -72,6 +72,7 @@ def lesson_of(outcome: TrialOutcome, *, trial: int, inventory: GpuInventory) -> 
         graph_batch=facts.graph_batch if facts else None,
         server_free_bytes=facts.free_at_start_bytes if facts else None,
         runtime_bytes=runtime,
+        served=outcome.kind is OutcomeKind.OK,
     )
 
 
