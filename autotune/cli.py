@@ -232,7 +232,8 @@ def study(
             opened = StudyView(runner.study, artifacts_dir=paths.artifacts)
             all_records = opened.records()
             best = opened.best()
-            console.print(trials_table(all_records, flag_names=list(space.tuned), best=best.number if best else None))
+            console.print(trials_table(all_records, flag_names=list(space.tuned), best=best.number if best else None,
+                                       width=console.width))  # fmt: skip
             per_engine = engines_table(all_records)
             if per_engine is not None:
                 console.print(per_engine)
@@ -324,7 +325,8 @@ def show(
             return
         tuned = opened.info.tuned
         console.print(trials_table(all_records, flag_names=tuned, best=best.number if best else None,
-                                   priority=sorted(tuned, key=lambda n: -importance.values.get(n, 0.0))))  # fmt: skip
+                                   priority=sorted(tuned, key=lambda n: -importance.values.get(n, 0.0)),
+                                   width=console.width))  # fmt: skip
         per_engine = engines_table(all_records)
         if per_engine is not None:
             console.print(per_engine)

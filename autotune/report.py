@@ -93,9 +93,7 @@ def _shorten(text: str, width: int) -> str:
 
 
 TABLE_WIDTH = 120
-# Columns besides the flags, at their narrowest (outcome, decode tok/s, accept len, roofline, note),
-# each with the two columns between it and the next.
-_FIXED_COLUMNS_WIDTH = (8 + 2) + (12 + 2) + (6 + 2) + (5 + 2) + (12 + 2)
+NOTE_MIN_WIDTH = 12
 
 
 def _cell(name: str, value: FlagValue | None) -> str:
@@ -109,8 +107,19 @@ def fitting_flags(
 ) -> list[str]:
     """The flag columns that fit beside the fixed ones: the most important first (``priority``, e.g.
     by parameter importance, then the space's order), shown in the space's order."""
-    number_width = max((len(str(r.number)) for r in records), default=1) + 2
-    left = width - _FIXED_COLUMNS_WIDTH - number_width
+    # What the other columns take: their widest cell or header, two columns between each, the note
+    # at its narrowest, one column spare (as trials_table lays them out).
+    fixed = [
+        max([1, *(len(str(r.number)) + 1 for r in records)]),
+        max([len("outcome"), *(len(_OUTCOME_SHORT.get(r.outcome, r.outcome)) for r in records)]),
+        max([len("decode tok/s"), *(len(_speed(r)) for r in records)]),
+        len("accept"),
+        len("roof-"),
+        NOTE_MIN_WIDTH,
+    ]
+    if len({r.host for r in records if r.host}) > 1:
+        fixed.append(16)
+    left = width - 1 - sum(w + 2 for w in fixed)
     kept: set[str] = set()
     for name in [*[p for p in priority if p in flag_names], *flag_names]:
         if name in kept:
@@ -124,50 +133,60 @@ def fitting_flags(
 
 
 def trials_table(
-    records: Sequence[TrialRecord], *, flag_names: Sequence[str], best: int | None = None, priority: Sequence[str] = ()
+    records: Sequence[TrialRecord],
+    *,
+    flag_names: Sequence[str],
+    best: int | None = None,
+    priority: Sequence[str] = (),
+    width: int = TABLE_WIDTH,
 ) -> Table:
-    """One row per trial, 120 columns wide: the flags that fit, the most important first (the others,
-    and full reasons: ``show --trial N``)."""
-    shown = fitting_flags(records, flag_names, priority=priority)
+    """One row per trial, ``width`` columns wide: the flags that fit, the most important first (the
+    others, and full reasons: ``show --trial N``)."""
+    shown = fitting_flags(records, flag_names, priority=priority, width=width)
     left_out = [name for name in flag_names if name not in shown]
     caption = f"not shown (see show --trial N): {', '.join(short_flag(n) for n in left_out)}" if left_out else None
+    hosts = sorted({r.host for r in records if r.host})
+    several_hosts = len(hosts) > 1  # then show where each trial ran, so hardware differences are visible
+    rows = [_trial_row(r, shown, best=best, with_host=several_hosts) for r in records]
+    headers = ["#", "outcome", *(_header(n) for n in shown), "decode tok/s", "accept\nlen", "roof-\nline",
+               *(["host"] if several_hosts else []), "note"]  # fmt: skip
+    # Widths computed here, once: Rich would otherwise measure every cell of a long study (most of
+    # show's time at 300 trials). The note takes what is left, up to NOTE_WIDTH.
+    widths = [max([*map(len, h.splitlines()), *(len(row[i].plain) for row in rows)]) for i, h in enumerate(headers)]
+    if several_hosts:
+        widths[-2] = min(widths[-2], 16)
+    widths[-1] = max(NOTE_MIN_WIDTH, min(widths[-1], NOTE_WIDTH, width - 1 - sum(w + 2 for w in widths) + widths[-1]))
     table = Table(title="trials", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
                   caption=caption, caption_justify="left")  # fmt: skip
-    flag_names = shown
-    # Min widths: when a wide study squeezes the table, the note gives way, not trial numbers or speeds.
-    widest_number = max((len(str(r.number)) for r in records), default=1) + 1  # + the best's star
-    table.add_column("#", justify="right", no_wrap=True, min_width=widest_number)
-    outcome_width = max((len(_OUTCOME_SHORT.get(r.outcome, r.outcome)) for r in records), default=7)
-    table.add_column("outcome", no_wrap=True, min_width=min(outcome_width, 8))
-    for name in flag_names:
-        header = _header(name)
-        table.add_column(header, justify="right", no_wrap=True, min_width=max(map(len, header.splitlines())))
-    table.add_column("decode tok/s", justify="right", no_wrap=True, min_width=12)
-    table.add_column("accept\nlen", justify="right", no_wrap=True, min_width=6)
-    table.add_column("roof-\nline", justify="right", no_wrap=True, min_width=5)
-    hosts = sorted({r.host for r in records if r.host})
-    if len(hosts) > 1:  # several workers: show where each trial ran, so hardware differences are visible
-        table.add_column("host", no_wrap=True, overflow="ellipsis", max_width=16)
-    table.add_column("note", no_wrap=True, overflow="ellipsis", min_width=12, max_width=NOTE_WIDTH)
-    for r in records:
-        accept = r.metric_value("accept_length")
-        note = r.baseline or ""
-        if r.duplicate_of is not None:
-            note = (note + " " if note else "") + f"same as #{r.duplicate_of}"
-        elif r.outcome != "ok" and r.reason:
-            note = (note + ": " if note else "") + r.reason
-        mark = "★" if best is not None and r.number == best else ""
-        table.add_row(
-            f"{r.number}{mark}",
-            Text(_OUTCOME_SHORT.get(r.outcome, r.outcome), style=_OUTCOME_STYLE.get(r.outcome, "red")),
-            *(_cell(n, r.engine if n == ENGINE_PARAM else r.flags.get(n)) for n in flag_names),
-            _speed(r),
-            f"{accept:.2f}" if accept is not None else "-",
-            f"{r.roofline_share:.0%}" if r.roofline_share is not None else "-",
-            *([f"{r.host} ({', '.join(sorted(set(r.gpus)))})" if r.gpus else r.host or "-"] if len(hosts) > 1 else []),
-            _shorten(note, NOTE_WIDTH),
-        )
+    for header, column_width in zip(headers, widths, strict=True):
+        text_column = header in ("outcome", "host", "note")
+        table.add_column(header, justify="left" if text_column else "right", no_wrap=True, width=column_width,
+                         overflow="ellipsis")  # fmt: skip
+    for row in rows:
+        table.add_row(*row)
     return table
+
+
+def _trial_row(r: TrialRecord, flag_names: Sequence[str], *, best: int | None, with_host: bool) -> list[Text]:
+    accept = r.metric_value("accept_length")
+    note = r.baseline or ""
+    if r.duplicate_of is not None:
+        note = (note + " " if note else "") + f"same as #{r.duplicate_of}"
+    elif r.outcome != "ok" and r.reason:
+        note = (note + ": " if note else "") + r.reason
+    mark = "★" if best is not None and r.number == best else ""
+    cells = [
+        Text(f"{r.number}{mark}"),
+        Text(_OUTCOME_SHORT.get(r.outcome, r.outcome), style=_OUTCOME_STYLE.get(r.outcome, "red")),
+        *(Text(_cell(n, r.engine if n == ENGINE_PARAM else r.flags.get(n))) for n in flag_names),
+        Text(_speed(r)),
+        Text(f"{accept:.2f}" if accept is not None else "-"),
+        Text(f"{r.roofline_share:.0%}" if r.roofline_share is not None else "-"),
+    ]
+    if with_host:
+        cells.append(Text(f"{r.host} ({', '.join(sorted(set(r.gpus)))})" if r.gpus else r.host or "-"))
+    cells.append(Text(_shorten(note, NOTE_WIDTH)))
+    return cells
 
 
 def trial_detail(record: TrialRecord) -> Group:
