@@ -45,6 +45,9 @@ STAND_IN = {
     "Qwen/Qwen3.6-122B-A10B": MODELS / "qwen3.6-27b",
     "meta-llama/Llama-3.1-8B-Instruct": MODELS / "llama3.1-8b",
     "z-lab/Llama-3.1-8B-DFlash": MODELS / "llama3.1-8b-dflash",  # a DFlash drafter (its config names the block)
+    # The seed space's DFlash checkpoints (a public one and a user's own) stand in as one drafter config.
+    "z-lab/Qwen3.6-27B-DFlash": MODELS / "qwen3.6-27b-dflash",
+    "/models/qwen3.6-27b-dflash/checkpoint-2000": MODELS / "qwen3.6-27b-dflash",
 }
 # The GPU each space targets, as SGLang's resolution sees it (MiB per GPU, count).
 GPUS = {
