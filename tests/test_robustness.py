@@ -132,7 +132,8 @@ def test_every_fault_kind_is_classified_recorded_and_followed(tmp_path: Path) ->
 
 def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
     # Two feasible baselines first: the first is measured, the second is still running when killed.
-    hand_found = {"speculative-num-steps": 3, "speculative-eagle-topk": 1, "mem-fraction-static": 0.88}
+    hand_found = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3, "speculative-eagle-topk": 1,
+                  "mem-fraction-static": 0.88}
     space = quick_space(
         tmp_path,
         env={"AUTOTUNE_TEST_MARK": str(tmp_path)},
@@ -258,7 +259,9 @@ def test_a_port_taken_meanwhile_is_retried_on_another(tmp_path: Path, monkeypatc
         stop_timeout_s=2,
         records_dir=tmp_path / "rec",
     )
-    plan = SGLangEngine().normalise({**space.fixed, "speculative-num-steps": 2, "speculative-eagle-topk": 1})
+    plan = SGLangEngine().normalise(
+        {**space.fixed, "speculative-algorithm": "NEXTN", "speculative-num-steps": 2, "speculative-eagle-topk": 1}
+    )
     first = taken.getsockname()[1]
     try:
         outcome = run_trial(SGLangEngine(), setup, plan, log_path=tmp_path / "t.log")
