@@ -241,14 +241,12 @@ def test_ctrl_c_stops_the_server_and_marks_the_trial(tmp_path: Path) -> None:
 def test_a_port_taken_meanwhile_is_retried_on_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     space = load_space(quick_space(tmp_path))
     checked = preflight(space, read_gpus=False)
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    ports = iter([taken.getsockname()[1]])  # the first launch gets the taken port
+    plan = SGLangEngine().normalise(
+        {**space.fixed, "speculative-algorithm": "NEXTN", "speculative-num-steps": 2, "speculative-eagle-topk": 1}
+    )
     import autotune.trial as trial_module
 
     real = trial_module.find_free_port
-    monkeypatch.setattr(trial_module, "find_free_port", lambda host: next(ports, None) or real(host))
     setup = TrialSetup(
         launcher=checked.engines["sglang"].launcher,
         model=space.model,
@@ -259,14 +257,13 @@ def test_a_port_taken_meanwhile_is_retried_on_another(tmp_path: Path, monkeypatc
         stop_timeout_s=2,
         records_dir=tmp_path / "rec",
     )
-    plan = SGLangEngine().normalise(
-        {**space.fixed, "speculative-algorithm": "NEXTN", "speculative-num-steps": 2, "speculative-eagle-topk": 1}
-    )
-    first = taken.getsockname()[1]
-    try:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        first = taken.getsockname()[1]
+        ports = iter([first])  # the first launch gets the taken port
+        monkeypatch.setattr(trial_module, "find_free_port", lambda host: next(ports, None) or real(host))
         outcome = run_trial(SGLangEngine(), setup, plan, log_path=tmp_path / "t.log")
-    finally:
-        taken.close()
     assert outcome.kind is OutcomeKind.OK
     assert int(outcome.argv[outcome.argv.index("--port") + 1]) != first
 
