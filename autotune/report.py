@@ -6,7 +6,7 @@ Presentation only: every number shown was computed elsewhere and arrives in a mo
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -102,33 +102,21 @@ def _cell(name: str, value: FlagValue | None) -> str:
     return text.rstrip("/").rsplit("/", 1)[-1] if name.endswith(("-path", "-model")) and "/" in text else text
 
 
+def _flag_cell(record: TrialRecord, name: str) -> str:
+    return _cell(name, record.engine if name == ENGINE_PARAM else record.flags.get(name))
+
+
 def fitting_flags(
-    records: Sequence[TrialRecord], flag_names: Sequence[str], *, priority: Sequence[str] = (), width: int = TABLE_WIDTH
+    flag_widths: Mapping[str, int], flag_names: Sequence[str], *, priority: Sequence[str] = (), room: int
 ) -> list[str]:
-    """The flag columns that fit beside the fixed ones: the most important first (``priority``, e.g.
-    by parameter importance, then the space's order), shown in the space's order."""
-    # What the other columns take: their widest cell or header, two columns between each, the note
-    # at its narrowest, one column spare (as trials_table lays them out).
-    fixed = [
-        max([1, *(len(str(r.number)) + 1 for r in records)]),
-        max([len("outcome"), *(len(_OUTCOME_SHORT.get(r.outcome, r.outcome)) for r in records)]),
-        max([len("decode tok/s"), *(len(_speed(r)) for r in records)]),
-        len("accept"),
-        len("roof-"),
-        NOTE_MIN_WIDTH,
-    ]
-    if len({r.host for r in records if r.host}) > 1:
-        fixed.append(16)
-    left = width - 1 - sum(w + 2 for w in fixed)
+    """The flag columns that fit in ``room`` (each takes its width and two columns between): the most
+    important first (``priority``, e.g. by parameter importance, then the space's order), shown in
+    the space's order."""
     kept: set[str] = set()
     for name in [*[p for p in priority if p in flag_names], *flag_names]:
-        if name in kept:
-            continue
-        cells = [_cell(name, r.engine if name == ENGINE_PARAM else r.flags.get(name)) for r in records]
-        column = max([*map(len, _header(name).splitlines()), *map(len, cells)]) + 2
-        if column <= left:
+        if name not in kept and flag_widths[name] + 2 <= room:
             kept.add(name)
-            left -= column
+            room -= flag_widths[name] + 2
     return [name for name in flag_names if name in kept]
 
 
@@ -142,20 +130,27 @@ def trials_table(
 ) -> Table:
     """One row per trial, ``width`` columns wide: the flags that fit, the most important first (the
     others, and full reasons: ``show --trial N``)."""
-    shown = fitting_flags(records, flag_names, priority=priority, width=width)
-    left_out = [name for name in flag_names if name not in shown]
-    caption = f"not shown (see show --trial N): {', '.join(short_flag(n) for n in left_out)}" if left_out else None
     hosts = sorted({r.host for r in records if r.host})
     several_hosts = len(hosts) > 1  # then show where each trial ran, so hardware differences are visible
-    rows = [_trial_row(r, shown, best=best, with_host=several_hosts) for r in records]
-    headers = ["#", "outcome", *(_header(n) for n in shown), "decode tok/s", "accept\nlen", "roof-\nline",
+    rows = [_trial_row(r, flag_names, best=best, with_host=several_hosts) for r in records]
+    headers = ["#", "outcome", *(_header(n) for n in flag_names), "decode tok/s", "accept\nlen", "roof-\nline",
                *(["host"] if several_hosts else []), "note"]  # fmt: skip
-    # Widths computed here, once: Rich would otherwise measure every cell of a long study (most of
-    # show's time at 300 trials). The note takes what is left, up to NOTE_WIDTH.
+    # Widths computed here, once, from the cells: Rich would otherwise measure every cell of a long
+    # study (most of show's time at 300 trials). They also decide which flags fit.
     widths = [max([*map(len, h.splitlines()), *(len(row[i].plain) for row in rows)]) for i, h in enumerate(headers)]
     if several_hosts:
         widths[-2] = min(widths[-2], 16)
+    flags_at = range(2, 2 + len(flag_names))
+    others = [w for i, w in enumerate(widths[:-1]) if i not in flags_at]
+    # One column spare; the note at its narrowest.
+    room = width - 1 - sum(w + 2 for w in others) - (NOTE_MIN_WIDTH + 2)
+    shown = fitting_flags(dict(zip(flag_names, widths[2:], strict=False)), flag_names, priority=priority, room=room)
+    keep = [i for i in range(len(headers)) if i not in flags_at or flag_names[i - 2] in shown]
+    headers, widths, rows = [headers[i] for i in keep], [widths[i] for i in keep], [[r[i] for i in keep] for r in rows]
+    # The note takes what is left, up to NOTE_WIDTH.
     widths[-1] = max(NOTE_MIN_WIDTH, min(widths[-1], NOTE_WIDTH, width - 1 - sum(w + 2 for w in widths) + widths[-1]))
+    left_out = [name for name in flag_names if name not in shown]
+    caption = f"not shown (see show --trial N): {', '.join(short_flag(n) for n in left_out)}" if left_out else None
     table = Table(title="trials", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
                   caption=caption, caption_justify="left")  # fmt: skip
     for header, column_width in zip(headers, widths, strict=True):
@@ -178,7 +173,7 @@ def _trial_row(r: TrialRecord, flag_names: Sequence[str], *, best: int | None, w
     cells = [
         Text(f"{r.number}{mark}"),
         Text(_OUTCOME_SHORT.get(r.outcome, r.outcome), style=_OUTCOME_STYLE.get(r.outcome, "red")),
-        *(Text(_cell(n, r.engine if n == ENGINE_PARAM else r.flags.get(n))) for n in flag_names),
+        *(Text(_flag_cell(r, n)) for n in flag_names),
         Text(_speed(r)),
         Text(f"{accept:.2f}" if accept is not None else "-"),
         Text(f"{r.roofline_share:.0%}" if r.roofline_share is not None else "-"),
