@@ -29,13 +29,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from pydantic import ValidationError
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from autotune.engines import get_engine  # noqa: E402
 from autotune.engines.base import Engine  # noqa: E402
+from autotune.errors import AutotuneError  # noqa: E402
 from autotune.outcomes import OutcomeKind  # noqa: E402
+from autotune.protocol import MeasureSettings  # noqa: E402
 from autotune.space import Condition, FlagValue, SearchSpace, load_space, resolve_command  # noqa: E402
 from autotune.trial import TrialOutcome, TrialSetup, run_trial  # noqa: E402
 from autotune.workload import load_suite  # noqa: E402
@@ -59,6 +63,25 @@ def parse_value(text: str) -> FlagValue:
         except ValueError:
             pass
     return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def assignments(items: list[str], option: str) -> dict[str, FlagValue]:
+    """``NAME=VALUE`` items of a repeatable option."""
+    pairs = [item.partition("=") for item in items]
+    bad = [item for item, (_, sep, _) in zip(items, pairs, strict=True) if not sep]
+    if bad:
+        raise RecordError(f"{option} {bad[0]!r}: expected NAME=VALUE")
+    return {name: parse_value(value) for name, _, value in pairs}
+
+
+def measure_settings(space: SearchSpace, overrides: dict[str, FlagValue]) -> MeasureSettings:
+    """The space's measurement settings with ``--measure`` overrides, validated again."""
+    settings = space.measure_settings()
+    try:
+        return MeasureSettings.model_validate({**settings.model_dump(), **overrides})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise RecordError(f"--measure {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
 
 
 def parse_grid(items: list[str], space: SearchSpace) -> list[GridFlag]:
@@ -167,13 +190,11 @@ def main() -> int:
         engine_name = space.engine_names()[0]
         engine = get_engine(engine_name)
         grid = parse_grid(args.grid, space)
-    except (RecordError, ValueError, OSError) as exc:
+        fixed = {**space.fixed_for(engine_name), **assignments(args.fixed, "--fixed")}
+        measure = measure_settings(space, assignments(args.measure, "--measure"))
+    except (RecordError, AutotuneError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    fixed = {**space.fixed_for(engine_name), **{k: parse_value(v) for k, v in (i.split("=", 1) for i in args.fixed)}}
-    measure = space.measure_settings().model_copy(
-        update={k: parse_value(v) for k, v in (i.split("=", 1) for i in args.measure)}
-    )
     launcher = resolve_command(space.launcher_for(engine_name))
     configs = grid_configs(grid, engine, fixed)
     partial = args.out.with_name(args.out.name + ".partial.jsonl")

@@ -72,3 +72,22 @@ def test_the_recorded_landscapes_hold_every_launch_of_a_full_grid() -> None:
         assert all(len(c.launches) >= 3 for c in landscape.configs), path
         assert {launch.round for c in landscape.configs for launch in c.launches} == {0, 1, 2}
         assert landscape.best.mean is not None
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--fixed", "threads"], "error: --fixed 'threads': expected NAME=VALUE"),
+        (["--measure", "max_rounds=many"], "error: --measure max_rounds: Input should be a valid integer"),
+    ],
+)
+def test_bad_overrides_exit_2_with_one_line(tmp_path: Path, extra: list[str], message: str) -> None:
+    args = [a for item in GRID for a in ("--grid", item)]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "record_landscape.py"), str(CPU_SPACE), "--name", "x", *args,
+         *extra, "--out", str(tmp_path / "x.json")],
+        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", **ENV}, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), proc.stderr
