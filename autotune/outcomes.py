@@ -54,6 +54,11 @@ class OutcomeKind(str, Enum):
         """The configuration itself is at fault (the sampler should learn to avoid it)."""
         return self.is_memory or self in (OutcomeKind.INVALID_CONFIG, OutcomeKind.DIVERGED)
 
+    @property
+    def is_server_failure(self) -> bool:
+        """The server died or never became ready: the set-up's fault or the configuration's."""
+        return self in (OutcomeKind.CRASHED, OutcomeKind.LAUNCH_TIMEOUT)
+
     @classmethod
     def predicted_for(cls, side: MemorySide) -> OutcomeKind:
         return cls.PREDICTED_MEMORY_TOO_LOW if side == "too-low" else cls.PREDICTED_MEMORY_TOO_HIGH

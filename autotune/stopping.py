@@ -92,12 +92,17 @@ class RepeatedFailure:
     Reasons are compared with their numbers blanked (ports, pids, timings differ per launch).
     Duplicates, predictions and interrupted trials neither count nor break the streak; a measured
     trial or a memory/config failure (a launch that got far enough to teach something) breaks it.
+    Once the set-up has served a launch, the same failure may belong to a region of the space
+    the sampler is still leaving (a drafter of the wrong kind, say): the streak must then be
+    ``times_after_served`` long, still a few launches of a night.
     """
 
     times: int = 3
+    times_after_served: int = 6
 
     def __call__(self, records: Sequence[TrialRecord]) -> str | None:
         streak: list[TrialRecord] = []
+        served = False
         for record in sorted(records, key=lambda r: r.number):
             if record.state not in ("COMPLETE", "FAIL") or record.duplicate_of is not None:
                 continue
@@ -108,7 +113,8 @@ class RepeatedFailure:
                 streak.append(record)
             elif record.outcome in ("ok", "invalid-config") or record.outcome.startswith("infeasible"):
                 streak = []
-        if len(streak) < self.times:
+                served = served or record.outcome == "ok"
+        if len(streak) < (self.times_after_served if served else self.times):
             return None
         last = streak[-1]
         numbers = ", ".join(str(r.number) for r in streak[-self.times :])

@@ -204,6 +204,12 @@ def record_not_run(trial: optuna.Trial, kind: OutcomeKind, reason: str, flags: M
     _ended(trial, kind, reason, flags)
 
 
+def record_counted_against_config(trial: optuna.Trial, reason: str | None) -> None:
+    """A server failure the sampler is told to avoid: the set-up had served before it."""
+    note = "counted against this configuration: the set-up served earlier trials"
+    trial.set_user_attr("reason", f"{reason}; {note}" if reason else note)
+
+
 def record_predicted(trial: optuna.Trial, plan: LaunchPlan, prediction: Prediction) -> None:
     """Not launched: predicted not to fit."""
     assert prediction.side is not None

@@ -31,7 +31,7 @@ from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan
 from autotune.errors import StorageError, UserError
 from autotune.gpu import GpuInventory, check_idle, read_inventory, wait_for
 from autotune.measure import Measurement
-from autotune.outcomes import OutcomeKind
+from autotune.outcomes import OutcomeKind, outcome_kind
 from autotune.profile import redact_env
 from autotune.protocol import EarlyStop
 from autotune.records import TrialRecord
@@ -336,7 +336,7 @@ class StudyRunner:
                     continue
                 if other.state is TrialState.RUNNING:
                     running = other.number < trial.number  # the older one measures, the newer one waits
-                elif record.duplicate_of is None and attrs.has_outcome(other):
+                elif record.duplicate_of is None and attrs.has_outcome(other) and not _server_failure(record):
                     return other
             if not running:
                 return None
@@ -413,7 +413,20 @@ class StudyRunner:
         if outcome.kind.is_config_fault:
             set_constraints(trial, self.space.slo, memory=outcome.kind.is_memory, config=not outcome.kind.is_memory)
             return self._values(None)
+        if outcome.kind.is_server_failure and self._served(plan.engine, before=trial.number):
+            # The set-up has served, so a server that cannot start is most likely this configuration's
+            # doing: tell the sampler (a failed trial teaches it nothing). Still relaunched when proposed again.
+            attrs.record_counted_against_config(trial, outcome.reason)
+            set_constraints(trial, self.space.slo, config=True)
+            return self._values(None)
         raise TrialFault(f"{outcome.kind.value}: {outcome.reason}")
+
+    def _served(self, engine: str, *, before: int) -> bool:
+        """Whether an earlier trial of this study measured a server of this engine."""
+        return any(
+            record.number < before and record.outcome == OutcomeKind.OK.value and record.engine in (None, engine)
+            for record in map(attrs.trial_record, self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+        )
 
     def _early_stop(self) -> EarlyStop | None:
         """The bar a new configuration must plausibly reach to be measured in full: the best so far,
@@ -556,6 +569,11 @@ class StudyRunner:
         if self.storage_fault is not None:
             hint = "free some space (or pass --artifacts DIR), then re-run to resume: nothing measured is lost"
             raise StorageError(self.storage_fault, hint=hint)
+
+
+def _server_failure(record: TrialRecord) -> bool:
+    kind = outcome_kind(record.outcome)
+    return kind is not None and kind.is_server_failure
 
 
 def redact(text: str, secrets: list[str]) -> str:
