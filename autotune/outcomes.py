@@ -20,6 +20,7 @@ class OutcomeKind(str, Enum):
     PREDICTED_MEMORY_TOO_LOW = "predicted-infeasible-memory-low"
     PREDICTED_MEMORY_TOO_HIGH = "predicted-infeasible-memory-high"
     INVALID_CONFIG = "invalid-config"
+    PREDICTED_FAILURE = "predicted-failure"  # not launched: an earlier failure named values it shares
     LAUNCH_TIMEOUT = "launch-timeout"
     CRASHED = "crashed"
     PORT_IN_USE = "port-in-use"
@@ -52,7 +53,11 @@ class OutcomeKind(str, Enum):
     @property
     def is_config_fault(self) -> bool:
         """The configuration itself is at fault (the sampler should learn to avoid it)."""
-        return self.is_memory or self in (OutcomeKind.INVALID_CONFIG, OutcomeKind.DIVERGED)
+        return self.is_memory or self in (
+            OutcomeKind.INVALID_CONFIG,
+            OutcomeKind.DIVERGED,
+            OutcomeKind.PREDICTED_FAILURE,
+        )
 
     @property
     def is_server_failure(self) -> bool:

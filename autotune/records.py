@@ -59,6 +59,10 @@ class TrialRecord(Frozen):
         default=None, description="set on a confirmed best: its value and CI are the mean over this many launches"
     )
     config_key: str | None = None
+    rate_key: str | None = Field(default=None, description="identity of its single-stream decode rate, where known")
+    failure_names: dict[str, str] = Field(
+        default_factory=dict, description="flag values its server failure named (predicted to fail alike)"
+    )
     flags: dict[str, FlagValue] = Field(default_factory=dict)
     effective: dict[str, FlagValue | None] = Field(default_factory=dict)
     engine_version: str | None = None

@@ -31,6 +31,7 @@ _OUTCOME_STYLE = {
     "predicted-infeasible-memory-low": "yellow",
     "predicted-infeasible-memory-high": "yellow",
     "invalid-config": "magenta",
+    "predicted-failure": "magenta",
     "interrupted": "dim",
 }
 
@@ -66,6 +67,7 @@ _OUTCOME_SHORT = {
     "predicted-infeasible-memory-low": "pred mem-low",
     "predicted-infeasible-memory-high": "pred mem-high",
     "invalid-config": "invalid",
+    "predicted-failure": "pred fail",
     "measurement-failed": "measure-fail",
     "launch-timeout": "launch-t/o",
 }

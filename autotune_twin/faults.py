@@ -22,6 +22,7 @@ FAULT_KINDS = (
     "never-ready",  # port open, /health 503 forever
     "die-mid-measurement",  # the process exits after --twin-fault-after requests
     "hang-mid-measurement",  # stops answering (and ignores SIGTERM) after --twin-fault-after requests
+    "port-taken",  # (SGLang) the HTTP port was taken between autotune choosing it and the bind
     "diverge",  # with speculative decoding on, the text departs from the greedy text (a broken drafter)
 )
 # Tokens a diverging drafter leaves as the greedy text before it departs from it.

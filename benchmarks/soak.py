@@ -2,10 +2,14 @@
 
 The tuner (``autotune study``, a real process) runs a twin study with short measurements; the twin
 fails at random launches (``AUTOTUNE_TWIN_FAULT_SCHEDULE``: crash on start, never ready, death or
-hang mid-measurement); the tuner is killed with SIGKILL at random moments and started again, as a
-machine reboot or an OOM kill would. At the end it prints:
+hang mid-measurement, the port taken before the bind); meanwhile, at random moments, another
+process takes the simulated GPUs for a few seconds (the twin's inventory shows it, as NVML would)
+and the SQLite database is locked for a few seconds (another writer, a backup); the tuner is killed
+with SIGKILL at random moments and started again, as a machine reboot or an OOM kill would. At the
+end it prints:
 
-- the faults the twin injected, by kind;
+- the faults the twin injected, by kind; the GPU-busy spells and storage locks, and how the tuner
+  met them (trials that waited for the GPUs, the longest wait);
 - every measured trial present exactly once, none lost or changed by a kill;
 - no server process left (the test's marker is searched in every process's environment);
 - the tuner's memory (RSS) and open files at the start and end of its longest run (flat or not);
@@ -23,6 +27,7 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -33,10 +38,15 @@ from pathlib import Path
 import optuna
 import yaml
 
+from autotune_twin import gpu_state
+
 ROOT = Path(__file__).resolve().parent.parent
 AUTOTUNE = str(Path(sys.executable).parent / "autotune")
 STUDY = "soak"
-FAULTS = ["exit-on-start", "never-ready", "die-mid-measurement", "hang-mid-measurement"]
+FAULTS = ["exit-on-start", "never-ready", "die-mid-measurement", "hang-mid-measurement", "port-taken"]
+# A GPU-busy spell or a database lock lasts a few seconds: well inside the tuner's busy wait and
+# SQLite's 30 s lock timeout.
+SPELL_S = (2.0, 8.0)
 
 
 @dataclass
@@ -53,13 +63,22 @@ class Soak:
     kills: int
     fault_rate: float
     seed: int
+    busy_chance: float = 0.01  # each second: another process takes the GPUs for a spell
+    lock_chance: float = 0.01  # each second: another writer locks the database for a spell
     rng: random.Random = field(init=False)
     samples: list[list[Sample]] = field(default_factory=list)
     kill_checks: list[tuple[float | None, float | None]] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
+    busy_spells: int = 0
+    locks: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+
+    @property
+    def twin_host(self) -> str:
+        """One simulated host for every tuner run (the twin keys GPUs by the parent pid otherwise)."""
+        return f"soak-{os.getpid()}-{self.seed}"
 
     @property
     def url(self) -> str:
@@ -79,9 +98,13 @@ class Soak:
         schedule.write_text(json.dumps(kinds))
         data["env"] = {"AUTOTUNE_TWIN_FAULT_SCHEDULE": str(schedule), "AUTOTUNE_SOAK_MARK": str(self.folder)}
         # 4 requests: the twin's mid-measurement faults strike at the 3rd (with 2 they never struck)
-        data["measurement"].update({"warmup_requests": 0, "prompts_per_round": 2, "max_tokens": 8, "min_rounds": 2,
-                                    "max_rounds": 2, "request_timeout_s": 5})  # fmt: skip
-        data["launch"] = {"timeout_s": 20, "stop_timeout_s": 2}
+        # Time compressed: short chat prompts, a quick simulated start-up, no output check (3 more
+        # requests a trial); the loop, the faults and the kills are the night's.
+        data["measurement"].update({"suite": "builtin:chat", "warmup_requests": 0, "prompts_per_round": 2,
+                                    "max_tokens": 8, "min_rounds": 2, "max_rounds": 2, "request_timeout_s": 5,
+                                    "agreement": {"enabled": False}})  # fmt: skip
+        data["launcher"] = [*data["launcher"], "--twin-load-seconds", "0.5"]
+        data["launch"] = {"timeout_s": 8, "stop_timeout_s": 2}
         path = self.folder / "space.yaml"
         path.write_text(yaml.safe_dump(data))
         return path
@@ -121,6 +144,7 @@ class Soak:
             # No confirmation: the soak counts each measured config once (confirmation relaunches finalists).
             tuner = subprocess.Popen([AUTOTUNE, "study", str(space), "--total-trials", str(self.trials), "--seed",
                                       str(run_number), "--confirm-top", "0"], cwd=self.folder,
+                                     env={**os.environ, gpu_state.HOST_ENV: self.twin_host},
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
             samples: list[Sample] = []
             self.samples.append(samples)
@@ -137,7 +161,37 @@ class Soak:
                     self.lost += [f"trial {n} lost or changed by kill" for n, v in before.items() if after.get(n) != v]
                     self.kill_checks.append((max(before.values(), default=None), max(after.values(), default=None)))
                     break
-                time.sleep(1.0)
+                if self.rng.random() < self.busy_chance:
+                    self.gpus_busy(self.rng.uniform(*SPELL_S))
+                elif self.rng.random() < self.lock_chance:
+                    self.lock_storage(self.rng.uniform(*SPELL_S))
+                else:
+                    time.sleep(1.0)
+
+    def gpus_busy(self, seconds: float) -> None:
+        """Another process holds memory on every simulated GPU for ``seconds``, as NVML would show it."""
+        holder = subprocess.Popen(["sleep", str(seconds)])
+        started = (Path(f"/proc/{holder.pid}/stat").read_text().rsplit(")", 1)[1].split())[19]
+        holding = gpu_state.Holding(pid=holder.pid, started=started, used_bytes={i: 8 << 30 for i in range(2)})
+        folder = gpu_state.state_dir(self.twin_host)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{holder.pid}.json").write_text(holding.model_dump_json())
+        holder.wait()  # the inventory drops a dead holder's file
+        self.busy_spells += 1
+
+    def lock_storage(self, seconds: float) -> None:
+        """Hold the database's write lock for ``seconds`` (another writer, a backup): the tuner must wait."""
+        path = self.folder / "studies" / f"{STUDY}.db"
+        if not path.exists():
+            return
+        db = sqlite3.connect(path, timeout=30, isolation_level=None)
+        try:
+            db.execute("BEGIN EXCLUSIVE")
+            time.sleep(seconds)
+            db.execute("COMMIT")
+            self.locks.append(seconds)
+        finally:
+            db.close()
 
     def report(self) -> int:
         trials = optuna.load_study(study_name=STUDY, storage=self.url).trials
@@ -158,6 +212,12 @@ class Soak:
         launches = faults.pop("launches")
         print(f"faults injected: {sum(faults.values())} in {launches} twin launches "
               f"({', '.join(f'{k} {v}' for k, v in faults.items()) or 'none'})")  # fmt: skip
+        # busy_wait_s includes the inventory read (about 0.5 s for the twin's command): a wait is longer
+        waits = [w for t in trials if (w := float(t.user_attrs.get("busy_wait_s") or 0)) >= 1.0]
+        print(f"GPUs taken by another process: {self.busy_spells} spells; trials that waited for them: {len(waits)} "
+              f"(longest wait {max(waits, default=0):.0f} s, skipped-busy {outcomes.get('skipped-busy', 0)})")
+        longest = max(self.locks, default=0)
+        print(f"database locked by another writer: {len(self.locks)} times (longest {longest:.0f} s)")
         print(f"measured configs: {len(measured)}, each once: {len(keys) == len(set(keys))}")
         print(f"measured trials lost or changed by a kill: {len(self.lost)}")
         print(f"server processes left: {len(leftover)}")
@@ -214,6 +274,8 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--fault-rate", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--busy-chance", type=float, default=0.01, help="per second: the GPUs taken for a spell")
+    parser.add_argument("--lock-chance", type=float, default=0.01, help="per second: the database locked for a spell")
     parser.add_argument("--keep", type=Path, help="run in this folder and keep it")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -221,7 +283,7 @@ def main() -> None:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         soak = Soak(folder=folder.resolve(), trials=args.trials, kills=args.kills, fault_rate=args.fault_rate,
-                    seed=args.seed)  # fmt: skip
+                    seed=args.seed, busy_chance=args.busy_chance, lock_chance=args.lock_chance)  # fmt: skip
         started = time.monotonic()
         soak.run()
         print(f"soak of {args.trials} trials, {args.kills} kills: {time.monotonic() - started:.0f} s")

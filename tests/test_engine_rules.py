@@ -84,3 +84,21 @@ def test_sglang_adaptive_where_sglang_ignores_it_is_the_static_config(flags):
     plan = SGLangEngine().normalise({**flags, "speculative-adaptive": True, "speculative-adaptive-config": "a.json"})
     assert plan.flags == SGLangEngine().normalise(flags).flags
     assert any("speculative-adaptive" in note for note in plan.notes)
+
+
+def test_sglang_dflash_without_a_block_size_takes_the_drafters_own():
+    """sglang.md: the block size is read from the drafter's config (else 16) when neither is given."""
+    plan = SGLangEngine().normalise({"speculative-algorithm": "DFLASH", "speculative-draft-model-path": "d"})
+    assert "speculative-num-draft-tokens" not in plan.flags and "speculative-dflash-block-size" not in plan.flags
+    assert any("drafter's own" in note for note in plan.notes)
+
+
+def test_sglang_rate_key_ignores_memory_sizing_that_still_admits_one_stream():
+    engine = SGLangEngine()
+    base = {**SPEC, "mem-fraction-static": 0.88, "max-running-requests": 16, "cuda-graph-max-bs-decode": 8}
+    key = engine.rate_key(engine.normalise(base))
+    resized = {**base, "mem-fraction-static": 0.8, "max-running-requests": 4, "chunked-prefill-size": 4096}
+    assert engine.rate_key(engine.normalise(resized)) == key
+    assert engine.rate_key(engine.normalise({**base, "cuda-graph-max-bs-decode": 0})) != key  # no graph for bs 1
+    assert engine.rate_key(engine.normalise({**base, "speculative-num-steps": 4})) != key
+    assert engine.rate_key(engine.normalise({**base, "context-length": 4096})) != key  # a prompt may not fit

@@ -104,6 +104,11 @@ def test_repeated_failure_rule() -> None:
     assert rule([same[0], record(1, "ok", state="COMPLETE"), *same[1:]]) is None  # a success in between
     assert rule([same[0], record(1, "crashed", "Segmentation fault"), *same[1:]]) is None  # not identical
     assert rule([*same[:2], record(5, "infeasible-memory-low", "oom", "COMPLETE"), same[2]]) is None
+    # once a launch has served, the same failure may be a region of the space: six in a row, not three
+    served = record(0, "ok", state="COMPLETE")
+    later = [record(i, "crashed", f"OSError: /models/d{i % 1} is not a draft model") for i in range(1, 7)]
+    assert rule([served, *later[:5]]) is None
+    assert "6 launches in a row" in (rule([served, *later]) or "")
 
 
 @pytest.mark.twin

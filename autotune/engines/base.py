@@ -94,6 +94,17 @@ class LaunchPlan(Frozen):
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def rate_key(plan: LaunchPlan, sizing: Mapping[str, int]) -> str:
+    """Identity of a plan's single-stream decode rate: its config key without the flags in ``sizing``
+    (flag -> the smallest value that still serves one stream; below it the flag stays in the key)."""
+    kept = {
+        name: value
+        for name, value in plan.flags.items()
+        if not (name in sizing and (not isinstance(value, int) or isinstance(value, bool) or value >= sizing[name]))
+    }
+    return plan.model_copy(update={"flags": kept, "notes": []}).config_key
+
+
 class EffectiveConfig(Frozen):
     """What the running server reports it resolved."""
 
@@ -319,6 +330,15 @@ class Engine(ABC):
         """Decide why a launch failed from its exit code and log, by :attr:`failure_rules`."""
         kind, reason = classify(self.failure_rules, exit_code=exit_code, log_text=log_text, timed_out=timed_out)
         return Failure(kind=kind, reason=reason)
+
+    memory_sizing_flags: ClassVar[Mapping[str, int]] = {}
+    """Flags that size memory pools and limits but do not change one stream's decode rate, each with
+    the smallest value that still serves that stream (empty: the engine claims none)."""
+
+    def rate_key(self, plan: LaunchPlan) -> str | None:
+        """Two plans with one rate key decode a single stream at the same rate (they differ only in
+        :attr:`memory_sizing_flags`); None where the engine claims no such flags."""
+        return rate_key(plan, self.memory_sizing_flags) if self.memory_sizing_flags else None
 
     def draft_reads(self, flags: Mapping[str, FlagValue]) -> DraftReads | None:
         """The separate draft model a plan runs and its forward passes per verify pass (for the

@@ -233,6 +233,18 @@ def _adaptive_steps(config: FlagValue | None) -> tuple[int, ...] | None:
 
 class SGLangEngine(Engine):
     name = "sglang"
+    # sglang.md "Memory": these size the KV/mamba pools, the request pool, prefill chunks and the
+    # CUDA-graph batches; one stream decodes alike under any of them that still admits it (a
+    # prompt longer than the context is a failure, not a rate: context-length is not among them).
+    memory_sizing_flags = {
+        "mem-fraction-static": 0,
+        "max-running-requests": 1,
+        "cuda-graph-max-bs-decode": 1,
+        "cuda-graph-max-bs-prefill": 0,
+        "chunked-prefill-size": -1,
+        "mamba-full-memory-ratio": 0,
+        "max-mamba-cache-size": 1,
+    }
     # sglang.md "Memory": the pool (fraction x free - weights) must hold KV for the context and
     # the mamba state of the running requests (more with more draft tokens); the headroom
     # ((1 - fraction) x free) must hold activations and CUDA graphs (batch x draft tokens).
@@ -269,7 +281,7 @@ class SGLangEngine(Engine):
         - steps, topk and draft tokens are given all together or not at all;
         - topk == 1 => draft tokens = steps + 1 (SGLang rewrites it silently; autotune fills it in);
         - DFLASH needs a draft model, forces steps and topk to 1, and its block size equals the
-          draft tokens;
+          draft tokens (neither given: the drafter's config says, else 16);
         - ``MTP`` parses but fails at launch (NEXTN is the name for built-in MTP heads);
         - ``--speculative-adaptive`` runs only EAGLE/EAGLE3/NEXTN with topk 1 (else SGLang warns and
           serves static steps, so autotune drops it); topk defaults to 1, steps to the middle of the
@@ -303,8 +315,10 @@ class SGLangEngine(Engine):
                 raise InvalidConfig(f"--{DFLASH_BLOCK} must equal --{DRAFT}")
             if DRAFT not in out and DFLASH_BLOCK in out:
                 out[DRAFT] = out[DFLASH_BLOCK]
-            if DRAFT not in out:
-                raise InvalidConfig(f"DFLASH needs --{DRAFT} (its block size)")
+            if DRAFT not in out:  # SGLang reads the block size from the drafter's config (else 16)
+                notes.append("DFLASH block size: the drafter's own (its config.json, else 16)")
+                for forced in (STEPS, TOPK):  # forced to 1 either way; alone they would need draft tokens
+                    del out[forced]
 
         if algorithm not in (None, "DFLASH") and out.get(TOPK) == 1 and STEPS in out:
             implied = int(out[STEPS]) + 1

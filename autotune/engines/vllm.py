@@ -376,6 +376,10 @@ def _int(value: FlagValue, what: str) -> int:
 
 class VLLMEngine(Engine):
     name = "vllm"
+    # vllm.md "Memory": these size the KV budget, the sequence pool and the prefill batch; one
+    # stream decodes alike under any of them that still admits it (max-model-len is not among them:
+    # a prompt beyond it is refused).
+    memory_sizing_flags = {UTILIZATION: 0, MAX_SEQS: 1, MAX_BATCHED: 1}
     # vllm.md "Memory": the budget is utilization x TOTAL memory (it must be free at start); the
     # KV cache gets budget - (weights + activations + graphs), and must hold one request of
     # max-model-len plus (1 + k) mamba-state pages per running request on hybrid models. So every

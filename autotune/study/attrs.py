@@ -187,6 +187,23 @@ def record_config_key(trial: optuna.Trial, key: str) -> None:
     trial.set_user_attr("config_key", key)
 
 
+def record_rate_key(trial: optuna.Trial, key: str) -> None:
+    trial.set_user_attr("rate_key", key)
+
+
+def record_same_rate(trial: optuna.Trial, plan: LaunchPlan, original: FrozenTrial, sizing: list[str]) -> None:
+    """Not launched: it decodes one stream as a measured config does, differing only in flags that
+    size memory; its facts are borrowed like a duplicate's, its own flags and identity kept."""
+    record_duplicate(trial, plan, original)
+    trial.set_user_attr("config_key", plan.config_key)
+    trial.set_user_attr("same_rate", True)
+    differing = ", ".join(f"--{name}" for name in sizing) or "no flags"
+    trial.set_user_attr(
+        "reason", f"same single-stream decode rate as trial {original.number} (differs only in {differing}, which size "
+        "memory); not launched"
+    )
+
+
 def record_busy_wait(trial: optuna.Trial, seconds: float) -> None:
     trial.set_user_attr("busy_wait_s", round(seconds, 1))
 
@@ -204,10 +221,21 @@ def record_not_run(trial: optuna.Trial, kind: OutcomeKind, reason: str, flags: M
     _ended(trial, kind, reason, flags)
 
 
-def record_counted_against_config(trial: optuna.Trial, reason: str | None) -> None:
-    """A server failure the sampler is told to avoid: the set-up had served before it."""
+def record_counted_against_config(trial: optuna.Trial, reason: str | None, named: Mapping[str, str]) -> None:
+    """A server failure the sampler is told to avoid: the set-up had served before it. ``named``: the
+    flag values its message names, predicted to fail alike (:mod:`autotune.study.named_failures`)."""
     note = "counted against this configuration: the set-up served earlier trials"
     trial.set_user_attr("reason", f"{reason}; {note}" if reason else note)
+    if named:
+        trial.set_user_attr("failure_names", dict(named))
+
+
+def record_predicted_failure(trial: optuna.Trial, plan: LaunchPlan, failed: TrialRecord) -> None:
+    """Not launched: trial ``failed``'s server failure named values this configuration shares."""
+    shared = ", ".join(f"--{name} {value}" for name, value in failed.failure_names.items())
+    reason = f"predicted without launching: trial {failed.number} with {shared} failed: {failed.reason}"
+    _ended(trial, OutcomeKind.PREDICTED_FAILURE, reason, plan.flags)
+    trial.set_user_attr("config_key", plan.config_key)
 
 
 def record_predicted(trial: optuna.Trial, plan: LaunchPlan, prediction: Prediction) -> None:
@@ -406,6 +434,8 @@ def trial_record(trial: FrozenTrial) -> TrialRecord:
         confirm_of=attrs.get("confirm_of"),
         early_stopped=bool(attrs.get("early_stopped", False)),
         config_key=attrs.get("config_key"),
+        rate_key=attrs.get("rate_key"),
+        failure_names=attrs.get("failure_names") or {},
         flags=attrs.get("flags", {}),
         effective=attrs.get("effective", {}),
         engine_version=attrs.get("engine_version"),

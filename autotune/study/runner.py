@@ -51,6 +51,7 @@ from autotune.study import attrs, recovery
 from autotune.study.artifacts import artifact_store, upload
 from autotune.study.confirm import Confirmation, best_first_measured, choose_finalists, confirm, measure_noise
 from autotune.study.memory import feasibility_models, lesson_of, replay, roofline_of
+from autotune.study.named_failures import named_values, predicted_failure
 from autotune.study.storage import StudyPaths, exclusive, open_storage
 from autotune.trial import Phase, TrialOutcome, TrialSetup, run_trial
 from autotune.workload import Suite, load_suite
@@ -343,6 +344,30 @@ class StudyRunner:
             self.events.phase("waiting", "for another worker measuring the same config")
             time.sleep(DUPLICATE_POLL_S)
 
+    def _same_rate(self, trial: optuna.Trial, plan: LaunchPlan, *, borrow: bool) -> FrozenTrial | None:
+        """A measured trial that decodes one stream as ``plan`` would: where the objective is that
+        rate (one stream, no other level, no SLO), a config differing only in memory sizing is not
+        launched again. Its speed is known; what it would add is only another memory layout.
+        The trial's rate key is recorded either way; with ``borrow`` False none is looked for."""
+        objective, measured = self.space.objective, self.space.measurement.concurrency
+        if objective.metric != "decode_tok_s" or objective.levels or measured != [1] or self.space.slo.limits():
+            return None
+        key = self.engines[plan.engine].rate_key(plan)
+        if key is None:
+            return None
+        attrs.record_rate_key(trial, key)
+        if not borrow:
+            return None
+        for other in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            record = attrs.trial_record(other)
+            if record.rate_key == key and record.duplicate_of is None and record.outcome == OutcomeKind.OK.value:
+                return other
+        return None
+
+    def _values_of(self, measured: FrozenTrial) -> float | list[float]:
+        """What Optuna is told for a trial that borrows ``measured``'s measurement."""
+        return list(measured.values) if self.space.objective.levels else measured.values[0]
+
     def _values(self, outcome: TrialOutcome | None) -> float | list[float]:
         """What Optuna is told: the objective, or in a levels study one value per level (primary
         first), 0 at a level that was not measured or breaks the SLO there."""
@@ -375,7 +400,21 @@ class StudyRunner:
             attrs.record_duplicate(trial, self._hidden(plan), duplicate)
             for key, value in duplicate.constraints.items():
                 trial.set_constraint(key, value)
-            return list(duplicate.values) if self.space.objective.levels else duplicate.values[0]
+            return self._values_of(duplicate)
+        same_rate = self._same_rate(trial, plan, borrow=not confirming and not self._baseline(trial))
+        if same_rate is not None:
+            kept = attrs.trial_record(same_rate).flags
+            sizing = sorted(k for k in {*plan.flags, *kept} if plan.flags.get(k) != kept.get(k))
+            attrs.record_same_rate(trial, self._hidden(plan), same_rate, sizing)
+            for key, value in same_rate.constraints.items():
+                trial.set_constraint(key, value)
+            return self._values_of(same_rate)
+        if not confirming and not self._baseline(trial):
+            failed = predicted_failure(plan.flags, self.records())
+            if failed is not None:
+                attrs.record_predicted_failure(trial, self._hidden(plan), failed)
+                set_constraints(trial, self.space.slo, config=True)
+                return self._values(None)
         prediction = self.feasibility[plan.engine].predict(plan.flags)
         if not prediction.feasible:
             attrs.record_predicted(trial, self._hidden(plan), prediction)
@@ -416,7 +455,7 @@ class StudyRunner:
         if outcome.kind.is_server_failure and self._served(plan.engine, before=trial.number):
             # The set-up has served, so a server that cannot start is most likely this configuration's
             # doing: tell the sampler (a failed trial teaches it nothing). Still relaunched when proposed again.
-            attrs.record_counted_against_config(trial, outcome.reason)
+            attrs.record_counted_against_config(trial, outcome.reason, named_values(plan.flags, outcome.reason))
             set_constraints(trial, self.space.slo, config=True)
             return self._values(None)
         raise TrialFault(f"{outcome.kind.value}: {outcome.reason}")

@@ -9,6 +9,7 @@ goes to stderr in SGLang's format, flushed, and the first one says this is a sim
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import queue
@@ -115,6 +116,8 @@ class TwinApp(Lifecycle):
         log.info("server_args=ServerArgs(%s)", ", ".join(f"{k}={v!r}" for k, v in sorted(vars(args).items())))
         state = self.state = TwinState(args=args, profile=profile, cfg=cfg, seed=self.seed, fault=self.fault)
         try:
+            if self.fault.kind == "port-taken":
+                raise OSError(errno.EADDRINUSE, "address already in use")
             httpd = start_http(state, host=args.host, port=args.port, log_http=log.isEnabledFor(logging.INFO))
         except OSError as err:
             log.error(

@@ -1,0 +1,43 @@
+"""Server failures that name a flag's value: a failure predicted for every config that shares it.
+
+A launch that died although the set-up has served before is most likely the configuration's doing.
+When its message names values the configuration was given (a draft-model path, a backend name,
+as real engines' errors do), any configuration with the same values is expected to fail the same
+way, and is not launched, until one with those values serves. Pure functions over records.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from autotune.records import TrialRecord
+from autotune.space import FlagValue
+
+# Shorter values ("on", "1") are named by too many messages to mean anything.
+MIN_NAMED_LENGTH = 3
+
+
+def named_values(flags: Mapping[str, FlagValue], reason: str | None) -> dict[str, str]:
+    """The text-valued flags whose value the failure's message names as a whole word or path."""
+    if not reason:
+        return {}
+    named = {}
+    for name, value in flags.items():
+        if isinstance(value, str) and len(value) >= MIN_NAMED_LENGTH:
+            if re.search(rf"(?<![\w./-]){re.escape(value)}(?![\w./-])", reason):
+                named[name] = value
+    return named
+
+
+def predicted_failure(flags: Mapping[str, FlagValue], records: Sequence[TrialRecord]) -> TrialRecord | None:
+    """The earlier failure whose named values ``flags`` all share, while no served trial had them
+    all (a served launch refutes the lesson); None when no failure speaks for these flags."""
+    served = [r.flags for r in records if r.outcome == "ok" and r.duplicate_of is None]
+    for record in records:
+        named = record.failure_names
+        if not named or any(flags.get(name) != value for name, value in named.items()):
+            continue
+        if not any(all(other.get(name) == value for name, value in named.items()) for other in served):
+            return record
+    return None

@@ -1,0 +1,135 @@
+"""What a study learns without launching: a server failure that names a flag's value is predicted
+for configurations sharing it; a config that differs from a measured one only in memory sizing
+decodes one stream alike and is not launched again; a failure after the set-up served is told to
+the sampler, and does not stop the study as a set-up fault would after three.
+
+Driven through the study runner's front door (in-memory storage) with the twin's landscape as the
+launcher: a family member whose space lists both drafters' paths under either algorithm, so a
+path of the other kind dies at launch, as a real engine does when given the wrong checkpoint.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+
+from autotune.engines.base import LaunchPlan
+from autotune.protocol import EarlyStop
+from autotune.records import TrialRecord
+from autotune.study import StudyView, make_sampler
+from autotune.study.named_failures import named_values, predicted_failure
+from autotune.trial import TrialOutcome
+from tests.conftest import TWIN_SPACE, load_benchmark
+
+bench = load_benchmark()
+HAND_FOUND = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3, "speculative-eagle-topk": 1,
+              "speculative-num-draft-tokens": 4, "mem-fraction-static": 0.88, "max-running-requests": 16,
+              "mamba-full-memory-ratio": 0.5}  # fmt: skip
+
+
+class Counting:
+    """The landscape launcher, counting the plans it was asked to launch."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.plans = inner, []
+
+    def __call__(
+        self, plan: LaunchPlan, log_path: Path, phase: Any, early_stop: EarlyStop | None = None
+    ) -> TrialOutcome:
+        self.plans.append(plan)
+        outcome: TrialOutcome = self.inner(plan, log_path, phase, early_stop)
+        return outcome
+
+
+def test_named_values_are_whole_words_or_paths_of_text_flags() -> None:
+    flags = {"draft": "org/drafter-DFlash", "algorithm": "EAGLE3", "backend": "fa3", "dtype": "auto", "steps": 3}
+    reason = "OSError: org/drafter-DFlash is not an EAGLE3 draft model (automatic checks failed)"
+    assert named_values(flags, reason) == {"draft": "org/drafter-DFlash", "algorithm": "EAGLE3"}
+    assert named_values({"draft": "org/drafter"}, reason) == {}  # a prefix of a path is not the path
+    assert named_values(flags, None) == {}
+
+
+def test_a_named_failure_holds_until_a_launch_with_those_values_serves() -> None:
+    failed = TrialRecord(number=3, state="COMPLETE", outcome="crashed", reason="bad drafter",
+                         flags={"algorithm": "EAGLE3", "draft": "d"},
+                         failure_names={"algorithm": "EAGLE3", "draft": "d"})  # fmt: skip
+    same = {"algorithm": "EAGLE3", "draft": "d", "steps": 5}
+    assert predicted_failure(same, [failed]) == failed
+    assert predicted_failure({"algorithm": "DFLASH", "draft": "d"}, [failed]) is None  # shares only one value
+    served = TrialRecord(number=4, state="COMPLETE", outcome="ok", flags={**same, "steps": 2})
+    assert predicted_failure(same, [failed, served]) is None  # refuted
+
+
+def _family_runner(tmp_path: Path, seed: int) -> tuple[Any, Counting]:
+    from benchmarks import family
+
+    member = family.member(1027)  # 2x H100, EAGLE3 and DFLASH drafters, both paths listed for either
+    problem = bench.problem_of(member.profile, member.space)
+    launcher = Counting(bench.LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed)))
+    runner = bench.make_runner(problem, tmp_path, sampler=make_sampler("tpe", seed), launcher=launcher)
+    return runner, launcher
+
+
+def test_a_wrong_drafter_crash_is_learned_not_repeated_and_does_not_stop_the_study(tmp_path: Path) -> None:
+    runner, launcher = _family_runner(tmp_path, 1027)
+    runner.enqueue_baselines()
+    runner.run(trials=60, timeout_s=None)
+    records = StudyView(runner.study).records()
+    crashed = [r for r in records if r.outcome == "crashed"]
+    predicted = [r for r in records if r.outcome == "predicted-failure"]
+    assert crashed, "the space holds wrong-drafter configurations: some must have been tried"
+    assert runner.stop_reason == "60 trials done", runner.stop_reason
+    for record in crashed:
+        # told to the sampler as the configuration's fault, not dropped as a failed trial
+        assert record.state == "COMPLETE" and "counted against this configuration" in (record.reason or "")
+        assert record.failure_names.get("speculative-draft-model-path") in (record.reason or "")
+    assert predicted, "a configuration sharing a crashed drafter pairing must be predicted, not launched"
+    launched = {p.config_key for p in launcher.plans}
+    for record in predicted:
+        assert record.config_key not in launched
+        assert "predicted without launching: trial" in (record.reason or "")
+    assert len(crashed) <= 6, f"{len(crashed)} wrong-drafter launches: the lesson was not applied"
+
+
+def _twin_problem(tmp_path: Path, concurrency: int):  # type: ignore[no-untyped-def]
+    data = yaml.safe_load(TWIN_SPACE.read_text())
+    data["baselines"] = [{"name": "hand-found", "flags": HAND_FOUND}]
+    data["measurement"]["concurrency"] = concurrency
+    data["objective"] = {"metric": "decode_tok_s", "concurrency": concurrency}
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump(data, sort_keys=False))
+    return bench.load_problem("qwen3.6-27b-2xa6000", space)
+
+
+def _run_with_memory_variant(tmp_path: Path, concurrency: int = 1) -> tuple[Any, Counting]:
+    problem = _twin_problem(tmp_path, concurrency)
+    launcher = Counting(bench.LandscapeLauncher(problem, problem.landscape(0), random.Random(0)))
+    runner = bench.make_runner(problem, tmp_path, sampler=make_sampler("tpe", 0), launcher=launcher,
+                               storage=optuna.storages.InMemoryStorage())  # fmt: skip
+    runner.enqueue_baselines()
+    runner.run(trials=1, timeout_s=None)
+    # not a baseline: the hand-found config with other memory sizing, as a sampler would propose it
+    runner.study.enqueue_trial({**HAND_FOUND, "speculative-adaptive": False, "mem-fraction-static": 0.84,
+                                "max-running-requests": 8, "cuda-graph-max-bs-decode": 32})
+    runner.run(trials=1, timeout_s=None)
+    return runner, launcher
+
+
+def test_a_config_differing_only_in_memory_sizing_borrows_the_measured_rate(tmp_path: Path) -> None:
+    runner, launcher = _run_with_memory_variant(tmp_path)
+    first, second = StudyView(runner.study).records()
+    assert len(launcher.plans) == 1 and first.outcome == "ok"
+    assert second.duplicate_of == first.number and second.value == first.value
+    assert second.flags["mem-fraction-static"] == 0.84 and second.config_key != first.config_key
+    assert "same single-stream decode rate as trial 0" in (second.reason or "")
+    assert "--max-running-requests" in (second.reason or "") and "--mem-fraction-static" in (second.reason or "")
+
+
+def test_under_load_memory_sizing_can_change_the_rate_so_it_is_launched(tmp_path: Path) -> None:
+    runner, launcher = _run_with_memory_variant(tmp_path, concurrency=4)
+    assert len(launcher.plans) == 2
+    assert all(r.duplicate_of is None for r in StudyView(runner.study).records())
