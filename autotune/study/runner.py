@@ -52,6 +52,7 @@ from autotune.study.artifacts import artifact_store, upload
 from autotune.study.confirm import Confirmation, best_first_measured, choose_finalists, confirm, measure_noise
 from autotune.study.memory import feasibility_models, lesson_of, replay, roofline_of
 from autotune.study.named_failures import named_values, predicted_failure
+from autotune.study.sampler import NeighbourSampler
 from autotune.study.storage import StudyPaths, exclusive, open_storage
 from autotune.trial import Phase, TrialOutcome, TrialSetup, run_trial
 from autotune.workload import Suite, load_suite
@@ -141,9 +142,13 @@ def make_sampler(name: SamplerName, seed: int | None) -> optuna.samplers.BaseSam
         # benchmarks/search_efficiency.py: baselines count as startup trials; modelling from the third
         # trial on and scoring 64 candidates reached 2% of the optimum in 3 launches instead of 8
         # (A6000 twin, 20 seeds) and never did worse on the other profiles.
-        return optuna.samplers.TPESampler(
+        tpe = optuna.samplers.TPESampler(
             seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=2, n_ei_candidates=64
         )
+    # benchmarks/search_efficiency.py --family: every other trial a neighbour of the best once 3 served
+    # (chosen on tuning members 0-7) took the median launches to 2% of the optimum from 23 to 14 on
+    # held-out members 1000-1029 (budget 60); sampler.py says why.
+    return NeighbourSampler(tpe, seed=seed, after=3, every=2)
 
 
 def trial_launcher(

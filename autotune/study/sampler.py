@@ -1,0 +1,126 @@
+"""The study's sampler: Optuna's TPE, with some trials spent on neighbours of the best one.
+
+A launch costs minutes, so a study sees tens of them, and most flags of a space change the decode
+rate little once the big choices (drafter, depth, tensor parallelism) are right. TPE with that few
+points keeps drawing far from its best; the last percent is found next to it. So once a few
+configurations served, every other trial is the best feasible trial with one or two of its values
+moved a step (a categorical: another choice), and a flag that the move makes appear (a condition
+now true) is drawn by TPE. A neighbour that resolves to a configuration already measured costs no
+launch (the runner measures duplicates once).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+
+class NeighbourSampler(optuna.samplers.BaseSampler):
+    """TPE, with every ``every``-th trial (once ``after`` trials served) a neighbour of the best.
+
+    Args:
+        base: the sampler for the other trials and for flags a neighbour does not set.
+        seed: seeds the choice of neighbours.
+        after: completed feasible trials needed before neighbours are drawn.
+        every: one trial in ``every`` is a neighbour.
+    """
+
+    def __init__(self, base: optuna.samplers.BaseSampler, *, seed: int | None, after: int, every: int) -> None:
+        self.base = base
+        self.rng = random.Random(seed)
+        self.after = after
+        self.every = every
+        self.plans: dict[int, dict[str, Any]] = {}
+
+    def reseed_rng(self) -> None:
+        self.base.reseed_rng()
+        self.rng.seed()
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.base.before_trial(study, trial)
+        plan = self._plan(study, trial)
+        if plan is not None:
+            self.plans[trial.number] = plan
+
+    def after_trial(
+        self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
+    ) -> None:
+        self.plans.pop(trial.number, None)
+        self.base.after_trial(study, trial, state, values)
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        if trial.number in self.plans:
+            return {}
+        return self.base.infer_relative_search_space(study, trial)
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        if trial.number in self.plans:
+            return {}
+        return self.base.sample_relative(study, trial, search_space)
+
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        plan = self.plans.get(trial.number, {})
+        if param_name in plan and _contains(param_distribution, plan[param_name]):
+            return plan[param_name]
+        return self.base.sample_independent(study, trial, param_name, param_distribution)
+
+    def _plan(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any] | None:
+        """The values of a neighbour of the best feasible trial, or None for a TPE trial."""
+        if len(study.directions) != 1 or "fixed_params" in trial.system_attrs:
+            return None  # a levels study has no single best; an enqueued trial has its values
+        served = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if _feasible(t)]
+        if len(served) < self.after or trial.number % self.every:
+            return None
+        best = max(served, key=lambda t: t.values[0] if study.direction.name == "MAXIMIZE" else -t.values[0])
+        return neighbour(best.params, best.distributions, self.rng)
+
+
+def neighbour(params: dict[str, Any], distributions: dict[str, BaseDistribution], rng: random.Random) -> dict[str, Any]:
+    """``params`` with one value moved (two, a third of the time): a step up or down, another choice."""
+    movable = [name for name in params if _moves(distributions[name])]
+    out = dict(params)
+    for name in rng.sample(movable, min(len(movable), 2 if rng.random() < 1 / 3 else 1)):
+        out[name] = _moved(params[name], distributions[name], rng)
+    return out
+
+
+def _moves(distribution: BaseDistribution) -> bool:
+    if isinstance(distribution, CategoricalDistribution):
+        return len(distribution.choices) > 1
+    return isinstance(distribution, (IntDistribution, FloatDistribution)) and distribution.high > distribution.low
+
+
+def _moved(value: Any, distribution: BaseDistribution, rng: random.Random) -> Any:
+    if isinstance(distribution, CategoricalDistribution):
+        return rng.choice([c for c in distribution.choices if c != value])
+    assert isinstance(distribution, (IntDistribution, FloatDistribution))
+    step = distribution.step or (distribution.high - distribution.low) / 10
+    low, high = distribution.low - 1e-9, distribution.high + 1e-9
+    for stride in (step * rng.choice([1, 1, 2]), step):  # two steps past both ends: one step
+        inside = [v for v in (value - stride, value + stride) if low <= v <= high]
+        if inside:
+            break
+    moved = rng.choice(inside)
+    if isinstance(distribution, IntDistribution):
+        return int(round(moved))
+    return round(moved, 10)
+
+
+def _contains(distribution: BaseDistribution, value: Any) -> bool:
+    try:
+        return bool(distribution._contains(distribution.to_internal_repr(value)))
+    except (ValueError, TypeError):
+        return False
+
+
+def _feasible(trial: FrozenTrial) -> bool:
+    return trial.values is not None and bool(trial.values[0]) and all(c <= 0 for c in trial.constraints.values())

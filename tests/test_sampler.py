@@ -1,0 +1,63 @@
+"""The study's sampler: TPE, with some trials spent on neighbours of the best feasible trial."""
+
+from __future__ import annotations
+
+import random
+
+import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+from autotune.study.sampler import NeighbourSampler, neighbour
+
+DISTRIBUTIONS = {
+    "backend": CategoricalDistribution(["flashinfer", "fa3", "triton"]),
+    "steps": IntDistribution(1, 8),
+    "fraction": FloatDistribution(0.5, 0.97, step=0.01),
+}
+
+
+def test_a_neighbour_moves_one_or_two_values_a_step_within_their_ranges() -> None:
+    params = {"backend": "fa3", "steps": 8, "fraction": 0.5}
+    rng = random.Random(0)
+    for _ in range(200):
+        moved = neighbour(params, DISTRIBUTIONS, rng)
+        changed = [k for k in params if moved[k] != params[k]]
+        assert 1 <= len(changed) <= 2
+        assert moved["backend"] in ("flashinfer", "fa3", "triton")
+        assert 6 <= moved["steps"] <= 8
+        assert 0.5 <= moved["fraction"] <= 0.52
+
+
+def objective(trial: optuna.Trial) -> float:
+    backend = trial.suggest_categorical("backend", ["flashinfer", "fa3", "triton"])
+    steps = trial.suggest_int("steps", 1, 8)
+    fraction = trial.suggest_float("fraction", 0.5, 0.97, step=0.01)
+    trial.set_constraint("memory", 1.0 if fraction > 0.9 else 0.0)
+    return 0.0 if fraction > 0.9 else steps * (2 if backend == "fa3" else 1)
+
+
+def test_every_other_trial_after_three_served_is_a_neighbour_of_the_best_feasible_one() -> None:
+    tpe = optuna.samplers.RandomSampler(seed=1)
+    study = optuna.create_study(direction="maximize", sampler=NeighbourSampler(tpe, seed=1, after=3, every=2))
+    study.enqueue_trial({"backend": "triton", "steps": 1, "fraction": 0.95})  # a baseline keeps its values
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for _ in range(30):
+        best = study.best_trial if any(t.values and t.values[0] for t in study.trials) else None
+        served = sum(1 for t in study.trials if t.values and t.values[0])
+        trial = study.ask()
+        value = objective(trial)
+        study.tell(trial, value)
+        frozen = study.trials[-1]
+        if frozen.number == 0:
+            assert frozen.params == {"backend": "triton", "steps": 1, "fraction": 0.95}
+        elif served >= 3 and frozen.number % 2 == 0:
+            assert best is not None
+            assert 1 <= sum(frozen.params[k] != best.params[k] for k in best.params) <= 2
+
+
+def test_a_study_with_several_objectives_gets_no_neighbours() -> None:
+    sampler = NeighbourSampler(optuna.samplers.RandomSampler(seed=2), seed=2, after=0, every=1)
+    study = optuna.create_study(directions=["maximize", "maximize"], sampler=sampler)
+    study.optimize(lambda t: (t.suggest_int("x", 0, 100), 1.0), n_trials=10)
+    assert not sampler.plans
+    assert len({t.params["x"] for t in study.trials}) > 5
