@@ -20,8 +20,8 @@ from autotune.gpu import GpuInventory
 from autotune.measure import CategoryStats, Measurement
 from autotune.records import TrialRecord
 from autotune.space import ENGINE_PARAM, Candidate, FlagValue
-from autotune.study import StudyEvents
 from autotune.study.confirm import Confirmation
+from autotune.study.events import StudyEvents
 from autotune.study.levels import LoadLevels
 
 _OUTCOME_STYLE = {

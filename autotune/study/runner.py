@@ -38,7 +38,6 @@ from autotune.records import TrialRecord
 from autotune.server import reap_orphans
 from autotune.space import (
     Baseline,
-    Candidate,
     SearchSpace,
     SLOSpec,
     redact_flags,
@@ -50,8 +49,10 @@ from autotune.stopping import NoImprovement, RepeatedFailure, StopRule, TimeBudg
 from autotune.study import attrs, recovery
 from autotune.study.artifacts import artifact_store, upload
 from autotune.study.confirm import Confirmation, best_first_measured, choose_finalists, confirm, measure_noise
+from autotune.study.events import StudyEvents
 from autotune.study.memory import feasibility_models, lesson_of, replay, roofline_of
-from autotune.study.storage import StudyPaths, exclusive, open_storage
+from autotune.study.paths import StudyPaths
+from autotune.study.storage import exclusive, open_storage
 from autotune.trial import Phase, TrialOutcome, TrialSetup, run_trial
 from autotune.workload import Suite, load_suite
 
@@ -71,16 +72,6 @@ class Launcher(Protocol):
 
 class TrialFault(Exception):
     """A trial failed for a reason that says nothing about its configuration (becomes FAIL)."""
-
-
-class StudyEvents:
-    """Hooks the live view implements; the defaults do nothing."""
-
-    def trial_started(self, number: int, candidate: Candidate) -> None: ...
-
-    def phase(self, name: str, detail: str) -> None: ...
-
-    def trial_finished(self, record: TrialRecord) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -254,7 +245,7 @@ class StudyRunner:
         self.launch: Launcher = launcher or trial_launcher(
             checked, paths, read_gpus, lambda: attrs.agreement_reference(self.study)
         )
-        self.artifact_store = artifact_store(paths.artifacts, create=True)
+        self.artifact_store = artifact_store(paths.artifacts)
         self.stop_reason: str | None = None
         self.storage_fault: str | None = None
         self.feasibility = feasibility_models(self.space, self.engines, self.inventory)
@@ -400,12 +391,11 @@ class StudyRunner:
         model.learn(lesson)
         share = roofline_of(outcome, inventory=self.inventory, model=model, engine=self.engines[plan.engine])
         attrs.record_outcome(trial, outcome, lesson=lesson, roofline=share, slo=self.space.slo)
-        if self.artifact_store is not None:
-            try:
-                upload(self.artifact_store, trial, outcome)
-            except OSError as exc:  # a full disk: keep the measurement (the trial completes), then stop
-                self.storage_fault = f"cannot keep trial {trial.number}'s artifacts in {self.paths.artifacts}: {exc}"
-                self.study.stop()
+        try:
+            upload(self.artifact_store, trial, outcome)
+        except OSError as exc:  # a full disk: keep the measurement (the trial completes), then stop
+            self.storage_fault = f"cannot keep trial {trial.number}'s artifacts in {self.paths.artifacts}: {exc}"
+            self.study.stop()
         if outcome.kind is OutcomeKind.OK:
             measured = [m for m in outcome.measurements if m.concurrency in self.space.objective_levels()]
             set_constraints(trial, self.space.slo, measured=measured)
