@@ -8,7 +8,7 @@
 - :mod:`~autotune.study.recovery`: orphans, stale trials, re-queued interruptions and baselines;
 - :mod:`~autotune.study.memory`: memory learning (one path for live and resumed studies), roofline;
 - :mod:`~autotune.study.artifacts`: server logs and measurement JSON beside the study;
-- :mod:`~autotune.study.importance`: which flags mattered, as Optuna computes it;
+- :mod:`~autotune.study.importance`: which flags mattered, computed by Optuna and kept in the study;
 - :mod:`~autotune.study.runner`: the loop, with its launcher, storage and GPU reading injected;
 - :mod:`~autotune.study.view`: a stored study as the CLI and the report read it.
 

@@ -20,6 +20,7 @@ from autotune.outcomes import OutcomeKind
 from autotune.records import AgreementRecord, LevelRecord, MetricRecord, TrialRecord
 from autotune.space import FlagValue, SearchSpace, SLOSpec
 from autotune.study.confirm import Confirmation
+from autotune.study.importance import Importance
 from autotune.study.snapshot import StoredStudy, StoredTrial
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ CONFIRMATION = "confirmation"
 BY_CONCURRENCY = "by_concurrency"
 AGREEMENT = "agreement"
 REFERENCE = "agreement_reference"
+IMPORTANCE = "importance"
 
 
 class StudyInfo(Frozen):
@@ -165,6 +167,22 @@ def _offer_reference(trial: optuna.Trial, outcome: TrialOutcome, agreement: Agre
     reference = Reference(trial=trial.number, sample=agreement.sample)
     trial.study.set_user_attr(REFERENCE, reference.model_dump(mode="json"))
     return compare(agreement.sample, reference)
+
+
+def record_importance(study: optuna.Study, importance: Importance, *, complete_trials: int) -> None:
+    """Keep the importance computed when the study held ``complete_trials`` completed trials (for ``show``)."""
+    study.set_user_attr(IMPORTANCE, {"complete_trials": complete_trials, "result": importance.model_dump(mode="json")})
+
+
+def recorded_importance(study: StoredStudy) -> Importance | None:
+    """The kept importance while it is current: computed on every completed trial the study holds."""
+    stored = study.user_attrs.get(IMPORTANCE)
+    if not isinstance(stored, dict) or stored.get("complete_trials") != study.complete_trials:
+        return None
+    try:
+        return Importance.model_validate(stored.get("result"))
+    except ValidationError:
+        return None  # written by another autotune version: computed afresh
 
 
 def _confirmation(stored: object) -> Confirmation | None:

@@ -50,6 +50,7 @@ from autotune.study import attrs, recovery
 from autotune.study.artifacts import artifact_store, upload
 from autotune.study.confirm import Confirmation, best_first_measured, choose_finalists, confirm, measure_noise
 from autotune.study.events import StudyEvents
+from autotune.study.importance import compute_importance
 from autotune.study.memory import feasibility_models, lesson_of, replay, roofline_of
 from autotune.study.paths import StudyPaths
 from autotune.study.storage import exclusive, open_storage
@@ -496,7 +497,17 @@ class StudyRunner:
             attrs.record_confirmation(self.study, result)
             if result is not None:
                 self._publish_note(result)
+            self._keep_importance()  # the finalists' launches are completed trials too
         return result
+
+    def _keep_importance(self) -> None:
+        """Compute the parameter importance and keep it in the study, so ``show`` need not: once per run
+        or confirmation, never per trial (the benchmarks run thousands of trials through this loop)."""
+        # Counted first: a trial another worker completes meanwhile leaves the kept one stale, never
+        # wrongly current.
+        complete = len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+        levels = len(self.space.objective_levels()) if self.space.objective.levels else 0
+        attrs.record_importance(self.study, compute_importance(self.study, levels=levels), complete_trials=complete)
 
     def _publish_note(self, result: Confirmation) -> None:
         """The confirmed best as the study's note in optuna-dashboard (an optional extra)."""
@@ -556,6 +567,7 @@ class StudyRunner:
         if self.stop_reason is None:
             self.stop_reason = f"{trials} trials done" if trials else "time budget spent"
         attrs.record_stop_reason(self.study, self.stop_reason)
+        self._keep_importance()
         if self.storage_fault is not None:
             hint = "free some space (or pass --artifacts DIR), then re-run to resume: nothing measured is lost"
             raise StorageError(self.storage_fault, hint=hint)

@@ -129,7 +129,11 @@ class StudyView:
         return artifacts.measurements(self._study.trials[original], self._artifacts)
 
     def importance(self) -> Importance:
-        """Optuna's parameter importance (:mod:`~autotune.study.importance`; imports Optuna)."""
+        """Optuna's parameter importance (:mod:`~autotune.study.importance`): as the study keeps it
+        while current, else computed (which imports Optuna)."""
+        kept = attrs.recorded_importance(self._study)
+        if kept is not None:
+            return kept
         return compute_importance(self._study.optuna, levels=len(self.info.levels))
 
     def pareto(self) -> list[ParetoPoint] | None:
