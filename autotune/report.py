@@ -9,7 +9,6 @@ import time
 from collections.abc import Mapping, Sequence
 
 from rich import box
-from rich._loop import loop_last
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, JustifyMethod, RenderableType, RenderResult
 from rich.live import Live
@@ -187,17 +186,18 @@ class TrialTable:
         if sum(w + 2 for w in self.widths) > options.max_width:  # Rich narrows every column: it draws the rows
             yield self.table()
             return
+        # The title, top edge, headers and rule, then the bottom edge and caption: the rows go between.
         framed = console.render_lines(self.table(rows=False), options, pad=False)
-        # title, top edge, headers and rule | bottom edge, caption
         split = len(console.render_lines(self.table(rows=False, caption=False), options, pad=False)) - 1
         edges = box.SIMPLE_HEAD.substitute(options, safe=console.safe_box)
+        middle = (edges.mid_left, edges.mid_vertical, edges.mid_right)
+        last = (edges.foot_left, edges.foot_vertical, edges.foot_right)
         new_line = Segment.line()
         for line in framed[:split]:
             yield from line
             yield new_line
-        for last, row in loop_last(self.rows):
-            left, divider, right = (edges.foot_left, edges.foot_vertical, edges.foot_right) if last else (
-                edges.mid_left, edges.mid_vertical, edges.mid_right)  # fmt: skip
+        for number, row in enumerate(self.rows, start=1):
+            left, divider, right = last if number == len(self.rows) else middle
             drawn = Text(left)
             for index, (cell, width, justify) in enumerate(zip(row, self.widths, self.justify, strict=True)):
                 drawn.append_text(_fitted(cell, width, justify))
