@@ -65,10 +65,17 @@ def one_row_per_trial(trials: TrialTable) -> Table:
     return reference
 
 
-def drawn(table: TrialTable | Table, width: int) -> tuple[str, list[tuple[str, Style | None]]]:
+class AsciiTerminal(io.StringIO):
+    encoding = "ascii"  # Rich draws its tables with ASCII boxes
+
+
+def drawn(
+    table: TrialTable | Table, width: int, *, ascii_only: bool = False
+) -> tuple[str, list[tuple[str, Style | None]]]:
     """The characters a terminal of ``width`` columns shows, and the style of each visible one (no style
     and the null style alike)."""
-    console = Console(file=io.StringIO(), width=width, force_terminal=True, color_system="truecolor")
+    terminal = AsciiTerminal() if ascii_only else io.StringIO()
+    console = Console(file=terminal, width=width, force_terminal=True, color_system="truecolor")
     segments = list(console.render(table))
     styled = [(char, segment.style or None) for segment in segments for char in segment.text if char != " "]
     return "".join(segment.text for segment in segments), styled
@@ -79,6 +86,13 @@ def drawn(table: TrialTable | Table, width: int) -> tuple[str, list[tuple[str, S
 def test_the_table_draws_what_rich_draws_with_a_row_per_trial(width: int, hosts: int) -> None:
     table = trials_table(records(hosts=hosts), flag_names=FLAGS, best=7, priority=FLAGS[::-1], width=width)
     assert drawn(table, width) == drawn(one_row_per_trial(table), width)
+
+
+def test_an_ascii_terminal_gets_the_ascii_table() -> None:
+    table = trials_table(records(), flag_names=FLAGS, best=7, width=120)
+    in_ascii = drawn(table, 120, ascii_only=True)
+    assert "|---+" in in_ascii[0]
+    assert in_ascii == drawn(one_row_per_trial(table), 120, ascii_only=True)
 
 
 def test_a_study_without_trials_draws_no_row() -> None:
