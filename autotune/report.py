@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.cells import cell_len
@@ -18,13 +19,15 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune.breakeven import BreakEven
-from autotune.gpu import GpuInventory
 from autotune.measure import CategoryStats, Measurement
 from autotune.records import TrialRecord
 from autotune.space import ENGINE_PARAM, Candidate, FlagValue
 from autotune.study.confirm import Confirmation
 from autotune.study.events import StudyEvents
 from autotune.study.levels import LoadLevels
+
+if TYPE_CHECKING:
+    from autotune.gpu import GpuInventory
 
 _OUTCOME_STYLE = {
     "ok": "green",
