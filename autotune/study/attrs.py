@@ -365,10 +365,10 @@ def _record_memory(trial: optuna.Trial, outcome: TrialOutcome, lesson: MemoryLes
 
 def mark_stale(storage: optuna.storages.BaseStorage, trial: FrozenTrial, reason: str) -> None:
     """Fail a trial whose tuner died (it stays RUNNING otherwise): interrupted, to be measured again."""
-    storage.set_trial_user_attr(trial._trial_id, OUTCOME, OutcomeKind.INTERRUPTED.value)
-    storage.set_trial_user_attr(trial._trial_id, "reason", reason)
     from optuna.trial import TrialState
 
+    storage.set_trial_user_attr(trial._trial_id, OUTCOME, OutcomeKind.INTERRUPTED.value)
+    storage.set_trial_user_attr(trial._trial_id, "reason", reason)
     storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
 
 

@@ -1,8 +1,8 @@
 """Which tuned flags mattered: Optuna's parameter importance (PED-ANOVA, its default).
 
-Computing it imports Optuna and numpy and takes a while on a large study, so the runner keeps the
-result in the study (:func:`~autotune.study.attrs.record_importance`) and ``show`` computes it only
-when that copy is missing or older than the study's completed trials.
+Computing it imports Optuna and numpy (about half a second before ``show`` could print), so the
+runner keeps the result in the study (:func:`~autotune.study.attrs.record_importance`) and ``show``
+computes it only when that copy is missing or older than the study's completed trials.
 """
 
 from __future__ import annotations
