@@ -9,13 +9,12 @@ rounds are compared to flag drift. httpx errors are translated here into Measure
 
 from __future__ import annotations
 
-import asyncio
 import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-import httpx
 from pydantic import Field
 
 from autotune.engines.base import Engine, ServerStats
@@ -23,6 +22,12 @@ from autotune.errors import MeasurementError
 from autotune.models import Frozen
 from autotune.protocol import MeasureSettings, ObjectiveMetric
 from autotune.workload import Prompt, Suite
+
+if TYPE_CHECKING:
+    import httpx
+
+# httpx and asyncio (~0.15 s to import) are imported where requests are made: reading a study's
+# measurements (show, export, report) needs only the models above.
 
 OBJECTIVE_UNITS: dict[str, str] = {"decode_tok_s": "tok/s", "output_tok_s": "tok/s"}
 
@@ -247,6 +252,8 @@ async def measure_request(
     clock: Callable[[], float] = time.perf_counter,
 ) -> RequestRecord:
     """Stream one prompt and time every update."""
+    import httpx
+
     started = clock()
     first_at: float | None = None
     first_tokens = 0
@@ -314,6 +321,10 @@ async def run_measurement(
     clock: Callable[[], float] = time.perf_counter,
 ) -> Measurement:
     """Reset the server's counters, warm up, then run rounds until precise, or until a cap."""
+    import asyncio
+
+    import httpx
+
     own_client = client is None
     client = client or httpx.AsyncClient(timeout=httpx.Timeout(settings.request_timeout_s, connect=10.0))
     prompts = suite.prompts[: settings.prompts_per_round] if settings.prompts_per_round else suite.prompts
@@ -401,6 +412,8 @@ async def greedy_texts(
     """Each prompt's first ``tokens`` greedy tokens as text, one request at a time (one stream in
     the batch, as the reference ran). OpenAI's ``/v1/completions`` is served alike by SGLang, vLLM
     and llama-server (the model named as ``/v1/models`` lists it), so no engine needs a text path."""
+    import httpx
+
     # llama-server may drop a kept-alive connection just as a request is sent (see llamacpp.py).
     headers = {"Connection": "close"}
     try:

@@ -20,8 +20,9 @@ from autotune.models import Frozen
 from autotune.profile import Profile, render_shell
 from autotune.records import TrialRecord
 from autotune.study.confirm import Confirmation
+from autotune.study.importance import Importance
 from autotune.study.levels import LoadLevels
-from autotune.study.view import Importance, ParetoPoint, StudyView
+from autotune.study.view import ParetoPoint, StudyView
 
 # The knobs the issue names; a figure about one is drawn only when the study tuned it.
 MEM_FRACTION = "mem-fraction-static"

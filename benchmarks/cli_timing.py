@@ -3,6 +3,8 @@
 Builds a 300-trial study first (the study runner's front door, the twin's landscape as launcher,
 SQLite storage: the same database a real study writes), then runs each command ``--repeat`` times
 and prints the median. Targets: ``--help`` and ``<cmd> --help`` under 0.3 s, ``show`` under 1 s.
+The runner keeps the parameter importance in the study, so ``show`` reads it; a ``--reuse`` study
+written by an older autotune has none, and ``show`` computes it (importing Optuna) every time.
 
     .venv/bin/python benchmarks/cli_timing.py [--trials 300] [--repeat 5]
 """

@@ -10,9 +10,13 @@ import optuna
 import pytest
 from optuna.storages._rdb import models
 
+from autotune.engines.base import LaunchPlan
 from autotune.errors import StorageError
-from autotune.study import StudyView
+from autotune.measure import CategoryStats, Measurement, Metric
+from autotune.outcomes import OutcomeKind
+from autotune.study import StudyView, artifacts
 from autotune.study.snapshot import SCHEMA_VERSION, read_sqlite_study
+from autotune.trial import TrialOutcome
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # set_metric_names
 
@@ -55,10 +59,17 @@ def test_the_snapshot_equals_optunas_own_read(tmp_path: Path, name: str) -> None
     snap = read_sqlite_study(tmp_path / "s.db", name)
     assert snap is not None
     assert [t.state.name for t in stored.trials] == ["COMPLETE"] * 4 + ["FAIL", "RUNNING", "WAITING"]
-    # NaN != NaN: compare intermediate values by their text
-    assert [repr(fields(t)) for t in snap.trials] == [repr(fields(t)) for t in stored.trials]
-    assert snap.user_attrs == stored.user_attrs
-    assert snap.directions == stored.directions and snap.metric_names == stored.metric_names  # a system attr
+    # what autotune reads, without Optuna
+    assert [(t.number, t.state, t.values, t.user_attrs, t.system_attrs) for t in snap.trials] == [
+        (t.number, t.state.name, t.values, t.user_attrs, t.system_attrs) for t in stored.trials
+    ]
+    assert snap.study_name == name and snap.user_attrs == stored.user_attrs
+    assert snap.directions == [d.name for d in stored.directions] and snap.complete_trials == 4
+    # and as an Optuna study, for what only Optuna computes; NaN != NaN: compare intermediate values by their text
+    built = snap.optuna
+    assert [repr(fields(t)) for t in built.trials] == [repr(fields(t)) for t in stored.trials]
+    assert built.user_attrs == stored.user_attrs
+    assert built.directions == stored.directions and built.metric_names == stored.metric_names  # a system attr
 
 
 def test_the_schema_it_reads_is_the_one_this_optuna_writes() -> None:
@@ -75,3 +86,27 @@ def test_another_schema_or_study_is_left_to_optuna(tmp_path: Path) -> None:
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE version_info SET schema_version = ?", (SCHEMA_VERSION - 1,))
     assert read_sqlite_study(db, "s") is None
+
+
+def test_measurements_are_read_from_optunas_artifact_store_without_optuna(tmp_path: Path) -> None:
+    """What the runner uploads through Optuna's artifact store, the view reads back from the files and
+    the trial's system attrs alone."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+    speed = Metric(name="decode_tok_s", unit="tok/s", value=50.0, ci95=1.0, n=2)
+    measured = Measurement(
+        objective="decode_tok_s", concurrency=1, max_tokens_cap=None, ignore_eos=False, warmup_requests=0,
+        rounds=2, round_values=[49.0, 51.0], precision_target=0.02, precision_reached=True, stop_reason="precision",
+        steadiness=None, metrics=[speed], duration_s=3.0, requests=[],
+        categories=[CategoryStats(category="chat", requests=2, decode_tok_s=speed, accept_length=None)],
+    )  # fmt: skip
+    log = tmp_path / "trial-0000.log"
+    log.write_text("the server's log\n")
+    outcome = TrialOutcome(kind=OutcomeKind.OK, plan=LaunchPlan(engine="sglang", flags={}), measurements=[measured],
+                           log_path=log)  # fmt: skip
+    trial = study.ask()
+    artifacts.upload(artifacts.artifact_store(tmp_path / "artifacts"), trial, outcome)
+    study.tell(trial, 50.0)
+    assert artifacts.ARTIFACT_PREFIX == optuna.artifacts._upload.ARTIFACTS_ATTR_PREFIX
+    assert StudyView.open("s", url, artifacts_dir=tmp_path / "artifacts").measurements(0) == [measured]
+    assert StudyView.open("s", url, artifacts_dir=tmp_path / "elsewhere").measurements(0) == []

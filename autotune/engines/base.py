@@ -29,10 +29,8 @@ import statistics
 import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import Field
 
 from autotune.engines.failures import FailureRules, classify, failure_in
@@ -42,6 +40,12 @@ from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
 from autotune.space import FlagValue
 from autotune.workload import Prompt
+
+if TYPE_CHECKING:
+    import httpx
+
+# httpx and prometheus_client are imported where a server is asked: reading a study (show, export,
+# report) imports this module for its models only.
 
 
 class DraftReads(Frozen):
@@ -167,6 +171,8 @@ class MetricNames(Frozen):
 
 def counter_totals(text: str) -> dict[str, float]:
     """Sum of every sample per name over its labels (engines, ranks, positions), with prometheus_client."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     totals: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -317,6 +323,8 @@ class Engine(ABC):
     def is_ready(self, client: httpx.Client, base_url: str) -> bool:
         """One readiness probe: ``GET /health`` answers 200 (SGLang, vLLM and llama.cpp all answer 503
         or refuse the connection while loading); connection errors count as not ready."""
+        import httpx
+
         try:
             return client.get(f"{base_url}/health", timeout=5.0).status_code == 200
         except httpx.HTTPError:

@@ -2,29 +2,62 @@
 
 - :mod:`~autotune.study.attrs`: the only code that reads or writes Optuna's user attrs (outcome ->
   attrs, attrs -> :class:`~autotune.records.TrialRecord` and :class:`~autotune.study.attrs.StudyInfo`);
-- :mod:`~autotune.study.storage`: storage URLs, the study's folder, the lock across workers;
+- :mod:`~autotune.study.paths`: a study's database file and folder;
+- :mod:`~autotune.study.storage`: storage URLs, the lock across workers;
+- :mod:`~autotune.study.snapshot`: a stored study as plain data (an SQLite one read without Optuna);
 - :mod:`~autotune.study.recovery`: orphans, stale trials, re-queued interruptions and baselines;
 - :mod:`~autotune.study.memory`: memory learning (one path for live and resumed studies), roofline;
 - :mod:`~autotune.study.artifacts`: server logs and measurement JSON beside the study;
+- :mod:`~autotune.study.importance`: which flags mattered, computed by Optuna and kept in the study;
 - :mod:`~autotune.study.runner`: the loop, with its launcher, storage and GPU reading injected;
 - :mod:`~autotune.study.view`: a stored study as the CLI and the report read it.
+
+The runner and the storage import Optuna (~0.5 s with numpy): they are imported on first use of
+their names here, so the commands that only read a study (show, export) never load it.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from autotune.study.attrs import StudyInfo
-from autotune.study.runner import (
-    Launcher,
-    Preflight,
-    PreparedEngine,
-    StudyEvents,
-    StudyRunner,
-    TrialFault,
-    make_sampler,
-    preflight,
-)
-from autotune.study.storage import StudyPaths, load_existing_study, open_storage
-from autotune.study.view import Importance, StudyView, best_of
+from autotune.study.events import StudyEvents
+from autotune.study.importance import Importance
+from autotune.study.paths import StudyPaths
+from autotune.study.view import StudyView, best_of
+
+if TYPE_CHECKING:
+    from autotune.study.runner import (
+        Launcher,
+        Preflight,
+        PreparedEngine,
+        StudyRunner,
+        TrialFault,
+        make_sampler,
+        preflight,
+    )
+    from autotune.study.storage import load_existing_study, open_storage
+
+_LAZY = {
+    "Launcher": "runner",
+    "Preflight": "runner",
+    "PreparedEngine": "runner",
+    "StudyRunner": "runner",
+    "TrialFault": "runner",
+    "make_sampler": "runner",
+    "preflight": "runner",
+    "load_existing_study": "storage",
+    "open_storage": "storage",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 __all__ = [
     "Importance",

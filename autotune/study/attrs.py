@@ -9,23 +9,31 @@ Everything else in autotune reads those models, never the attrs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import optuna
-from optuna.trial import FrozenTrial, TrialState
 from pydantic import Field, ValidationError
 
 from autotune.agreement import Agreement, Reference, compare
-from autotune.engines.base import LaunchPlan
 from autotune.feasibility import MemoryLesson, Prediction
-from autotune.gpu import GpuInventory, Roofline
-from autotune.measure import Measurement
 from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
 from autotune.records import AgreementRecord, LevelRecord, MetricRecord, TrialRecord
 from autotune.space import FlagValue, SearchSpace, SLOSpec
 from autotune.study.confirm import Confirmation
-from autotune.trial import TrialOutcome
+from autotune.study.importance import Importance
+from autotune.study.snapshot import StoredStudy, StoredTrial
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.trial import FrozenTrial
+
+    from autotune.engines.base import LaunchPlan
+    from autotune.gpu import GpuInventory, Roofline
+    from autotune.measure import Measurement
+    from autotune.trial import TrialOutcome
+
+# Optuna, and the trial module with its HTTP client, are for writing: reading a study (show,
+# export, report) imports this module without them.
 
 OUTCOME = "outcome"
 LAUNCH_TIME = "launch time [s]"
@@ -39,6 +47,7 @@ CONFIRMATION = "confirmation"
 BY_CONCURRENCY = "by_concurrency"
 AGREEMENT = "agreement"
 REFERENCE = "agreement_reference"
+IMPORTANCE = "importance"
 
 
 class StudyInfo(Frozen):
@@ -107,7 +116,7 @@ def record_confirmation(study: optuna.Study, confirmation: Confirmation | None) 
     study.set_user_attr(CONFIRMATION, confirmation.model_dump(mode="json") if confirmation else None)
 
 
-def study_info(study: optuna.Study) -> StudyInfo:
+def study_info(study: StoredStudy) -> StudyInfo:
     attrs = study.user_attrs
     stored = dict(attrs.get("space") or {})
     env = stored.pop("env", {}) or {}
@@ -158,6 +167,22 @@ def _offer_reference(trial: optuna.Trial, outcome: TrialOutcome, agreement: Agre
     reference = Reference(trial=trial.number, sample=agreement.sample)
     trial.study.set_user_attr(REFERENCE, reference.model_dump(mode="json"))
     return compare(agreement.sample, reference)
+
+
+def record_importance(study: optuna.Study, importance: Importance, *, complete_trials: int) -> None:
+    """Keep the importance computed when the study held ``complete_trials`` completed trials (for ``show``)."""
+    study.set_user_attr(IMPORTANCE, {"complete_trials": complete_trials, "result": importance.model_dump(mode="json")})
+
+
+def recorded_importance(study: StoredStudy) -> Importance | None:
+    """The kept importance while it is current: computed on every completed trial the study holds."""
+    stored = study.user_attrs.get(IMPORTANCE)
+    if not isinstance(stored, dict) or stored.get("complete_trials") != study.complete_trials:
+        return None
+    try:
+        return Importance.model_validate(stored.get("result"))
+    except ValidationError:
+        return None  # written by another autotune version: computed afresh
 
 
 def _confirmation(stored: object) -> Confirmation | None:
@@ -368,6 +393,8 @@ def _record_memory(trial: optuna.Trial, outcome: TrialOutcome, lesson: MemoryLes
 
 def mark_stale(storage: optuna.storages.BaseStorage, trial: FrozenTrial, reason: str) -> None:
     """Fail a trial whose tuner died (it stays RUNNING otherwise): interrupted, to be measured again."""
+    from optuna.trial import TrialState
+
     storage.set_trial_user_attr(trial._trial_id, OUTCOME, OutcomeKind.INTERRUPTED.value)
     storage.set_trial_user_attr(trial._trial_id, "reason", reason)
     storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
@@ -409,9 +436,10 @@ def has_outcome(trial: FrozenTrial) -> bool:
     return bool(trial.user_attrs.get(OUTCOME))
 
 
-def trial_record(trial: FrozenTrial) -> TrialRecord:
+def trial_record(trial: FrozenTrial | StoredTrial) -> TrialRecord:
     attrs = trial.user_attrs
-    default_outcome = OutcomeKind.FAILED.value if trial.state is TrialState.FAIL else trial.state.name.lower()
+    state = trial.state if isinstance(trial, StoredTrial) else trial.state.name
+    default_outcome = OutcomeKind.FAILED.value if state == "FAIL" else state.lower()
     metrics = _metric_records(attrs.get("metrics"))
     lesson = attrs.get(MEMORY_LESSON)
     agreement = attrs.get(AGREEMENT)
@@ -422,11 +450,11 @@ def trial_record(trial: FrozenTrial) -> TrialRecord:
     }
     return TrialRecord(
         number=trial.number,
-        state=trial.state.name,
+        state=state,
         outcome=attrs.get(OUTCOME, default_outcome),
         reason=attrs.get("reason"),
         # A levels study has one value per level, the primary first: the trial's value is the primary's.
-        value=trial.values[0] if trial.state is TrialState.COMPLETE and trial.values else None,
+        value=trial.values[0] if state == "COMPLETE" and trial.values else None,
         feasible=bool(attrs.get("feasible", False)),
         baseline=attrs.get("baseline"),
         duplicate_of=attrs.get("duplicate_of"),

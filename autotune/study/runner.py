@@ -38,7 +38,6 @@ from autotune.records import TrialRecord
 from autotune.server import reap_orphans
 from autotune.space import (
     Baseline,
-    Candidate,
     SearchSpace,
     SLOSpec,
     redact_flags,
@@ -50,10 +49,13 @@ from autotune.stopping import NoImprovement, RepeatedFailure, StopRule, TimeBudg
 from autotune.study import attrs, recovery
 from autotune.study.artifacts import artifact_store, upload
 from autotune.study.confirm import Confirmation, best_first_measured, choose_finalists, confirm, measure_noise
+from autotune.study.events import StudyEvents
+from autotune.study.importance import compute_importance
 from autotune.study.memory import feasibility_models, lesson_of, replay, roofline_of
 from autotune.study.named_failures import named_values, predicted_failure
+from autotune.study.paths import StudyPaths
 from autotune.study.sampler import NeighbourSampler
-from autotune.study.storage import StudyPaths, exclusive, open_storage
+from autotune.study.storage import exclusive, open_storage
 from autotune.trial import Phase, TrialOutcome, TrialSetup, run_trial
 from autotune.workload import Suite, load_suite
 
@@ -73,16 +75,6 @@ class Launcher(Protocol):
 
 class TrialFault(Exception):
     """A trial failed for a reason that says nothing about its configuration (becomes FAIL)."""
-
-
-class StudyEvents:
-    """Hooks the live view implements; the defaults do nothing."""
-
-    def trial_started(self, number: int, candidate: Candidate) -> None: ...
-
-    def phase(self, name: str, detail: str) -> None: ...
-
-    def trial_finished(self, record: TrialRecord) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -260,7 +252,7 @@ class StudyRunner:
         self.launch: Launcher = launcher or trial_launcher(
             checked, paths, read_gpus, lambda: attrs.agreement_reference(self.study)
         )
-        self.artifact_store = artifact_store(paths.artifacts, create=True)
+        self.artifact_store = artifact_store(paths.artifacts)
         self.stop_reason: str | None = None
         self.storage_fault: str | None = None
         self.feasibility = feasibility_models(self.space, self.engines, self.inventory)
@@ -444,12 +436,11 @@ class StudyRunner:
         model.learn(lesson)
         share = roofline_of(outcome, inventory=self.inventory, model=model, engine=self.engines[plan.engine])
         attrs.record_outcome(trial, outcome, lesson=lesson, roofline=share, slo=self.space.slo)
-        if self.artifact_store is not None:
-            try:
-                upload(self.artifact_store, trial, outcome)
-            except OSError as exc:  # a full disk: keep the measurement (the trial completes), then stop
-                self.storage_fault = f"cannot keep trial {trial.number}'s artifacts in {self.paths.artifacts}: {exc}"
-                self.study.stop()
+        try:
+            upload(self.artifact_store, trial, outcome)
+        except OSError as exc:  # a full disk: keep the measurement (the trial completes), then stop
+            self.storage_fault = f"cannot keep trial {trial.number}'s artifacts in {self.paths.artifacts}: {exc}"
+            self.study.stop()
         if outcome.kind is OutcomeKind.OK:
             measured = [m for m in outcome.measurements if m.concurrency in self.space.objective_levels()]
             set_constraints(trial, self.space.slo, measured=measured)
@@ -550,7 +541,17 @@ class StudyRunner:
             attrs.record_confirmation(self.study, result)
             if result is not None:
                 self._publish_note(result)
+            self._keep_importance()  # the finalists' launches are completed trials too
         return result
+
+    def _keep_importance(self) -> None:
+        """Compute the parameter importance and keep it in the study, so ``show`` need not: once per run
+        or confirmation, never per trial (the benchmarks run thousands of trials through this loop)."""
+        # Counted first: a trial another worker completes meanwhile leaves the kept one stale, never
+        # wrongly current.
+        complete = len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+        levels = len(self.space.objective_levels()) if self.space.objective.levels else 0
+        attrs.record_importance(self.study, compute_importance(self.study, levels=levels), complete_trials=complete)
 
     def _publish_note(self, result: Confirmation) -> None:
         """The confirmed best as the study's note in optuna-dashboard (an optional extra)."""
@@ -610,6 +611,7 @@ class StudyRunner:
         if self.stop_reason is None:
             self.stop_reason = f"{trials} trials done" if trials else "time budget spent"
         attrs.record_stop_reason(self.study, self.stop_reason)
+        self._keep_importance()
         if self.storage_fault is not None:
             hint = "free some space (or pass --artifacts DIR), then re-run to resume: nothing measured is lost"
             raise StorageError(self.storage_fault, hint=hint)

@@ -1,4 +1,5 @@
-"""Where a study lives: its storage (any SQLAlchemy URL, or in memory), its folder, its lock.
+"""Where a study lives: its storage (any SQLAlchemy URL, or in memory) and its lock (its files:
+:mod:`~autotune.study.paths`).
 
 Foreign errors of SQLAlchemy and the file system become :class:`~autotune.errors.StorageError`
 here, one line naming the URL.
@@ -16,13 +17,12 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import optuna
 
 from autotune.errors import StorageError
+from autotune.study.paths import StudyPaths, sqlite_path
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -32,43 +32,6 @@ if TYPE_CHECKING:
 
 # Optuna would print a traceback per failed trial; autotune reports every trial itself.
 optuna.logging.set_verbosity(optuna.logging.ERROR)
-
-
-@dataclass(frozen=True)
-class StudyPaths:
-    """Where a study keeps its files: ``<dir>/<name>.db`` and the folder ``<dir>/<name>/``."""
-
-    studies_dir: Path
-    name: str
-    artifacts_dir: Path | None = None
-
-    @property
-    def folder(self) -> Path:
-        return self.studies_dir / self.name
-
-    @property
-    def default_storage(self) -> str:
-        return f"sqlite:///{self.studies_dir / (self.name + '.db')}"
-
-    @property
-    def logs(self) -> Path:
-        return self.folder / "logs"
-
-    @property
-    def artifacts(self) -> Path:
-        return self.artifacts_dir or self.folder / "artifacts"
-
-    @property
-    def servers(self) -> Path:
-        return self.folder / "servers"
-
-
-def sqlite_path(url: str) -> Path | None:
-    """The database file of an SQLite URL (None for other databases and in-memory SQLite)."""
-    if not url.startswith("sqlite:///"):
-        return None
-    path = url.removeprefix("sqlite:///").split("?", 1)[0]
-    return Path(path) if path and path != ":memory:" else None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -3,13 +3,8 @@ parameter importance and the exported profile of a trial. Nothing here writes.""
 
 from __future__ import annotations
 
-import re
-import warnings
 from pathlib import Path
-
-import optuna
-from optuna.trial import TrialState
-from pydantic import Field
+from typing import TYPE_CHECKING
 
 from autotune.breakeven import BreakEven, break_even, speed_point
 from autotune.measure import Measurement
@@ -19,18 +14,13 @@ from autotune.records import TrialRecord
 from autotune.study import artifacts, attrs
 from autotune.study.attrs import StudyInfo
 from autotune.study.confirm import Confirmation, best_first_measured
+from autotune.study.importance import Importance, compute_importance
 from autotune.study.levels import LoadLevels, level_best, load_levels
-from autotune.study.snapshot import read_sqlite_study
-from autotune.study.storage import load_existing_study, sqlite_path
+from autotune.study.paths import sqlite_path
+from autotune.study.snapshot import StoredStudy, from_optuna, read_sqlite_study
 
-
-class Importance(Frozen):
-    """Which tuned flags mattered for the objective, as shares that add up to 1."""
-
-    method: str = "PED-ANOVA"
-    values: dict[str, float] = Field(default_factory=dict, description="flag -> share, largest first")
-    trials_used: int = 0
-    note: str | None = Field(default=None, description="why there are no values, or a caveat about them")
+if TYPE_CHECKING:
+    import optuna
 
 
 class ParetoPoint(Frozen):
@@ -61,11 +51,11 @@ def best_of(records: list[TrialRecord], confirmation: Confirmation | None, *, ob
 class StudyView:
     """One stored study, read through :mod:`autotune.study.attrs` into autotune's models."""
 
-    def __init__(self, study: optuna.Study, *, artifacts_dir: Path | None = None) -> None:
-        self._study = study
-        self._store = artifacts.artifact_store(artifacts_dir)
+    def __init__(self, study: optuna.Study | StoredStudy, *, artifacts_dir: Path | None = None) -> None:
+        self._study = study if isinstance(study, StoredStudy) else from_optuna(study)
         self.artifacts_dir = artifacts_dir
-        self.info: StudyInfo = attrs.study_info(study)
+        self._artifacts = artifacts_dir if artifacts_dir is not None and artifacts_dir.is_dir() else None
+        self.info: StudyInfo = attrs.study_info(self._study)
         self._records: list[TrialRecord] | None = None
 
     @classmethod
@@ -73,7 +63,11 @@ class StudyView:
         """An SQLite study is read in one go (:mod:`~autotune.study.snapshot`), any other through Optuna."""
         path = sqlite_path(storage_url)
         study = read_sqlite_study(path, name) if path is not None else None
-        return cls(study or load_existing_study(name, storage_url), artifacts_dir=artifacts_dir)
+        if study is None:
+            from autotune.study.storage import load_existing_study
+
+            return cls(load_existing_study(name, storage_url), artifacts_dir=artifacts_dir)
+        return cls(study, artifacts_dir=artifacts_dir)
 
     @property
     def name(self) -> str:
@@ -81,16 +75,16 @@ class StudyView:
 
     @property
     def has_artifacts(self) -> bool:
-        return self._store is not None
+        return self._artifacts is not None
 
     @property
     def directions(self) -> list[str]:
-        return [d.name.lower() for d in self._study.directions]
+        return [d.lower() for d in self._study.directions]
 
     def records(self) -> list[TrialRecord]:
         """Every trial, read once (a view is a snapshot: open another to see later trials)."""
         if self._records is None:
-            self._records = [attrs.trial_record(t) for t in self._study.get_trials(deepcopy=False)]
+            self._records = [attrs.trial_record(t) for t in self._study.trials]
         return self._records
 
     def best(self) -> TrialRecord | None:
@@ -132,50 +126,24 @@ class StudyView:
         if record is None:
             return []
         original = record.duplicate_of if record.duplicate_of is not None else number
-        return artifacts.measurements(self._study, original, self._store)
+        return artifacts.measurements(self._study.trials[original], self._artifacts)
 
     def importance(self) -> Importance:
-        """Optuna's parameter importance (PED-ANOVA) over the completed trials; infeasible ones count as 0.
-
-        Optuna's warnings (e.g. too few trials in some regime) become the note instead of going to stderr.
-        """
-        study = self._study
-        complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.params]
-        levels = len(self.info.levels)
-        if len(study.directions) != max(levels, 1):
-            return Importance(note="importance is computed for single-objective studies only")
-        if len(complete) < 2:
-            return Importance(trials_used=len(complete), note="needs at least 2 completed trials")
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                # A levels study: importance for its primary level (the first value).
-                primary = (lambda t: t.values[0]) if levels else None
-                values = optuna.importance.get_param_importances(study, target=primary)
-            except (ValueError, RuntimeError) as exc:
-                return Importance(trials_used=len(complete), note=f"Optuna could not compute it: {exc}")
-        note = None
-        if caught:
-            named = sorted({m for w in caught for m in re.findall(r"`([^`]+)`", str(w.message))})
-            where = f" of {', '.join('--' + n for n in named)}" if named else ""
-            note = (
-                f"a rough estimate from {len(complete)} completed trials: Optuna warns that some value ranges{where} "
-                "hold fewer than 2 trials"
-                if named
-                else f"a rough estimate from {len(complete)} completed trials (Optuna: {caught[0].message})"
-            )
-        ordered = dict(sorted(((k, float(v)) for k, v in values.items()), key=lambda kv: -kv[1]))
-        return Importance(values=ordered, trials_used=len(complete), note=note)
+        """Optuna's parameter importance (:mod:`~autotune.study.importance`): as the study keeps it
+        while current, else computed (which imports Optuna)."""
+        kept = attrs.recorded_importance(self._study)
+        if kept is not None:
+            return kept
+        return compute_importance(self._study.optuna, levels=len(self.info.levels))
 
     def pareto(self) -> list[ParetoPoint] | None:
-        study = self._study
-        if len(study.directions) != 2 or self.info.levels:  # a levels study draws its own front
+        if len(self._study.directions) != 2 or self.info.levels:  # a levels study draws its own front
             return None
-        front = {t.number for t in study.best_trials}
+        front = {t.number for t in self._study.optuna.best_trials}
         return [
             ParetoPoint(trial=t.number, values=list(t.values), on_front=t.number in front)
-            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if t.values is not None
+            for t in self._study.trials
+            if t.state == "COMPLETE" and t.values is not None
         ]
 
     def profile(self, record: TrialRecord, *, concurrency: int | None = None) -> Profile:
