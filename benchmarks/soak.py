@@ -104,6 +104,10 @@ class Soak:
                                     "max_tokens": 8, "min_rounds": 2, "max_rounds": 2, "request_timeout_s": 5,
                                     "agreement": {"enabled": False}})  # fmt: skip
         data["launcher"] = [*data["launcher"], "--twin-load-seconds", "0.5"]
+        # Two users at once: every configuration is a launch (at one stream, one that differs only in
+        # memory sizing would borrow a measured rate instead, and a night would hold few launches).
+        data["measurement"]["concurrency"] = 2
+        data["objective"] = {"metric": "decode_tok_s", "concurrency": 2}
         data["launch"] = {"timeout_s": 8, "stop_timeout_s": 2}
         path = self.folder / "space.yaml"
         path.write_text(yaml.safe_dump(data))
@@ -137,7 +141,9 @@ class Soak:
 
     def run(self) -> None:
         space = self.space()
-        kill_at = sorted(self.rng.sample(range(1, self.trials), min(self.kills, self.trials - 1)))
+        # kill points inside the night: close to its end, two kills could fall after the last trial
+        last = max(2, round(0.95 * self.trials))
+        kill_at = sorted(self.rng.sample(range(1, last), min(self.kills, last - 1)))
         run_number = 0
         while self.finished() < self.trials:
             run_number += 1
