@@ -42,7 +42,7 @@ def state_dir(host: str | None = None) -> Path:
     return Path(tempfile.gettempdir()) / f"autotune-twin-gpus-{os.getuid()}" / (host or host_key())
 
 
-def _start_time(pid: int) -> str | None:
+def start_time(pid: int) -> str | None:
     """The process's start time in clock ticks (Linux), so a reused pid is not taken for the server."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -58,7 +58,7 @@ def _alive(holding: Holding) -> bool:
         return False
     except PermissionError:
         return True
-    started = _start_time(holding.pid)
+    started = start_time(holding.pid)
     if Path("/proc").is_dir():
         return started is not None and (holding.started is None or started == holding.started)
     return True
@@ -87,7 +87,7 @@ class Publisher:
 
     def hold(self, bytes_per_gpu: float) -> None:
         holding = Holding(
-            pid=self.pid, started=_start_time(self.pid), used_bytes={d: int(bytes_per_gpu) for d in self.devices}
+            pid=self.pid, started=start_time(self.pid), used_bytes={d: int(bytes_per_gpu) for d in self.devices}
         )
         partial = self.path.with_suffix(".tmp")
         for attempt in range(3):  # this host's last other server may remove the folder meanwhile

@@ -177,8 +177,9 @@ class Soak:
     def gpus_busy(self, seconds: float) -> None:
         """Another process holds memory on every simulated GPU for ``seconds``, as NVML would show it."""
         holder = subprocess.Popen(["sleep", str(seconds)])
-        started = (Path(f"/proc/{holder.pid}/stat").read_text().rsplit(")", 1)[1].split())[19]
-        holding = gpu_state.Holding(pid=holder.pid, started=started, used_bytes={i: 8 << 30 for i in range(2)})
+        holding = gpu_state.Holding(
+            pid=holder.pid, started=gpu_state.start_time(holder.pid), used_bytes={i: 8 << 30 for i in range(2)}
+        )
         folder = gpu_state.state_dir(self.twin_host)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{holder.pid}.json").write_text(holding.model_dump_json())

@@ -221,7 +221,6 @@ def record_same_rate(trial: optuna.Trial, plan: LaunchPlan, original: FrozenTria
     size memory; its facts are borrowed like a duplicate's, its own flags and identity kept."""
     record_duplicate(trial, plan, original)
     trial.set_user_attr("config_key", plan.config_key)
-    trial.set_user_attr("same_rate", True)
     differing = ", ".join(f"--{name}" for name in sizing) or "no flags"
     trial.set_user_attr(
         "reason", f"same single-stream decode rate as trial {original.number} (differs only in {differing}, which size "
