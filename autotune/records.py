@@ -82,6 +82,11 @@ class TrialRecord(Frozen):
     )
     levels: dict[int, LevelRecord] = Field(default_factory=dict, description="per load level, in a levels study")
 
+    @property
+    def served(self) -> bool:
+        """Its own launch served and was measured (not a borrowed measurement)."""
+        return self.outcome == "ok" and self.duplicate_of is None
+
     def metric_value(self, name: str) -> float | None:
         metric = self.metrics.get(name)
         return metric.value if metric else None

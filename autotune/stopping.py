@@ -113,7 +113,7 @@ class RepeatedFailure:
                 streak.append(record)
             elif record.outcome in ("ok", "invalid-config") or record.outcome.startswith("infeasible"):
                 streak = []
-                served = served or record.outcome == "ok"
+                served = served or record.served
         if len(streak) < (self.times_after_served if served else self.times):
             return None
         last = streak[-1]

@@ -33,7 +33,7 @@ def named_values(flags: Mapping[str, FlagValue], reason: str | None) -> dict[str
 def predicted_failure(flags: Mapping[str, FlagValue], records: Sequence[TrialRecord]) -> TrialRecord | None:
     """The earlier failure whose named values ``flags`` all share, while no served trial had them
     all (a served launch refutes the lesson); None when no failure speaks for these flags."""
-    served = [r.flags for r in records if r.outcome == "ok" and r.duplicate_of is None]
+    served = [r.flags for r in records if r.served]
     for record in records:
         named = record.failure_names
         if not named or any(flags.get(name) != value for name, value in named.items()):

@@ -341,11 +341,11 @@ class StudyRunner:
             self.events.phase("waiting", "for another worker measuring the same config")
             time.sleep(DUPLICATE_POLL_S)
 
-    def _same_rate(self, trial: optuna.Trial, plan: LaunchPlan, *, borrow: bool) -> FrozenTrial | None:
-        """A measured trial that decodes one stream as ``plan`` would: where the objective is that
-        rate (one stream, no other level, no SLO), a config differing only in memory sizing is not
-        launched again. Its speed is known; what it would add is only another memory layout.
-        The trial's rate key is recorded either way; with ``borrow`` False none is looked for."""
+    def _same_rate(self, trial: optuna.Trial, plan: LaunchPlan, known: Sequence[TrialRecord]) -> TrialRecord | None:
+        """A measured trial among ``known`` that decodes one stream as ``plan`` would: where the
+        objective is that rate (one stream, no other level, no SLO), a config differing only in memory
+        sizing is not launched again. Its speed is known; what it would add is only another memory
+        layout. The trial's rate key is recorded either way (a baseline's too, with ``known`` empty)."""
         objective, measured = self.space.objective, self.space.measurement.concurrency
         if objective.metric != "decode_tok_s" or objective.levels or measured != [1] or self.space.slo.limits():
             return None
@@ -353,13 +353,7 @@ class StudyRunner:
         if key is None:
             return None
         attrs.record_rate_key(trial, key)
-        if not borrow:
-            return None
-        for other in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            record = attrs.trial_record(other)
-            if record.rate_key == key and record.duplicate_of is None and record.outcome == OutcomeKind.OK.value:
-                return other
-        return None
+        return next((r for r in known if r.rate_key == key and r.served), None)
 
     def _values_of(self, measured: FrozenTrial) -> float | list[float]:
         """What Optuna is told for a trial that borrows ``measured``'s measurement."""
@@ -398,16 +392,18 @@ class StudyRunner:
             for key, value in duplicate.constraints.items():
                 trial.set_constraint(key, value)
             return self._values_of(duplicate)
-        same_rate = self._same_rate(trial, plan, borrow=not confirming and not self._baseline(trial))
+        searching = not confirming and not self._baseline(trial)
+        known = self.records() if searching else []
+        same_rate = self._same_rate(trial, plan, known)
         if same_rate is not None:
-            kept = attrs.trial_record(same_rate).flags
-            sizing = sorted(k for k in {*plan.flags, *kept} if plan.flags.get(k) != kept.get(k))
-            attrs.record_same_rate(trial, self._hidden(plan), same_rate, sizing)
-            for key, value in same_rate.constraints.items():
+            borrowed = self.study.get_trials(deepcopy=False)[same_rate.number]
+            sizing = sorted(k for k in {*plan.flags, *same_rate.flags} if plan.flags.get(k) != same_rate.flags.get(k))
+            attrs.record_same_rate(trial, self._hidden(plan), borrowed, sizing)
+            for key, value in borrowed.constraints.items():
                 trial.set_constraint(key, value)
-            return self._values_of(same_rate)
-        if not confirming and not self._baseline(trial):
-            failed = predicted_failure(plan.flags, self.records())
+            return self._values_of(borrowed)
+        if searching:
+            failed = predicted_failure(plan.flags, known)
             if failed is not None:
                 attrs.record_predicted_failure(trial, self._hidden(plan), failed)
                 set_constraints(trial, self.space.slo, config=True)
@@ -458,10 +454,7 @@ class StudyRunner:
 
     def _served(self, engine: str, *, before: int) -> bool:
         """Whether an earlier trial of this study measured a server of this engine."""
-        return any(
-            record.number < before and record.outcome == OutcomeKind.OK.value and record.engine in (None, engine)
-            for record in map(attrs.trial_record, self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-        )
+        return any(r.number < before and r.served and r.engine in (None, engine) for r in self.records())
 
     def _early_stop(self) -> EarlyStop | None:
         """The bar a new configuration must plausibly reach to be measured in full: the best so far,
