@@ -24,7 +24,15 @@ Two sources, both things a user's machine can know:
    headroom demands, which the graphs grow with. A launch that
    serves where that presumption said it would fail marks the flags it differed in as relevant to
    that side: from then on they are compared as in 2. Tight GPUs are learned from a few deaths
-   instead of one per combination of other flags.
+   instead of one per combination of other flags. A flag that scales the pool each token needs by
+   a known factor (a KV cache dtype: fp8 halves it) is never presumed: a "too low" failure speaks
+   only for candidates whose factor is no smaller, since a presumption that no launch can refute
+   (every candidate it covers is predicted to fail) would hide the smaller dtype for good.
+5. A launch that served also vouches for others: one with the same fraction, a tensor-parallel size
+   no smaller and every demand no larger fits as well (:meth:`FeasibilityModel.covers`), unordered
+   values presumed not to matter as in 4, except those that choose which weights load (a drafter).
+   One whose demands are larger in a few flags is likelier to fit at that launch's sizing than at
+   an untried one (:meth:`FeasibilityModel.excess` counts them); nothing is predicted from that.
 """
 
 from __future__ import annotations
@@ -55,6 +63,11 @@ class MemoryRules(BaseModel):
     tp_flag: str = "tp-size"
     pool_demand: frozenset[str] = frozenset()
     pool_irrelevant: frozenset[str] = frozenset()
+    pool_scale: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="flags whose values scale the pool each token needs by a known factor (KV cache dtype: "
+        "value -> relative bytes); values not listed are compared as unordered",
+    )
     headroom_demand: frozenset[str] = frozenset()
     headroom_irrelevant: frozenset[str] = frozenset()
     graph_batch_flag: str | None = Field(default=None, description="captured batch size of the decode graphs")
@@ -69,6 +82,9 @@ class MemoryRules(BaseModel):
     )
     activation_demand: frozenset[str] = Field(
         default=frozenset(), description="flags whose larger values need more run-time memory outside the graphs"
+    )
+    weights_flags: frozenset[str] = Field(
+        default=frozenset(), description="flags that choose which weights load (a drafter): never presumed alike"
     )
 
 
@@ -146,19 +162,35 @@ def _dominates(
     *,
     demand: frozenset[str],
     ignore: frozenset[str],
+    scale: Mapping[str, Mapping[str, float]] | None = None,
 ) -> bool:
-    """Every demand flag of the candidate is at least the failed one's; every other flag equal."""
+    """Every demand flag of the candidate is at least the failed one's (``scale``: by the factor
+    of its value); every other flag equal."""
     for name in set(failed) | set(candidate):
         if name in ignore:
             continue
         a, b = failed.get(name), candidate.get(name)
-        if name in demand and a is not None and b is not None:
+        factors = _factors(scale, name, a, b)
+        if factors is not None:
+            if factors[1] < factors[0]:
+                return False
+        elif name in demand and a is not None and b is not None:
             fa, fb = _number(a), _number(b)
             if fa is None or fb is None or fb < fa:
                 return False
         elif a != b:
             return False
     return True
+
+
+def _factors(
+    scale: Mapping[str, Mapping[str, float]] | None, name: str, a: FlagValue | None, b: FlagValue | None
+) -> tuple[float, float] | None:
+    """The scale factors of two values of ``name``, when the rules know both."""
+    known = scale.get(name) if scale else None
+    if known is None or not isinstance(a, str) or not isinstance(b, str) or a not in known or b not in known:
+        return None
+    return known[a], known[b]
 
 
 def _loosely_dominates(
@@ -171,20 +203,26 @@ def _loosely_dominates(
     tp_flag: str,
     only_here: frozenset[str],
     ordered: bool,
+    scale: Mapping[str, Mapping[str, float]] | None = None,
 ) -> bool:
     """:func:`_dominates` with presumptions a served launch can refute (``relevant``): a flag set on
     both sides may differ (a backend, a dtype, a drafter, a demand: they move a boundary little next
     to the fraction), unless the rules name it as mattering to this boundary only without ordering
     it (``only_here``: a split ratio is not monotone); a tensor-parallel size no larger is no less
-    demanding. ``ordered``: demands keep their order (graphs grow with them much as with the fraction)."""
+    demanding. ``ordered``: demands keep their order (graphs grow with them much as with the fraction).
+    ``scale``: flags compared by a known factor of their values, never presumed."""
     kept = only_here | (demand if ordered else frozenset())
-    presumed = {n for n in set(failed) & set(candidate) if n not in relevant and n != tp_flag and n not in kept}
+    presumed = {
+        n for n in set(failed) & set(candidate)
+        if n not in relevant and n != tp_flag and n not in kept
+        and _factors(scale, n, failed.get(n), candidate.get(n)) is None
+    }  # fmt: skip
     tp_failed, tp_candidate = _number(failed.get(tp_flag)), _number(candidate.get(tp_flag))
     if tp_failed is not None and tp_candidate is not None:
         if tp_candidate > tp_failed:
             return False
         presumed.add(tp_flag)
-    return _dominates(failed, candidate, demand=demand, ignore=ignore | presumed)
+    return _dominates(failed, candidate, demand=demand, ignore=ignore | presumed, scale=scale)
 
 
 class FeasibilityModel:
@@ -265,15 +303,51 @@ class FeasibilityModel:
             return False
         if failure.side == "too-low":
             beyond, demand, ignore = fraction <= failed_fraction, rules.pool_demand, rules.pool_irrelevant
-            only_here = rules.headroom_irrelevant - demand
+            only_here, scale = rules.headroom_irrelevant - demand, rules.pool_scale
         else:
             beyond, demand, ignore = fraction >= failed_fraction, rules.headroom_demand, rules.headroom_irrelevant
-            only_here = rules.pool_irrelevant - demand
+            only_here, scale = rules.pool_irrelevant - demand, {}
         ignore = ignore | {rules.fraction_flag}
         return beyond and _loosely_dominates(
             failure.flags, flags, demand=demand, ignore=ignore, relevant=self.relevant[failure.side],
-            tp_flag=rules.tp_flag, only_here=only_here - ignore, ordered=failure.side == "too-high",
+            tp_flag=rules.tp_flag, only_here=only_here - ignore, ordered=failure.side == "too-high", scale=scale,
         )  # fmt: skip
+
+    def covers(self, served: Mapping[str, FlagValue], candidate: Mapping[str, FlagValue]) -> bool:
+        """Whether a launch that served with ``served`` shows that ``candidate`` fits too (module
+        docstring, 5): the same fraction, a tensor-parallel size no smaller, demands no larger (a KV
+        dtype by its factor), other values equal, except unordered ones (a backend) that no launch has
+        shown to matter and that do not choose weights."""
+        return self.excess(served, candidate) == 0
+
+    def excess(self, served: Mapping[str, FlagValue], candidate: Mapping[str, FlagValue]) -> int | None:
+        """How many demands (a smaller tensor-parallel size counts as one) ``candidate`` has beyond a
+        launch that served with ``served``, where it is otherwise alike as :meth:`covers` asks;
+        None where it is not alike (another fraction, other weights, a flag set on one side only)."""
+        if self.rules is None or self._fraction(served) != self._fraction(candidate):
+            return None
+        rules = self.rules
+        demand = rules.pool_demand | rules.headroom_demand | rules.activation_demand
+        ignore = (rules.pool_irrelevant & rules.headroom_irrelevant) | {rules.fraction_flag}
+        strict = rules.weights_flags | self.relevant["too-low"] | self.relevant["too-high"]
+        larger = 0
+        for name in (set(served) | set(candidate)) - ignore:
+            a, b = served.get(name), candidate.get(name)
+            if a == b:
+                continue
+            if a is None or b is None:
+                return None
+            factors = _factors(rules.pool_scale, name, a, b)
+            fa, fb = _number(a), _number(b)
+            if factors is not None:
+                larger += factors[1] > factors[0]
+            elif name == rules.tp_flag or name in demand:
+                if fa is None or fb is None:
+                    return None
+                larger += fb < fa if name == rules.tp_flag else fb > fa
+            elif not isinstance(a, str) or not isinstance(b, str) or name in strict:
+                return None  # unordered: presumed alike only for a choice (a string) no launch showed to matter
+        return larger
 
     def _differing(self, failure: Observation, flags: Mapping[str, FlagValue]) -> str:
         """The unordered values a prediction presumed not to matter, for its reason."""

@@ -54,6 +54,9 @@ class TrialRecord(Frozen):
     duplicate_of: int | None = None
     retry_of: int | None = None
     confirm_of: int | None = Field(default=None, description="a fresh launch re-measuring this trial's config")
+    sizing_from: int | None = Field(
+        default=None, description="launched with the memory sizing of this served trial in place of the sampled one"
+    )
     early_stopped: bool = Field(default=False, description="measuring stopped as hopeless after a round")
     confirmed_launches: int | None = Field(
         default=None, description="set on a confirmed best: its value and CI are the mean over this many launches"

@@ -258,7 +258,8 @@ def trial_detail(record: TrialRecord) -> Group:
     if record.reason:
         rows.add_row("reason", record.reason)
     for label, value in (("baseline", record.baseline), ("same as", record.duplicate_of),
-                         ("retry of", record.retry_of), ("engine", record.engine), ("host", record.host)):  # fmt: skip
+                         ("retry of", record.retry_of), ("memory sizing of", record.sizing_from),
+                         ("engine", record.engine), ("host", record.host)):  # fmt: skip
         if value is not None:
             rows.add_row(label, str(value))
     if record.value is not None:
@@ -518,8 +519,12 @@ class LiveView(StudyEvents):
             self.best = record
         style = _OUTCOME_STYLE.get(record.outcome, "red")
         extra = f"{_speed(record)} tok/s" if record.outcome == "ok" else (record.reason or "")
-        if record.duplicate_of is not None:
+        if record.duplicate_of is not None and record.outcome == "ok" and record.reason:
+            extra += f" ({record.reason})"  # a rate borrowed from a config differing only in memory sizing
+        elif record.duplicate_of is not None:
             extra += f" (same effective config as #{record.duplicate_of}, not relaunched)"
+        if record.sizing_from is not None:
+            extra += f" (launched with the memory sizing of #{record.sizing_from})"
         self.console.print(f"trial {record.number:>3} [{style}]{record.outcome}[/{style}] {extra}", highlight=False)
 
 

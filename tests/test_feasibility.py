@@ -121,12 +121,36 @@ def test_a_too_low_failure_speaks_for_other_values_until_a_served_launch_refutes
 
 def test_a_failure_after_a_served_launch_that_refutes_its_presumption_speaks_only_for_its_own_values() -> None:
     m = model()
-    m.learn(MemoryLesson(flags={**BASE, "mem-fraction-static": 0.7, "kv-cache-dtype": "fp8_e4m3"}, trial=1,
+    m.learn(MemoryLesson(flags={**BASE, "mem-fraction-static": 0.7, "attention-backend": "triton"}, trial=1,
                          served=True))  # fmt: skip
-    m.observe({**BASE, "mem-fraction-static": 0.75, "kv-cache-dtype": "auto"}, "too-low", trial=2)
-    assert m.relevant["too-low"] == {"kv-cache-dtype"}
-    assert m.predict({**BASE, "mem-fraction-static": 0.72, "kv-cache-dtype": "fp8_e4m3"}).feasible
-    assert not m.predict({**BASE, "mem-fraction-static": 0.72, "kv-cache-dtype": "auto"}).feasible
+    m.observe({**BASE, "mem-fraction-static": 0.75, "attention-backend": "fa3"}, "too-low", trial=2)
+    assert m.relevant["too-low"] == {"attention-backend"}
+    assert m.predict({**BASE, "mem-fraction-static": 0.72, "attention-backend": "triton"}).feasible
+    assert not m.predict({**BASE, "mem-fraction-static": 0.72, "attention-backend": "fa3"}).feasible
+
+
+def test_a_too_low_failure_speaks_only_for_a_kv_dtype_no_smaller() -> None:
+    m = model()
+    failed = {**BASE, "mem-fraction-static": 0.85, "kv-cache-dtype": "auto"}
+    m.observe(failed, "too-low", trial=3)
+    # fp8 halves the pool a token needs: a failure at the model's dtype never speaks for it
+    assert m.predict({**failed, "mem-fraction-static": 0.80, "kv-cache-dtype": "fp8_e4m3"}).feasible
+    assert m.predict({**failed, "mem-fraction-static": 0.80, "kv-cache-dtype": "fp4_e2m1"}).feasible
+    # bf16 is as large as auto: presumed to fail like any other demand
+    assert not m.predict({**failed, "mem-fraction-static": 0.80, "kv-cache-dtype": "bf16"}).feasible
+    assert m.relevant["too-low"] == set()
+    # a failure at fp8 speaks for the larger auto, at a fraction no higher
+    small = model()
+    small.observe({**failed, "kv-cache-dtype": "fp8_e5m2"}, "too-low", trial=4)
+    assert not small.predict({**failed, "mem-fraction-static": 0.80}).feasible
+    assert small.predict({**failed, "mem-fraction-static": 0.90}).feasible
+    # a value the rules do not know is presumed not to matter, as before
+    unknown = small.predict({**failed, "mem-fraction-static": 0.80, "kv-cache-dtype": "int4"})
+    assert not unknown.feasible and "presuming kv-cache-dtype" in (unknown.reason or "")
+    # the headroom holds no KV cache: a too-high failure still speaks for another dtype
+    high = model()
+    high.observe({**failed, "mem-fraction-static": 0.92}, "too-high", trial=5)
+    assert not high.predict({**failed, "mem-fraction-static": 0.94, "kv-cache-dtype": "fp8_e4m3"}).feasible
 
 
 def served(m: FeasibilityModel, flags: dict[str, object], *, runtime_gib: float, graph_gib: float) -> None:
@@ -398,3 +422,35 @@ def test_roofline_counts_a_gguf_file_and_its_draft_model(tmp_path: Path) -> None
                           kv_bytes_per_token_per_gpu=None, mean_context_tokens=10, bandwidth_bytes_per_s=1e6,
                           draft_bytes_per_pass=500.0 * 4)  # fmt: skip
     assert with_draft.bytes_per_pass == 6000.0 and with_draft.ceiling_tok_s == pytest.approx(1e6 / 6000.0 * 2.0)
+
+
+def test_a_served_launch_vouches_for_configs_demanding_no_more_at_its_fraction() -> None:
+    m = model()
+    served = {**BASE, "mem-fraction-static": 0.88, "attention-backend": "fa3", "kv-cache-dtype": "auto"}
+    assert m.covers(served, served)
+    assert m.covers(served, {**served, "speculative-num-draft-tokens": 2, "speculative-num-steps": 1})
+    assert m.covers(served, {**served, "kv-cache-dtype": "fp8_e4m3"})  # a smaller KV dtype
+    assert m.covers(served, {**served, "tp-size": 4})  # more GPUs hold less each
+    assert m.covers(served, {**served, "attention-backend": "triton"})  # presumed alike, as failures presume
+    assert not m.covers(served, {**served, "speculative-num-draft-tokens": 8})
+    assert not m.covers(served, {**served, "tp-size": 1})
+    assert not m.covers(served, {**served, "mem-fraction-static": 0.90})  # less headroom
+    assert not m.covers(served, {**served, "mem-fraction-static": 0.86})  # less pool
+    assert not m.covers(served, {**served, "speculative-draft-model-path": "other"})  # other weights load
+    assert not m.covers(served, {**served, "speculative-algorithm": "EAGLE3"})
+    assert not m.covers(served, {**served, "enable-dp-attention": True})  # set on one side only
+    # once a failure beside a served launch showed the backend to move a boundary, it is no longer presumed
+    m.observe_served(served)
+    m.observe({**served, "attention-backend": "triton"}, "too-low", trial=9)
+    assert m.relevant["too-low"] == {"attention-backend"}
+    assert not m.covers(served, {**served, "attention-backend": "triton"})
+
+
+def test_excess_counts_the_demands_beyond_a_served_launch_alike_in_everything_else() -> None:
+    m = model()
+    served = {**BASE, "mem-fraction-static": 0.88, "attention-backend": "fa3"}
+    assert m.excess(served, served) == 0
+    assert m.excess(served, {**served, "speculative-num-draft-tokens": 8}) == 1
+    assert m.excess(served, {**served, "speculative-num-draft-tokens": 8, "tp-size": 1}) == 2
+    assert m.excess(served, {**served, "speculative-draft-model-path": "other"}) is None  # other weights
+    assert m.excess(served, {**served, "mem-fraction-static": 0.8}) is None  # another sizing

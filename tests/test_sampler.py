@@ -7,7 +7,7 @@ import random
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from autotune.study.sampler import NeighbourSampler, neighbour
+from autotune.study.sampler import NeighbourSampler, _repeats, neighbour
 
 DISTRIBUTIONS = {
     "backend": CategoricalDistribution(["flashinfer", "fa3", "triton"]),
@@ -61,3 +61,48 @@ def test_a_study_with_several_objectives_gets_no_neighbours() -> None:
     study.optimize(lambda t: (t.suggest_int("x", 0, 100), 1.0), n_trials=10)
     assert not sampler.plans
     assert len({t.params["x"] for t in study.trials}) > 5
+
+
+def test_a_neighbour_never_moves_a_value_held_still() -> None:
+    params = {"backend": "fa3", "steps": 4, "fraction": 0.7}
+    rng = random.Random(3)
+    for _ in range(100):
+        moved = neighbour(params, DISTRIBUTIONS, rng, still=frozenset({"fraction"}))
+        assert moved["fraction"] == 0.7 and moved != params
+
+
+def _distinct_configs(sampler: optuna.samplers.BaseSampler, trials: int = 9) -> int:
+    """Distinct (backend, steps) of a study's first trials, over 9 such configs and a value that
+    cannot change the objective."""
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for _ in range(trials):
+        trial = study.ask()
+        backend = trial.suggest_categorical("backend", ["flashinfer", "fa3", "triton"])
+        steps = trial.suggest_int("steps", 1, 3)
+        trial.suggest_float("fraction", 0.5, 0.97, step=0.01)
+        study.tell(trial, steps * (2.0 if backend == "fa3" else 1.0))
+    return len({(t.params["backend"], t.params["steps"]) for t in study.trials})
+
+
+def test_a_draw_repeating_a_finished_trial_is_drawn_again() -> None:
+    def tpe(seed: int) -> optuna.samplers.TPESampler:
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=2)
+
+    def wrapped(seed: int) -> NeighbourSampler:
+        sampler = NeighbourSampler(tpe(seed), seed=seed, after=1000, every=2)
+        sampler.hold_still(frozenset({"fraction"}))
+        return sampler
+
+    plain = sum(_distinct_configs(tpe(seed)) for seed in range(12))
+    fresh = sum(_distinct_configs(wrapped(seed)) for seed in range(12))
+    assert fresh >= plain + 6, (plain, fresh)  # 74 against 82 when written
+
+
+def test_a_repeat_is_judged_on_the_values_a_finished_trial_had() -> None:
+    finished = [{"backend": "fa3", "steps": 2, "fraction": 0.8}, {"backend": "triton"}]
+    still = frozenset({"fraction"})
+    assert _repeats({"backend": "fa3", "steps": 2, "fraction": 0.6}, finished, still)  # only a still value moved
+    assert _repeats({"backend": "triton", "steps": 3}, finished, still)  # steps was not active there
+    assert not _repeats({"backend": "fa3", "steps": 3, "fraction": 0.8}, finished, still)
+    assert not _repeats({"backend": "flashinfer"}, finished, still)

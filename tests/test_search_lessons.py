@@ -16,10 +16,12 @@ from typing import Any
 
 import optuna
 import yaml
+from rich.console import Console
 
 from autotune.engines.base import LaunchPlan
 from autotune.protocol import EarlyStop
 from autotune.records import TrialRecord
+from autotune.report import LiveView
 from autotune.study import StudyView, make_sampler
 from autotune.study.named_failures import named_values, predicted_failure
 from autotune.trial import TrialOutcome
@@ -133,3 +135,61 @@ def test_under_load_memory_sizing_can_change_the_rate_so_it_is_launched(tmp_path
     runner, launcher = _run_with_memory_variant(tmp_path, concurrency=4)
     assert len(launcher.plans) == 2
     assert all(r.duplicate_of is None for r in StudyView(runner.study).records())
+
+
+def _run_after_hand_found(
+    tmp_path: Path, proposed: dict[str, Any], concurrency: int = 1, console: Console | None = None
+) -> tuple[Any, Counting]:
+    problem = _twin_problem(tmp_path, concurrency)
+    launcher = Counting(bench.LandscapeLauncher(problem, problem.landscape(0), random.Random(0)))
+    events = LiveView(console, total=2, timeout_s=None, simulated=True) if console is not None else None
+    runner = bench.make_runner(problem, tmp_path, sampler=make_sampler("tpe", 0), launcher=launcher,
+                               storage=optuna.storages.InMemoryStorage(), events=events)  # fmt: skip
+    runner.enqueue_baselines()
+    runner.run(trials=1, timeout_s=None)
+    runner.study.enqueue_trial({**HAND_FOUND, "speculative-adaptive": False, **proposed})
+    runner.run(trials=1, timeout_s=None)
+    return runner, launcher
+
+
+RISKY_SIZING = {"mem-fraction-static": 0.95, "max-running-requests": 48, "cuda-graph-max-bs-decode": 48}
+
+
+def test_a_new_config_launches_with_the_sizing_of_a_served_launch_that_vouches_for_it(tmp_path: Path) -> None:
+    fewer_draft_tokens = {"speculative-num-steps": 2, "speculative-num-draft-tokens": 3, **RISKY_SIZING}
+    console = Console(record=True, width=200)
+    runner, launcher = _run_after_hand_found(tmp_path, fewer_draft_tokens, console=console)
+    first, second = StudyView(runner.study).records()
+    assert f"launched with the memory sizing of #{first.number}" in console.export_text()
+    assert len(launcher.plans) == 2 and second.outcome == "ok"
+    assert second.sizing_from == first.number
+    launched = launcher.plans[1].flags
+    assert launched["speculative-num-draft-tokens"] == 3  # the sampled speculation is kept...
+    for name in ("mem-fraction-static", "max-running-requests", "mamba-full-memory-ratio"):  # ...its sizing is not
+        assert launched.get(name) == first.flags.get(name)
+    assert "cuda-graph-max-bs-decode" not in launched  # unset where the served launch left it unset
+    assert second.flags == launched
+
+
+def test_a_config_demanding_more_takes_the_sizing_of_the_served_launch_it_exceeds_least(tmp_path: Path) -> None:
+    more_draft_tokens = {"speculative-num-steps": 5, "speculative-num-draft-tokens": 6, **RISKY_SIZING}
+    runner, launcher = _run_after_hand_found(tmp_path, more_draft_tokens)
+    first, second = StudyView(runner.study).records()
+    assert second.sizing_from == first.number
+    assert launcher.plans[1].flags["mem-fraction-static"] == first.flags["mem-fraction-static"]
+    assert launcher.plans[1].flags["speculative-num-steps"] == 5
+
+
+def test_a_config_unlike_every_served_launch_keeps_its_sampled_sizing(tmp_path: Path) -> None:
+    other_drafter = {"speculative-algorithm": "DFLASH", "speculative-draft-model-path": "z-lab/Qwen3.6-27B-DFlash",
+                     "speculative-dflash-block-size": 8, **RISKY_SIZING}  # fmt: skip
+    runner, launcher = _run_after_hand_found(tmp_path, other_drafter)
+    assert StudyView(runner.study).records()[1].sizing_from is None
+    assert launcher.plans[1].flags["mem-fraction-static"] == 0.95
+
+
+def test_under_load_the_sampled_sizing_is_launched(tmp_path: Path) -> None:
+    fewer_draft_tokens = {"speculative-num-steps": 2, "speculative-num-draft-tokens": 3, **RISKY_SIZING}
+    runner, launcher = _run_after_hand_found(tmp_path, fewer_draft_tokens, concurrency=4)
+    assert StudyView(runner.study).records()[1].sizing_from is None
+    assert launcher.plans[1].flags["mem-fraction-static"] == 0.95

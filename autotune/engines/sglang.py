@@ -252,6 +252,9 @@ class SGLangEngine(Engine):
         fraction_flag="mem-fraction-static",
         pool_demand=_SPEC_DEMAND | {CONTEXT, "max-running-requests", "max-mamba-cache-size"},
         pool_irrelevant=_LOG_NOISE | {"cuda-graph-max-bs-decode", "cuda-graph-max-bs-prefill"},
+        # auto is the model's dtype (bf16 for most checkpoints): never smaller than fp8.
+        pool_scale={"kv-cache-dtype": {"auto": 2.0, "bf16": 2.0, "bfloat16": 2.0, "fp16": 2.0, "float16": 2.0,
+                                       "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp4_e2m1": 0.5}},  # fmt: skip
         headroom_demand=_SPEC_DEMAND | {"cuda-graph-max-bs-decode", "max-running-requests", "chunked-prefill-size"},
         headroom_irrelevant=_LOG_NOISE | {"mamba-full-memory-ratio", "max-mamba-cache-size", CONTEXT},
         graph_batch_flag="cuda-graph-max-bs-decode",
@@ -264,6 +267,7 @@ class SGLangEngine(Engine):
            "cuda-graph-max-bs-decode", DRAFT, DFLASH_BLOCK},  # fmt: skip
         # Outside the graphs, run-time memory is mostly the prefill chunk's activations.
         activation_demand=frozenset({"chunked-prefill-size", "max-prefill-tokens"}),
+        weights_flags=frozenset({ALGORITHM, DRAFT_MODEL, "quantization", "dtype", "load-format"}),
     )
     renamed_flags = {
         "mamba-scheduler-strategy": RADIX_STRATEGY,

@@ -42,7 +42,7 @@ MEMORY_LESSON = "memory_lesson"
 # Shown to people (dashboard columns, report readings); never read back to compute anything.
 READING_PREFIXES = ("roofline", "memory")
 # A duplicate copies its original's facts, except who ran it and what it taught (learned once).
-NOT_COPIED = frozenset({"baseline", "host", "worker_pid", "retry_of", "confirm_of", MEMORY_LESSON})
+NOT_COPIED = frozenset({"baseline", "host", "worker_pid", "retry_of", "confirm_of", "sizing_from", MEMORY_LESSON})
 CONFIRMATION = "confirmation"
 BY_CONCURRENCY = "by_concurrency"
 AGREEMENT = "agreement"
@@ -226,6 +226,11 @@ def record_same_rate(trial: optuna.Trial, plan: LaunchPlan, original: FrozenTria
         "reason", f"same single-stream decode rate as trial {original.number} (differs only in {differing}, which size "
         "memory); not launched"
     )
+
+
+def record_sizing_from(trial: optuna.Trial, source: int) -> None:
+    """Launched with the memory sizing of served trial ``source`` in place of the sampled one."""
+    trial.set_user_attr("sizing_from", source)
 
 
 def record_busy_wait(trial: optuna.Trial, seconds: float) -> None:
@@ -459,6 +464,7 @@ def trial_record(trial: FrozenTrial | StoredTrial) -> TrialRecord:
         duplicate_of=attrs.get("duplicate_of"),
         retry_of=attrs.get("retry_of"),
         confirm_of=attrs.get("confirm_of"),
+        sizing_from=attrs.get("sizing_from"),
         early_stopped=bool(attrs.get("early_stopped", False)),
         config_key=attrs.get("config_key"),
         rate_key=attrs.get("rate_key"),

@@ -249,6 +249,9 @@ class StudyRunner:
                 sampler=sampler or make_sampler("tpe", None),
                 load_if_exists=True,
             )
+        if isinstance(self.study.sampler, NeighbourSampler) and self._one_stream_rate():
+            sizing = {name for engine in self.engines.values() for name in engine.memory_sizing_flags}
+            self.study.sampler.hold_still(frozenset(sizing & set(self.space.tuned)))
         self.launch: Launcher = launcher or trial_launcher(
             checked, paths, read_gpus, lambda: attrs.agreement_reference(self.study)
         )
@@ -346,14 +349,49 @@ class StudyRunner:
         objective is that rate (one stream, no other level, no SLO), a config differing only in memory
         sizing is not launched again. Its speed is known; what it would add is only another memory
         layout. The trial's rate key is recorded either way (a baseline's too, with ``known`` empty)."""
-        objective, measured = self.space.objective, self.space.measurement.concurrency
-        if objective.metric != "decode_tok_s" or objective.levels or measured != [1] or self.space.slo.limits():
+        if not self._one_stream_rate():
             return None
         key = self.engines[plan.engine].rate_key(plan)
         if key is None:
             return None
         attrs.record_rate_key(trial, key)
         return next((r for r in known if r.rate_key == key and r.served), None)
+
+    def _one_stream_rate(self) -> bool:
+        """Whether the objective is one stream's decode rate (one level, no SLO): memory sizing cannot buy it."""
+        objective, measured = self.space.objective, self.space.measurement.concurrency
+        single = objective.metric == "decode_tok_s" and not objective.levels and measured == [1]
+        return single and not self.space.slo.limits()
+
+    def _served_sizing(self, plan: LaunchPlan, known: Sequence[TrialRecord]) -> tuple[LaunchPlan, TrialRecord] | None:
+        """Where memory sizing cannot buy the objective, a new config launches with the memory sizing of
+        a served launch like it rather than the sampled sizing, which could only add a memory death:
+        one that vouches for it (it fitted with demands no smaller, feasibility 5), else the one it
+        exceeds in the fewest demands; of those, the sizing that differs least from the sampled one
+        (the latest on a tie). None when no served launch is alike, or the sampled sizing is vouched for."""
+        engine = self.engines[plan.engine]
+        sizing = set(engine.memory_sizing_flags)
+        if not sizing or not self._one_stream_rate():
+            return None
+        model = self.feasibility[plan.engine]
+        kept = {name: value for name, value in plan.flags.items() if name not in sizing}
+        chosen: tuple[tuple[int, int], LaunchPlan, TrialRecord] | None = None
+        for record in reversed(known):
+            if not record.served or record.engine != plan.engine:
+                continue
+            flags = {**kept, **{name: value for name, value in record.flags.items() if name in sizing}}
+            excess = model.excess(record.flags, flags)
+            if excess is None:
+                continue
+            rank = (excess, sum(flags.get(name) != plan.flags.get(name) for name in sizing))
+            if rank == (0, 0):
+                return None
+            if chosen is None or rank < chosen[0]:
+                try:
+                    chosen = (rank, engine.normalise(flags), record)
+                except InvalidConfig:
+                    continue
+        return (chosen[1], chosen[2]) if chosen is not None else None
 
     def _values_of(self, measured: FrozenTrial) -> float | list[float]:
         """What Optuna is told for a trial that borrows ``measured``'s measurement."""
@@ -403,6 +441,10 @@ class StudyRunner:
                 trial.set_constraint(key, value)
             return self._values_of(borrowed)
         if searching:
+            vouched = self._served_sizing(plan, known)
+            if vouched is not None:
+                plan, source = vouched
+                attrs.record_sizing_from(trial, source.number)
             failed = predicted_failure(plan.flags, known)
             if failed is not None:
                 attrs.record_predicted_failure(trial, self._hidden(plan), failed)

@@ -7,6 +7,13 @@ configurations served, every other trial is the best feasible trial with one or 
 moved a step (a categorical: another choice), and a flag that the move makes appear (a condition
 now true) is drawn by TPE. A neighbour that resolves to a configuration already measured costs no
 launch (the runner measures duplicates once).
+
+A proposal that repeats a finished trial teaches nothing and, when the sampler has settled, most
+would: TPE's joint draw is drawn again (a few times) and a neighbour re-chosen until its values
+differ from every finished trial's. Values that cannot change the objective (``still``: the memory
+sizing when the objective is one stream's rate, which the runner borrows) do not count as a
+difference and are never what a neighbour moves. (Drawing a settled trial at random instead, to
+explore, found the optimum later: benchmarks/README.md, "Results (issue 14)".)
 """
 
 from __future__ import annotations
@@ -28,14 +35,23 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
         seed: seeds the choice of neighbours.
         after: completed feasible trials needed before neighbours are drawn.
         every: one trial in ``every`` is a neighbour.
+        redraws: joint draws of the base sampler until one differs from the finished trials.
     """
 
-    def __init__(self, base: optuna.samplers.BaseSampler, *, seed: int | None, after: int, every: int) -> None:
+    def __init__(
+        self, base: optuna.samplers.BaseSampler, *, seed: int | None, after: int, every: int, redraws: int = 5
+    ) -> None:
         self.base = base
         self.rng = random.Random(seed)
         self.after = after
         self.every = every
+        self.redraws = redraws
+        self.still: frozenset[str] = frozenset()
         self.plans: dict[int, dict[str, Any]] = {}
+
+    def hold_still(self, names: frozenset[str]) -> None:
+        """Parameters that cannot change the objective: no difference in them makes a trial new."""
+        self.still = names
 
     def reseed_rng(self) -> None:
         self.base.reseed_rng()
@@ -63,7 +79,12 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
     ) -> dict[str, Any]:
         if trial.number in self.plans:
             return {}
-        return self.base.sample_relative(study, trial, search_space)
+        finished = _finished(study)
+        for _ in range(self.redraws):
+            values = self.base.sample_relative(study, trial, search_space)
+            if not _repeats(values, finished, self.still):
+                break
+        return values
 
     def sample_independent(
         self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
@@ -81,12 +102,43 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
         if len(served) < self.after or trial.number % self.every:
             return None
         best = max(served, key=lambda t: t.values[0] if study.direction.name == "MAXIMIZE" else -t.values[0])
-        return neighbour(best.params, best.distributions, self.rng)
+        finished = _finished(study)
+        for _ in range(NEIGHBOUR_TRIES):
+            plan = neighbour(best.params, best.distributions, self.rng, still=self.still)
+            if not _repeats(plan, finished, self.still):
+                return plan
+        return None
 
 
-def neighbour(params: dict[str, Any], distributions: dict[str, BaseDistribution], rng: random.Random) -> dict[str, Any]:
-    """``params`` with one value moved (two, a third of the time): a step up or down, another choice."""
-    movable = [name for name in params if _moves(distributions[name])]
+NEIGHBOUR_TRIES = 20
+
+
+def _finished(study: optuna.Study) -> list[dict[str, Any]]:
+    """The parameters of finished sampled trials (an enqueued one, a baseline, holds only some)."""
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return [t.params for t in trials if "fixed_params" not in t.system_attrs]
+
+
+def _repeats(values: dict[str, Any], finished: Sequence[dict[str, Any]], still: frozenset[str]) -> bool:
+    """Whether ``values`` repeat a finished trial: every parameter it had (those in ``still`` aside)
+    has its value among ``values``. A trial's parameters are those active in it, so values that
+    a condition would leave out (a drafter's, without a drafter) do not make a proposal new."""
+    return any(
+        all(name in values and values[name] == value for name, value in params.items() if name not in still)
+        for params in finished
+    )
+
+
+def neighbour(
+    params: dict[str, Any],
+    distributions: dict[str, BaseDistribution],
+    rng: random.Random,
+    *,
+    still: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """``params`` with one value moved (two, a third of the time): a step up or down, another choice;
+    names in ``still`` stay."""
+    movable = [name for name in params if name not in still and _moves(distributions[name])]
     out = dict(params)
     for name in rng.sample(movable, min(len(movable), 2 if rng.random() < 1 / 3 else 1)):
         out[name] = _moved(params[name], distributions[name], rng)
