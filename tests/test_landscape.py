@@ -252,6 +252,10 @@ def wide_runs(tmp_path_factory: pytest.TempPathFactory) -> list:  # type: ignore
     data["tuned"]["mem-fraction-static"]["high"] = 0.97
     data["tuned"]["speculative-algorithm"]["choices"] = ["NEXTN"]
     data["tuned"]["speculative-adaptive"]["choices"] = [False]
+    # Under load memory sizing can change the rate, so the sampled fractions are launched (at one
+    # stream a new config would take a served launch's sizing and hardly ever die).
+    data["measurement"]["concurrency"] = 4
+    data["objective"] = {"metric": "decode_tok_s", "concurrency": 4}
     space = tmp_path_factory.mktemp("wide") / "wide.yaml"
     space.write_text(yaml.safe_dump(data))
     problem = bench.load_problem("qwen3.6-27b-2xa6000", space)

@@ -60,5 +60,7 @@ def compute_importance(study: optuna.Study, *, levels: int) -> Importance:
             if named
             else f"a rough estimate from {len(complete)} completed trials (Optuna: {caught[0].message})"
         )
-    ordered = dict(sorted(((k, float(v)) for k, v in values.items()), key=lambda kv: -kv[1]))
+    # Ties (shares equal to 9 places, e.g. flags that never mattered) by name, so every reading of a
+    # study lists them alike.
+    ordered = dict(sorted(((k, float(v)) for k, v in values.items()), key=lambda kv: (-round(kv[1], 9), kv[0])))
     return Importance(values=ordered, trials_used=len(complete), note=note)
