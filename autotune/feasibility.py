@@ -338,10 +338,10 @@ class FeasibilityModel:
             if a is None or b is None:
                 return None
             factors = _factors(rules.pool_scale, name, a, b)
-            fa, fb = _number(a), _number(b)
             if factors is not None:
                 larger += factors[1] > factors[0]
             elif name == rules.tp_flag or name in demand:
+                fa, fb = _number(a), _number(b)
                 if fa is None or fb is None:
                     return None
                 larger += fb < fa if name == rules.tp_flag else fb > fa

@@ -79,7 +79,7 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
     ) -> dict[str, Any]:
         if trial.number in self.plans:
             return {}
-        finished = _finished(study)
+        finished = _sampled_params(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
         for _ in range(self.redraws):
             values = self.base.sample_relative(study, trial, search_space)
             if not _repeats(values, finished, self.still):
@@ -98,11 +98,12 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
         """The values of a neighbour of the best feasible trial, or None for a TPE trial."""
         if len(study.directions) != 1 or "fixed_params" in trial.system_attrs:
             return None  # a levels study has no single best; an enqueued trial has its values
-        served = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if _feasible(t)]
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        served = [t for t in complete if _feasible(t)]
         if len(served) < self.after or trial.number % self.every:
             return None
         best = max(served, key=lambda t: t.values[0] if study.direction.name == "MAXIMIZE" else -t.values[0])
-        finished = _finished(study)
+        finished = _sampled_params(complete)
         for _ in range(NEIGHBOUR_TRIES):
             plan = neighbour(best.params, best.distributions, self.rng, still=self.still)
             if not _repeats(plan, finished, self.still):
@@ -113,10 +114,9 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
 NEIGHBOUR_TRIES = 20
 
 
-def _finished(study: optuna.Study) -> list[dict[str, Any]]:
+def _sampled_params(complete: Sequence[FrozenTrial]) -> list[dict[str, Any]]:
     """The parameters of finished sampled trials (an enqueued one, a baseline, holds only some)."""
-    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    return [t.params for t in trials if "fixed_params" not in t.system_attrs]
+    return [t.params for t in complete if "fixed_params" not in t.system_attrs]
 
 
 def _repeats(values: dict[str, Any], finished: Sequence[dict[str, Any]], still: frozenset[str]) -> bool:
