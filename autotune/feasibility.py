@@ -30,9 +30,11 @@ Two sources, both things a user's machine can know:
    (every candidate it covers is predicted to fail) would hide the smaller dtype for good.
 5. A launch that served also vouches for others: one with the same fraction, a tensor-parallel size
    no smaller and every demand no larger fits as well (:meth:`FeasibilityModel.covers`), unordered
-   values presumed not to matter as in 4, except those that choose which weights load (a drafter).
+   values presumed not to matter as in 4 (a choice left to the engine is one more value), except those
+   that choose which weights load (a drafter).
    One whose demands are larger in a few flags is likelier to fit at that launch's sizing than at
    an untried one (:meth:`FeasibilityModel.excess` counts them); nothing is predicted from that.
+   A larger KV dtype is not such a demand: it scales every token's pool, so it makes them unlike.
 """
 
 from __future__ import annotations
@@ -140,6 +142,10 @@ class GraphPoint(BaseModel):
     bytes: float
 
 
+# SGLang and vLLM read an unset --kv-cache-dtype as "auto" (the model's dtype), and their rules drop
+# an explicit "auto": an unset scaled flag is compared as this value.
+SCALE_UNSET = "auto"
+
 # Logged figures have two decimals of GB and NVML is sampled: a prediction from a served run needs
 # the candidate to miss by more than this to call it infeasible.
 HEADROOM_MARGIN_BYTES = 128 * 2**20
@@ -186,9 +192,12 @@ def _dominates(
 def _factors(
     scale: Mapping[str, Mapping[str, float]] | None, name: str, a: FlagValue | None, b: FlagValue | None
 ) -> tuple[float, float] | None:
-    """The scale factors of two values of ``name``, when the rules know both."""
+    """The scale factors of two values of ``name``, when the rules know both (unset: the engine's default)."""
     known = scale.get(name) if scale else None
-    if known is None or not isinstance(a, str) or not isinstance(b, str) or a not in known or b not in known:
+    if known is None:
+        return None
+    a, b = (SCALE_UNSET if value is None else value for value in (a, b))
+    if not isinstance(a, str) or not isinstance(b, str) or a not in known or b not in known:
         return None
     return known[a], known[b]
 
@@ -323,7 +332,8 @@ class FeasibilityModel:
     def excess(self, served: Mapping[str, FlagValue], candidate: Mapping[str, FlagValue]) -> int | None:
         """How many demands (a smaller tensor-parallel size counts as one) ``candidate`` has beyond a
         launch that served with ``served``, where it is otherwise alike as :meth:`covers` asks;
-        None where it is not alike (another fraction, other weights, a flag set on one side only)."""
+        None where it is not alike (another fraction, other weights, a demand or a switch set on one side
+        only, a larger KV dtype: every token's pool doubles, which no count of demands weighs)."""
         if self.rules is None or self._fraction(served) != self._fraction(candidate):
             return None
         rules = self.rules
@@ -335,18 +345,18 @@ class FeasibilityModel:
             a, b = served.get(name), candidate.get(name)
             if a == b:
                 continue
-            if a is None or b is None:
-                return None
             factors = _factors(rules.pool_scale, name, a, b)
             if factors is not None:
-                larger += factors[1] > factors[0]
+                if factors[1] > factors[0]:
+                    return None  # a larger KV dtype scales the whole pool, not one demand among several
             elif name == rules.tp_flag or name in demand:
                 fa, fb = _number(a), _number(b)
                 if fa is None or fb is None:
                     return None
                 larger += fb < fa if name == rules.tp_flag else fb > fa
-            elif not isinstance(a, str) or not isinstance(b, str) or name in strict:
-                return None  # unordered: presumed alike only for a choice (a string) no launch showed to matter
+            elif name in strict or not all(isinstance(v, str) for v in (a, b) if v is not None):
+                return None  # unordered: presumed alike only for a choice (a string) no launch showed to matter;
+                # unset is the engine's own choice, one more such value
         return larger
 
     def _differing(self, failure: Observation, flags: Mapping[str, FlagValue]) -> str:

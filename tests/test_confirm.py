@@ -106,6 +106,48 @@ def test_a_lucky_first_measurement_is_corrected_by_confirmation(tmp_path: Path) 
     assert best.value == pytest.approx(land.true_value(deeper), rel=0.03)  # the mean over launches, not the max
 
 
+class Swinging:
+    """The landscape, with each launch's decode rate scaled by the next of ``factors`` in turn (a noisy
+    machine whose swings average out over every config's launches)."""
+
+    def __init__(self, inner: Any, factors: list[float]) -> None:
+        self.inner, self.factors, self.launches = inner, factors, 0
+
+    def __call__(
+        self, plan: LaunchPlan, log_path: Path, phase: Any, early_stop: EarlyStop | None = None
+    ) -> TrialOutcome:
+        outcome: TrialOutcome = self.inner(plan, log_path, phase, early_stop)
+        factor = self.factors[self.launches % len(self.factors)]
+        self.launches += 1
+        measurement = outcome.measurement
+        assert measurement is not None
+        metrics = [m.model_copy(update={"value": m.value * factor}) if m.name == "decode_tok_s" else m
+                   for m in measurement.metrics]  # fmt: skip
+        return outcome.model_copy(update={"measurements": [measurement.model_copy(update={"metrics": metrics})]})
+
+
+def test_under_heavy_noise_a_much_slower_config_is_no_tie_even_within_the_noise(tmp_path: Path) -> None:
+    # Launches swing by ±30 %: every 95 % interval spans the other config, but a 1-step draft is far
+    # slower than the hand-found 3-step one; the simpler config must not win a "tie" it is 20 % behind.
+    cautious = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 1, "speculative-eagle-topk": 1,
+                "speculative-num-draft-tokens": 2}  # fmt: skip
+    problem = _problem(tmp_path, [{"name": "hand-found", "flags": HAND_FOUND}, {"name": "cautious", "flags": cautious}])
+    land = problem.landscape(2)
+    hand, slow = (problem.normalise({**problem.space.fixed, **b.flags}) for b in problem.space.baselines)
+    assert land.true_value(slow) < land.true_value(hand) * 0.9
+    inner = bench.LandscapeLauncher(problem, land, random.Random(2))
+    # Interleaved launches A B | A B A B: each config gets 1.3, 0.7 and 1.0 once.
+    runner = _runner(problem, tmp_path, 2, launcher=Swinging(inner, [1.3, 1.3, 0.7, 0.7, 1.0, 1.0]))
+    runner.enqueue_baselines()
+    runner.run(trials=2, timeout_s=None)
+    result = runner.confirm(top=2, launches=2)
+    assert result is not None
+    top, other = result.finalists
+    assert top.ci95 is not None and other.ci95 is not None and top.mean - other.mean < top.ci95 + other.ci95
+    assert not result.tied_with and "within the noise of cautious" in result.note
+    assert StudyView(runner.study).best().baseline == "hand-found"  # type: ignore[union-attr]
+
+
 def test_hopeless_trials_stop_early_and_the_best_does_not_change(tmp_path: Path) -> None:
     problem = bench.load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
     optimum = bench.solve(problem).tok_s

@@ -102,3 +102,13 @@ def test_sglang_rate_key_ignores_memory_sizing_that_still_admits_one_stream():
     assert engine.rate_key(engine.normalise({**base, "cuda-graph-max-bs-decode": 0})) != key  # no graph for bs 1
     assert engine.rate_key(engine.normalise({**base, "speculative-num-steps": 4})) != key
     assert engine.rate_key(engine.normalise({**base, "context-length": 4096})) != key  # a prompt may not fit
+
+
+@pytest.mark.parametrize("engine", [SGLangEngine(), VLLMEngine()], ids=["sglang", "vllm"])
+def test_an_explicit_auto_kv_cache_dtype_is_the_unset_default(engine):
+    # Both read an unset --kv-cache-dtype as auto: the same launch, so the same config (and rate).
+    base = {"max-num-seqs": 8, "max-num-batched-tokens": 4096} if isinstance(engine, VLLMEngine) else {}
+    unset = engine.normalise(base)
+    explicit = engine.normalise({**base, "kv-cache-dtype": "auto"})
+    assert explicit.config_key == unset.config_key and "kv-cache-dtype" not in explicit.flags
+    assert engine.normalise({**base, "kv-cache-dtype": "fp8_e4m3"}).config_key != unset.config_key

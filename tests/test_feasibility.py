@@ -430,8 +430,14 @@ def test_a_served_launch_vouches_for_configs_demanding_no_more_at_its_fraction()
     assert m.covers(served, served)
     assert m.covers(served, {**served, "speculative-num-draft-tokens": 2, "speculative-num-steps": 1})
     assert m.covers(served, {**served, "kv-cache-dtype": "fp8_e4m3"})  # a smaller KV dtype
+    default_dtype = {k: v for k, v in served.items() if k != "kv-cache-dtype"}  # unset is the engine's auto
+    assert m.covers(default_dtype, {**served, "kv-cache-dtype": "fp8_e4m3"})
+    assert not m.covers({**served, "kv-cache-dtype": "fp8_e4m3"}, default_dtype)
     assert m.covers(served, {**served, "tp-size": 4})  # more GPUs hold less each
     assert m.covers(served, {**served, "attention-backend": "triton"})  # presumed alike, as failures presume
+    engine_chosen = {k: v for k, v in served.items() if k != "attention-backend"}
+    assert m.covers(engine_chosen, served)  # the engine's own choice of backend is one more backend
+    assert not m.covers(engine_chosen, {**served, "speculative-num-draft-tokens": 8})
     assert not m.covers(served, {**served, "speculative-num-draft-tokens": 8})
     assert not m.covers(served, {**served, "tp-size": 1})
     assert not m.covers(served, {**served, "mem-fraction-static": 0.90})  # less headroom
@@ -454,3 +460,6 @@ def test_excess_counts_the_demands_beyond_a_served_launch_alike_in_everything_el
     assert m.excess(served, {**served, "speculative-num-draft-tokens": 8, "tp-size": 1}) == 2
     assert m.excess(served, {**served, "speculative-draft-model-path": "other"}) is None  # other weights
     assert m.excess(served, {**served, "mem-fraction-static": 0.8}) is None  # another sizing
+    fp8 = {**served, "kv-cache-dtype": "fp8_e4m3"}
+    assert m.excess(fp8, {**fp8, "kv-cache-dtype": "auto"}) is None  # twice the pool per token: not alike
+    assert m.excess({**served, "kv-cache-dtype": "auto"}, {**fp8, "speculative-num-draft-tokens": 8}) == 1

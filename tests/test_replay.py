@@ -73,3 +73,7 @@ def test_the_benchmark_replays_autotune_and_random_search(tmp_path: Path) -> Non
         assert len(runs) == 3 and all(r["launches"] <= 8 for r in runs)
         # The best-so-far is a config whose recorded mean is known: the gap is measured against it.
         assert all(0.0 <= r["final_gap"] <= 1.0 for r in runs)
+    # The study's answer is its confirmed best: finalists launched again after the budget, outside it.
+    study = report["methods"]["autotune (TPE, default)"]["runs"]
+    assert all(r["confirm_launches"] > 0 and 0.0 <= r["confirmed_gap"] <= 1.0 for r in study)
+    assert all(r["confirmed_gap"] is None for r in report["methods"]["random search"]["runs"])

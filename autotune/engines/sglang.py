@@ -27,6 +27,7 @@ STEPS = "speculative-num-steps"
 TOPK = "speculative-eagle-topk"
 DRAFT = "speculative-num-draft-tokens"
 ALGORITHM = "speculative-algorithm"
+KV_DTYPE = "kv-cache-dtype"
 DRAFT_MODEL = "speculative-draft-model-path"
 DFLASH_BLOCK = "speculative-dflash-block-size"
 ADAPTIVE = "speculative-adaptive"
@@ -253,7 +254,7 @@ class SGLangEngine(Engine):
         pool_demand=_SPEC_DEMAND | {CONTEXT, "max-running-requests", "max-mamba-cache-size"},
         pool_irrelevant=_LOG_NOISE | {"cuda-graph-max-bs-decode", "cuda-graph-max-bs-prefill"},
         # auto is the model's dtype (bf16 for most checkpoints): never smaller than fp8.
-        pool_scale={"kv-cache-dtype": {"auto": 2.0, "bf16": 2.0, "bfloat16": 2.0, "fp16": 2.0, "float16": 2.0,
+        pool_scale={KV_DTYPE: {"auto": 2.0, "bf16": 2.0, "bfloat16": 2.0, "fp16": 2.0, "float16": 2.0,
                                        "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp4_e2m1": 0.5}},  # fmt: skip
         headroom_demand=_SPEC_DEMAND | {"cuda-graph-max-bs-decode", "max-running-requests", "chunked-prefill-size"},
         headroom_irrelevant=_LOG_NOISE | {"mamba-full-memory-ratio", "max-mamba-cache-size", CONTEXT},
@@ -302,6 +303,8 @@ class SGLangEngine(Engine):
         notes: list[str] = []
         if CONTEXT in out:
             out[CONTEXT] = parse_context_length(out[CONTEXT])
+        if out.get(KV_DTYPE) == "auto":  # SGLang's default: the same launch as leaving it unset, one config
+            del out[KV_DTYPE]
 
         algorithm = str(out[ALGORITHM]).upper() if ALGORITHM in out else None
         if algorithm == "MTP":

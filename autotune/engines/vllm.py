@@ -89,6 +89,7 @@ DRAFT_TP = "draft-tensor-parallel-size"
 MAX_SEQS = "max-num-seqs"
 MAX_BATCHED = "max-num-batched-tokens"
 MAX_MODEL_LEN = "max-model-len"
+KV_DTYPE = "kv-cache-dtype"
 UTILIZATION = "gpu-memory-utilization"
 TP = "tensor-parallel-size"
 SPEC_METRICS = "per-request-spec-decode-metrics"
@@ -392,7 +393,7 @@ class VLLMEngine(Engine):
         tp_flag=TP,
         pool_demand=_DEMAND,
         pool_irrelevant=_LOG_NOISE,
-        pool_scale={"kv-cache-dtype": {"auto": 2.0, "bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0,
+        pool_scale={KV_DTYPE: {"auto": 2.0, "bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0,
                                        "fp8_e5m2": 1.0}},  # fmt: skip
         headroom_demand=frozenset({MAX_SEQS, TOKENS, MAX_BATCHED, "max-cudagraph-capture-size"}),
         headroom_irrelevant=_LOG_NOISE | {MAX_MODEL_LEN},
@@ -520,6 +521,8 @@ class VLLMEngine(Engine):
             out.update(self._speculative(spec, out, notes))
         if MAX_MODEL_LEN in out:
             out[MAX_MODEL_LEN] = parse_max_model_len(out[MAX_MODEL_LEN])
+        if out.get(KV_DTYPE) == "auto":  # vLLM's default: the same launch as leaving it unset, one config
+            del out[KV_DTYPE]
         if "optimization-level" in out:
             level = _int(out["optimization-level"], "--optimization-level")
             if level not in (0, 1, 2, 3):

@@ -3,8 +3,10 @@
 The highest of many noisy measurements is biased upward. So the top few distinct configurations
 (and the best baseline) are measured again on fresh launches, interleaved so drift hits all alike,
 and the best is chosen from the mean over every launch of each. Finalists whose means lie within
-each other's noise are a tie, resolved toward the engine's defaults: fewer changed flags, then
-less memory. Pure functions over :class:`~autotune.records.TrialRecord`; the runner launches.
+each other's noise, and apart by no more than the precision the study measures to, are a tie,
+resolved toward the engine's defaults: fewer changed flags, then less memory. (Within the noise
+alone is not enough: with a noisy objective a config 30 % slower can be, and the higher mean is
+then the better bet.) Pure functions over :class:`~autotune.records.TrialRecord`; the runner launches.
 """
 
 from __future__ import annotations
@@ -139,12 +141,14 @@ def confirm(
     objective: str,
     fixed: Sequence[str],
     launches: int,
+    negligible: float,
 ) -> Confirmation | None:
     """Choose the best from every launch of each finalist (None when no finalist was measured).
 
     A finalist's CI uses the between-launch sd pooled over all finalists (relative to each mean), so
     a few launches each still give a usable interval; finalists whose means differ by less than the
-    combined CIs are tied, and the tie goes to the fewest changed flags, then the least memory.
+    combined CIs and by at most ``negligible`` (relative: the measurement's precision target) are
+    tied, and the tie goes to the fewest changed flags, then the least memory.
     """
     by_key: dict[str | None, list[float]] = {}
     for record in _objective_runs(records):
@@ -174,13 +178,20 @@ def confirm(
     )
     top = built[0]
     tied = [f for f in built[1:] if top.ci95 is not None and f.ci95 is not None
-            and top.mean - f.mean <= math.hypot(top.ci95, f.ci95)]  # fmt: skip
+            and top.mean - f.mean <= min(math.hypot(top.ci95, f.ci95), negligible * top.mean)]  # fmt: skip
     group = [top, *tied]
     chosen = min(group, key=lambda f: (f.changed_flags, f.memory if f.memory is not None else math.inf, -f.mean))
     first = best_first_measured(records)
+    unclear = [f for f in built[1:] if f not in tied and top.ci95 is not None and f.ci95 is not None
+               and top.mean - f.mean <= math.hypot(top.ci95, f.ci95)]  # fmt: skip
     if not tied:
         note = f"{top.label} is best: {top.mean:.4g}" + (f" ± {top.ci95:.2g}" if top.ci95 else "")
-        note += f" over {len(top.values)} launches, clear of the other finalists"
+        note += f" over {len(top.values)} launches, "
+        if unclear:  # ahead by more than the precision asked for, yet within the noise: the better bet only
+            names = ", ".join(f"{f.label} ({1 - f.mean / top.mean:.0%} behind)" for f in unclear)
+            note += f"the highest mean but within the noise of {names}: more launches would settle it"
+        else:
+            note += "clear of the other finalists"
     else:
         names = ", ".join(f.label for f in group)
         note = (

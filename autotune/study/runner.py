@@ -572,7 +572,7 @@ class StudyRunner:
         finally:
             result = confirm(
                 self.records(), finalists, objective=self.space.objective.metric, fixed=list(self.space.fixed),
-                launches=launches,
+                launches=launches, negligible=self.space.measurement.target_rel_ci,
             )  # fmt: skip
             attrs.record_confirmation(self.study, result)
             if result is not None:
