@@ -9,7 +9,9 @@ Two sources, both things a user's machine can know:
    fails for every smaller fraction with demands at least as large (context, running requests,
    draft tokens); one that failed "too high" fails for every larger fraction with graph demands
    at least as large (graph batch, draft tokens). Flags an engine's rules do not order must be
-   equal for a failure to speak for a candidate.
+   equal for a failure to speak for a candidate. Launches that leave the fraction to an engine that
+   computes it (SGLang's reserve formula reads the GPU, the TP size, the drafter and the headroom
+   demands) compare as at one fraction when they agree in those.
 3. Launches that started and served. The headroom ((1 - fraction) x the free memory the server
    saw) must hold the CUDA graphs and everything else the server allocates at run time
    (activations, workspaces). A served run tells both: the graphs from its log, the rest from the
@@ -309,7 +311,9 @@ class FeasibilityModel:
         rules = self.rules
         fraction, failed_fraction = self._fraction(flags), self._fraction(failure.flags)
         if fraction is None or failed_fraction is None:
-            return False
+            if not self._same_default_fraction(failure.flags, flags):
+                return False
+            fraction = failed_fraction = 0.0  # the engine's own choice, the same for both
         if failure.side == "too-low":
             beyond, demand, ignore = fraction <= failed_fraction, rules.pool_demand, rules.pool_irrelevant
             only_here, scale = rules.headroom_irrelevant - demand, rules.pool_scale
@@ -389,6 +393,16 @@ class FeasibilityModel:
         assert self.rules is not None
         value = _number(flags.get(self.rules.fraction_flag))
         return value if value is not None else self.rules.default_fraction
+
+    def _same_default_fraction(self, a: Mapping[str, FlagValue], b: Mapping[str, FlagValue]) -> bool:
+        """Whether two launches that leave the fraction to the engine get the same one: an engine that
+        computes its default (SGLang's reserve formula) reads the GPU, the tensor-parallel size, the
+        drafter and the headroom demands (graph batch, prefill chunk, draft tokens), so those must agree."""
+        assert self.rules is not None
+        rules = self.rules
+        if any(rules.fraction_flag in flags for flags in (a, b)) or rules.default_fraction is not None:
+            return False
+        return all(a.get(name) == b.get(name) for name in {rules.tp_flag} | rules.headroom_demand | rules.weights_flags)
 
     def graph_tokens(self, flags: Mapping[str, FlagValue], *, logged_batch: int | None = None) -> float | None:
         """Tokens captured by the largest decode graph (batch x tokens per sequence), if known;
@@ -529,22 +543,25 @@ class FeasibilityModel:
             )  # fmt: skip
         for failure in self.failures:
             failed_fraction = self._fraction(failure.flags)
-            if fraction is None or failed_fraction is None:
+            if (fraction is None or failed_fraction is None) and not self._same_default_fraction(failure.flags, flags):
                 continue
+            at = f"{rules.fraction_flag} {failed_fraction:g}" if failed_fraction is not None else (
+                f"the engine's own {rules.fraction_flag} (the same for both)"
+            )  # fmt: skip
             if failure.side == "too-low" and self._presumed(failure, flags):
                 return Prediction(
                     feasible=False, side="too-low", pool_bytes=pool,
-                    reason=f"trial {failure.trial} ran out of pool memory at {rules.fraction_flag} "
-                    f"{failed_fraction:g} with demands no larger{self._differing(failure, flags)}",
+                    reason=f"trial {failure.trial} ran out of pool memory at {at} with demands no larger"
+                    f"{self._differing(failure, flags)}",
                 )  # fmt: skip
             if failure.side == "too-high" and (
-                self._presumed(failure, flags) or self._headroom_bound(failure, flags, fraction)
+                self._presumed(failure, flags)
+                or (fraction is not None and self._headroom_bound(failure, flags, fraction))
             ):
                 return Prediction(
                     feasible=False, side="too-high", pool_bytes=pool,
-                    reason=f"trial {failure.trial} ran out of headroom at {rules.fraction_flag} "
-                    f"{failed_fraction:g}; graphs no smaller by more than the headroom gained"
-                    f"{self._differing(failure, flags)}",
+                    reason=f"trial {failure.trial} ran out of headroom at {at}; graphs no smaller by more than "
+                    f"the headroom gained{self._differing(failure, flags)}",
                 )  # fmt: skip
         served = self._served_bound(flags, fraction) if fraction is not None else None
         if served is not None:

@@ -463,3 +463,21 @@ def test_excess_counts_the_demands_beyond_a_served_launch_alike_in_everything_el
     fp8 = {**served, "kv-cache-dtype": "fp8_e4m3"}
     assert m.excess(fp8, {**fp8, "kv-cache-dtype": "auto"}) is None  # twice the pool per token: not alike
     assert m.excess({**served, "kv-cache-dtype": "auto"}, {**fp8, "speculative-num-draft-tokens": 8}) == 1
+
+
+def test_a_failure_at_the_engines_own_fraction_speaks_for_launches_that_get_the_same_one() -> None:
+    # SGLang computes its default fraction from the GPU, the TP size, the drafter and the headroom
+    # demands: two launches alike in those and leaving the fraction unset get the same fraction.
+    m = model(weights=40e9)
+    failed = {"tp-size": 1, "kv-cache-dtype": "fp8_e4m3", "attention-backend": "triton"}
+    m.observe(failed, "too-low", trial=5)
+    auto_cache = {"tp-size": 1, "attention-backend": "fa3"}  # unset dtype: auto, twice fp8's pool per token
+    prediction = m.predict(auto_cache)
+    assert not prediction.feasible and prediction.side == "too-low"
+    assert "the engine's own mem-fraction-static" in (prediction.reason or "")
+    assert "presuming attention-backend do not matter" in (prediction.reason or "")
+    assert m.predict({**auto_cache, "tp-size": 2}).feasible  # another TP size: another default
+    assert m.predict({**auto_cache, "cuda-graph-max-bs-decode": 8}).feasible  # another reserve for graphs
+    assert m.predict({**auto_cache, "mem-fraction-static": 0.95}).feasible  # a fraction of its own
+    vllm = FeasibilityModel(VLLM_RULES, free_bytes=47 * GIB, weight_bytes=20e9, total_bytes=48 * GIB)
+    assert vllm._same_default_fraction({}, {}) is False  # vLLM's default is a number: compared as one
