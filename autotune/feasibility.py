@@ -300,10 +300,17 @@ class FeasibilityModel:
 
     def _contradict(self, failure: Observation, served: Mapping[str, FlagValue]) -> None:
         if self.rules is not None and self._presumed(failure, served):
+            failed, served = self._filled(failure.flags), self._filled(served)
             self.relevant[failure.side] |= {
-                name for name in set(failure.flags) & set(served)
-                if failure.flags[name] != served[name] and name != self.rules.fraction_flag
+                name for name in set(failed) & set(served)
+                if failed[name] != served[name] and name != self.rules.fraction_flag
             }  # fmt: skip
+
+    def _filled(self, flags: Mapping[str, FlagValue]) -> dict[str, FlagValue]:
+        """``flags`` with each scaled flag left unset at the value the engine takes for it (``auto``), so
+        an unset KV dtype is compared and presumed like a given one."""
+        assert self.rules is not None
+        return {**{name: SCALE_UNSET for name in self.rules.pool_scale}, **flags}
 
     def _presumed(self, failure: Observation, flags: Mapping[str, FlagValue]) -> bool:
         """Whether ``failure`` speaks for ``flags`` only by presuming unordered flags irrelevant."""
@@ -322,7 +329,8 @@ class FeasibilityModel:
             only_here, scale = rules.pool_irrelevant - demand, {}
         ignore = ignore | {rules.fraction_flag}
         return beyond and _loosely_dominates(
-            failure.flags, flags, demand=demand, ignore=ignore, relevant=self.relevant[failure.side],
+            self._filled(failure.flags), self._filled(flags), demand=demand, ignore=ignore,
+            relevant=self.relevant[failure.side],
             tp_flag=rules.tp_flag, only_here=only_here - ignore, ordered=failure.side == "too-high", scale=scale,
         )  # fmt: skip
 
@@ -366,9 +374,12 @@ class FeasibilityModel:
     def _differing(self, failure: Observation, flags: Mapping[str, FlagValue]) -> str:
         """The unordered values a prediction presumed not to matter, for its reason."""
         assert self.rules is not None
+        failed, flags = self._filled(failure.flags), self._filled(flags)
+        ordered = self.rules.pool_scale if failure.side == "too-low" else {}  # compared by factor, not presumed
         names = sorted(
-            n for n in set(failure.flags) & set(flags)
-            if failure.flags[n] != flags[n] and n != self.rules.fraction_flag and _number(flags[n]) is None
+            n for n in set(failed) & set(flags)
+            if failed[n] != flags[n] and n != self.rules.fraction_flag and _number(flags[n]) is None
+            and _factors(ordered, n, failed[n], flags[n]) is None
         )  # fmt: skip
         return f" (presuming {', '.join(names)} do not matter)" if names else ""
 

@@ -151,6 +151,12 @@ def test_a_too_low_failure_speaks_only_for_a_kv_dtype_no_smaller() -> None:
     high = model()
     high.observe({**failed, "mem-fraction-static": 0.92}, "too-high", trial=5)
     assert not high.predict({**failed, "mem-fraction-static": 0.94, "kv-cache-dtype": "fp8_e4m3"}).feasible
+    # an unset dtype is the engine's auto: spoken for like a given one, either way round
+    at_fp8 = model()
+    at_fp8.observe({**failed, "mem-fraction-static": 0.92, "kv-cache-dtype": "fp8_e4m3"}, "too-high", trial=6)
+    unset = {k: v for k, v in failed.items() if k != "kv-cache-dtype"}
+    predicted = at_fp8.predict({**unset, "mem-fraction-static": 0.94})
+    assert not predicted.feasible and "presuming kv-cache-dtype" in (predicted.reason or "")
 
 
 def served(m: FeasibilityModel, flags: dict[str, object], *, runtime_gib: float, graph_gib: float) -> None:
