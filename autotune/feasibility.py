@@ -554,8 +554,6 @@ class FeasibilityModel:
             )  # fmt: skip
         for failure in self.failures:
             failed_fraction = self._fraction(failure.flags)
-            if (fraction is None or failed_fraction is None) and not self._same_default_fraction(failure.flags, flags):
-                continue
             at = f"{rules.fraction_flag} {failed_fraction:g}" if failed_fraction is not None else (
                 f"the engine's own {rules.fraction_flag} (the same for both)"
             )  # fmt: skip

@@ -901,7 +901,7 @@ def run_recorded_study(problem: replay.RecordedProblem, seed: int, budget: int, 
         del run.steps[searched:]
         run.confirm_launches = len(launcher.drawn) - drawn
         if confirmation is not None:
-            best = next(r for r in runner.records() if r.number == confirmation.best)
+            best = next(f for f in confirmation.finalists if f.trial == confirmation.best)
             run.confirmed_true = problem.true.get(best.config_key or "", 0.0)
     return run
 

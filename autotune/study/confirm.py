@@ -177,13 +177,13 @@ def confirm(
         key=lambda f: -f.mean,
     )
     top = built[0]
-    tied = [f for f in built[1:] if top.ci95 is not None and f.ci95 is not None
-            and top.mean - f.mean <= min(math.hypot(top.ci95, f.ci95), negligible * top.mean)]  # fmt: skip
+    within_noise = [f for f in built[1:] if top.ci95 is not None and f.ci95 is not None
+                    and top.mean - f.mean <= math.hypot(top.ci95, f.ci95)]  # fmt: skip
+    tied = [f for f in within_noise if top.mean - f.mean <= negligible * top.mean]
+    unclear = [f for f in within_noise if f not in tied]
     group = [top, *tied]
     chosen = min(group, key=lambda f: (f.changed_flags, f.memory if f.memory is not None else math.inf, -f.mean))
     first = best_first_measured(records)
-    unclear = [f for f in built[1:] if f not in tied and top.ci95 is not None and f.ci95 is not None
-               and top.mean - f.mean <= math.hypot(top.ci95, f.ci95)]  # fmt: skip
     if not tied:
         note = f"{top.label} is best: {top.mean:.4g}" + (f" ± {top.ci95:.2g}" if top.ci95 else "")
         note += f" over {len(top.values)} launches, "
