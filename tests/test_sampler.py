@@ -7,7 +7,9 @@ import random
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from autotune.study.sampler import NeighbourSampler, _repeats, neighbour
+from autotune.engines.base import LaunchPlan
+from autotune.study import attrs
+from autotune.study.sampler import LaunchedSizing, NeighbourSampler, _repeats, neighbour
 
 DISTRIBUTIONS = {
     "backend": CategoricalDistribution(["flashinfer", "fa3", "triton"]),
@@ -106,3 +108,51 @@ def test_a_repeat_is_judged_on_the_values_a_finished_trial_had() -> None:
     assert _repeats({"backend": "triton", "steps": 3}, finished, still)  # steps was not active there
     assert not _repeats({"backend": "fa3", "steps": 3, "fraction": 0.8}, finished, still)
     assert not _repeats({"backend": "flashinfer"}, finished, still)
+
+
+def test_a_trial_that_never_launched_its_sampled_sizing_shows_the_sampler_no_sizing() -> None:
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=4))
+    for borrowed in (False, True, False):
+        trial = study.ask()
+        trial.suggest_categorical("backend", ["flashinfer", "fa3"])
+        trial.suggest_float("fraction", 0.5, 0.97, step=0.01)
+        if borrowed:
+            attrs.record_sizing_from(trial, 0)
+        study.tell(trial, 1.0)
+    trial = study.ask()
+    trial.suggest_float("fraction", 0.5, 0.97, step=0.01)
+    attrs.record_same_rate(trial, LaunchPlan(engine="sglang", flags={}), study.trials[0], ["fraction"])
+    study.tell(trial, 1.0)
+
+    shown = LaunchedSizing(study, frozenset({"fraction"}))._get_trials(deepcopy=False, states=None)
+    assert [sorted(t.params) for t in shown] == [["backend", "fraction"], ["backend"], ["backend", "fraction"], []]
+    assert [t.values for t in shown] == [t.values for t in study.trials]
+    assert all(set(t.distributions) == set(t.params) for t in shown)
+    assert [sorted(t.params) for t in LaunchedSizing(study, frozenset()).get_trials()] == [
+        sorted(t.params) for t in study.trials
+    ]
+
+
+def _neighbour_of_a_best_at(fraction: float, *, borrowed: bool, seed: int) -> dict[str, object]:
+    """The values of the neighbour drawn right after one served trial (no drafter, ``fraction``)."""
+    sampler = NeighbourSampler(optuna.samplers.RandomSampler(seed=seed), seed=seed, after=1, every=1)
+    sampler.hold_still(frozenset({"fraction"}))
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.enqueue_trial({"drafter": False, "fraction": fraction})
+    for _ in range(2):
+        trial = study.ask()
+        trial.suggest_categorical("drafter", [False, True])
+        trial.suggest_float("fraction", 0.5, 0.97, step=0.01)
+        if borrowed and trial.number == 0:
+            attrs.record_sizing_from(trial, 0)
+        study.tell(trial, 10.0)
+    return study.trials[1].params
+
+
+def test_a_neighbour_of_a_best_that_borrowed_its_sizing_draws_a_sizing_of_its_own() -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for seed in range(8):
+        launched = _neighbour_of_a_best_at(0.97, borrowed=False, seed=seed)
+        assert launched == {"drafter": True, "fraction": 0.97}  # the one movable value moved, the sizing held
+        borrowed = _neighbour_of_a_best_at(0.97, borrowed=True, seed=seed)
+        assert borrowed["drafter"] is True and borrowed["fraction"] != 0.97

@@ -39,10 +39,12 @@ OUTCOME = "outcome"
 LAUNCH_TIME = "launch time [s]"
 MEASURE_TIME = "measure time [s]"
 MEMORY_LESSON = "memory_lesson"
+SIZING_FROM = "sizing_from"
+SAME_RATE_AS = "same_rate_as"
 # Shown to people (dashboard columns, report readings); never read back to compute anything.
 READING_PREFIXES = ("roofline", "memory")
 # A duplicate copies its original's facts, except who ran it and what it taught (learned once).
-NOT_COPIED = frozenset({"baseline", "host", "worker_pid", "retry_of", "confirm_of", "sizing_from", MEMORY_LESSON})
+NOT_COPIED = frozenset({"baseline", "host", "worker_pid", "retry_of", "confirm_of", SIZING_FROM, MEMORY_LESSON})
 CONFIRMATION = "confirmation"
 BY_CONCURRENCY = "by_concurrency"
 AGREEMENT = "agreement"
@@ -221,6 +223,7 @@ def record_same_rate(trial: optuna.Trial, plan: LaunchPlan, original: FrozenTria
     size memory; its facts are borrowed like a duplicate's, its own flags and identity kept."""
     record_duplicate(trial, plan, original)
     trial.set_user_attr("config_key", plan.config_key)
+    trial.set_user_attr(SAME_RATE_AS, original.number)
     differing = ", ".join(f"--{name}" for name in sizing) or "no flags"
     trial.set_user_attr(
         "reason", f"same single-stream decode rate as trial {original.number} (differs only in {differing}, which size "
@@ -230,7 +233,13 @@ def record_same_rate(trial: optuna.Trial, plan: LaunchPlan, original: FrozenTria
 
 def record_sizing_from(trial: optuna.Trial, source: int) -> None:
     """Launched with the memory sizing of served trial ``source`` in place of the sampled one."""
-    trial.set_user_attr("sizing_from", source)
+    trial.set_user_attr(SIZING_FROM, source)
+
+
+def sizing_untried(trial: FrozenTrial) -> bool:
+    """Whether a trial's sampled memory sizing was never launched: it launched a served trial's
+    sizing instead, or borrowed the single-stream rate of a config differing only in sizing."""
+    return SIZING_FROM in trial.user_attrs or SAME_RATE_AS in trial.user_attrs
 
 
 def record_busy_wait(trial: optuna.Trial, seconds: float) -> None:
@@ -464,7 +473,7 @@ def trial_record(trial: FrozenTrial | StoredTrial) -> TrialRecord:
         duplicate_of=attrs.get("duplicate_of"),
         retry_of=attrs.get("retry_of"),
         confirm_of=attrs.get("confirm_of"),
-        sizing_from=attrs.get("sizing_from"),
+        sizing_from=attrs.get(SIZING_FROM),
         early_stopped=bool(attrs.get("early_stopped", False)),
         config_key=attrs.get("config_key"),
         rate_key=attrs.get("rate_key"),

@@ -14,6 +14,11 @@ differ from every finished trial's. Values that cannot change the objective (``s
 sizing when the objective is one stream's rate, which the runner borrows) do not count as a
 difference and are never what a neighbour moves. (Drawing a settled trial at random instead, to
 explore, found the optimum later: benchmarks/README.md, "Results (issue 14)".)
+
+Those values are learned only from launches that used them. A trial that launched a served trial's
+sizing instead of its sampled one, or borrowed a measured rate, shows TPE (and the neighbours of a
+best) no sizing: else a sampled sizing that never launched is credited with a served launch's rate,
+drawn again for a drafter that no launch has sized yet, and dies.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
+
+from autotune.study import attrs
 
 
 class NeighbourSampler(optuna.samplers.BaseSampler):
@@ -72,7 +79,7 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         if trial.number in self.plans:
             return {}
-        return self.base.infer_relative_search_space(study, trial)
+        return self.base.infer_relative_search_space(self._learned(study), trial)
 
     def sample_relative(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
@@ -80,8 +87,9 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
         if trial.number in self.plans:
             return {}
         finished = _sampled_params(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+        learned = self._learned(study)
         for _ in range(self.redraws):
-            values = self.base.sample_relative(study, trial, search_space)
+            values = self.base.sample_relative(learned, trial, search_space)
             if not _repeats(values, finished, self.still):
                 break
         return values
@@ -92,13 +100,17 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
         plan = self.plans.get(trial.number, {})
         if param_name in plan and _contains(param_distribution, plan[param_name]):
             return plan[param_name]
-        return self.base.sample_independent(study, trial, param_name, param_distribution)
+        return self.base.sample_independent(self._learned(study), trial, param_name, param_distribution)
+
+    def _learned(self, study: optuna.Study) -> optuna.Study:
+        """The study as the base sampler learns from it (module docstring)."""
+        return LaunchedSizing(study, self.still) if self.still else study  # type: ignore[return-value]
 
     def _plan(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any] | None:
         """The values of a neighbour of the best feasible trial, or None for a TPE trial."""
         if len(study.directions) != 1 or "fixed_params" in trial.system_attrs:
             return None  # a levels study has no single best; an enqueued trial has its values
-        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        complete = self._learned(study).get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         served = [t for t in complete if _feasible(t)]
         if len(served) < self.after or trial.number % self.every:
             return None
@@ -112,6 +124,39 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
 
 
 NEIGHBOUR_TRIES = 20
+
+
+class LaunchedSizing:
+    """A study whose trials show only the memory sizing they launched: ``names`` (the sizing flags)
+    are left out of every trial that never launched its sampled values (:func:`attrs.sizing_untried`).
+    Everything else is the study's own."""
+
+    def __init__(self, study: optuna.Study, names: frozenset[str]) -> None:
+        self.study = study
+        self.names = names
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.study, name)
+
+    def get_trials(self, deepcopy: bool = True, states: Sequence[TrialState] | None = None) -> list[FrozenTrial]:
+        return [self._shown(t) for t in self.study.get_trials(deepcopy=deepcopy, states=states)]
+
+    def _get_trials(
+        self, deepcopy: bool = True, states: Sequence[TrialState] | None = None, use_cache: bool = False
+    ) -> list[FrozenTrial]:
+        return [self._shown(t) for t in self.study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)]
+
+    def _shown(self, trial: FrozenTrial) -> FrozenTrial:
+        if not attrs.sizing_untried(trial) or not self.names & trial.params.keys():
+            return trial
+        params = {name: value for name, value in trial.params.items() if name not in self.names}
+        return FrozenTrial(
+            number=trial.number, state=trial.state, value=None, values=trial.values,
+            datetime_start=trial.datetime_start, datetime_complete=trial.datetime_complete,
+            params=params, distributions={name: trial.distributions[name] for name in params},
+            user_attrs=trial.user_attrs, system_attrs=trial.system_attrs,
+            intermediate_values=trial.intermediate_values, trial_id=trial._trial_id,
+        )  # fmt: skip
 
 
 def _sampled_params(complete: Sequence[FrozenTrial]) -> list[dict[str, Any]]:
