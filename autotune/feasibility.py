@@ -37,6 +37,11 @@ Two sources, both things a user's machine can know:
    One whose demands are larger in a few flags is likelier to fit at that launch's sizing than at
    an untried one (:meth:`FeasibilityModel.excess` counts them); nothing is predicted from that.
    A larger KV dtype is not such a demand: it scales every token's pool, so it makes them unlike.
+6. Deaths bound the fraction from both sides for launches with the same weights and TP size:
+   above the highest that ran out of pool (with a KV dtype no larger), below the lowest that ran
+   out of headroom (:meth:`FeasibilityModel.fraction_window`). Nothing is predicted from it; where
+   the fraction cannot buy the objective, the study launches a new drafter inside that window
+   rather than at a sampled fraction beyond it.
 """
 
 from __future__ import annotations
@@ -135,6 +140,29 @@ class MemoryLesson(BaseModel):
     server_free_bytes: float | None = Field(default=None, description="free memory the server logged before loading")
     runtime_bytes: float | None = Field(default=None, description="headroom used besides the graphs (served launches)")
     served: bool = Field(default=False, description="the launch started and served")
+
+
+class FractionWindow(BaseModel):
+    """The fractions that deaths of alike launches leave open (:meth:`FeasibilityModel.fraction_window`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    low: float | None = Field(default=None, description="the highest fraction that ran out of pool memory")
+    low_trial: int | None = None
+    high: float | None = Field(default=None, description="the lowest fraction that ran out of headroom")
+    high_trial: int | None = None
+
+    def open(self, fraction: float) -> bool:
+        return (self.low is None or fraction > self.low) and (self.high is None or fraction < self.high)
+
+    def middle(self, low: float, high: float, step: float | None) -> float | None:
+        """The middle of the window within a tuned range ``low``..``high`` (on its ``step`` grid):
+        each death there halves what is left. None when no value of the range lies inside."""
+        mid = ((self.low if self.low is not None else low) + (self.high if self.high is not None else high)) / 2
+        if step:
+            mid = low + round((mid - low) / step) * step
+        mid = round(mid, 10)
+        return mid if low <= mid <= high and self.open(mid) else None
 
 
 class GraphPoint(BaseModel):
@@ -370,6 +398,32 @@ class FeasibilityModel:
                 return None  # unordered: presumed alike only for a choice (a string) no launch showed to matter;
                 # unset is the engine's own choice, one more such value
         return larger
+
+    def fraction_window(self, flags: Mapping[str, FlagValue]) -> FractionWindow:
+        """Where deaths of launches with the same weights and tensor-parallel size leave ``flags``'s
+        fraction open (module docstring, 6): above the highest "too low" one whose KV dtype is no
+        larger, below the lowest "too high" one. Other demands are not compared: a hint where to
+        launch, never a prediction."""
+        if self.rules is None:
+            return FractionWindow()
+        rules = self.rules
+        same = rules.weights_flags | {rules.tp_flag}
+        low: tuple[float, int | None] | None = None
+        high: tuple[float, int | None] | None = None
+        for failure in self.failures:
+            fraction = _number(failure.flags.get(rules.fraction_flag))
+            if fraction is None or any(failure.flags.get(n) != flags.get(n) for n in same):
+                continue
+            if failure.side == "too-low":
+                factors = [_factors(rules.pool_scale, n, failure.flags.get(n), flags.get(n)) for n in rules.pool_scale]
+                if all(f is not None and f[1] >= f[0] for f in factors) and (low is None or fraction > low[0]):
+                    low = (fraction, failure.trial)
+            elif high is None or fraction < high[0]:
+                high = (fraction, failure.trial)
+        return FractionWindow(
+            low=low[0] if low else None, low_trial=low[1] if low else None,
+            high=high[0] if high else None, high_trial=high[1] if high else None,
+        )  # fmt: skip
 
     def _differing(self, failure: Observation, flags: Mapping[str, FlagValue]) -> str:
         """The unordered values a prediction presumed not to matter, for its reason."""

@@ -57,6 +57,11 @@ class TrialRecord(Frozen):
     sizing_from: int | None = Field(
         default=None, description="launched with the memory sizing of this served trial in place of the sampled one"
     )
+    fraction_between_deaths_of: list[int] = Field(
+        default_factory=list,
+        description="launched at a memory fraction inside what these trials' memory deaths left open, in place of "
+        "the sampled one",
+    )
     early_stopped: bool = Field(default=False, description="measuring stopped as hopeless after a round")
     confirmed_launches: int | None = Field(
         default=None, description="set on a confirmed best: its value and CI are the mean over this many launches"

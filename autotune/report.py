@@ -259,6 +259,7 @@ def trial_detail(record: TrialRecord) -> Group:
         rows.add_row("reason", record.reason)
     for label, value in (("baseline", record.baseline), ("same as", record.duplicate_of),
                          ("retry of", record.retry_of), ("memory sizing of", record.sizing_from),
+                         ("fraction between deaths of", ", ".join(map(str, record.fraction_between_deaths_of)) or None),
                          ("engine", record.engine), ("host", record.host)):  # fmt: skip
         if value is not None:
             rows.add_row(label, str(value))
@@ -525,6 +526,9 @@ class LiveView(StudyEvents):
             extra += f" (same effective config as #{record.duplicate_of}, not relaunched)"
         if record.sizing_from is not None:
             extra += f" (launched with the memory sizing of #{record.sizing_from})"
+        if record.fraction_between_deaths_of:
+            deaths = " and ".join(f"#{n}" for n in record.fraction_between_deaths_of)
+            extra += f" (its memory fraction moved inside what the deaths of {deaths} left open)"
         self.console.print(f"trial {record.number:>3} [{style}]{record.outcome}[/{style}] {extra}", highlight=False)
 
 

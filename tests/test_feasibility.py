@@ -15,7 +15,7 @@ from optuna.trial import FrozenTrial
 
 from autotune.engines.sglang import SGLangEngine
 from autotune.engines.vllm import VLLMEngine
-from autotune.feasibility import FeasibilityModel, MemoryLesson, headroom_use, model_weight_bytes
+from autotune.feasibility import FeasibilityModel, FractionWindow, MemoryLesson, headroom_use, model_weight_bytes
 from autotune.gpu import GpuInventory, check_idle, roofline, wait_for
 from autotune_twin import physics
 from autotune_twin.launch import resolve_launch
@@ -197,6 +197,28 @@ def test_a_served_launch_bounds_the_headroom_of_later_candidates() -> None:
     assert not other.predict({**served_flags, "mem-fraction-static": 0.97, "chunked-prefill-size": 8192}).feasible
     assert other.predict({**served_flags, "mem-fraction-static": 0.97, "chunked-prefill-size": 1024}).feasible
     assert other.predict({**served_flags, "mem-fraction-static": 0.97, "attention-backend": "triton"}).feasible
+
+
+def test_deaths_of_launches_with_the_same_weights_bound_the_fraction_from_both_sides() -> None:
+    m = model()
+    drafter = {**BASE, "speculative-algorithm": "DFLASH", "speculative-draft-model-path": "d"}
+    assert m.fraction_window(drafter) == FractionWindow()
+    m.observe({**drafter, "mem-fraction-static": 0.75, "speculative-num-draft-tokens": 16}, "too-low", trial=1)
+    m.observe({**drafter, "mem-fraction-static": 0.72, "kv-cache-dtype": "fp8_e4m3"}, "too-low", trial=2)
+    m.observe({**drafter, "mem-fraction-static": 0.95, "cuda-graph-max-bs-decode": 4}, "too-high", trial=3)
+    m.observe({**drafter, "mem-fraction-static": 0.93}, "too-high", trial=4)
+    m.observe({**BASE, "mem-fraction-static": 0.90}, "too-high", trial=5)  # other weights: no bound
+    m.observe({**drafter, "tp-size": 4, "mem-fraction-static": 0.80}, "too-low", trial=6)  # other TP size
+    assert m.fraction_window(drafter) == FractionWindow(low=0.75, low_trial=1, high=0.93, high_trial=4)
+    # fp8 needs half the pool an unset dtype needs: a death with the dtype unset does not bound it
+    fp8 = {**drafter, "kv-cache-dtype": "fp8_e4m3"}
+    assert m.fraction_window(fp8) == FractionWindow(low=0.72, low_trial=2, high=0.93, high_trial=4)
+    window = m.fraction_window(drafter)
+    assert window.open(0.8) and not window.open(0.75) and not window.open(0.94)
+    assert window.middle(0.7, 0.97, 0.01) == 0.84
+    assert FractionWindow(high=0.8).middle(0.7, 0.97, 0.01) == 0.75  # the tuned range closes the other side
+    assert FractionWindow(low=0.80, high=0.81).middle(0.7, 0.97, 0.01) is None  # no value of the range inside
+    assert FractionWindow(low=0.9, high=0.8).middle(0.7, 0.97, None) is None  # deaths that contradict
 
 
 def test_vllm_utilization_is_of_the_total_and_must_be_free_at_start() -> None:

@@ -24,6 +24,7 @@ from autotune.records import TrialRecord
 from autotune.report import LiveView
 from autotune.study import StudyView, make_sampler
 from autotune.study.named_failures import named_values, predicted_failure
+from autotune.study.sampler import LaunchedSizing
 from autotune.trial import TrialOutcome
 from tests.conftest import TWIN_SPACE, load_benchmark
 
@@ -193,3 +194,53 @@ def test_under_load_the_sampled_sizing_is_launched(tmp_path: Path) -> None:
     runner, launcher = _run_after_hand_found(tmp_path, fewer_draft_tokens, concurrency=4)
     assert StudyView(runner.study).records()[1].sizing_from is None
     assert launcher.plans[1].flags["mem-fraction-static"] == 0.95
+
+
+DFLASH = {"speculative-algorithm": "DFLASH", "speculative-draft-model-path": "z-lab/Qwen3.6-27B-DFlash",
+          "max-running-requests": 8, "cuda-graph-max-bs-decode": 8}  # fmt: skip
+
+
+def _run_two_new_drafters(
+    tmp_path: Path, first_fraction: float, second_fraction: float, concurrency: int = 1
+) -> tuple[Any, Counting, Console]:
+    """The hand-found NEXTN launch serves; then two DFLASH configs no served launch is alike to
+    (other weights), the first with the larger block (more pool), each at its own fraction."""
+    console = Console(record=True, width=250)
+    runner, launcher = _run_after_hand_found(
+        tmp_path, {**DFLASH, "speculative-dflash-block-size": 10, "mem-fraction-static": first_fraction},
+        concurrency=concurrency, console=console,
+    )  # fmt: skip
+    second = {**DFLASH, "speculative-dflash-block-size": 8, "mem-fraction-static": second_fraction}
+    runner.study.enqueue_trial({**HAND_FOUND, "speculative-adaptive": False, **second})
+    runner.run(trials=1, timeout_s=None)
+    return runner, launcher, console
+
+
+def test_a_new_drafter_sampled_below_a_death_of_its_kind_launches_inside_what_deaths_left_open(
+    tmp_path: Path,
+) -> None:
+    runner, launcher, console = _run_two_new_drafters(tmp_path, 0.75, 0.72)
+    _, died, moved = StudyView(runner.study).records()
+    assert died.outcome == "infeasible-memory-low"  # the KV pool cannot hold one context at 0.75
+    # 0.72 is below that death (it would be predicted to die alike): it launches at the middle of 0.75
+    # and the top of the tuned range (0.95) instead, and serves
+    assert [p.flags["mem-fraction-static"] for p in launcher.plans] == [0.88, 0.75, 0.85]
+    assert moved.outcome == "ok" and moved.fraction_between_deaths_of == [died.number]
+    assert moved.flags["mem-fraction-static"] == 0.85
+    assert f"memory fraction moved inside what the deaths of #{died.number} left open" in console.export_text()
+    assert "mem-fraction-static" not in LaunchedSizing(runner.study, frozenset({"mem-fraction-static"})).get_trials()[
+        moved.number
+    ].params  # the sampled 0.72 never launched: the sampler does not learn from it
+
+
+def test_a_fraction_inside_what_deaths_left_open_is_launched_as_sampled(tmp_path: Path) -> None:
+    runner, launcher, _ = _run_two_new_drafters(tmp_path, 0.75, 0.8)
+    assert [p.flags["mem-fraction-static"] for p in launcher.plans] == [0.88, 0.75, 0.8]
+    assert StudyView(runner.study).records()[2].fraction_between_deaths_of == []
+
+
+def test_under_load_a_fraction_below_a_death_is_kept_and_predicted_to_die(tmp_path: Path) -> None:
+    runner, launcher, _ = _run_two_new_drafters(tmp_path, 0.75, 0.72, concurrency=4)
+    assert [p.flags["mem-fraction-static"] for p in launcher.plans] == [0.88, 0.75]  # the pool is what load buys
+    kept = StudyView(runner.study).records()[2]
+    assert kept.outcome == "predicted-infeasible-memory-low" and kept.flags["mem-fraction-static"] == 0.72

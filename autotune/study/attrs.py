@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, ValidationError
 
 from autotune.agreement import Agreement, Reference, compare
-from autotune.feasibility import MemoryLesson, Prediction
+from autotune.feasibility import FractionWindow, MemoryLesson, Prediction
 from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
 from autotune.records import AgreementRecord, LevelRecord, MetricRecord, TrialRecord
@@ -41,10 +41,13 @@ MEASURE_TIME = "measure time [s]"
 MEMORY_LESSON = "memory_lesson"
 SIZING_FROM = "sizing_from"
 SAME_RATE_AS = "same_rate_as"
+FRACTION_INSIDE = "fraction_between_deaths_of"
 # Shown to people (dashboard columns, report readings); never read back to compute anything.
 READING_PREFIXES = ("roofline", "memory")
 # A duplicate copies its original's facts, except who ran it and what it taught (learned once).
-NOT_COPIED = frozenset({"baseline", "host", "worker_pid", "retry_of", "confirm_of", SIZING_FROM, MEMORY_LESSON})
+NOT_COPIED = frozenset(
+    {"baseline", "host", "worker_pid", "retry_of", "confirm_of", SIZING_FROM, FRACTION_INSIDE, MEMORY_LESSON}
+)
 CONFIRMATION = "confirmation"
 BY_CONCURRENCY = "by_concurrency"
 AGREEMENT = "agreement"
@@ -236,10 +239,15 @@ def record_sizing_from(trial: optuna.Trial, source: int) -> None:
     trial.set_user_attr(SIZING_FROM, source)
 
 
+def record_fraction_inside(trial: optuna.Trial, window: FractionWindow) -> None:
+    """Launched at a fraction inside what deaths of alike launches left open, in place of the sampled one."""
+    trial.set_user_attr(FRACTION_INSIDE, [n for n in (window.low_trial, window.high_trial) if n is not None])
+
+
 def sizing_untried(trial: FrozenTrial) -> bool:
     """Whether a trial's sampled memory sizing was never launched: it launched a served trial's
-    sizing instead, or borrowed the single-stream rate of a config differing only in sizing."""
-    return SIZING_FROM in trial.user_attrs or SAME_RATE_AS in trial.user_attrs
+    sizing or another fraction instead, or borrowed the rate of a config differing only in sizing."""
+    return any(key in trial.user_attrs for key in (SIZING_FROM, SAME_RATE_AS, FRACTION_INSIDE))
 
 
 def record_busy_wait(trial: optuna.Trial, seconds: float) -> None:
@@ -474,6 +482,7 @@ def trial_record(trial: FrozenTrial | StoredTrial) -> TrialRecord:
         retry_of=attrs.get("retry_of"),
         confirm_of=attrs.get("confirm_of"),
         sizing_from=attrs.get(SIZING_FROM),
+        fraction_between_deaths_of=attrs.get(FRACTION_INSIDE) or [],
         early_stopped=bool(attrs.get("early_stopped", False)),
         config_key=attrs.get("config_key"),
         rate_key=attrs.get("rate_key"),

@@ -29,6 +29,7 @@ from autotune.agreement import Reference
 from autotune.engines import get_engine
 from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan
 from autotune.errors import StorageError, UserError
+from autotune.feasibility import FractionWindow
 from autotune.gpu import GpuInventory, check_idle, read_inventory, wait_for
 from autotune.measure import Measurement
 from autotune.outcomes import OutcomeKind, outcome_kind
@@ -38,6 +39,7 @@ from autotune.records import TrialRecord
 from autotune.server import reap_orphans
 from autotune.space import (
     Baseline,
+    FloatParam,
     SearchSpace,
     SLOSpec,
     redact_flags,
@@ -364,12 +366,15 @@ class StudyRunner:
         single = objective.metric == "decode_tok_s" and not objective.levels and measured == [1]
         return single and not self.space.slo.limits()
 
-    def _served_sizing(self, plan: LaunchPlan, known: Sequence[TrialRecord]) -> tuple[LaunchPlan, TrialRecord] | None:
+    def _served_sizing(
+        self, plan: LaunchPlan, known: Sequence[TrialRecord]
+    ) -> tuple[LaunchPlan, TrialRecord | None] | None:
         """Where memory sizing cannot buy the objective, a new config launches with the memory sizing of
         a served launch like it rather than the sampled sizing, which could only add a memory death:
         one that vouches for it (it fitted with demands no smaller, feasibility 5), else the one it
         exceeds in the fewest demands; of those, the sizing that differs least from the sampled one
-        (the latest on a tie). None when no served launch is alike, or the sampled sizing is vouched for."""
+        (the latest on a tie). The plan as sampled, with no source, where a served launch vouches for
+        its sizing; None when no served launch is alike (or the objective is not one stream's rate)."""
         engine = self.engines[plan.engine]
         sizing = set(engine.memory_sizing_flags)
         if not sizing or not self._one_stream_rate():
@@ -386,13 +391,32 @@ class StudyRunner:
                 continue
             rank = (excess, sum(flags.get(name) != plan.flags.get(name) for name in sizing))
             if rank == (0, 0):
-                return None
+                return plan, None
             if chosen is None or rank < chosen[0]:
                 try:
                     chosen = (rank, engine.normalise(flags), record)
                 except InvalidConfig:
                     continue
         return (chosen[1], chosen[2]) if chosen is not None else None
+
+    def _fraction_inside(self, plan: LaunchPlan) -> tuple[LaunchPlan, FractionWindow] | None:
+        """Where memory sizing cannot buy the objective and no served launch vouches for a sizing, a
+        sampled fraction beyond what deaths of alike launches left open (feasibility 6) launches in
+        the middle of that window instead: found in a few deaths rather than one per draw."""
+        rules = self.engines[plan.engine].memory_rules
+        if rules is None or not self._one_stream_rate():
+            return None
+        param, fraction = self.space.tuned.get(rules.fraction_flag), plan.flags.get(rules.fraction_flag)
+        if not isinstance(param, FloatParam) or not isinstance(fraction, (int, float)):
+            return None
+        window = self.feasibility[plan.engine].fraction_window(plan.flags)
+        middle = None if window.open(fraction) else window.middle(param.low, param.high, param.step)
+        if middle is None:
+            return None
+        try:
+            return self.engines[plan.engine].normalise({**plan.flags, rules.fraction_flag: middle}), window
+        except InvalidConfig:
+            return None
 
     def _values_of(self, measured: FrozenTrial) -> float | list[float]:
         """What Optuna is told for a trial that borrows ``measured``'s measurement."""
@@ -442,10 +466,13 @@ class StudyRunner:
                 trial.set_constraint(key, value)
             return self._values_of(borrowed)
         if searching:
-            vouched = self._served_sizing(plan, known)
-            if vouched is not None:
-                plan, source = vouched
+            sized = self._served_sizing(plan, known)
+            if sized is not None and (source := sized[1]) is not None:
+                plan = sized[0]
                 attrs.record_sizing_from(trial, source.number)
+            elif sized is None and (inside := self._fraction_inside(plan)) is not None:
+                plan, window = inside
+                attrs.record_fraction_inside(trial, window)
             failed = predicted_failure(plan.flags, known)
             if failed is not None:
                 attrs.record_predicted_failure(trial, self._hidden(plan), failed)
