@@ -156,3 +156,42 @@ def test_a_neighbour_of_a_best_that_borrowed_its_sizing_draws_a_sizing_of_its_ow
         assert launched == {"drafter": True, "fraction": 0.97}  # the one movable value moved, the sizing held
         borrowed = _neighbour_of_a_best_at(0.97, borrowed=True, seed=seed)
         assert borrowed["drafter"] is True and borrowed["fraction"] != 0.97
+
+
+PAIRING = {"algorithm": ["EAGLE3", "DFLASH"], "path": ["eagle3-drafter", "dflash-drafter"]}
+
+
+def _drafter_trial(study: optuna.Study, *, named: bool) -> dict[str, object]:
+    """One trial of a space listing both drafters' paths under either algorithm: a path of the other
+    kind crashes at launch, its message naming both values (recorded as such when ``named``)."""
+    trial = study.ask()
+    neighbour = isinstance(study.sampler, NeighbourSampler) and trial.number in study.sampler.plans
+    algorithm = trial.suggest_categorical("algorithm", PAIRING["algorithm"])
+    path = trial.suggest_categorical("path", PAIRING["path"])
+    steps = trial.suggest_int("steps", 1, 4)
+    crashed = path != f"{algorithm.lower()}-drafter"
+    if crashed and named:
+        attrs.record_counted_against_config(trial, f"{path} is not a {algorithm} drafter", {
+            "algorithm": algorithm, "path": path})  # fmt: skip
+    trial.set_constraint("config", 1.0 if crashed else 0.0)
+    study.tell(trial, 0.0 if crashed else steps * (3.0 if algorithm == "DFLASH" else 2.0))
+    return trial.params | {"crashed": crashed, "neighbour": neighbour}
+
+
+def test_a_neighbour_that_would_complete_a_named_failure_moves_the_pairings_other_value_too() -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = NeighbourSampler(optuna.samplers.RandomSampler(seed=5), seed=5, after=1, every=1)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.enqueue_trial({"algorithm": "EAGLE3", "path": "eagle3-drafter", "steps": 2})
+    study.enqueue_trial({"algorithm": "DFLASH", "path": "eagle3-drafter", "steps": 2})
+    assert not _drafter_trial(study, named=True)["crashed"]
+    assert _drafter_trial(study, named=True)["crashed"]
+    named = [("DFLASH", "eagle3-drafter")]
+    for _ in range(12):
+        proposed = _drafter_trial(study, named=True)
+        pairing = (proposed["algorithm"], proposed["path"])
+        if proposed["neighbour"]:
+            assert pairing not in named  # a crash names a pairing: no neighbour proposes it again
+        if proposed["crashed"]:
+            named.append(pairing)
+    assert study.best_trial.params["algorithm"] == "DFLASH"  # found through the pairing's other value

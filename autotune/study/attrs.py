@@ -276,6 +276,11 @@ def record_counted_against_config(trial: optuna.Trial, reason: str | None, named
         trial.set_user_attr("failure_names", dict(named))
 
 
+def failure_names(trial: FrozenTrial) -> dict[str, str]:
+    """The flag values a trial's server failure named (:func:`record_counted_against_config`)."""
+    return dict(trial.user_attrs.get("failure_names") or {})
+
+
 def record_predicted_failure(trial: optuna.Trial, plan: LaunchPlan, failed: TrialRecord) -> None:
     """Not launched: trial ``failed``'s server failure named values this configuration shares."""
     shared = ", ".join(f"--{name} {value}" for name, value in failed.failure_names.items())

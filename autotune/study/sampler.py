@@ -15,10 +15,15 @@ sizing when the objective is one stream's rate, which the runner borrows) do not
 difference and are never what a neighbour moves. (Drawing a settled trial at random instead, to
 explore, found the optimum later: benchmarks/README.md, "Results (issue 14)".)
 
-Those values are learned only from launches that used them. A trial that launched a served trial's
-sizing instead of its sampled one, or borrowed a measured rate, shows TPE (and the neighbours of a
-best) no sizing: else a sampled sizing that never launched is credited with a served launch's rate,
-drawn again for a drafter that no launch has sized yet, and dies.
+A server failure that named values it was given (a draft-model path under another algorithm)
+is predicted for every proposal sharing them, so a neighbour that would complete the named
+pairing (the best's path with the failure's algorithm) moves the pairing's other values too (the
+path): else a drafter first tried with the wrong path is never launched with its own.
+
+Memory sizing values are learned only from launches that used them. A trial that launched a
+served trial's sizing (or another fraction) instead of its sampled one, or borrowed a measured
+rate, shows TPE and the neighbours of a best no sizing: else a sampled sizing that never launched
+is credited with a served launch's rate, drawn again for a drafter no launch has sized, and dies.
 """
 
 from __future__ import annotations
@@ -115,10 +120,17 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
         if len(served) < self.after or trial.number % self.every:
             return None
         best = max(served, key=lambda t: t.values[0] if study.direction.name == "MAXIMIZE" else -t.values[0])
-        finished = _sampled_params(complete)
+        finished, failures = _sampled_params(complete), _named_failures(complete)
         for _ in range(NEIGHBOUR_TRIES):
             plan = neighbour(best.params, best.distributions, self.rng, still=self.still)
-            if not _repeats(plan, finished, self.still):
+            while (named := _completed(plan, failures)) is not None:
+                kept = [n for n in named if plan[n] == best.params[n] and n not in self.still]
+                kept = [n for n in kept if _moves(best.distributions[n])]
+                if not kept:
+                    break
+                for name in kept:  # the pairing's other values move too
+                    plan[name] = _moved(plan[name], best.distributions[name], self.rng)
+            if named is None and not _repeats(plan, finished, self.still):
                 return plan
         return None
 
@@ -157,6 +169,22 @@ class LaunchedSizing:
             user_attrs=trial.user_attrs, system_attrs=trial.system_attrs,
             intermediate_values=trial.intermediate_values, trial_id=trial._trial_id,
         )  # fmt: skip
+
+
+def _named_failures(complete: Sequence[FrozenTrial]) -> list[dict[str, str]]:
+    """The values named by server failures, each pairing until a trial with all of them served."""
+    served = [t.params for t in complete if _feasible(t)]
+    named = [attrs.failure_names(t) for t in complete]
+    return [n for n in named if n and not any(_shares(params, n) for params in served)]
+
+
+def _shares(values: dict[str, Any], named: dict[str, str]) -> bool:
+    return all(name in values and values[name] == value for name, value in named.items())
+
+
+def _completed(values: dict[str, Any], failures: Sequence[dict[str, str]]) -> dict[str, str] | None:
+    """The first named failure whose values ``values`` all share."""
+    return next((named for named in failures if _shares(values, named)), None)
 
 
 def _sampled_params(complete: Sequence[FrozenTrial]) -> list[dict[str, Any]]:
