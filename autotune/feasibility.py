@@ -153,6 +153,7 @@ class FractionWindow(BaseModel):
     high_trial: int | None = None
 
     def open(self, fraction: float) -> bool:
+        """Whether ``fraction`` lies strictly between the deaths (no death bounds it on its side)."""
         return (self.low is None or fraction > self.low) and (self.high is None or fraction < self.high)
 
     def middle(self, low: float, high: float, step: float | None) -> float | None:

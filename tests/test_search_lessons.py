@@ -83,13 +83,22 @@ def test_a_wrong_drafter_crash_is_learned_not_repeated_and_does_not_stop_the_stu
     runner.run(trials=60, timeout_s=None)
     records = StudyView(runner.study).records()
     crashed = [r for r in records if r.outcome == "crashed"]
-    predicted = [r for r in records if r.outcome == "predicted-failure"]
     assert crashed, "the space holds wrong-drafter configurations: some must have been tried"
     assert runner.stop_reason == "60 trials done", runner.stop_reason
     for record in crashed:
         # told to the sampler as the configuration's fault, not dropped as a failed trial
         assert record.state == "COMPLETE" and "counted against this configuration" in (record.reason or "")
         assert record.failure_names.get("speculative-draft-model-path") in (record.reason or "")
+    # The sampler's neighbours avoid a named pairing, so propose one as TPE might: the first crash's
+    # values with another value of a flag its message did not name.
+    first = runner.study.trials[crashed[0].number]
+    other = next(name for name, d in first.distributions.items()
+                 if name not in crashed[0].failure_names and isinstance(d, optuna.distributions.CategoricalDistribution)
+                 and len(d.choices) > 1)  # fmt: skip
+    choices = first.distributions[other].choices  # type: ignore[attr-defined]
+    runner.study.enqueue_trial({**first.params, other: next(c for c in choices if c != first.params[other])})
+    runner.run(trials=1, timeout_s=None)
+    predicted = [r for r in StudyView(runner.study).records() if r.outcome == "predicted-failure"]
     assert predicted, "a configuration sharing a crashed drafter pairing must be predicted, not launched"
     launched = {p.config_key for p in launcher.plans}
     for record in predicted:

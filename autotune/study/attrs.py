@@ -239,6 +239,20 @@ def record_sizing_from(trial: optuna.Trial, source: int) -> None:
     trial.set_user_attr(SIZING_FROM, source)
 
 
+def trial_without(trial: FrozenTrial, names: frozenset[str]) -> FrozenTrial:
+    """A copy of ``trial`` without the parameters ``names``, everything else (its attrs) kept."""
+    from optuna.trial import FrozenTrial
+
+    params = {name: value for name, value in trial.params.items() if name not in names}
+    return FrozenTrial(
+        number=trial.number, state=trial.state, value=None, values=trial.values,
+        datetime_start=trial.datetime_start, datetime_complete=trial.datetime_complete,
+        params=params, distributions={name: trial.distributions[name] for name in params},
+        user_attrs=trial.user_attrs, system_attrs=trial.system_attrs,
+        intermediate_values=trial.intermediate_values, trial_id=trial._trial_id,
+    )  # fmt: skip
+
+
 def record_fraction_inside(trial: optuna.Trial, window: FractionWindow) -> None:
     """Launched at a fraction inside what deaths of alike launches left open, in place of the sampled one."""
     trial.set_user_attr(FRACTION_INSIDE, [n for n in (window.low_trial, window.high_trial) if n is not None])

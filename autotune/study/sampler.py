@@ -161,14 +161,7 @@ class LaunchedSizing:
     def _shown(self, trial: FrozenTrial) -> FrozenTrial:
         if not attrs.sizing_untried(trial) or not self.names & trial.params.keys():
             return trial
-        params = {name: value for name, value in trial.params.items() if name not in self.names}
-        return FrozenTrial(
-            number=trial.number, state=trial.state, value=None, values=trial.values,
-            datetime_start=trial.datetime_start, datetime_complete=trial.datetime_complete,
-            params=params, distributions={name: trial.distributions[name] for name in params},
-            user_attrs=trial.user_attrs, system_attrs=trial.system_attrs,
-            intermediate_values=trial.intermediate_values, trial_id=trial._trial_id,
-        )  # fmt: skip
+        return attrs.trial_without(trial, self.names)
 
 
 def _named_failures(complete: Sequence[FrozenTrial]) -> list[dict[str, str]]:
