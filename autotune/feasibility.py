@@ -41,7 +41,8 @@ Two sources, both things a user's machine can know:
    above the highest that ran out of pool (with a KV dtype no larger), below the lowest that ran
    out of headroom (:meth:`FeasibilityModel.fraction_window`). Nothing is predicted from it; where
    the fraction cannot buy the objective, the study launches a new drafter inside that window
-   rather than at a sampled fraction beyond it.
+   rather than at a sampled fraction beyond it, and lends no served launch's sizing to a config
+   demanding more once launches like it died of headroom at that fraction.
 """
 
 from __future__ import annotations

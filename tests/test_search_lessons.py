@@ -253,3 +253,28 @@ def test_under_load_a_fraction_below_a_death_is_kept_and_predicted_to_die(tmp_pa
     assert [p.flags["mem-fraction-static"] for p in launcher.plans] == [0.88, 0.75]  # the pool is what load buys
     kept = StudyView(runner.study).records()[2]
     assert kept.outcome == "predicted-infeasible-memory-low" and kept.flags["mem-fraction-static"] == 0.72
+
+
+def test_a_borrowed_sizing_that_killed_a_launch_demanding_more_is_not_borrowed_again(tmp_path: Path) -> None:
+    from benchmarks import family
+
+    member = family.member(1225)  # 4x L40S, 149B fp8 at TP 4: little headroom left at a high fraction
+    problem = bench.problem_of(member.profile, member.space)
+    launcher = Counting(bench.LandscapeLauncher(problem, problem.landscape(0), random.Random(0)))
+    runner = bench.make_runner(problem, tmp_path, sampler=make_sampler("tpe", 0), launcher=launcher,
+                               storage=optuna.storages.InMemoryStorage())  # fmt: skip
+    nextn = {"tp-size": 4, "speculative-algorithm": "NEXTN", "speculative-eagle-topk": 2,
+             "attention-backend": "fa3", "chunked-prefill-size": 8192}  # fmt: skip
+    sampled = {"mem-fraction-static": 0.87, "max-running-requests": 4, "cuda-graph-max-bs-decode": 4}
+    served = {"mem-fraction-static": 0.97, "max-running-requests": 32, "cuda-graph-max-bs-decode": 32}
+    for params in ({**nextn, "speculative-num-steps": 5, "speculative-num-draft-tokens": 8, **served},
+                   {**nextn, "speculative-num-steps": 4, "speculative-num-draft-tokens": 15, **sampled},
+                   {**nextn, "speculative-num-steps": 6, "speculative-num-draft-tokens": 12, **sampled}):  # fmt: skip
+        runner.study.enqueue_trial(params)
+        runner.run(trials=1, timeout_s=None)
+    first, died, third = StudyView(runner.study).records()
+    # 15 draft tokens exceed the served launch's 8: its sizing is borrowed, and runs out of headroom
+    assert died.sizing_from == first.number and died.outcome == "infeasible-memory-high"
+    # 12 exceed 8 as well, but that sizing has killed a launch like it: the sampled one launches, and fits
+    assert third.sizing_from is None and third.outcome == "ok"
+    assert [p.flags["mem-fraction-static"] for p in launcher.plans] == [0.97, 0.97, 0.87]

@@ -374,7 +374,9 @@ class StudyRunner:
         one that vouches for it (it fitted with demands no smaller, feasibility 5), else the one it
         exceeds in the fewest demands; of those, the sizing that differs least from the sampled one
         (the latest on a tie). The plan as sampled, with no source, where a served launch vouches for
-        its sizing; None when no served launch is alike (or the objective is not one stream's rate)."""
+        its sizing; None when no served launch is alike (or the objective is not one stream's rate), or
+        when the config exceeds the chosen one while launches like it died of headroom at or below its
+        fraction (more draft tokens at a borrowed sizing that already killed some)."""
         engine = self.engines[plan.engine]
         sizing = set(engine.memory_sizing_flags)
         if not sizing or not self._one_stream_rate():
@@ -397,7 +399,14 @@ class StudyRunner:
                     chosen = (rank, engine.normalise(flags), record)
                 except InvalidConfig:
                     continue
-        return (chosen[1], chosen[2]) if chosen is not None else None
+        if chosen is None:
+            return None
+        (excess, _), sized, source = chosen
+        fraction = sized.flags.get(model.rules.fraction_flag) if model.rules is not None else None
+        died_above = model.fraction_window(plan.flags).high
+        if excess and isinstance(fraction, (int, float)) and died_above is not None and fraction >= died_above:
+            return None  # launches like it ran out of headroom there, and it demands more than the one that served
+        return sized, source
 
     def _fraction_inside(self, plan: LaunchPlan) -> tuple[LaunchPlan, FractionWindow] | None:
         """Where memory sizing cannot buy the objective and no served launch vouches for a sizing, a
