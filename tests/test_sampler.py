@@ -9,6 +9,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 
 from autotune.engines.base import LaunchPlan
 from autotune.study import attrs
+from autotune.study.runner import make_sampler
 from autotune.study.sampler import LaunchedSizing, NeighbourSampler, _repeats, neighbour
 
 DISTRIBUTIONS = {
@@ -195,3 +196,22 @@ def test_a_neighbour_that_would_complete_a_named_failure_moves_the_pairings_othe
         if proposed["crashed"]:
             named.append(pairing)
     assert study.best_trial.params["algorithm"] == "DFLASH"  # found through the pairing's other value
+
+
+def test_tpe_reads_the_trials_through_the_view_that_hides_untried_sizing() -> None:
+    """Optuna's TPE reads trials through a private method the view overrides: when every finished
+    trial borrowed its sizing, TPE's joint search space holds no sizing to model."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = make_sampler("tpe", 0)
+    assert isinstance(sampler, NeighbourSampler)
+    sampler.hold_still(frozenset({"fraction"}))
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    for _ in range(5):
+        trial = study.ask()
+        trial.suggest_int("steps", 1, 4)
+        trial.suggest_float("fraction", 0.5, 0.97, step=0.01)
+        attrs.record_sizing_from(trial, 0)
+        study.tell(trial, 1.0)
+    asked = study.ask()  # trial 5: odd, so a TPE trial rather than a neighbour
+    space = sampler.infer_relative_search_space(study, study._storage.get_trial(asked._trial_id))
+    assert "steps" in space and "fraction" not in space
