@@ -153,7 +153,7 @@ class LaunchedSizing:
     def get_trials(self, deepcopy: bool = True, states: Sequence[TrialState] | None = None) -> list[FrozenTrial]:
         return [self._shown(t) for t in self.study.get_trials(deepcopy=deepcopy, states=states)]
 
-    def _get_trials(
+    def _get_trials(  # what Optuna's TPE and its search spaces read (tests/test_sampler.py checks they still do)
         self, deepcopy: bool = True, states: Sequence[TrialState] | None = None, use_cache: bool = False
     ) -> list[FrozenTrial]:
         return [self._shown(t) for t in self.study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)]
