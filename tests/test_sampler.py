@@ -10,7 +10,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from autotune.engines.base import LaunchPlan
 from autotune.study import attrs
 from autotune.study.runner import make_sampler
-from autotune.study.sampler import LaunchedSizing, NeighbourSampler, _repeats, neighbour
+from autotune.study.sampler import LaunchedSizing, NeighbourSampler, _repeats, continued, neighbour
 
 DISTRIBUTIONS = {
     "backend": CategoricalDistribution(["flashinfer", "fa3", "triton"]),
@@ -215,3 +215,32 @@ def test_tpe_reads_the_trials_through_the_view_that_hides_untried_sizing() -> No
     asked = study.ask()  # trial 5: odd, so a TPE trial rather than a neighbour
     space = sampler.infer_relative_search_space(study, study._storage.get_trial(asked._trial_id))
     assert "steps" in space and "fraction" not in space
+
+
+def test_a_number_that_moved_to_the_best_is_moved_as_far_again() -> None:
+    previous = {"backend": "fa3", "steps": 2, "fraction": 0.6}
+    best = {"backend": "triton", "steps": 4, "fraction": 0.8}
+    rng, still = random.Random(5), frozenset({"fraction"})
+    assert continued(previous, best, DISTRIBUTIONS, rng, still=still) == {**best, "steps": 6}
+    ended = continued({**previous, "steps": 1}, {**best, "steps": 7}, DISTRIBUTIONS, rng, still=still)
+    assert ended == {**best, "steps": 8}  # as far again is past the range: its end
+    assert continued({**previous, "steps": 4}, best, DISTRIBUTIONS, rng, still=still) is None
+    # steps was not set before (a condition made it appear): only the fraction moved, and is not held still
+    assert continued({"backend": "fa3", "fraction": 0.6}, best, DISTRIBUTIONS, rng) == {**best, "fraction": 0.97}
+
+
+def test_a_neighbour_turn_first_moves_on_along_the_number_that_made_the_best() -> None:
+    sampler = NeighbourSampler(optuna.samplers.RandomSampler(seed=6), seed=6, after=2, every=1)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for steps in (2, 4):  # the best so far (4 steps) came from 2 steps
+        study.enqueue_trial({"backend": "fa3", "steps": steps, "fraction": 0.7})
+    proposed = []
+    for _ in range(3):
+        trial = study.ask()
+        backend = trial.suggest_categorical("backend", ["flashinfer", "fa3", "triton"])
+        steps = trial.suggest_int("steps", 1, 8)
+        trial.suggest_float("fraction", 0.5, 0.97, step=0.01)
+        proposed.append((backend, steps))
+        study.tell(trial, float(steps))
+    assert proposed[2] == ("fa3", 6)

@@ -6,7 +6,11 @@ points keeps drawing far from its best; the last percent is found next to it. So
 configurations served, every other trial is the best feasible trial with one or two of its values
 moved a step (a categorical: another choice), and a flag that the move makes appear (a condition
 now true) is drawn by TPE. A neighbour that resolves to a configuration already measured costs no
-launch (the runner measures duplicates once).
+launch (the runner measures duplicates once). A neighbour turn first goes on where the best came
+from: a number (draft steps, a size) that differs between the best and the best before it is moved
+as far again in the same direction, the others kept, until that config is finished (a pattern
+move). With random moves alone, the one number that matters moved in about one turn in eight, and
+a step at a time.
 
 A proposal that repeats a finished trial teaches nothing and, when the sampler has settled, most
 would: TPE's joint draw is drawn again (a few times) and a neighbour re-chosen until its values
@@ -119,8 +123,15 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
         served = [t for t in complete if _feasible(t)]
         if len(served) < self.after or trial.number % self.every:
             return None
-        best = max(served, key=lambda t: t.values[0] if study.direction.name == "MAXIMIZE" else -t.values[0])
+        sign = 1.0 if study.direction.name == "MAXIMIZE" else -1.0
+        best = max(served, key=lambda t: sign * t.values[0])
         finished, failures = _sampled_params(complete), _named_failures(complete)
+        before = [t for t in served if t.number < best.number]
+        if before:
+            previous = max(before, key=lambda t: sign * t.values[0])
+            plan = continued(previous.params, best.params, best.distributions, self.rng, still=self.still)
+            if plan is not None and _completed(plan, failures) is None and not _repeats(plan, finished, self.still):
+                return plan
         for _ in range(NEIGHBOUR_TRIES):
             plan = neighbour(best.params, best.distributions, self.rng, still=self.still)
             while (named := _completed(plan, failures)) is not None:
@@ -193,6 +204,35 @@ def _repeats(values: dict[str, Any], finished: Sequence[dict[str, Any]], still: 
         all(name in values and values[name] == value for name, value in params.items() if name not in still)
         for params in finished
     )
+
+
+def continued(
+    previous: dict[str, Any],
+    best: dict[str, Any],
+    distributions: dict[str, BaseDistribution],
+    rng: random.Random,
+    *,
+    still: frozenset[str] = frozenset(),
+) -> dict[str, Any] | None:
+    """``best`` with one of the numbers that moved from the ``previous`` best moved as far again in
+    the same direction (inside its range), or None when no number moved."""
+    moved = [
+        name
+        for name, value in best.items()
+        if name not in still
+        and name in previous
+        and isinstance(distributions[name], (IntDistribution, FloatDistribution))
+        and previous[name] != value
+    ]
+    if not moved:
+        return None
+    name = rng.choice(moved)
+    distribution = distributions[name]
+    assert isinstance(distribution, (IntDistribution, FloatDistribution))
+    value = min(max(best[name] + (best[name] - previous[name]), distribution.low), distribution.high)
+    if value == best[name]:
+        return None
+    return {**best, name: int(round(value)) if isinstance(distribution, IntDistribution) else round(value, 10)}
 
 
 def neighbour(
