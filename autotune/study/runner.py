@@ -142,7 +142,8 @@ def make_sampler(name: SamplerName, seed: int | None) -> optuna.samplers.BaseSam
     # benchmarks/search_efficiency.py --family: every other trial a neighbour of the best once 3 served
     # (chosen on tuning members 0-7) took the median launches to 2% of the optimum from 23 to 14 on
     # held-out members 1000-1029 (budget 60). With repeats redrawn and memory sizing held still (chosen
-    # on members 0-23), members 1060-1089, unseen before: median 13, 28/30 reached. sampler.py says why.
+    # on members 0-23), members 1060-1089, unseen before: median 13, 28/30 reached. Moving on along the
+    # number that made the best first: 14 and 16 on 1300-1329 and 1330-1359, unseen. sampler.py says why.
     return NeighbourSampler(tpe, seed=seed, after=3, every=2)
 
 
