@@ -214,8 +214,9 @@ def continued(
     *,
     still: frozenset[str] = frozenset(),
 ) -> dict[str, Any] | None:
-    """``best`` with one of the numbers that moved from the ``previous`` best moved as far again in
-    the same direction (inside its range), or None when no number moved."""
+    """``best`` with one of the numbers that moved from the ``previous`` best (chosen at random)
+    moved as far again in the same direction, up to its range's end; None when no number moved or
+    the chosen one is at that end already."""
     moved = [
         name
         for name, value in best.items()
