@@ -230,10 +230,9 @@ def continued(
     name = rng.choice(moved)
     distribution = distributions[name]
     assert isinstance(distribution, (IntDistribution, FloatDistribution))
-    value = min(max(best[name] + (best[name] - previous[name]), distribution.low), distribution.high)
-    if value == best[name]:
-        return None
-    return {**best, name: int(round(value)) if isinstance(distribution, IntDistribution) else round(value, 10)}
+    far_again = best[name] + (best[name] - previous[name])
+    value = _typed(min(max(far_again, distribution.low), distribution.high), distribution)
+    return None if value == best[name] else {**best, name: value}
 
 
 def neighbour(
@@ -268,10 +267,13 @@ def _moved(value: Any, distribution: BaseDistribution, rng: random.Random) -> An
         inside = [v for v in (value - stride, value + stride) if low <= v <= high]
         if inside:
             break
-    moved = rng.choice(inside)
-    if isinstance(distribution, IntDistribution):
-        return int(round(moved))
-    return round(moved, 10)
+    return _typed(rng.choice(inside), distribution)
+
+
+def _typed(value: float, distribution: IntDistribution | FloatDistribution) -> int | float:
+    """A number computed from a distribution's values, as Optuna holds them: an int, or a float
+    without the arithmetic's last-digit noise."""
+    return int(round(value)) if isinstance(distribution, IntDistribution) else round(value, 10)
 
 
 def _contains(distribution: BaseDistribution, value: Any) -> bool:
