@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import random
+from functools import partial
 
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from autotune.engines.base import LaunchPlan
+from autotune.engines.base import DraftTree, LaunchPlan
 from autotune.study import attrs
 from autotune.study.runner import make_sampler
-from autotune.study.sampler import LaunchedSizing, NeighbourSampler, _repeats, continued, neighbour
+from autotune.study.sampler import LaunchedSizing, NeighbourSampler, _repeats, continued, neighbour, tree_followed
 
 DISTRIBUTIONS = {
     "backend": CategoricalDistribution(["flashinfer", "fa3", "triton"]),
@@ -244,3 +245,44 @@ def test_a_neighbour_turn_first_moves_on_along_the_number_that_made_the_best() -
         proposed.append((backend, steps))
         study.tell(trial, float(steps))
     assert proposed[2] == ("fa3", 6)
+
+
+TREE = DraftTree(depth="steps", width="topk", size="draft")
+TREE_DISTRIBUTIONS = {
+    "steps": IntDistribution(1, 8),
+    "topk": CategoricalDistribution([1, 2, 4]),
+    "draft": IntDistribution(2, 16),
+}
+
+
+def test_a_deeper_or_wider_draft_tree_gets_a_size_filling_it_as_the_best_filled_its_own() -> None:
+    best = {"steps": 3, "topk": 2, "draft": 7}  # a full tree: 3 x 2 + 1
+    followed = partial(tree_followed, best, trees=[TREE], distributions=TREE_DISTRIBUTIONS)
+    assert followed({**best, "topk": 4})["draft"] == 13
+    assert followed({**best, "steps": 4})["draft"] == 9
+    assert followed({**best, "steps": 6, "topk": 4})["draft"] == 16  # 25 is past the range: its end
+    half = {"steps": 4, "topk": 2, "draft": 5}  # half the tree's room used
+    assert tree_followed(half, {**half, "topk": 4}, [TREE], TREE_DISTRIBUTIONS)["draft"] == 9
+    assert followed({**best, "topk": 4, "draft": 8})["draft"] == 8  # the move set the size itself
+    assert followed({**best, "topk": 1}) == {**best, "topk": 1}  # a chain: SGLang sets its size
+    assert followed({**best, "backend": "fa3"}) == {**best, "backend": "fa3"}  # the tree did not move
+    assert tree_followed(best, {**best, "topk": 4}, [], TREE_DISTRIBUTIONS)["draft"] == 7  # no tree named
+
+
+def test_a_chain_widened_into_a_tree_gets_the_full_tree_and_the_drawn_size_its_range() -> None:
+    chain = {"steps": 3, "topk": 1}  # the size is not a parameter of a chain
+    assert tree_followed(chain, {**chain, "topk": 2}, [TREE], {})["draft"] == 7
+    sampler = NeighbourSampler(optuna.samplers.RandomSampler(seed=7), seed=7, after=1, every=1)
+    sampler.follow_trees([TREE])
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study.enqueue_trial({"steps": 8, "topk": 1})
+    drafts = []
+    for _ in range(6):  # fewer than the chain's 8 neighbours: each trial is one
+        trial = study.ask()
+        steps = trial.suggest_int("steps", 1, 8)
+        topk = trial.suggest_categorical("topk", [1, 2, 4])
+        if topk > 1:
+            drafts.append((steps, topk, trial.suggest_int("draft", 2, 16)))
+        study.tell(trial, 1.0 if trial.number == 0 else 0.0)  # the chain stays the best
+    assert drafts and all(draft == min(16, steps * topk + 1) for steps, topk, draft in drafts)

@@ -237,6 +237,8 @@ class SGLangEngine(Engine):
     # sglang.md "Memory": these size the KV/mamba pools, the request pool, prefill chunks and the
     # CUDA-graph batches; one stream decodes alike under any of them that still admits it (a
     # prompt longer than the context is a failure, not a rate: context-length is not among them).
+    # sglang.md "Rules applied at launch": with topk > 1, draft tokens past steps x topk + 1 only waste buffers.
+    draft_tree = base.DraftTree(depth=STEPS, width=TOPK, size=DRAFT)
     memory_sizing_flags = {
         "mem-fraction-static": 0,
         "max-running-requests": 1,
