@@ -12,10 +12,12 @@ from pathlib import Path
 import optuna
 import yaml
 
+from autotune.engines.base import DraftTree
 from autotune.feasibility import FeasibilityModel
 from autotune.outcomes import OutcomeKind
 from autotune.study import StudyView, make_sampler
 from autotune.study.memory import feasibility_models
+from autotune.study.sampler import NeighbourSampler
 from tests.conftest import TWIN_SPACE, load_benchmark
 
 bench = load_benchmark()
@@ -93,3 +95,15 @@ def test_records_carry_the_measurement_and_the_view_reads_them(tmp_path: Path) -
     assert view.info.space is not None and view.info.tuned == list(problem.space.tuned)
     profile = view.profile(best)
     assert profile.flags == best.flags and profile.metrics["decode_tok_s"].value == best.value
+
+
+def test_the_study_hands_its_engines_draft_tree_to_the_neighbour_sampler(tmp_path: Path) -> None:
+    problem = bench.load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
+    runner = bench.make_runner(
+        problem, tmp_path, sampler=make_sampler("tpe", 1), storage=optuna.storages.InMemoryStorage()
+    )
+    sampler = runner.study.sampler
+    assert isinstance(sampler, NeighbourSampler)
+    assert sampler.trees == (
+        DraftTree(depth="speculative-num-steps", width="speculative-eagle-topk", size="speculative-num-draft-tokens"),
+    )
