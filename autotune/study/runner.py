@@ -143,7 +143,9 @@ def make_sampler(name: SamplerName, seed: int | None) -> optuna.samplers.BaseSam
     # (chosen on tuning members 0-7) took the median launches to 2% of the optimum from 23 to 14 on
     # held-out members 1000-1029 (budget 60). With repeats redrawn and memory sizing held still (chosen
     # on members 0-23), members 1060-1089, unseen before: median 13, 28/30 reached. Moving on along the
-    # number that made the best first: 14 and 16 on 1300-1329 and 1330-1359, unseen. sampler.py says why.
+    # number that made the best first: 14 and 16 on 1300-1329 and 1330-1359, unseen. With draft tokens
+    # scaled to the draft tree: 14 / 27 and 13 / 38 (median / p90) on 1360-1389 and 1390-1419, unseen.
+    # sampler.py says why.
     return NeighbourSampler(tpe, seed=seed, after=3, every=2)
 
 
