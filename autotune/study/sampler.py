@@ -142,9 +142,10 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
         if before:
             previous = max(before, key=lambda t: sign * t.values[0])
             plan = continued(previous.params, best.params, best.distributions, self.rng, still=self.still)
-            plan = plan and tree_followed(best.params, plan, self.trees, best.distributions)
-            if plan is not None and _completed(plan, failures) is None and not _repeats(plan, finished, self.still):
-                return plan
+            if plan is not None:
+                plan = tree_followed(best.params, plan, self.trees, best.distributions)
+                if _completed(plan, failures) is None and not _repeats(plan, finished, self.still):
+                    return plan
         for _ in range(NEIGHBOUR_TRIES):
             plan = neighbour(best.params, best.distributions, self.rng, still=self.still)
             plan = tree_followed(best.params, plan, self.trees, best.distributions)
