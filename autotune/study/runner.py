@@ -255,10 +255,10 @@ class StudyRunner:
                 sampler=sampler or make_sampler("tpe", None),
                 load_if_exists=True,
             )
-        if isinstance(self.study.sampler, NeighbourSampler) and self._one_stream_rate():
-            sizing = {name for engine in self.engines.values() for name in engine.memory_sizing_flags}
-            self.study.sampler.hold_still(frozenset(sizing & set(self.space.tuned)))
         if isinstance(self.study.sampler, NeighbourSampler):
+            if self._one_stream_rate():
+                sizing = {name for engine in self.engines.values() for name in engine.memory_sizing_flags}
+                self.study.sampler.hold_still(frozenset(sizing & set(self.space.tuned)))
             self.study.sampler.follow_trees([e.draft_tree for e in self.engines.values() if e.draft_tree is not None])
         self.launch: Launcher = launcher or trial_launcher(
             checked, paths, read_gpus, lambda: attrs.agreement_reference(self.study)
