@@ -118,9 +118,10 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
         self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
     ) -> Any:
         plan = self.plans.get(trial.number, {})
-        value = _clamped(plan[param_name], param_distribution) if param_name in plan else None
-        if value is not None and _contains(param_distribution, value):
-            return value
+        if param_name in plan:  # a planned None is a value too (a categorical may offer it)
+            value = _clamped(plan[param_name], param_distribution)
+            if _contains(param_distribution, value):
+                return value
         return self.base.sample_independent(self._learned(study), trial, param_name, param_distribution)
 
     def _learned(self, study: optuna.Study) -> optuna.Study:
@@ -243,9 +244,7 @@ def continued(
     if not moved:
         return None
     name = rng.choice(moved)
-    distribution = distributions[name]
-    assert isinstance(distribution, (IntDistribution, FloatDistribution))
-    value = _clamped(best[name] + (best[name] - previous[name]), distribution)
+    value = _clamped(best[name] + (best[name] - previous[name]), distributions[name])
     return None if value == best[name] else {**best, name: value}
 
 
