@@ -24,10 +24,12 @@ import json
 import math
 import multiprocessing
 import os
+import platform
 import statistics
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 LOOP_ITERATIONS = 200_000
@@ -88,19 +90,31 @@ def correlation(a: Sequence[float], b: Sequence[float]) -> float | None:
         return None
 
 
+@dataclass(frozen=True)
+class CoreReport:
+    """One core under one load: what the table shows and ``--json`` keeps."""
+
+    core: int
+    windows: list[float]  # each window's speed against the core's mean
+    sd_window: float | None
+    sd_launch: float | None
+    correlation_with_other_cores: float | None
+    launches_needed: int | None
+
+
 def core_report(
     core: int, rates: list[float], others: list[list[float]], launch_rates: list[float], resolve: float
-) -> dict[str, object]:
+) -> CoreReport:
     mean_of_others = [statistics.fmean(column) for column in zip(*others, strict=False)] if others else []
     sd_launch = relative_sd(launch_rates)
-    return {
-        "core": core,
-        "windows": [round(r / statistics.fmean(rates), 4) for r in rates] if rates else [],
-        "sd_window": relative_sd(rates),
-        "sd_launch": sd_launch,
-        "correlation_with_other_cores": correlation(rates, mean_of_others) if mean_of_others else None,
-        "launches_needed": launches_needed(sd_launch, resolve) if sd_launch is not None else None,
-    }
+    return CoreReport(
+        core=core,
+        windows=[round(r / statistics.fmean(rates), 4) for r in rates] if rates else [],
+        sd_window=relative_sd(rates),
+        sd_launch=sd_launch,
+        correlation_with_other_cores=correlation(rates, mean_of_others) if mean_of_others else None,
+        launches_needed=launches_needed(sd_launch, resolve) if sd_launch is not None else None,
+    )
 
 
 def parse_cores(text: str | None) -> list[int]:
@@ -142,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = dict(queue.get() for _ in workers)
     for worker in workers:
         worker.join()
-    reports: dict[str, list[dict[str, object]]] = {}
+    reports: dict[str, list[CoreReport]] = {}
     for load, column in (("loop", 1), ("copy", 2)):
         series = {core: [(s[0], s[column]) for s in samples] for core, samples in results.items()}
         rates = {core: window_rates(points, args.window_s) for core, points in series.items()}
@@ -154,14 +168,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_table(reports, args)
     print(verdict(reports, args.launches, args.resolve))
     if args.json is not None:
+        rows = {load: [asdict(row) for row in load_rows] for load, load_rows in reports.items()}
         args.json.write_text(json.dumps({"settings": vars(args) | {"json": str(args.json), "cores": cores},
-                                         "cpu": cpu_name(), "reports": reports}, indent=1))  # fmt: skip
+                                         "cpu": cpu_name(), "reports": rows}, indent=1))  # fmt: skip
     return 0
 
 
-def verdict(reports: dict[str, list[dict[str, object]]], launches: int, resolve: float) -> str:
-    needed = [row["launches_needed"] for rows in reports.values() for row in rows]
-    worst = max((n for n in needed if isinstance(n, int)), default=None)
+def verdict(reports: dict[str, list[CoreReport]], launches: int, resolve: float) -> str:
+    needed = [row.launches_needed for rows in reports.values() for row in rows if row.launches_needed is not None]
+    worst = max(needed, default=None)
     if worst is None:
         return "too few windows to judge: run longer"
     quiet = "quiet enough" if worst <= launches else "not quiet enough"
@@ -170,19 +185,21 @@ def verdict(reports: dict[str, list[dict[str, object]]], launches: int, resolve:
 
 
 def cpu_name() -> str:
+    """The CPU's model name, as Linux reports it (record_landscape.py labels CPU landscapes with it too)."""
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        return "unknown CPU"
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown CPU")
+        lines = []
+    fallback = platform.processor() or "unknown CPU"
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), fallback)
 
 
-def print_table(reports: dict[str, list[dict[str, object]]], args: argparse.Namespace) -> None:
+def print_table(reports: dict[str, list[CoreReport]], args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    def pct(value: object) -> str:
-        return f"{value:.1%}" if isinstance(value, float) else "-"
+    def pct(value: float | None) -> str:
+        return f"{value:.1%}" if value is not None else "-"
 
     table = Table(
         title=f"CPU speed, {cpu_name()}: sd of {args.window_s:g} s and {args.launch_s:g} s windows",
@@ -195,11 +212,10 @@ def print_table(reports: dict[str, list[dict[str, object]]], args: argparse.Name
         table.add_column(header, justify="left" if header in ("load", "windows (against the core's mean)") else "right")
     for load, rows in reports.items():
         for row in rows:
-            windows = row["windows"]
-            corr = row["correlation_with_other_cores"]
-            table.add_row(load, str(row["core"]), pct(row["sd_window"]), pct(row["sd_launch"]),
-                          f"{corr:.2f}" if isinstance(corr, float) else "-", str(row["launches_needed"] or "-"),
-                          " ".join(f"{w:.2f}" for w in windows) if isinstance(windows, list) else "")  # fmt: skip
+            corr = row.correlation_with_other_cores
+            table.add_row(load, str(row.core), pct(row.sd_window), pct(row.sd_launch),
+                          f"{corr:.2f}" if corr is not None else "-", str(row.launches_needed or "-"),
+                          " ".join(f"{w:.2f}" for w in row.windows))  # fmt: skip
     Console(width=max(Console().width, 140)).print(table)
 
 

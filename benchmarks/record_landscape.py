@@ -21,7 +21,6 @@ import datetime
 import itertools
 import json
 import os
-import platform
 import random
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from autotune.protocol import MeasureSettings  # noqa: E402
 from autotune.space import Condition, FlagValue, SearchSpace, load_space, resolve_command  # noqa: E402
 from autotune.trial import TrialOutcome, TrialSetup, run_trial  # noqa: E402
 from autotune.workload import load_suite  # noqa: E402
+from benchmarks.quiet_check import cpu_name  # noqa: E402
 from benchmarks.recorded import (  # noqa: E402
     GridFlag,
     Machine,
@@ -149,12 +149,7 @@ def machine_facts() -> Machine:
     if smi and os.environ.get("CUDA_VISIBLE_DEVICES") != "":
         names = [line.split(",")[0].strip() for line in smi]
         return Machine(hardware=f"{len(names)}x {names[0]}", driver=smi[0].split(",")[1].strip(), cores=os.cpu_count())
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-         if line.startswith("model name")),
-        platform.processor() or "unknown CPU",
-    )  # fmt: skip
-    return Machine(hardware=f"CPU: {cpu}", cores=os.cpu_count())
+    return Machine(hardware=f"CPU: {cpu_name()}", cores=os.cpu_count())
 
 
 def engine_version(launcher: list[str]) -> str:

@@ -29,13 +29,18 @@ def test_launches_needed_grow_with_the_square_of_the_noise() -> None:
     assert quiet.launches_needed(0.005, 0.02) == 1
 
 
+def _needing(launches: int | None) -> object:
+    return quiet.CoreReport(core=0, windows=[], sd_window=None, sd_launch=None, correlation_with_other_cores=None,
+                            launches_needed=launches)  # fmt: skip
+
+
 def test_the_verdict_is_the_noisiest_cores() -> None:
-    reports = {"loop": [{"launches_needed": 2}, {"launches_needed": 40}], "copy": [{"launches_needed": 3}]}
+    reports = {"loop": [_needing(2), _needing(40)], "copy": [_needing(3)]}
     assert quiet.verdict(reports, 3, 0.02) == (
         "not quiet enough to judge 2% with 3 launches per configuration: the noisiest core needs 40"
     )
-    assert quiet.verdict({"loop": [{"launches_needed": 3}]}, 3, 0.02).startswith("quiet enough")
-    assert quiet.verdict({"loop": [{"launches_needed": None}]}, 3, 0.02) == "too few windows to judge: run longer"
+    assert quiet.verdict({"loop": [_needing(3)]}, 3, 0.02).startswith("quiet enough")
+    assert quiet.verdict({"loop": [_needing(None)]}, 3, 0.02) == "too few windows to judge: run longer"
 
 
 def test_the_script_reports_every_core_and_load(tmp_path: Path) -> None:
