@@ -18,13 +18,13 @@ from pydantic import BaseModel, ConfigDict
 from autotune.engines import get_engine
 from autotune.engines.base import LaunchPlan
 from autotune.errors import AutotuneError, UserError
-from autotune.measure import Measurement
+from autotune.measure.client import Measurement
+from autotune.measure.protocol import MeasureSettings
+from autotune.measure.suites import load_suite
 from autotune.outcomes import OutcomeKind
 from autotune.profile import Profile
-from autotune.protocol import MeasureSettings
 from autotune.space import resolve_command
 from autotune.trial import TrialSetup, measure_with_server_stats, run_trial
-from autotune.workload import load_suite
 
 
 class Verdict(BaseModel):

@@ -161,7 +161,7 @@ def study(
     """
     with error_funnel():
         from autotune.errors import UserError
-        from autotune.report import LiveView, best_summary, confirmation_table, engines_table, trials_table
+        from autotune.report.console import LiveView, best_summary, confirmation_table, engines_table, trials_table
         from autotune.space import load_space
         from autotune.stopping import REPEATED_FAILURE, parse_duration
         from autotune.study import StudyPaths, StudyRunner, StudyView, preflight
@@ -278,7 +278,7 @@ def show(
 ) -> None:
     """Show every trial (outcome, key flags, tok/s, accept length), which flags mattered, the best per category."""
     with error_funnel():
-        from autotune.report import (
+        from autotune.report.console import (
             best_summary,
             break_even_text,
             category_table,
@@ -291,7 +291,7 @@ def show(
         opened = _open(study_name, storage, studies_dir)
         if trial is not None:
             from autotune.errors import UserError
-            from autotune.report import trial_detail
+            from autotune.report.console import trial_detail
 
             record = opened.record(trial)
             if record is None:
@@ -301,7 +301,7 @@ def show(
             else:
                 console.print(trial_detail(record), highlight=False)
             return
-        from autotune.report_summary import trial_categories
+        from autotune.report.summary import trial_categories
         from autotune.study import best_of
 
         all_records = opened.records()
@@ -341,7 +341,7 @@ def show(
         if opened.info.confirmation is not None:
             console.print(confirmation_table(opened.info.confirmation))
         if levels is not None:
-            from autotune.report import levels_table
+            from autotune.report.console import levels_table
 
             console.print(levels_table(levels))
         console.print(break_even_text(opened.break_even()))
@@ -426,7 +426,7 @@ def confirm(
     """Measure the study's finalists again on fresh, interleaved launches and name the confirmed best."""
     with error_funnel():
         from autotune.errors import UserError
-        from autotune.report import LiveView, best_summary, confirmation_table
+        from autotune.report.console import LiveView, best_summary, confirmation_table
         from autotune.space import load_space
         from autotune.study import StudyPaths, StudyRunner, StudyView, preflight
 
@@ -553,9 +553,9 @@ def bench(
     with error_funnel():
         from autotune.bench import bench_profile, bench_url, compare
         from autotune.errors import UserError
+        from autotune.measure.protocol import MeasureSettings
         from autotune.profile import load_profile
-        from autotune.protocol import MeasureSettings
-        from autotune.report import measurement_table
+        from autotune.report.console import measurement_table
 
         if (url is None) == (profile_file is None):
             raise UserError("give exactly one of --url URL or --profile PROFILE.yaml")
@@ -616,7 +616,7 @@ def gpus(
     """List the GPUs (through NVML): memory, the processes holding it, bandwidth, driver."""
     with error_funnel():
         from autotune.gpu import read_inventory, read_nvml
-        from autotune.report import inventory_table
+        from autotune.report.console import inventory_table
         from autotune.space import load_space
 
         inventory = read_inventory(load_space(space_file).gpus) if space_file else read_nvml()
@@ -644,7 +644,7 @@ def dashboard(
     Needs the optional extra: pip install 'autotune[dashboard]'. Runs until Ctrl-C.
     """
     with error_funnel():
-        from autotune.dashboard import LOOPBACK, open_dashboard
+        from autotune.report.dashboard import LOOPBACK, open_dashboard
         from autotune.study import StudyPaths
 
         _open(study_name, storage, studies_dir)
@@ -679,7 +679,7 @@ def report(
 ) -> None:
     """Write a report folder: an HTML page, PNG figures, summary.json and the winner's profile."""
     with error_funnel():
-        from autotune.htmlreport import build_report
+        from autotune.report.html import build_report
         from autotune.study import StudyPaths
 
         opened = _open(study_name, storage, studies_dir, artifacts)

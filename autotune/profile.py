@@ -18,8 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from autotune.engines import get_engine
 from autotune.engines.base import LaunchPlan
 from autotune.errors import UserError
-from autotune.protocol import MeasureSettings
-from autotune.space import REDACTED, FlagValue, is_secret_flag, is_secret_name, resolve_command, secret_env_name
+from autotune.measure.protocol import MeasureSettings
+from autotune.secrets import REDACTED, is_secret_flag, secret_env_name
+from autotune.space import FlagValue, resolve_command
 
 ExportFormat = Literal["yaml", "sh", "systemd"]
 
@@ -99,10 +100,6 @@ class Profile(BaseModel):
         if self.simulated:
             parts.append("SIMULATED on the autotune twin, not a real GPU")
         return "; ".join(parts)
-
-
-def redact_env(env: dict[str, str]) -> dict[str, str | None]:
-    return {name: (None if is_secret_name(name) else value) for name, value in env.items()}
 
 
 def render_yaml(profile: Profile) -> str:

@@ -24,7 +24,7 @@ from typing import IO
 from pydantic import BaseModel, ConfigDict
 
 from autotune.errors import LauncherError, ServerError
-from autotune.space import REDACTED, is_secret_flag
+from autotune.secrets import REDACTED, is_secret_flag
 
 
 class ServerState(str, Enum):

@@ -15,16 +15,16 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune.agreement import PROMPTS, Agreement, AgreementSpec, OutputSample, Reference, compare
 from autotune.engines.base import EffectiveConfig, Engine, LaunchPlan, MemoryFacts
 from autotune.errors import MeasurementError
 from autotune.gpu import IDLE_TOLERANCE_BYTES, Busy, GpuInventory, used_bytes, wait_for
-from autotune.measure import Measurement, greedy_texts, run_measurement
+from autotune.measure.agreement import PROMPTS, Agreement, AgreementSpec, OutputSample, Reference, compare
+from autotune.measure.client import Measurement, greedy_texts, run_measurement
+from autotune.measure.protocol import MeasureSettings
+from autotune.measure.suites import Suite
 from autotune.outcomes import OutcomeKind
-from autotune.protocol import MeasureSettings
+from autotune.secrets import auth_headers
 from autotune.server import ServerProcess, find_free_port
-from autotune.space import auth_headers
-from autotune.workload import Suite
 
 HOST = "127.0.0.1"
 

@@ -39,11 +39,11 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from autotune.engines import get_engine  # noqa: E402
 from autotune.engines.base import Engine  # noqa: E402
 from autotune.engines.llamacpp import parse_request_logs  # noqa: E402
-from autotune.measure import Measurement, run_measurement  # noqa: E402
-from autotune.protocol import MeasureSettings  # noqa: E402
+from autotune.measure.client import Measurement, run_measurement  # noqa: E402
+from autotune.measure.protocol import MeasureSettings  # noqa: E402
+from autotune.measure.suites import Suite, load_suite  # noqa: E402
 from autotune.server import ServerProcess, find_free_port  # noqa: E402
 from autotune.space import FlagValue  # noqa: E402
-from autotune.workload import Suite, load_suite  # noqa: E402
 
 TWIN_FLAGS = ["--tp-size", "2", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
               "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--mem-fraction-static",

@@ -37,11 +37,11 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from autotune.engines import get_engine  # noqa: E402
 from autotune.engines.base import Engine  # noqa: E402
 from autotune.errors import AutotuneError  # noqa: E402
+from autotune.measure.protocol import MeasureSettings  # noqa: E402
+from autotune.measure.suites import load_suite  # noqa: E402
 from autotune.outcomes import OutcomeKind  # noqa: E402
-from autotune.protocol import MeasureSettings  # noqa: E402
 from autotune.space import Condition, FlagValue, SearchSpace, load_space, resolve_command  # noqa: E402
 from autotune.trial import TrialOutcome, TrialSetup, run_trial  # noqa: E402
-from autotune.workload import load_suite  # noqa: E402
 from benchmarks.quiet_check import cpu_name  # noqa: E402
 from benchmarks.recorded import (  # noqa: E402
     GridFlag,

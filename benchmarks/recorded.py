@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune.protocol import MeasureSettings
+from autotune.measure.protocol import MeasureSettings
 from autotune.space import FlagValue
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from autotune.engines import get_engine
 from autotune.engines.base import Engine, InvalidConfig, LaunchPlan
-from autotune.measure import Measurement, Metric
+from autotune.measure.client import Measurement, Metric
+from autotune.measure.protocol import EarlyStop
 from autotune.outcomes import OutcomeKind
-from autotune.protocol import EarlyStop
 from autotune.space import Condition, FlagValue, SearchSpace
 from autotune.trial import TrialOutcome
 from benchmarks.landscape import GridAxis

@@ -38,9 +38,10 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from autotune.engines import get_engine  # noqa: E402
 from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan, MemoryFacts  # noqa: E402
 from autotune.gpu import GpuInventory  # noqa: E402
-from autotune.measure import Measurement, Metric  # noqa: E402
+from autotune.measure.client import Measurement, Metric  # noqa: E402
+from autotune.measure.protocol import EarlyStop  # noqa: E402
+from autotune.measure.suites import load_suite  # noqa: E402
 from autotune.outcomes import OutcomeKind  # noqa: E402
-from autotune.protocol import EarlyStop  # noqa: E402
 from autotune.records import TrialRecord  # noqa: E402
 from autotune.space import (  # noqa: E402
     CategoricalParam,
@@ -61,7 +62,6 @@ from autotune.study import (  # noqa: E402
 )
 from autotune.study.runner import SamplerName  # noqa: E402
 from autotune.trial import TrialOutcome  # noqa: E402
-from autotune.workload import load_suite  # noqa: E402
 from autotune_twin.profile import TwinProfile, inventory, load_profile  # noqa: E402
 from benchmarks import family, replay  # noqa: E402
 from benchmarks.landscape import (  # noqa: E402

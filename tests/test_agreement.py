@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autotune.agreement import AgreementSpec, OutputSample, Reference, compare, leading_share
+from autotune.measure.agreement import AgreementSpec, OutputSample, Reference, compare, leading_share
 
 SPEC = AgreementSpec()
 REFERENCE = Reference(trial=0, sample=OutputSample(key=SPEC.key, texts=["a" * 100, "b" * 100, "c" * 100]))

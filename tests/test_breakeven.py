@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.breakeven import SpeedPoint, break_even, speed_point
 from autotune.records import MetricRecord, TrialRecord
+from autotune.study.breakeven import SpeedPoint, break_even, speed_point
 
 
 def record(number: int, tok_s: float, accept: float | None, **flags: object) -> TrialRecord:

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from autotune.engines.base import LaunchPlan
-from autotune.protocol import EarlyStop
+from autotune.measure.protocol import EarlyStop
 from autotune.study import StudyView, make_sampler
 from autotune.trial import TrialOutcome
 from tests.conftest import TWIN_SPACE, load_benchmark

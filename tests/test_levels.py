@@ -2,7 +2,7 @@
 
 The study runner runs through its front door on SQLite with a stand-in engine (no processes): a
 landscape where deep drafts win for one user and lose for sixteen, measured by the real statistics
-(``measure.summarise``) at every level of each launch. ``show`` and ``export`` run as the CLI.
+(``measure.client.summarise``) at every level of each launch. ``show`` and ``export`` run as the CLI.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 from autotune.cli import app
 from autotune.engines.base import LaunchPlan
 from autotune.errors import SpaceError
-from autotune.measure import Measurement, RequestRecord, summarise
+from autotune.measure.client import Measurement, RequestRecord, summarise
+from autotune.measure.protocol import EarlyStop, MeasureSettings
 from autotune.outcomes import OutcomeKind
-from autotune.protocol import EarlyStop, MeasureSettings
 from autotune.space import load_space, parse_space
 from autotune.study import StudyPaths, StudyRunner, StudyView, make_sampler
 from autotune.study.levels import front, level_best

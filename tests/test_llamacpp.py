@@ -35,12 +35,12 @@ from autotune.engines.llamacpp import (
     parse_request_logs,
 )
 from autotune.errors import FlagError
+from autotune.measure.protocol import MeasureSettings
+from autotune.measure.suites import Prompt, Suite, load_suite
 from autotune.outcomes import OutcomeKind
-from autotune.protocol import MeasureSettings
 from autotune.server import ServerProcess, find_free_port
 from autotune.space import FlagValue
 from autotune.trial import LogWindow, TrialSetup, measure_with_server_stats, run_trial
-from autotune.workload import Prompt, Suite, load_suite
 from tests.conftest import ROOT, SPACES, autotune_cmd
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"

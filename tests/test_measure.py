@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from autotune.engines.sglang import SGLangEngine
-from autotune.measure import Measurement, percentile, run_measurement, steadiness
-from autotune.protocol import MeasureSettings
-from autotune.workload import Prompt, Suite
+from autotune.measure.client import Measurement, percentile, run_measurement, steadiness
+from autotune.measure.protocol import MeasureSettings
+from autotune.measure.suites import Prompt, Suite
 
 SUITE = Suite(
     name="t",

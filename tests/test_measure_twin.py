@@ -14,11 +14,11 @@ import httpx
 import pytest
 
 from autotune.engines.sglang import SGLangEngine
-from autotune.measure import Measurement
-from autotune.protocol import EarlyStop, MeasureSettings
+from autotune.measure.client import Measurement
+from autotune.measure.protocol import EarlyStop, MeasureSettings
+from autotune.measure.suites import Suite, load_suite
 from autotune.server import ServerProcess, find_free_port
 from autotune.trial import LogWindow, measure_with_server_stats
-from autotune.workload import Suite, load_suite
 from tests.conftest import autotune_cmd
 
 pytestmark = [pytest.mark.twin, pytest.mark.slow]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from autotune.profile import Profile, ProfileMetric, load_profile, redact_env, render
+from autotune.profile import Profile, ProfileMetric, load_profile, render
+from autotune.secrets import redact_env
 
 PROFILE = Profile(
     study="s",

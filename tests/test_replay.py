@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.protocol import MeasureSettings
+from autotune.measure.protocol import MeasureSettings
 from benchmarks import replay
 from benchmarks.recorded import GridFlag, Machine, RecordedConfig, RecordedLandscape, RecordedLaunch
 from tests.conftest import load_benchmark

@@ -191,8 +191,8 @@ def _study(tmp_path: Path, directions: list[str]) -> optuna.Study:
 
 
 def test_a_study_with_nothing_feasible_still_reports(tmp_path: Path) -> None:
-    from autotune.htmlreport import write_report
-    from autotune.report_summary import summarise
+    from autotune.report.html import write_report
+    from autotune.report.summary import summarise
     from autotune.study import StudyView
 
     study = _study(tmp_path, ["maximize"])
@@ -220,8 +220,8 @@ def test_a_study_with_nothing_feasible_still_reports(tmp_path: Path) -> None:
 
 
 def test_two_objectives_draw_a_pareto_front(tmp_path: Path) -> None:
-    from autotune.htmlreport import write_report
-    from autotune.report_summary import summarise
+    from autotune.report.html import write_report
+    from autotune.report.summary import summarise
     from autotune.study import StudyView
 
     study = _study(tmp_path, ["maximize", "minimize"])

@@ -19,11 +19,11 @@ import sqlalchemy.exc
 import yaml
 
 from autotune.engines.sglang import SGLangEngine
+from autotune.measure.suites import load_suite
 from autotune.outcomes import OutcomeKind
 from autotune.space import load_space
 from autotune.study import preflight
 from autotune.trial import TrialSetup, run_trial
-from autotune.workload import load_suite
 from tests.conftest import TWIN_SPACE, autotune_cmd, load_benchmark
 
 # live processes whose environment holds a marker (the test's scratch path): the soak's own scan

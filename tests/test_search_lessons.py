@@ -19,9 +19,9 @@ import yaml
 from rich.console import Console
 
 from autotune.engines.base import LaunchPlan
-from autotune.protocol import EarlyStop
+from autotune.measure.protocol import EarlyStop
 from autotune.records import TrialRecord
-from autotune.report import LiveView
+from autotune.report.console import LiveView
 from autotune.study import StudyView, make_sampler
 from autotune.study.named_failures import named_values, predicted_failure
 from autotune.study.sampler import LaunchedSizing

@@ -13,7 +13,7 @@ import yaml
 
 from autotune.profile import Profile, render
 from autotune.records import TrialRecord
-from autotune.space import auth_headers, is_secret_flag, redact_flags, secret_env_name
+from autotune.secrets import auth_headers, is_secret_flag, redact_flags, secret_env_name
 from autotune.stopping import RepeatedFailure
 from tests.conftest import TWIN_SPACE, autotune_cmd
 

@@ -87,3 +87,15 @@ def test_only_the_attrs_module_touches_user_attrs() -> None:
         if path in (attrs_module, PACKAGE / "study" / "snapshot.py"):  # the snapshot copies stored rows, names no key
             continue
         assert not attr_uses(path), f"{path} touches Optuna user attrs: go through autotune.study.attrs"
+
+
+FLAT_MODULES_MOVED = ["measure", "report", "htmlreport", "report_summary", "report_figures", "dashboard", "workload",
+                      "protocol", "agreement", "breakeven"]  # fmt: skip
+
+
+def test_measurement_and_what_a_person_reads_are_packages() -> None:
+    """The flat modules now live in autotune/measure/, autotune/report/ and autotune/study/: no copy is left."""
+    for name in FLAT_MODULES_MOVED:
+        assert not (PACKAGE / f"{name}.py").exists(), f"autotune/{name}.py was moved into a package"
+    for package in ("measure", "report"):
+        assert (PACKAGE / package / "__init__.py").is_file(), f"autotune/{package}/ is a package"

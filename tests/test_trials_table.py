@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune.records import MetricRecord, TrialRecord
-from autotune.report import TrialTable, trials_table
+from autotune.report.console import TrialTable, trials_table
 
 FLAGS = ["speculative-algorithm", "speculative-draft-model-path", "speculative-num-steps", "mem-fraction-static",
          "max-running-requests", "cuda-graph-max-bs-decode"]  # fmt: skip

@@ -18,8 +18,8 @@ from autotune.engines.vllm import (
     parse_spec_line,
 )
 from autotune.errors import FlagError, LauncherError
+from autotune.measure.suites import ChatMessage, Prompt
 from autotune.outcomes import OutcomeKind
-from autotune.workload import ChatMessage, Prompt
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LOGS = FIXTURES / "vllm_logs"

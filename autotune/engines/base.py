@@ -36,10 +36,10 @@ from pydantic import Field
 from autotune.engines.failures import FailureRules, classify, failure_in
 from autotune.errors import FlagError, LauncherError
 from autotune.feasibility import MemoryRules
+from autotune.measure.suites import Prompt
 from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
 from autotune.space import FlagValue
-from autotune.workload import Prompt
 
 if TYPE_CHECKING:
     import httpx

@@ -24,8 +24,8 @@ from autotune.engines import base
 from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan, flag_argv, run_help, sse_events
 from autotune.engines.failures import FailureRules
 from autotune.errors import MeasurementError
+from autotune.measure.suites import Prompt
 from autotune.space import FlagValue
-from autotune.workload import Prompt
 
 SPEC_TYPE = "spec-type"
 DRAFT_MODEL = "spec-draft-model"

@@ -20,8 +20,8 @@ from autotune.engines.base import Engine, InvalidConfig, LaunchPlan, first_rank_
 from autotune.engines.failures import CAPTURING, LOADING_WEIGHTS, SERVING, SIZING_POOLS, FailureRules
 from autotune.errors import MeasurementError
 from autotune.feasibility import MemoryRules
+from autotune.measure.suites import Prompt
 from autotune.space import FlagValue
-from autotune.workload import Prompt
 
 STEPS = "speculative-num-steps"
 TOPK = "speculative-eagle-topk"

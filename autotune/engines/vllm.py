@@ -75,8 +75,8 @@ from autotune.engines.failures import (
 )
 from autotune.errors import FlagError, LauncherError, MeasurementError
 from autotune.feasibility import MemoryRules
+from autotune.measure.suites import Prompt
 from autotune.space import FlagValue
-from autotune.workload import Prompt
 
 SPEC_CONFIG = "speculative-config"
 DOTTED = SPEC_CONFIG + "."

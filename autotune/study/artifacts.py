@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import RootModel, ValidationError
 
-from autotune.measure import Measurement
+from autotune.measure.client import Measurement
 from autotune.study.snapshot import StoredTrial
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, ValidationError
 
-from autotune.agreement import Agreement, Reference, compare
 from autotune.feasibility import FractionWindow, MemoryLesson, Prediction
+from autotune.measure.agreement import Agreement, Reference, compare
 from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
 from autotune.records import AgreementRecord, LevelRecord, MetricRecord, TrialRecord
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from autotune.engines.base import LaunchPlan
     from autotune.gpu import GpuInventory, Roofline
-    from autotune.measure import Measurement
+    from autotune.measure.client import Measurement
     from autotune.trial import TrialOutcome
 
 # Optuna, and the trial module with its HTTP client, are for writing: reading a study (show,

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
-from autotune.measure import t95
+from autotune.measure.client import t95
 from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord

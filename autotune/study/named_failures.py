@@ -30,14 +30,19 @@ def named_values(flags: Mapping[str, FlagValue], reason: str | None) -> dict[str
     return named
 
 
-def predicted_failure(flags: Mapping[str, FlagValue], records: Sequence[TrialRecord]) -> TrialRecord | None:
-    """The earlier failure whose named values ``flags`` all share, while no served trial had them
-    all (a served launch refutes the lesson); None when no failure speaks for these flags."""
+def open_failures(records: Sequence[TrialRecord]) -> list[TrialRecord]:
+    """The failures that named values, each until a served trial had all of them (a served launch
+    refutes the lesson)."""
     served = [r.flags for r in records if r.served]
-    for record in records:
-        named = record.failure_names
-        if not named or any(flags.get(name) != value for name, value in named.items()):
-            continue
-        if not any(all(other.get(name) == value for name, value in named.items()) for other in served):
-            return record
-    return None
+    return [r for r in records if r.failure_names and not any(shares(flags, r.failure_names) for flags in served)]
+
+
+def predicted_failure(flags: Mapping[str, FlagValue], records: Sequence[TrialRecord]) -> TrialRecord | None:
+    """The earliest open failure whose named values ``flags`` all share; None when no failure speaks
+    for these flags."""
+    return next((r for r in open_failures(records) if shares(flags, r.failure_names)), None)
+
+
+def shares(flags: Mapping[str, object], named: Mapping[str, str]) -> bool:
+    """Whether ``flags`` hold every named value."""
+    return all(name in flags and flags[name] == value for name, value in named.items())

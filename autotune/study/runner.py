@@ -25,26 +25,25 @@ from typing import Literal, Protocol
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.agreement import Reference
 from autotune.engines import get_engine
 from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan
 from autotune.errors import StorageError, UserError
 from autotune.feasibility import FractionWindow
 from autotune.gpu import GpuInventory, check_idle, read_inventory, wait_for
-from autotune.measure import Measurement
+from autotune.measure.agreement import Reference
+from autotune.measure.client import Measurement
+from autotune.measure.protocol import EarlyStop
+from autotune.measure.suites import Suite, load_suite
 from autotune.outcomes import OutcomeKind, outcome_kind
-from autotune.profile import redact_env
-from autotune.protocol import EarlyStop
 from autotune.records import TrialRecord
+from autotune.secrets import redact, redact_env, redact_flags, secret_values
 from autotune.server import reap_orphans
 from autotune.space import (
     Baseline,
     FloatParam,
     SearchSpace,
     SLOSpec,
-    redact_flags,
     resolve_command,
-    secret_values,
     suggest,
 )
 from autotune.stopping import NoImprovement, RepeatedFailure, StopRule, TimeBudget, TotalTrials, first_reason
@@ -59,7 +58,6 @@ from autotune.study.paths import StudyPaths
 from autotune.study.sampler import NeighbourSampler
 from autotune.study.storage import exclusive, open_storage
 from autotune.trial import Phase, TrialOutcome, TrialSetup, run_trial
-from autotune.workload import Suite, load_suite
 
 SamplerName = Literal["tpe", "random"]
 DUPLICATE_POLL_S = 2.0
@@ -697,9 +695,3 @@ class StudyRunner:
 def _server_failure(record: TrialRecord) -> bool:
     kind = outcome_kind(record.outcome)
     return kind is not None and kind.is_server_failure
-
-
-def redact(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text

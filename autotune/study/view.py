@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autotune.breakeven import BreakEven, break_even, speed_point
-from autotune.measure import Measurement
+from autotune.measure.client import Measurement
 from autotune.models import Frozen
 from autotune.profile import Profile, ProfileMetric
 from autotune.records import TrialRecord
 from autotune.study import artifacts, attrs
 from autotune.study.attrs import StudyInfo
+from autotune.study.breakeven import BreakEven, break_even, speed_point
 from autotune.study.confirm import Confirmation, best_first_measured
 from autotune.study.importance import Importance, compute_importance
 from autotune.study.levels import LoadLevels, level_best, load_levels
@@ -110,7 +110,7 @@ class StudyView:
         return level_best(self.records(), concurrency, metric=self.info.objective_metric)
 
     def break_even(self) -> BreakEven:
-        """The accept length each measured drafter must reach to beat the best (see :mod:`autotune.breakeven`)."""
+        """The accept length each measured drafter must reach to beat the best (see :mod:`autotune.study.breakeven`)."""
         best = self.best()
         engine = self.info.space.engine if self.info.space else "sglang"
         points = [p for r in self.records() if (p := speed_point(r, engine=engine)) is not None]

@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from autotune.engines.base import LaunchPlan, parse_help_flags
 from autotune.engines.vllm import VLLMEngine, counter_totals, parse_engine_line, parse_spec_line
+from autotune.measure.suites import Prompt
 from autotune.outcomes import OutcomeKind
-from autotune.workload import Prompt
 from autotune_twin.profile import load_profile
 from autotune_twin.vllm.flags import help_text
 from tests.twin.processes import REPO, Server, serving, start_twin, twin, wait_for

@@ -1,5 +1,5 @@
 """The measurement protocol's knobs, defined once: a space's ``measurement:`` section and the
-settings one measurement runs with (``measure.MeasureSettings``) both extend this model.
+settings one measurement runs with (``MeasureSettings``, below) both extend this model.
 """
 
 from __future__ import annotations

@@ -13,12 +13,12 @@ from datetime import datetime, timezone
 
 from pydantic import Field
 
-from autotune.breakeven import BreakEven
 from autotune.errors import AutotuneError
-from autotune.measure import OBJECTIVE_UNITS, CategoryStats, Measurement
+from autotune.measure.client import OBJECTIVE_UNITS, CategoryStats, Measurement
 from autotune.models import Frozen
 from autotune.profile import Profile, render_shell
 from autotune.records import TrialRecord
+from autotune.study.breakeven import BreakEven
 from autotune.study.confirm import Confirmation
 from autotune.study.importance import Importance
 from autotune.study.levels import LoadLevels

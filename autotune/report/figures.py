@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from autotune.records import TrialRecord
-from autotune.report_summary import DRAFT_DEPTH, DRAFT_TOKENS, MEM_FRACTION, TOPK, StudySummary
+from autotune.report.summary import DRAFT_DEPTH, DRAFT_TOKENS, MEM_FRACTION, TOPK, StudySummary
 from autotune.space import FlagValue
 
 if TYPE_CHECKING:

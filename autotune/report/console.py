@@ -18,10 +18,10 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from autotune.breakeven import BreakEven
-from autotune.measure import CategoryStats, Measurement
+from autotune.measure.client import CategoryStats, Measurement
 from autotune.records import TrialRecord
 from autotune.space import ENGINE_PARAM, Candidate, FlagValue
+from autotune.study.breakeven import BreakEven
 from autotune.study.confirm import Confirmation
 from autotune.study.events import StudyEvents
 from autotune.study.levels import LoadLevels

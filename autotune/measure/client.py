@@ -19,9 +19,9 @@ from pydantic import Field
 
 from autotune.engines.base import Engine, ServerStats
 from autotune.errors import MeasurementError
+from autotune.measure.protocol import MeasureSettings, ObjectiveMetric
+from autotune.measure.suites import Prompt, Suite
 from autotune.models import Frozen
-from autotune.protocol import MeasureSettings, ObjectiveMetric
-from autotune.workload import Prompt, Suite
 
 if TYPE_CHECKING:
     import httpx

@@ -1,6 +1,6 @@
 """The study report: what a study found, from Optuna storage to a folder a person can open.
 
-Arrow: Optuna storage -> :mod:`autotune.report_summary` (the numbers) -> :mod:`autotune.report_figures`
+Arrow: Optuna storage -> :mod:`autotune.report.summary` (the numbers) -> :mod:`autotune.report.figures`
 (PNG figures) -> this page (``index.html``), ``summary.json`` and ``best-profile.yaml``. The page
 presents the summary and computes nothing of its own.
 """
@@ -15,9 +15,9 @@ from pathlib import Path
 
 from autotune.errors import UserError
 from autotune.profile import render_yaml
-from autotune.report import break_even_text
-from autotune.report_figures import ReportFigure, outcome_look, plan_figures, short_name
-from autotune.report_summary import StudySummary, summarise
+from autotune.report.console import break_even_text
+from autotune.report.figures import ReportFigure, outcome_look, plan_figures, short_name
+from autotune.report.summary import StudySummary, summarise
 from autotune.study.view import StudyView
 
 

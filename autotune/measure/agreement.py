@@ -2,7 +2,7 @@
 
 With temperature 0, speculative decoding must give the target model's own greedy text; a drafter
 that changes it (a broken checkpoint, a wrong flag) is not faster, it is wrong. Each trial generates
-the leading tokens of :data:`PROMPTS` (``measure.greedy_texts``); the first baseline (or a run
+the leading tokens of :data:`PROMPTS` (``client.greedy_texts``); the first baseline (or a run
 without speculation) becomes the study's reference, and every later trial is compared with it here.
 """
 
