@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from autotune.decision import Adjusted, Decision, Launch, Reuse
 from autotune.feasibility import MemoryLesson
 from autotune.models import Frozen
 from autotune.space import FlagValue
@@ -51,23 +52,16 @@ class TrialRecord(Frozen):
     value: float | None = None
     feasible: bool = False
     baseline: str | None = None
-    duplicate_of: int | None = None
+    decision: Decision | None = Field(
+        default=None, description="what the study decided before launching (None: written before decisions were kept)"
+    )
     retry_of: int | None = None
     confirm_of: int | None = Field(default=None, description="a fresh launch re-measuring this trial's config")
-    sizing_from: int | None = Field(
-        default=None, description="launched with the memory sizing of this served trial in place of the sampled one"
-    )
-    fraction_between_deaths_of: list[int] = Field(
-        default_factory=list,
-        description="launched at a memory fraction inside what these trials' memory deaths left open, in place of "
-        "the sampled one",
-    )
     early_stopped: bool = Field(default=False, description="measuring stopped as hopeless after a round")
     confirmed_launches: int | None = Field(
         default=None, description="set on a confirmed best: its value and CI are the mean over this many launches"
     )
     config_key: str | None = None
-    rate_key: str | None = Field(default=None, description="identity of its single-stream decode rate, where known")
     failure_names: dict[str, str] = Field(
         default_factory=dict, description="flag values its server failure named (predicted to fail alike)"
     )
@@ -91,9 +85,19 @@ class TrialRecord(Frozen):
     levels: dict[int, LevelRecord] = Field(default_factory=dict, description="per load level, in a levels study")
 
     @property
+    def reused_from(self) -> int | None:
+        """The trial whose measurement this one reuses, not launched itself (a rule's decision)."""
+        return self.decision.trial if isinstance(self.decision, Reuse) else None
+
+    @property
+    def adjusted(self) -> list[Adjusted]:
+        """What the study's rules launched in place of sampled values."""
+        return self.decision.adjusted if isinstance(self.decision, Launch) else []
+
+    @property
     def served(self) -> bool:
         """Its own launch served and was measured (not a borrowed measurement)."""
-        return self.outcome == "ok" and self.duplicate_of is None
+        return self.outcome == "ok" and self.reused_from is None
 
     def metric_value(self, name: str) -> float | None:
         metric = self.metrics.get(name)

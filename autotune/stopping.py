@@ -51,7 +51,7 @@ class NoImprovement:
         best_rel_ci = 0.0
         since = 0
         for record in records:
-            if record.duplicate_of is not None or record.state != "COMPLETE":
+            if record.reused_from is not None or record.state != "COMPLETE":
                 continue
             value = record.value if record.feasible else None
             margin = max(self.min_rel_gain, best_rel_ci)
@@ -104,7 +104,7 @@ class RepeatedFailure:
         streak: list[TrialRecord] = []
         served = False
         for record in sorted(records, key=lambda r: r.number):
-            if record.state not in ("COMPLETE", "FAIL") or record.duplicate_of is not None:
+            if record.state not in ("COMPLETE", "FAIL") or record.reused_from is not None:
                 continue
             if record.outcome in _INFRASTRUCTURE:
                 shape = (record.outcome, _NUMBERS.sub("#", record.reason or ""))

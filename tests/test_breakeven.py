@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.decision import Reuse
 from autotune.records import MetricRecord, TrialRecord
 from autotune.study.breakeven import SpeedPoint, break_even, speed_point
 
@@ -74,6 +75,6 @@ def test_without_speculative_trials_or_enough_of_them_it_says_so() -> None:
 
 def test_unmeasured_and_borrowed_trials_are_not_points() -> None:
     failed = RECORDS[1].model_copy(update={"outcome": "diverged"})
-    duplicate = RECORDS[1].model_copy(update={"duplicate_of": 0})
+    duplicate = RECORDS[1].model_copy(update={"decision": Reuse(rule="duplicate", trial=0, same_config=True)})
     no_accept = record(9, 60.0, None, **NEXTN, **{"speculative-num-steps": 2})
     assert points([failed, duplicate, no_accept]) == []

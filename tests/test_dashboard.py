@@ -17,6 +17,7 @@ import optuna
 import pytest
 
 from autotune.server import find_free_port
+from autotune.study.attrs import trial_record
 from tests.browser import chromium, screenshot, wait_for_text
 from tests.conftest import TWIN_SPACE, autotune_cmd
 
@@ -93,7 +94,7 @@ def interruptible() -> None:
 
 
 def best_ok_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
-    ok = [t for t in study.trials if t.user_attrs.get("outcome") == "ok" and t.user_attrs.get("duplicate_of") is None]
+    ok = [t for t in study.trials if t.user_attrs.get("outcome") == "ok" and trial_record(t).reused_from is None]
     assert ok, "the study measured nothing"
     return max(ok, key=lambda t: t.value or 0.0)
 
@@ -116,7 +117,7 @@ def test_api_lists_the_study_and_each_trials_artifacts(dashboard: Running, study
         attrs = {a["key"]: a["value"] for a in trial["user_attrs"]}
         assert attrs["outcome"] == stored.user_attrs["outcome"]
         names = {a["filename"] for a in trial["artifacts"]}
-        if stored.user_attrs["outcome"] == "ok" and stored.user_attrs.get("duplicate_of") is None:
+        if stored.user_attrs["outcome"] == "ok" and trial_record(stored).reused_from is None:
             number = f"{stored.number:04d}"
             assert names == {f"trial-{number}.log", f"trial-{number}.measurement.json"}
             assert float(attrs["decode_tok_s [tok/s]"]) == pytest.approx(

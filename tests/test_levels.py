@@ -120,7 +120,7 @@ def test_a_levels_study_optimises_every_level_and_names_a_winner_per_level(tmp_p
     for trial in runner.study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)):
         record = StudyView(runner.study).record(trial.number)
         assert record is not None
-        if record.outcome != "ok" or record.duplicate_of is not None:
+        if record.outcome != "ok" or record.reused_from is not None:
             continue
         steps = int(record.flags["speculative-num-steps"])
         for value, level in zip(trial.values, [1, 4, 16], strict=True):

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from autotune.server import find_free_port
+from autotune.study.attrs import trial_record
 from tests.conftest import TWIN_SPACE, autotune_cmd
 
 pytestmark = [pytest.mark.twin, pytest.mark.slow]
@@ -103,7 +104,7 @@ def test_two_workers_share_one_study(postgres: str, tmp_path: Path) -> None:
     assert 8 <= len(finished) <= 9  # each worker checks the total after its own trial
     assert sum(1 for t in trials if t.user_attrs.get("baseline") == "hand-found") == 1
     measured = [t.user_attrs["config_key"] for t in trials
-                if t.user_attrs.get("outcome") == "ok" and t.user_attrs.get("duplicate_of") is None]
+                if t.user_attrs.get("outcome") == "ok" and trial_record(t).reused_from is None]
     assert len(measured) == len(set(measured)), "an effective config was measured twice"
     assert {t.user_attrs["worker_pid"] for t in trials} == {w.pid for w in workers}
     data = json.loads(subprocess.run(autotune_cmd("show", STUDY, "--storage", postgres, "--json"), cwd=tmp_path,

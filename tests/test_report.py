@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 
 from autotune.profile import load_profile
+from autotune.study.attrs import trial_record
 from tests.browser import chromium, screenshot, wait_until
 from tests.conftest import TWIN_SPACE, autotune_cmd
 
@@ -114,7 +115,7 @@ def test_summary_numbers_match_the_study_db(folder: Path, study_dir: Path) -> No
     confirmation = study.user_attrs["confirmation"]
     best = study.trials[confirmation["best"]]
     launches = [t for t in study.trials if t.user_attrs.get("config_key") == best.user_attrs["config_key"]
-                and t.user_attrs.get("duplicate_of") is None and t.user_attrs.get("outcome") == "ok"]  # fmt: skip
+                and trial_record(t).reused_from is None and t.user_attrs.get("outcome") == "ok"]  # fmt: skip
     metrics = best.user_attrs["metrics"]
 
     assert summary["study"] == STUDY and summary["simulated"] is True

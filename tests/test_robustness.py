@@ -23,6 +23,7 @@ from autotune.measure.suites import load_suite
 from autotune.outcomes import OutcomeKind
 from autotune.space import load_space
 from autotune.study import preflight
+from autotune.study.attrs import trial_record
 from autotune.trial import TrialSetup, run_trial
 from tests.conftest import TWIN_SPACE, autotune_cmd, load_benchmark
 
@@ -204,7 +205,7 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
     keys = [
         t.user_attrs["config_key"]
         for t in trials
-        if t.user_attrs.get("outcome") == "ok" and t.user_attrs.get("duplicate_of") is None
+        if t.user_attrs.get("outcome") == "ok" and trial_record(t).reused_from is None
     ]
     assert len(keys) == len(set(keys))  # no measured config measured twice
 

@@ -7,11 +7,21 @@ from functools import partial
 
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import FrozenTrial
 
+from autotune.decision import Adjusted, Adjustment, Launch, Reuse
 from autotune.engines.base import DraftTree, LaunchPlan
+from autotune.records import TrialRecord
 from autotune.study import attrs
-from autotune.study.runner import make_sampler
-from autotune.study.sampler import LaunchedSizing, NeighbourSampler, _repeats, continued, neighbour, tree_followed
+from autotune.study.sampler import (
+    LaunchedSizing,
+    NeighbourSampler,
+    _repeats,
+    continued,
+    make_sampler,
+    neighbour,
+    tree_followed,
+)
 
 DISTRIBUTIONS = {
     "backend": CategoricalDistribution(["flashinfer", "fa3", "triton"]),
@@ -112,6 +122,18 @@ def test_a_repeat_is_judged_on_the_values_a_finished_trial_had() -> None:
     assert not _repeats({"backend": "flashinfer"}, finished, still)
 
 
+# A trial whose sampled fraction did not launch: a rule launched a served trial's instead.
+BORROWED = Launch(
+    plan=LaunchPlan(engine="sglang", flags={"fraction": 0.8}),
+    adjusted=[Adjusted(rule="served-sizing", values=[Adjustment(flag="fraction", sampled=0.6, launched=0.8)],
+                       trials=[0], why="the memory sizing of served trial 0")],
+)  # fmt: skip
+
+
+def read_record(study_name: str, trial: FrozenTrial) -> TrialRecord:
+    return attrs.trial_record(trial)
+
+
 def test_a_trial_that_never_launched_its_sampled_sizing_shows_the_sampler_no_sizing() -> None:
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=4))
     for borrowed in (False, True, False):
@@ -119,18 +141,18 @@ def test_a_trial_that_never_launched_its_sampled_sizing_shows_the_sampler_no_siz
         trial.suggest_categorical("backend", ["flashinfer", "fa3"])
         trial.suggest_float("fraction", 0.5, 0.97, step=0.01)
         if borrowed:
-            attrs.record_sizing_from(trial, 0)
+            attrs.record_decision(trial, BORROWED, flags={})
         study.tell(trial, 1.0)
     trial = study.ask()
     trial.suggest_float("fraction", 0.5, 0.97, step=0.01)
-    attrs.record_same_rate(trial, LaunchPlan(engine="sglang", flags={}), study.trials[0], ["fraction"])
+    attrs.record_decision(trial, Reuse(rule="same-rate", trial=0, same_config=False), flags={})
     study.tell(trial, 1.0)
 
-    shown = LaunchedSizing(study, frozenset({"fraction"}))._get_trials(deepcopy=False, states=None)
+    shown = LaunchedSizing(study, frozenset({"fraction"}), read_record)._get_trials(deepcopy=False, states=None)
     assert [sorted(t.params) for t in shown] == [["backend", "fraction"], ["backend"], ["backend", "fraction"], []]
     assert [t.values for t in shown] == [t.values for t in study.trials]
     assert all(set(t.distributions) == set(t.params) for t in shown)
-    assert [sorted(t.params) for t in LaunchedSizing(study, frozenset()).get_trials()] == [
+    assert [sorted(t.params) for t in LaunchedSizing(study, frozenset(), read_record).get_trials()] == [
         sorted(t.params) for t in study.trials
     ]
 
@@ -146,7 +168,7 @@ def _neighbour_of_a_best_at(fraction: float, *, borrowed: bool, seed: int) -> di
         trial.suggest_categorical("drafter", [False, True])
         trial.suggest_float("fraction", 0.5, 0.97, step=0.01)
         if borrowed and trial.number == 0:
-            attrs.record_sizing_from(trial, 0)
+            attrs.record_decision(trial, BORROWED, flags={})
         study.tell(trial, 10.0)
     return study.trials[1].params
 
@@ -211,7 +233,7 @@ def test_tpe_reads_the_trials_through_the_view_that_hides_untried_sizing() -> No
         trial = study.ask()
         trial.suggest_int("steps", 1, 4)
         trial.suggest_float("fraction", 0.5, 0.97, step=0.01)
-        attrs.record_sizing_from(trial, 0)
+        attrs.record_decision(trial, BORROWED, flags={})
         study.tell(trial, 1.0)
     asked = study.ask()  # trial 5: odd, so a TPE trial rather than a neighbour
     space = sampler.infer_relative_search_space(study, study._storage.get_trial(asked._trial_id))

@@ -22,7 +22,7 @@ from autotune.engines.base import LaunchPlan
 from autotune.measure.protocol import EarlyStop
 from autotune.records import TrialRecord
 from autotune.report.console import LiveView
-from autotune.study import StudyView, make_sampler
+from autotune.study import StudyView, attrs, make_sampler
 from autotune.study.named_failures import named_values, predicted_failure
 from autotune.study.sampler import LaunchedSizing
 from autotune.trial import TrialOutcome
@@ -135,7 +135,7 @@ def test_a_config_differing_only_in_memory_sizing_borrows_the_measured_rate(tmp_
     runner, launcher = _run_with_memory_variant(tmp_path)
     first, second = StudyView(runner.study).records()
     assert len(launcher.plans) == 1 and first.outcome == "ok"
-    assert second.duplicate_of == first.number and second.value == first.value
+    assert second.reused_from == first.number and second.value == first.value
     assert second.flags["mem-fraction-static"] == 0.84 and second.config_key != first.config_key
     assert "same single-stream decode rate as trial 0" in (second.reason or "")
     assert "--max-running-requests" in (second.reason or "") and "--mem-fraction-static" in (second.reason or "")
@@ -144,7 +144,7 @@ def test_a_config_differing_only_in_memory_sizing_borrows_the_measured_rate(tmp_
 def test_under_load_memory_sizing_can_change_the_rate_so_it_is_launched(tmp_path: Path) -> None:
     runner, launcher = _run_with_memory_variant(tmp_path, concurrency=4)
     assert len(launcher.plans) == 2
-    assert all(r.duplicate_of is None for r in StudyView(runner.study).records())
+    assert all(r.reused_from is None for r in StudyView(runner.study).records())
 
 
 def _run_after_hand_found(
@@ -162,6 +162,11 @@ def _run_after_hand_found(
     return runner, launcher
 
 
+def adjusted_by(record: TrialRecord, rule: str) -> list[int] | None:
+    """The trials a rule's adjustment of this trial's launch came from; None where it did not adjust."""
+    return next((change.trials for change in record.adjusted if change.rule == rule), None)
+
+
 RISKY_SIZING = {"mem-fraction-static": 0.95, "max-running-requests": 48, "cuda-graph-max-bs-decode": 48}
 
 
@@ -170,9 +175,9 @@ def test_a_new_config_launches_with_the_sizing_of_a_served_launch_that_vouches_f
     console = Console(record=True, width=200)
     runner, launcher = _run_after_hand_found(tmp_path, fewer_draft_tokens, console=console)
     first, second = StudyView(runner.study).records()
-    assert f"launched with the memory sizing of #{first.number}" in console.export_text()
+    assert f"the memory sizing of served trial {first.number}" in console.export_text()
     assert len(launcher.plans) == 2 and second.outcome == "ok"
-    assert second.sizing_from == first.number
+    assert adjusted_by(second, "served-sizing") == [first.number]
     launched = launcher.plans[1].flags
     assert launched["speculative-num-draft-tokens"] == 3  # the sampled speculation is kept...
     for name in ("mem-fraction-static", "max-running-requests", "mamba-full-memory-ratio"):  # ...its sizing is not
@@ -185,7 +190,7 @@ def test_a_config_demanding_more_takes_the_sizing_of_the_served_launch_it_exceed
     more_draft_tokens = {"speculative-num-steps": 5, "speculative-num-draft-tokens": 6, **RISKY_SIZING}
     runner, launcher = _run_after_hand_found(tmp_path, more_draft_tokens)
     first, second = StudyView(runner.study).records()
-    assert second.sizing_from == first.number
+    assert adjusted_by(second, "served-sizing") == [first.number]
     assert launcher.plans[1].flags["mem-fraction-static"] == first.flags["mem-fraction-static"]
     assert launcher.plans[1].flags["speculative-num-steps"] == 5
 
@@ -194,14 +199,14 @@ def test_a_config_unlike_every_served_launch_keeps_its_sampled_sizing(tmp_path: 
     other_drafter = {"speculative-algorithm": "DFLASH", "speculative-draft-model-path": "z-lab/Qwen3.6-27B-DFlash",
                      "speculative-dflash-block-size": 8, **RISKY_SIZING}  # fmt: skip
     runner, launcher = _run_after_hand_found(tmp_path, other_drafter)
-    assert StudyView(runner.study).records()[1].sizing_from is None
+    assert StudyView(runner.study).records()[1].adjusted == []
     assert launcher.plans[1].flags["mem-fraction-static"] == 0.95
 
 
 def test_under_load_the_sampled_sizing_is_launched(tmp_path: Path) -> None:
     fewer_draft_tokens = {"speculative-num-steps": 2, "speculative-num-draft-tokens": 3, **RISKY_SIZING}
     runner, launcher = _run_after_hand_found(tmp_path, fewer_draft_tokens, concurrency=4)
-    assert StudyView(runner.study).records()[1].sizing_from is None
+    assert StudyView(runner.study).records()[1].adjusted == []
     assert launcher.plans[1].flags["mem-fraction-static"] == 0.95
 
 
@@ -234,18 +239,17 @@ def test_a_new_drafter_sampled_below_a_death_of_its_kind_launches_inside_what_de
     # 0.72 is below that death (it would be predicted to die alike): it launches at the middle of 0.75
     # and the top of the tuned range (0.95) instead, and serves
     assert [p.flags["mem-fraction-static"] for p in launcher.plans] == [0.88, 0.75, 0.85]
-    assert moved.outcome == "ok" and moved.fraction_between_deaths_of == [died.number]
+    assert moved.outcome == "ok" and adjusted_by(moved, "fraction-inside") == [died.number]
     assert moved.flags["mem-fraction-static"] == 0.85
-    assert f"memory fraction moved inside what the deaths of #{died.number} left open" in console.export_text()
-    assert "mem-fraction-static" not in LaunchedSizing(runner.study, frozenset({"mem-fraction-static"})).get_trials()[
-        moved.number
-    ].params  # the sampled 0.72 never launched: the sampler does not learn from it
+    assert f"inside what the memory deaths of trial {died.number} left open" in console.export_text()
+    view = LaunchedSizing(runner.study, frozenset({"mem-fraction-static"}), lambda _, t: attrs.trial_record(t))
+    assert "mem-fraction-static" not in view.get_trials()[moved.number].params  # 0.72 never launched: not learned
 
 
 def test_a_fraction_inside_what_deaths_left_open_is_launched_as_sampled(tmp_path: Path) -> None:
     runner, launcher, _ = _run_two_new_drafters(tmp_path, 0.75, 0.8)
     assert [p.flags["mem-fraction-static"] for p in launcher.plans] == [0.88, 0.75, 0.8]
-    assert StudyView(runner.study).records()[2].fraction_between_deaths_of == []
+    assert StudyView(runner.study).records()[2].adjusted == []
 
 
 def test_under_load_a_fraction_below_a_death_is_kept_and_predicted_to_die(tmp_path: Path) -> None:
@@ -274,7 +278,7 @@ def test_a_borrowed_sizing_that_killed_a_launch_demanding_more_is_not_borrowed_a
         runner.run(trials=1, timeout_s=None)
     first, died, third = StudyView(runner.study).records()
     # 15 draft tokens exceed the served launch's 8: its sizing is borrowed, and runs out of headroom
-    assert died.sizing_from == first.number and died.outcome == "infeasible-memory-high"
+    assert adjusted_by(died, "served-sizing") == [first.number] and died.outcome == "infeasible-memory-high"
     # 12 exceed 8 as well, but that sizing has killed a launch like it: the sampled one launches, and fits
-    assert third.sizing_from is None and third.outcome == "ok"
+    assert third.adjusted == [] and third.outcome == "ok"
     assert [p.flags["mem-fraction-static"] for p in launcher.plans] == [0.97, 0.97, 0.87]

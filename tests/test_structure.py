@@ -99,3 +99,49 @@ def test_measurement_and_what_a_person_reads_are_packages() -> None:
         assert not (PACKAGE / f"{name}.py").exists(), f"autotune/{name}.py was moved into a package"
     for package in ("measure", "report"):
         assert (PACKAGE / package / "__init__.py").is_file(), f"autotune/{package}/ is a package"
+
+
+# What only a pre-launch rule asks: whether a plan fits, failed alike, decodes as a measured one, or
+# sits inside what memory deaths left open.
+DECIDING_CALLS = {"predict", "predicted_failure", "rate_key", "fraction_window", "excess", "alike_sizing"}
+RULES = PACKAGE / "study" / "rules"
+
+
+def calls(path: Path) -> set[str]:
+    """The names of the functions and methods a module calls."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Name):
+                found.add(node.func.id)
+            elif isinstance(node.func, ast.Attribute):
+                found.add(node.func.attr)
+    return found
+
+
+def defined(path: Path) -> set[str]:
+    """The names of the functions and methods a module defines."""
+    return {node.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.FunctionDef)}
+
+
+def test_only_the_rules_decide_before_a_launch() -> None:
+    assert calls(RULES / "memory.py") & DECIDING_CALLS, "the scan sees a rule's deciding call"
+    for path in PACKAGE.rglob("*.py"):
+        if RULES in path.parents:
+            continue
+        deciding = calls(path) & DECIDING_CALLS - defined(path)  # where they are defined, they build on each other
+        assert not deciding, f"{path} decides before a launch ({deciding}): that is a rule's job"
+
+
+def test_every_rule_is_a_module_of_its_own_in_the_stated_order() -> None:
+    from autotune.study.rules import RULE_NAMES
+
+    modules = {p.stem for p in RULES.glob("*.py")} - {"__init__"}
+    assert modules == {"duplicate", "same_rate", "served_sizing", "fraction_inside", "named_failure", "memory"}
+    assert RULE_NAMES == ("duplicate", "same-rate", "served-sizing", "fraction-inside", "named-failure", "memory")
+
+
+def test_the_product_never_imports_the_benchmarks() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        offending = {m for m in imported_modules(path.read_text()) if top_package(m) == "benchmarks"}
+        assert not offending, f"{path} imports {offending}"

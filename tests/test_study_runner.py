@@ -85,7 +85,7 @@ def test_records_carry_the_measurement_and_the_view_reads_them(tmp_path: Path) -
     view = StudyView(runner.study)
     records = view.records()
     assert [r.baseline for r in records[:2]] == [b.name for b in problem.space.baselines]
-    measured = [r for r in records if r.outcome == OutcomeKind.OK.value and r.duplicate_of is None]
+    measured = [r for r in records if r.outcome == OutcomeKind.OK.value and r.reused_from is None]
     assert measured
     for record in measured:
         speed = record.metrics["decode_tok_s"]

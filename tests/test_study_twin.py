@@ -117,6 +117,21 @@ def test_demo_study_beats_the_cautious_baseline(demo: Path) -> None:
     assert len(list((demo / "studies" / "qwen3.6-27b-2xa6000-twin" / "logs").glob("trial-*.log"))) >= 1
 
 
+def without_port(argv: list[str]) -> list[str]:
+    at = argv.index("--port")
+    return argv[:at] + argv[at + 2 :]
+
+
+def test_demo_confirmation_relaunches_each_finalist_exactly_as_it_ran(demo: Path) -> None:
+    trials = {t["number"]: t for t in show_json(demo)["trials"]}
+    confirming = [t for t in trials.values() if t["confirm_of"] is not None]
+    assert confirming
+    for relaunch in confirming:
+        finalist = trials[relaunch["confirm_of"]]
+        assert relaunch["argv"] and without_port(relaunch["argv"]) == without_port(finalist["argv"])
+        assert relaunch["flags"] == finalist["flags"]
+
+
 def test_demo_show_table(demo: Path) -> None:
     out = run("show", "qwen3.6-27b-2xa6000-twin", cwd=demo).stdout
     assert "decode tok/s" in out and "cautious" in out and "hand-found" in out
@@ -241,7 +256,8 @@ def test_same_effective_config_is_measured_once(tmp_path: Path) -> None:
     )
     run("study", str(space), "--trials", "3", "--seed", "2", "--confirm-top", "0", cwd=tmp_path)
     trials = show_json(tmp_path)["trials"]
-    assert [t["duplicate_of"] for t in trials] == [None, 0, 0]
+    assert [t["decision"]["kind"] for t in trials] == ["launch", "reuse", "reuse"]
+    assert [t["decision"].get("trial") for t in trials] == [None, 0, 0]
     assert len({t["value"] for t in trials}) == 1
     logs = list((tmp_path / "studies" / "qwen3.6-27b-2xa6000-twin" / "logs").glob("trial-*.log"))
     assert len(logs) == 1

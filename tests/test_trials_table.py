@@ -12,6 +12,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from autotune.decision import Reuse
 from autotune.records import MetricRecord, TrialRecord
 from autotune.report.console import TrialTable, trials_table
 
@@ -40,7 +41,8 @@ def records(*, hosts: int = 1) -> list[TrialRecord]:
         found.append(TrialRecord(
             number=number, state="COMPLETE", outcome=outcome, flags=flags,
             reason=f"RuntimeError: not enough memory for the KV cache at step {number} " * (number % 3),
-            baseline="hand-found" if number == 1 else None, duplicate_of=3 if number == 11 else None,
+            baseline="hand-found" if number == 1 else None,
+            decision=Reuse(rule="duplicate", trial=3, same_config=True) if number == 11 else None,
             metrics=speed if outcome == "ok" else {}, roofline_share=0.42 if number % 2 else None,
             host=f"gpu-node-{number % hosts}", gpus=["NVIDIA RTX A6000", "NVIDIA RTX A6000"],
         ))  # fmt: skip

@@ -18,6 +18,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from autotune.decision import Adjusted, Reuse, Skip
 from autotune.measure.client import CategoryStats, Measurement
 from autotune.records import TrialRecord
 from autotune.space import ENGINE_PARAM, Candidate, FlagValue
@@ -229,8 +230,8 @@ def _fitted(cell: Text, width: int, justify: JustifyMethod) -> Text:
 def _trial_row(r: TrialRecord, flag_names: Sequence[str], *, best: int | None, with_host: bool) -> list[Text]:
     accept = r.metric_value("accept_length")
     note = r.baseline or ""
-    if r.duplicate_of is not None:
-        note = (note + " " if note else "") + f"same as #{r.duplicate_of}"
+    if r.reused_from is not None:
+        note = (note + " " if note else "") + f"same as #{r.reused_from}"
     elif r.outcome != "ok" and r.reason:
         note = (note + ": " if note else "") + r.reason
     mark = "★" if best is not None and r.number == best else ""
@@ -248,6 +249,27 @@ def _trial_row(r: TrialRecord, flag_names: Sequence[str], *, best: int | None, w
     return cells
 
 
+def adjustment_text(change: Adjusted) -> str:
+    """One rule's change to what was launched, for people."""
+    values = ", ".join(f"--{a.flag} {_fmt(a.launched) or 'unset'} (sampled {_fmt(a.sampled) or 'unset'})"
+                       for a in change.values)  # fmt: skip
+    return f"launched {values}: {change.why}"
+
+
+def decision_text(record: TrialRecord) -> str:
+    """What the study decided before launching the trial, and why."""
+    decision = record.decision
+    if isinstance(decision, Reuse):
+        how = "the same effective config" if decision.same_config else "a config the objective cannot tell apart"
+        return f"not launched: reuses trial {decision.trial}'s measurement, {how} (rule {decision.rule})"
+    if isinstance(decision, Skip):
+        return f"not launched: {decision.reason} (rule {decision.rule})"
+    if record.confirm_of is not None:
+        return f"launched exactly as trial {record.confirm_of} was, to measure it again"
+    changes = "; ".join(f"{adjustment_text(change)} (rule {change.rule})" for change in record.adjusted)
+    return changes or "launched as sampled"
+
+
 def trial_detail(record: TrialRecord) -> Group:
     """Everything stored about one trial, nothing cut: outcome and full reason, flags, argv, metrics."""
     rows = Table(box=None, show_header=False, pad_edge=False)
@@ -257,12 +279,12 @@ def trial_detail(record: TrialRecord) -> Group:
     rows.add_row("outcome", record.outcome)
     if record.reason:
         rows.add_row("reason", record.reason)
-    for label, value in (("baseline", record.baseline), ("same as", record.duplicate_of),
-                         ("retry of", record.retry_of), ("memory sizing of", record.sizing_from),
-                         ("fraction between deaths of", ", ".join(map(str, record.fraction_between_deaths_of)) or None),
+    for label, value in (("baseline", record.baseline), ("retry of", record.retry_of), ("confirms", record.confirm_of),
                          ("engine", record.engine), ("host", record.host)):  # fmt: skip
         if value is not None:
             rows.add_row(label, str(value))
+    if record.decision is not None:
+        rows.add_row("decided", decision_text(record))
     if record.value is not None:
         rows.add_row("value", f"{record.value:g} ({'feasible' if record.feasible else 'infeasible'})")
     for name, metric in record.metrics.items():
@@ -520,15 +542,12 @@ class LiveView(StudyEvents):
             self.best = record
         style = _OUTCOME_STYLE.get(record.outcome, "red")
         extra = f"{_speed(record)} tok/s" if record.outcome == "ok" else (record.reason or "")
-        if record.duplicate_of is not None and record.outcome == "ok" and record.reason:
+        if record.reused_from is not None and record.outcome == "ok" and record.reason:
             extra += f" ({record.reason})"  # a rate borrowed from a config differing only in memory sizing
-        elif record.duplicate_of is not None:
-            extra += f" (same effective config as #{record.duplicate_of}, not relaunched)"
-        if record.sizing_from is not None:
-            extra += f" (launched with the memory sizing of #{record.sizing_from})"
-        if record.fraction_between_deaths_of:
-            deaths = " and ".join(f"#{n}" for n in record.fraction_between_deaths_of)
-            extra += f" (its memory fraction moved inside what the deaths of {deaths} left open)"
+        elif record.reused_from is not None:
+            extra += f" (same effective config as #{record.reused_from}, not relaunched)"
+        for change in record.adjusted:  # the values launched instead of the sampled ones: show --trial N
+            extra += f" (launched with {change.why})"
         self.console.print(f"trial {record.number:>3} [{style}]{record.outcome}[/{style}] {extra}", highlight=False)
 
 

@@ -101,8 +101,8 @@ def _trials_rows(s: StudySummary) -> list[list[str]]:
     rows = []
     for r in s.trials:
         note = r.baseline or ""
-        if r.duplicate_of is not None:
-            note = (note + "; " if note else "") + f"same effective config as #{r.duplicate_of}"
+        if r.reused_from is not None:
+            note = (note + "; " if note else "") + f"same effective config as #{r.reused_from}"
         elif r.outcome != "ok" and r.reason:
             note = (note + ": " if note else "") + r.reason
         ci = r.metric_ci95(s.objective_metric)

@@ -150,7 +150,7 @@ def summarise(view: StudyView) -> StudySummary:
         except AutotuneError as exc:
             notes.append(f"the winner's launch command cannot be rendered here: {exc.message}")
 
-    measured = [r for r in all_records if r.duplicate_of is None]
+    measured = [r for r in all_records if r.reused_from is None]
     return StudySummary(
         study=view.name,
         generated_at=datetime.now(timezone.utc),

@@ -9,7 +9,14 @@
 - :mod:`~autotune.study.memory`: memory learning (one path for live and resumed studies), roofline;
 - :mod:`~autotune.study.artifacts`: server logs and measurement JSON beside the study;
 - :mod:`~autotune.study.importance`: which flags mattered, computed by Optuna and kept in the study;
-- :mod:`~autotune.study.runner`: the loop, with its launcher, storage and GPU reading injected;
+- :mod:`~autotune.study.preflight_checks`: the space checked against its engines before the first launch;
+- :mod:`~autotune.study.rules`: the named pre-launch rules (one module each) and their order;
+- :mod:`~autotune.study.history`: the study's records as one trial's rules read them;
+- :mod:`~autotune.study.sampler`: TPE with neighbours of the best;
+- :mod:`~autotune.study.launcher`: what turns a plan into an outcome (real servers, or injected);
+- :mod:`~autotune.study.runner`: the loop (suggest -> normalise -> decide -> record -> launch -> learn);
+- :mod:`~autotune.study.confirm`, :mod:`~autotune.study.levels`, :mod:`~autotune.study.breakeven`:
+  pure functions over records (the confirmed best, per-level winners, break-even acceptance);
 - :mod:`~autotune.study.view`: a stored study as the CLI and the report read it.
 
 The runner and the storage import Optuna (~0.5 s with numpy): they are imported on first use of
@@ -28,25 +35,20 @@ from autotune.study.paths import StudyPaths
 from autotune.study.view import StudyView, best_of
 
 if TYPE_CHECKING:
-    from autotune.study.runner import (
-        Launcher,
-        Preflight,
-        PreparedEngine,
-        StudyRunner,
-        TrialFault,
-        make_sampler,
-        preflight,
-    )
+    from autotune.study.launcher import Launcher
+    from autotune.study.preflight_checks import Preflight, PreparedEngine, preflight
+    from autotune.study.runner import StudyRunner, TrialFault
+    from autotune.study.sampler import make_sampler
     from autotune.study.storage import load_existing_study, open_storage
 
 _LAZY = {
-    "Launcher": "runner",
-    "Preflight": "runner",
-    "PreparedEngine": "runner",
+    "Launcher": "launcher",
+    "Preflight": "preflight_checks",
+    "PreparedEngine": "preflight_checks",
     "StudyRunner": "runner",
     "TrialFault": "runner",
-    "make_sampler": "runner",
-    "preflight": "runner",
+    "make_sampler": "sampler",
+    "preflight": "preflight_checks",
     "load_existing_study": "storage",
     "open_storage": "storage",
 }

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 
-from autotune.feasibility import FractionWindow, MemoryLesson, Prediction
+from autotune.decision import Decision, Reuse, Skip
+from autotune.feasibility import MemoryLesson
 from autotune.measure.agreement import Agreement, Reference, compare
 from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     import optuna
     from optuna.trial import FrozenTrial
 
-    from autotune.engines.base import LaunchPlan
     from autotune.gpu import GpuInventory, Roofline
     from autotune.measure.client import Measurement
     from autotune.trial import TrialOutcome
@@ -39,14 +39,13 @@ OUTCOME = "outcome"
 LAUNCH_TIME = "launch time [s]"
 MEASURE_TIME = "measure time [s]"
 MEMORY_LESSON = "memory_lesson"
-SIZING_FROM = "sizing_from"
-SAME_RATE_AS = "same_rate_as"
-FRACTION_INSIDE = "fraction_between_deaths_of"
+DECISION = "decision"
 # Shown to people (dashboard columns, report readings); never read back to compute anything.
 READING_PREFIXES = ("roofline", "memory")
-# A duplicate copies its original's facts, except who ran it and what it taught (learned once).
+# A reuse copies its original's facts, except who ran it, what it taught (learned once) and what
+# was decided for it and launched.
 NOT_COPIED = frozenset(
-    {"baseline", "host", "worker_pid", "retry_of", "confirm_of", SIZING_FROM, FRACTION_INSIDE, MEMORY_LESSON}
+    {"baseline", "host", "worker_pid", "retry_of", "confirm_of", MEMORY_LESSON, DECISION, "flags", "config_key"}
 )
 CONFIRMATION = "confirmation"
 BY_CONCURRENCY = "by_concurrency"
@@ -217,28 +216,6 @@ def record_config_key(trial: optuna.Trial, key: str) -> None:
     trial.set_user_attr("config_key", key)
 
 
-def record_rate_key(trial: optuna.Trial, key: str) -> None:
-    trial.set_user_attr("rate_key", key)
-
-
-def record_same_rate(trial: optuna.Trial, plan: LaunchPlan, original: FrozenTrial, sizing: list[str]) -> None:
-    """Not launched: it decodes one stream as a measured config does, differing only in flags that
-    size memory; its facts are borrowed like a duplicate's, its own flags and identity kept."""
-    record_duplicate(trial, plan, original)
-    trial.set_user_attr("config_key", plan.config_key)
-    trial.set_user_attr(SAME_RATE_AS, original.number)
-    differing = ", ".join(f"--{name}" for name in sizing) or "no flags"
-    trial.set_user_attr(
-        "reason", f"same single-stream decode rate as trial {original.number} (differs only in {differing}, which size "
-        "memory); not launched"
-    )
-
-
-def record_sizing_from(trial: optuna.Trial, source: int) -> None:
-    """Launched with the memory sizing of served trial ``source`` in place of the sampled one."""
-    trial.set_user_attr(SIZING_FROM, source)
-
-
 def trial_without(trial: FrozenTrial, names: frozenset[str]) -> FrozenTrial:
     """A copy of ``trial`` without the parameters ``names``, everything else (its attrs) kept."""
     from optuna.trial import FrozenTrial
@@ -251,17 +228,6 @@ def trial_without(trial: FrozenTrial, names: frozenset[str]) -> FrozenTrial:
         user_attrs=trial.user_attrs, system_attrs=trial.system_attrs,
         intermediate_values=trial.intermediate_values, trial_id=trial._trial_id,
     )  # fmt: skip
-
-
-def record_fraction_inside(trial: optuna.Trial, window: FractionWindow) -> None:
-    """Launched at a fraction inside what deaths of alike launches left open, in place of the sampled one."""
-    trial.set_user_attr(FRACTION_INSIDE, [n for n in (window.low_trial, window.high_trial) if n is not None])
-
-
-def sizing_untried(trial: FrozenTrial) -> bool:
-    """Whether a trial's sampled memory sizing was never launched: it launched a served trial's
-    sizing or another fraction instead, or borrowed the rate of a config differing only in sizing."""
-    return any(key in trial.user_attrs for key in (SIZING_FROM, SAME_RATE_AS, FRACTION_INSIDE))
 
 
 def record_busy_wait(trial: optuna.Trial, seconds: float) -> None:
@@ -290,37 +256,28 @@ def record_counted_against_config(trial: optuna.Trial, reason: str | None, named
         trial.set_user_attr("failure_names", dict(named))
 
 
-def failure_names(trial: FrozenTrial) -> dict[str, str]:
-    """The flag values a trial's server failure named (:func:`record_counted_against_config`)."""
-    return dict(trial.user_attrs.get("failure_names") or {})
+def record_decision(trial: optuna.Trial, decision: Decision, *, flags: Mapping[str, FlagValue]) -> None:
+    """What the study decided before launching, with the flags it decided on (secrets redacted); a
+    skip ends the trial here."""
+    trial.set_user_attr(DECISION, decision.model_dump(mode="json"))
+    trial.set_user_attr("flags", dict(flags))
+    if isinstance(decision, Skip):
+        _ended(trial, decision.outcome, decision.reason, flags)
+        if decision.outcome.predicted:
+            trial.set_user_attr("predicted_infeasible", True)
+        if decision.predicted_pool_gib is not None:
+            trial.set_user_attr("predicted_pool_gib", decision.predicted_pool_gib)
 
 
-def record_predicted_failure(trial: optuna.Trial, plan: LaunchPlan, failed: TrialRecord) -> None:
-    """Not launched: trial ``failed``'s server failure named values this configuration shares."""
-    shared = ", ".join(f"--{name} {value}" for name, value in failed.failure_names.items())
-    reason = f"predicted without launching: trial {failed.number} with {shared} failed: {failed.reason}"
-    _ended(trial, OutcomeKind.PREDICTED_FAILURE, reason, plan.flags)
-    trial.set_user_attr("config_key", plan.config_key)
-
-
-def record_predicted(trial: optuna.Trial, plan: LaunchPlan, prediction: Prediction) -> None:
-    """Not launched: predicted not to fit."""
-    assert prediction.side is not None
-    _ended(trial, OutcomeKind.predicted_for(prediction.side), f"predicted without launching: {prediction.reason}",
-           plan.flags)  # fmt: skip
-    trial.set_user_attr("predicted_infeasible", True)
-    trial.set_user_attr("config_key", plan.config_key)
-    if prediction.pool_bytes is not None:
-        trial.set_user_attr("predicted_pool_gib", round(prediction.pool_bytes / 2**30, 2))
-
-
-def record_duplicate(trial: optuna.Trial, plan: LaunchPlan, original: FrozenTrial) -> None:
-    """The same effective config was measured already: its facts, marked as borrowed."""
+def record_reuse(trial: optuna.Trial, original: FrozenTrial) -> None:
+    """A reused trial: its original's measured facts (marked by its decision as borrowed); a reason
+    the decision gave replaces the original's."""
     for key, value in original.user_attrs.items():
         if key not in NOT_COPIED:
             trial.set_user_attr(key, value)
-    trial.set_user_attr("duplicate_of", original.number)
-    trial.set_user_attr("flags", plan.flags)
+    decision = _decision(trial.user_attrs.get(DECISION))
+    if isinstance(decision, Reuse) and decision.reason:
+        trial.set_user_attr("reason", decision.reason)
 
 
 def record_outcome(
@@ -497,14 +454,11 @@ def trial_record(trial: FrozenTrial | StoredTrial) -> TrialRecord:
         value=trial.values[0] if state == "COMPLETE" and trial.values else None,
         feasible=bool(attrs.get("feasible", False)),
         baseline=attrs.get("baseline"),
-        duplicate_of=attrs.get("duplicate_of"),
+        decision=_decision(attrs.get(DECISION), legacy_duplicate_of=attrs.get("duplicate_of")),
         retry_of=attrs.get("retry_of"),
         confirm_of=attrs.get("confirm_of"),
-        sizing_from=attrs.get(SIZING_FROM),
-        fraction_between_deaths_of=attrs.get(FRACTION_INSIDE) or [],
         early_stopped=bool(attrs.get("early_stopped", False)),
         config_key=attrs.get("config_key"),
-        rate_key=attrs.get("rate_key"),
         failure_names=attrs.get("failure_names") or {},
         flags=attrs.get("flags", {}),
         effective=attrs.get("effective", {}),
@@ -523,6 +477,21 @@ def trial_record(trial: FrozenTrial | StoredTrial) -> TrialRecord:
         readings=readings,
         levels=_level_records(attrs.get(BY_CONCURRENCY)),
     )
+
+
+_DECISION_ADAPTER: TypeAdapter[Decision] = TypeAdapter(Decision)
+
+
+def _decision(stored: object, *, legacy_duplicate_of: object = None) -> Decision | None:
+    """A stored decision; a study written before decisions were kept reads its duplicates as reuses."""
+    if isinstance(stored, dict):
+        try:
+            return _DECISION_ADAPTER.validate_python(stored)
+        except ValidationError:
+            return None  # written by another autotune version
+    if isinstance(legacy_duplicate_of, int):
+        return Reuse(rule="duplicate", trial=legacy_duplicate_of, same_config=True)
+    return None
 
 
 def _metric_records(stored: object) -> dict[str, MetricRecord]:

@@ -156,7 +156,7 @@ def speed_point(record: TrialRecord, *, engine: str) -> SpeedPoint | None:
     """A measured trial as the fit reads it (its flags as the server resolved them); None when it
     was not measured, or measured no speed or, speculating, no accept length."""
     tok_s, accept = record.metric_value("decode_tok_s"), record.metric_value("accept_length")
-    if record.outcome != "ok" or record.duplicate_of is not None or not tok_s:
+    if record.outcome != "ok" or record.reused_from is not None or not tok_s:
         return None
     algorithm_flag, steps_flag, model_flag = _SPELLINGS.get(record.engine or engine, _SPELLINGS["sglang"])
 

@@ -67,7 +67,7 @@ class Confirmation(Frozen):
 
 def _objective_runs(records: Sequence[TrialRecord]) -> list[TrialRecord]:
     """Launched, measured trials (duplicates borrow a measurement, so they are not launches)."""
-    return [r for r in records if r.outcome == OutcomeKind.OK.value and r.duplicate_of is None and r.value]
+    return [r for r in records if r.outcome == OutcomeKind.OK.value and r.reused_from is None and r.value]
 
 
 def measure_noise(records: Sequence[TrialRecord], objective: str) -> Noise:

@@ -60,7 +60,7 @@ class LoadLevels(Frozen):
 
 def measured(records: Sequence[TrialRecord]) -> list[TrialRecord]:
     """Launched trials that measured their levels (a duplicate borrows its original's figures)."""
-    return [r for r in records if r.outcome == OutcomeKind.OK.value and r.duplicate_of is None and r.levels]
+    return [r for r in records if r.outcome == OutcomeKind.OK.value and r.reused_from is None and r.levels]
 
 
 def at_level(record: TrialRecord, concurrency: int) -> TrialRecord | None:

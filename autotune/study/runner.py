@@ -1,13 +1,15 @@
-"""Running a study: ask Optuna for a candidate, apply the engine's rules, predict memory, launch,
-record, learn; until a stop rule fires.
+"""Running a study: ask Optuna for a candidate, normalise it by the engine's rules, decide by the
+study's named rules, record the decision, launch, learn; until a stop rule fires.
 
-The launcher (what turns a plan into a :class:`TrialOutcome`), the storage and the GPU reading are
-injected, so the search benchmark and tests drive the same loop without servers or a database.
+The objective reads as Optuna's own loop does (ask -> run -> tell), one step a method:
+suggest -> normalise -> decide (:mod:`autotune.study.rules`) -> record -> launch -> learn. The
+launcher (:mod:`autotune.study.launcher`), the storage and the GPU reading are injected, so the
+search benchmark and tests drive the same loop without servers or a database.
 
-Optuna conventions (shared/optuna.md): a configuration that cannot run (memory, invalid flags) is a
-COMPLETE trial with value 0.0 and a positive constraint, so every sampler learns from it; FAIL is
-kept for faults of the infrastructure (crash, timeout, interruption). Every outcome is written to
-storage before anything propagates.
+Optuna conventions: a configuration that cannot run (memory, invalid flags) is a COMPLETE trial
+with value 0.0 and a positive constraint, so every sampler learns from it; FAIL is kept for faults
+of the infrastructure (crash, timeout, interruption). Every outcome is written to storage before
+anything propagates.
 """
 
 from __future__ import annotations
@@ -17,171 +19,44 @@ import os
 import socket
 import time
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Literal, Protocol
+from collections.abc import Collection, Mapping, Sequence
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.engines import get_engine
-from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan
-from autotune.errors import StorageError, UserError
-from autotune.feasibility import FractionWindow
-from autotune.gpu import GpuInventory, check_idle, read_inventory, wait_for
-from autotune.measure.agreement import Reference
+from autotune.decision import Decision, Launch, Reuse, Skip, Wait
+from autotune.engines.base import InvalidConfig, LaunchPlan
+from autotune.errors import StorageError
+from autotune.gpu import check_idle, read_inventory, wait_for
 from autotune.measure.client import Measurement
 from autotune.measure.protocol import EarlyStop
-from autotune.measure.suites import Suite, load_suite
-from autotune.outcomes import OutcomeKind, outcome_kind
+from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
-from autotune.secrets import redact, redact_env, redact_flags, secret_values
+from autotune.secrets import is_secret_flag, redact, redact_env, redact_flags, secret_values
 from autotune.server import reap_orphans
-from autotune.space import (
-    Baseline,
-    FloatParam,
-    SearchSpace,
-    SLOSpec,
-    resolve_command,
-    suggest,
-)
+from autotune.space import Baseline, FlagValue, SLOSpec, suggest
 from autotune.stopping import NoImprovement, RepeatedFailure, StopRule, TimeBudget, TotalTrials, first_reason
 from autotune.study import attrs, recovery
 from autotune.study.artifacts import artifact_store, upload
 from autotune.study.confirm import Confirmation, best_first_measured, choose_finalists, confirm, measure_noise
 from autotune.study.events import StudyEvents
+from autotune.study.history import History
 from autotune.study.importance import compute_importance
+from autotune.study.launcher import Launcher, ReadGpus, trial_launcher
 from autotune.study.memory import feasibility_models, lesson_of, replay, roofline_of
-from autotune.study.named_failures import named_values, predicted_failure
+from autotune.study.named_failures import named_values
 from autotune.study.paths import StudyPaths
-from autotune.study.sampler import NeighbourSampler
+from autotune.study.preflight_checks import Preflight
+from autotune.study.rules import build_rules, decide, one_stream_rate
+from autotune.study.sampler import NeighbourSampler, SamplerName, make_sampler
 from autotune.study.storage import exclusive, open_storage
-from autotune.trial import Phase, TrialOutcome, TrialSetup, run_trial
+from autotune.trial import TrialOutcome
 
-SamplerName = Literal["tpe", "random"]
 DUPLICATE_POLL_S = 2.0
-
-ReadGpus = Callable[[], GpuInventory]
-
-
-class Launcher(Protocol):
-    """Turns a plan into an outcome: launch, measure, stop (the real one is :func:`run_trial`)."""
-
-    def __call__(
-        self, plan: LaunchPlan, log_path: Path, phase: Phase, early_stop: EarlyStop | None = None
-    ) -> TrialOutcome: ...
 
 
 class TrialFault(Exception):
     """A trial failed for a reason that says nothing about its configuration (becomes FAIL)."""
-
-
-@dataclass(frozen=True)
-class PreparedEngine:
-    """One engine of a space, checked: its flag set read from its launcher's --help."""
-
-    engine: Engine
-    flag_set: FlagSet
-    launcher: list[str]
-
-
-@dataclass(frozen=True)
-class CheckedBaseline:
-    """A baseline of the space, normalised by its engine's rules (as it will be launched)."""
-
-    name: str
-    plan: LaunchPlan
-
-
-@dataclass
-class Preflight:
-    """Everything checked before the first launch."""
-
-    space: SearchSpace
-    engines: dict[str, PreparedEngine]
-    suite: Suite
-    inventory: GpuInventory | None
-    baselines: list[CheckedBaseline] = field(default_factory=list)
-
-
-def preflight(space: SearchSpace, *, read_gpus: bool = True) -> Preflight:
-    """Check the space against every engine it names, without launching anything."""
-    suite = load_suite(space.suite_path())
-    engines: dict[str, PreparedEngine] = {}
-    for name in space.engine_names():
-        engine = get_engine(name)
-        launcher = resolve_command(space.launcher_for(name))
-        flag_set = engine.read_flag_set(launcher, env=space.env)
-        engine.check_flags(space.flags_for(name), flag_set)
-        engines[name] = PreparedEngine(engine=engine, flag_set=flag_set, launcher=launcher)
-    baselines = []
-    for baseline in space.baselines:
-        name, flags = space.split_engine({**space.fixed, **baseline.flags})
-        try:
-            baselines.append(CheckedBaseline(name=baseline.name, plan=engines[name].engine.normalise(flags)))
-        except InvalidConfig as exc:
-            raise UserError(f"baseline {baseline.name!r}: {exc}") from None
-    inventory = read_inventory(space.gpus) if read_gpus else None
-    return Preflight(space=space, engines=engines, suite=suite, inventory=inventory, baselines=baselines)
-
-
-def make_sampler(name: SamplerName, seed: int | None) -> optuna.samplers.BaseSampler:
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        # benchmarks/search_efficiency.py: baselines count as startup trials; modelling from the third
-        # trial on and scoring 64 candidates reached 2% of the optimum in 3 launches instead of 8
-        # (A6000 twin, 20 seeds) and never did worse on the other profiles.
-        tpe = optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=2, n_ei_candidates=64
-        )
-    # benchmarks/search_efficiency.py --family: every other trial a neighbour of the best once 3 served
-    # (chosen on tuning members 0-7) took the median launches to 2% of the optimum from 23 to 14 on
-    # held-out members 1000-1029 (budget 60). With repeats redrawn and memory sizing held still (chosen
-    # on members 0-23), members 1060-1089, unseen before: median 13, 28/30 reached. Moving on along the
-    # number that made the best first: 14 and 16 on 1300-1329 and 1330-1359, unseen. With draft tokens
-    # scaled to the draft tree: 14 / 27, 13 / 38 and 11 / 27 (median / p90) on 1360-1449, unseen.
-    # sampler.py says why.
-    return NeighbourSampler(tpe, seed=seed, after=3, every=2)
-
-
-def trial_launcher(
-    checked: Preflight, paths: StudyPaths, read_gpus: ReadGpus | None, reference: Callable[[], Reference | None]
-) -> Launcher:
-    """The real launcher: each engine's server started, measured and stopped by :func:`run_trial`."""
-    space = checked.space
-    env = dict(space.env)
-    if space.gpus.devices is not None:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in space.gpus.devices)
-    setups = {
-        name: TrialSetup(
-            launcher=prepared.launcher,
-            model=space.model,
-            env=env,
-            suite=checked.suite,
-            measure=space.measure_settings(),
-            concurrency_levels=space.measurement.concurrency,
-            objective_concurrency=space.objective.concurrency,
-            launch_timeout_s=space.launch.timeout_s,
-            stop_timeout_s=space.launch.stop_timeout_s,
-            records_dir=paths.servers,
-            read_gpus=read_gpus,
-            release_timeout_s=space.gpus.release_timeout_s,
-            agreement=space.measurement.agreement,
-            reference=reference,
-        )
-        for name, prepared in checked.engines.items()
-    }
-
-    def launch(plan: LaunchPlan, log_path: Path, phase: Phase, early_stop: EarlyStop | None = None) -> TrialOutcome:
-        setup = setups[plan.engine]
-        if early_stop is not None:
-            setup = setup.model_copy(update={"measure": setup.measure.model_copy(update={"early_stop": early_stop})})
-        return run_trial(checked.engines[plan.engine].engine, setup, plan, log_path=log_path, on_phase=phase)
-
-    return launch
 
 
 def set_constraints(
@@ -219,6 +94,7 @@ class StudyRunner:
         events: the live view's hooks.
         early_stop: stop measuring a trial that cannot plausibly reach the best (never a baseline or
             a finalist's confirmation).
+        rules_off: names of pre-launch rules switched off (:data:`autotune.study.rules.RULE_NAMES`).
     """
 
     def __init__(
@@ -233,6 +109,7 @@ class StudyRunner:
         sampler: optuna.samplers.BaseSampler | None = None,
         events: StudyEvents | None = None,
         early_stop: bool = True,
+        rules_off: Collection[str] = (),
     ) -> None:
         if checked.inventory is None:
             raise ValueError("a study needs the GPU inventory: run preflight with read_gpus=True")
@@ -254,7 +131,7 @@ class StudyRunner:
                 load_if_exists=True,
             )
         if isinstance(self.study.sampler, NeighbourSampler):
-            if self._one_stream_rate():
+            if one_stream_rate(self.space):
                 sizing = {name for engine in self.engines.values() for name in engine.memory_sizing_flags}
                 self.study.sampler.hold_still(frozenset(sizing & set(self.space.tuned)))
             self.study.sampler.follow_trees([e.draft_tree for e in self.engines.values() if e.draft_tree is not None])
@@ -266,6 +143,7 @@ class StudyRunner:
         self.storage_fault: str | None = None
         self.feasibility = feasibility_models(self.space, self.engines, self.inventory)
         replay(self.feasibility, self.records(), default_engine=self.space.engine)
+        self.rules = build_rules(self.space, self.engines, self.feasibility, off=rules_off)
 
     @classmethod
     def open(
@@ -328,186 +206,91 @@ class StudyRunner:
 
     # ---------------------------------------------------------------- one trial
 
-    def _baseline(self, trial: optuna.Trial) -> Baseline | None:
-        name = attrs.baseline_of(trial)
-        return next((b for b in self.space.baselines if b.name == name), None) if name else None
-
-    def _find_duplicate(self, trial: optuna.Trial, key: str) -> FrozenTrial | None:
-        """A finished trial with the same effective config; one still running elsewhere is awaited."""
-        attrs.record_config_key(trial, key)  # before launching, so other workers see it
-        while True:
-            running = False
-            for other in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)):
-                record = attrs.trial_record(other)
-                if other.number == trial.number or record.config_key != key:
-                    continue
-                if other.state is TrialState.RUNNING:
-                    running = other.number < trial.number  # the older one measures, the newer one waits
-                elif record.duplicate_of is None and attrs.has_outcome(other) and not _server_failure(record):
-                    return other
-            if not running:
-                return None
-            self.events.phase("waiting", "for another worker measuring the same config")
-            time.sleep(DUPLICATE_POLL_S)
-
-    def _same_rate(self, trial: optuna.Trial, plan: LaunchPlan, known: Sequence[TrialRecord]) -> TrialRecord | None:
-        """A measured trial among ``known`` that decodes one stream as ``plan`` would: where the
-        objective is that rate (one stream, no other level, no SLO), a config differing only in memory
-        sizing is not launched again. Its speed is known; what it would add is only another memory
-        layout. The trial's rate key is recorded either way (a baseline's too, with ``known`` empty)."""
-        if not self._one_stream_rate():
-            return None
-        key = self.engines[plan.engine].rate_key(plan)
-        if key is None:
-            return None
-        attrs.record_rate_key(trial, key)
-        return next((r for r in known if r.rate_key == key and r.served), None)
-
-    def _one_stream_rate(self) -> bool:
-        """Whether the objective is one stream's decode rate (one level, no SLO): memory sizing cannot buy it."""
-        objective, measured = self.space.objective, self.space.measurement.concurrency
-        single = objective.metric == "decode_tok_s" and not objective.levels and measured == [1]
-        return single and not self.space.slo.limits()
-
-    def _served_sizing(
-        self, plan: LaunchPlan, known: Sequence[TrialRecord]
-    ) -> tuple[LaunchPlan, TrialRecord | None] | None:
-        """Where memory sizing cannot buy the objective, a new config launches with the memory sizing of
-        a served launch like it rather than the sampled sizing, which could only add a memory death:
-        one that vouches for it (it fitted with demands no smaller, feasibility 5), else the one it
-        exceeds in the fewest demands; of those, the sizing that differs least from the sampled one
-        (the latest on a tie). The plan as sampled, with no source, where a served launch vouches for
-        its sizing; None when no served launch is alike (or the objective is not one stream's rate), or
-        when the config exceeds the chosen one while launches like it died of headroom at or below its
-        fraction (more draft tokens at a borrowed sizing that already killed some)."""
-        engine = self.engines[plan.engine]
-        sizing = set(engine.memory_sizing_flags)
-        if not sizing or not self._one_stream_rate():
-            return None
-        model = self.feasibility[plan.engine]
-        kept = {name: value for name, value in plan.flags.items() if name not in sizing}
-        chosen: tuple[tuple[int, int], LaunchPlan, TrialRecord] | None = None
-        for record in reversed(known):
-            if not record.served or record.engine != plan.engine:
-                continue
-            flags = {**kept, **{name: value for name, value in record.flags.items() if name in sizing}}
-            excess = model.excess(record.flags, flags)
-            if excess is None:
-                continue
-            rank = (excess, sum(flags.get(name) != plan.flags.get(name) for name in sizing))
-            if rank == (0, 0):
-                return plan, None
-            if chosen is None or rank < chosen[0]:
-                try:
-                    chosen = (rank, engine.normalise(flags), record)
-                except InvalidConfig:
-                    continue
-        if chosen is None:
-            return None
-        (excess, _), sized, source = chosen
-        fraction = sized.flags.get(model.rules.fraction_flag) if model.rules is not None else None
-        died_above = model.fraction_window(plan.flags).high
-        if excess and isinstance(fraction, (int, float)) and died_above is not None and fraction >= died_above:
-            return None  # launches like it ran out of headroom there, and it demands more than the one that served
-        return sized, source
-
-    def _fraction_inside(self, plan: LaunchPlan) -> tuple[LaunchPlan, FractionWindow] | None:
-        """Where memory sizing cannot buy the objective and no served launch vouches for a sizing, a
-        sampled fraction beyond what deaths of alike launches left open (feasibility 6) launches in
-        the middle of that window instead: found in a few deaths rather than one per draw."""
-        rules = self.engines[plan.engine].memory_rules
-        if rules is None or not self._one_stream_rate():
-            return None
-        param, fraction = self.space.tuned.get(rules.fraction_flag), plan.flags.get(rules.fraction_flag)
-        if not isinstance(param, FloatParam) or not isinstance(fraction, (int, float)):
-            return None
-        window = self.feasibility[plan.engine].fraction_window(plan.flags)
-        middle = None if window.open(fraction) else window.middle(param.low, param.high, param.step)
-        if middle is None:
-            return None
-        try:
-            return self.engines[plan.engine].normalise({**plan.flags, rules.fraction_flag: middle}), window
-        except InvalidConfig:
-            return None
-
-    def _values_of(self, measured: FrozenTrial) -> float | list[float]:
-        """What Optuna is told for a trial that borrows ``measured``'s measurement."""
-        return list(measured.values) if self.space.objective.levels else measured.values[0]
-
-    def _values(self, outcome: TrialOutcome | None) -> float | list[float]:
-        """What Optuna is told: the objective, or in a levels study one value per level (primary
-        first), 0 at a level that was not measured or breaks the SLO there."""
-        if not self.space.objective.levels:
-            return (outcome.objective if outcome is not None else None) or 0.0
-        by_level = {m.concurrency: m for m in outcome.measurements} if outcome is not None else {}
-        slo = self.space.slo
-        return [
-            m.value if m is not None and not slo.broken({x.name: x.value for x in m.metrics}) else 0.0
-            for m in map(by_level.get, self.space.objective_levels())
-        ]
-
     def objective(self, trial: optuna.Trial) -> float | list[float]:
-        gpus = [g.name for g in self.inventory.gpus]
-        attrs.record_start(trial, host=socket.gethostname(), pid=os.getpid(), gpus=gpus)
+        attrs.record_start(
+            trial, host=socket.gethostname(), pid=os.getpid(), gpus=[g.name for g in self.inventory.gpus]
+        )
         candidate = suggest(self.space, trial, self._baseline(trial))
         self.events.trial_started(trial.number, candidate)
-        engine_name, flags = self.space.split_engine(candidate.flags)
-        attrs.record_engine(trial, engine_name)
+        engine, flags = self.space.split_engine(candidate.flags)
+        attrs.record_engine(trial, engine)
+        history = self._history(trial.number)
+        plan = self._normalised(trial, engine, flags, history)
+        decision, history = self._decide(trial, plan, history)
+        shown = redact_flags(plan.flags if isinstance(plan, LaunchPlan) else flags)
+        attrs.record_decision(trial, self._hidden_decision(decision), flags=shown)
+        if isinstance(decision, Reuse):
+            reused = self.study.get_trials(deepcopy=False)[decision.trial]
+            attrs.record_reuse(trial, reused)
+            for key, value in reused.constraints.items():
+                trial.set_constraint(key, value)
+            return self._values_of(reused)
+        if isinstance(decision, Skip):
+            constraint = decision.constraint
+            set_constraints(trial, self.space.slo, memory=constraint == "memory", config=constraint == "config")
+            return self._values(None)
+        outcome = self._launch(trial, decision.plan, history)
+        return self._learn(trial, decision.plan, outcome, history)
+
+    def _normalised(
+        self, trial: optuna.Trial, engine: str, flags: Mapping[str, FlagValue], history: History
+    ) -> LaunchPlan | Skip:
+        """The candidate by its engine's rules; a confirmation is exactly what its trial launched."""
+        confirming = attrs.confirm_of(trial)
+        if confirming is not None:
+            return self._launched_plan(history.records[confirming])
         try:
-            plan = self.engines[engine_name].normalise(flags)
+            plan = self.engines[engine].normalise(dict(flags))
         except InvalidConfig as exc:
-            reason = f"engine rule: {exc}"
-            attrs.record_not_run(trial, OutcomeKind.INVALID_CONFIG, reason, redact_flags(candidate.flags))
-            set_constraints(trial, self.space.slo, config=True)
-            return self._values(None)
-        confirming = attrs.confirm_of(trial) is not None
-        duplicate = None if confirming else self._find_duplicate(trial, plan.config_key)
-        if duplicate is not None:
-            attrs.record_duplicate(trial, self._hidden(plan), duplicate)
-            for key, value in duplicate.constraints.items():
-                trial.set_constraint(key, value)
-            return self._values_of(duplicate)
-        searching = not confirming and not self._baseline(trial)
-        known = self.records() if searching else []
-        same_rate = self._same_rate(trial, plan, known)
-        if same_rate is not None:
-            borrowed = self.study.get_trials(deepcopy=False)[same_rate.number]
-            sizing = sorted(k for k in {*plan.flags, *same_rate.flags} if plan.flags.get(k) != same_rate.flags.get(k))
-            attrs.record_same_rate(trial, self._hidden(plan), borrowed, sizing)
-            for key, value in borrowed.constraints.items():
-                trial.set_constraint(key, value)
-            return self._values_of(borrowed)
-        if searching:
-            sized = self._served_sizing(plan, known)
-            if sized is not None and (source := sized[1]) is not None:
-                plan = sized[0]
-                attrs.record_sizing_from(trial, source.number)
-            elif sized is None and (inside := self._fraction_inside(plan)) is not None:
-                plan, window = inside
-                attrs.record_fraction_inside(trial, window)
-            failed = predicted_failure(plan.flags, known)
-            if failed is not None:
-                attrs.record_predicted_failure(trial, self._hidden(plan), failed)
-                set_constraints(trial, self.space.slo, config=True)
-                return self._values(None)
-        prediction = self.feasibility[plan.engine].predict(plan.flags)
-        if not prediction.feasible:
-            attrs.record_predicted(trial, self._hidden(plan), prediction)
-            set_constraints(trial, self.space.slo, memory=True)
-            return self._values(None)
+            return Skip(
+                rule="engine", outcome=OutcomeKind.INVALID_CONFIG, reason=f"engine rule: {exc}", constraint="config"
+            )
+        attrs.record_config_key(trial, plan.config_key)  # before deciding: other workers see what this measures
+        return plan
+
+    def _decide(self, trial: optuna.Trial, plan: LaunchPlan | Skip, history: History) -> tuple[Decision, History]:
+        """The study's rules over its history (a confirmation goes through none: it relaunches what ran)."""
+        if isinstance(plan, Skip):
+            return plan, history
+        if attrs.confirm_of(trial) is not None:
+            return Launch(plan=plan), history
+        baseline = self._baseline(trial) is not None
+        while isinstance(decision := decide(self.rules, plan, history, baseline=baseline), Wait):
+            self.events.phase("waiting", f"for trial {decision.trial}, measuring the same config on another worker")
+            time.sleep(DUPLICATE_POLL_S)
+            history = self._history(trial.number)
+        return decision, history
+
+    def _history(self, number: int) -> History:
+        return History(self.records(), number=number)
+
+    def _launched_plan(self, record: TrialRecord) -> LaunchPlan:
+        """What ``record`` launched, with the secret values storage never held put back."""
+        secrets = {
+            name: value for name, value in self.space.fixed.items() if is_secret_flag(name) and name in record.flags
+        }
+        return LaunchPlan(engine=record.engine or self.space.engine, flags={**record.flags, **secrets})
+
+    def _launch(self, trial: optuna.Trial, plan: LaunchPlan, history: History) -> TrialOutcome:
+        """Launch, measure, stop; an interruption or a bug is recorded before it propagates."""
         self._wait_for_idle_gpus(trial, plan)
         try:
             self.paths.logs.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageError(f"cannot create the log folder {self.paths.logs}: {exc.strerror}") from None
         log_path = self.paths.logs / f"trial-{trial.number:04d}.log"
+        searching = attrs.confirm_of(trial) is None and self._baseline(trial) is None
         try:
-            early_stop = None if confirming or self._baseline(trial) else self._early_stop()
-            outcome = self.launch(plan, log_path, self.events.phase, early_stop)
+            return self.launch(plan, log_path, self.events.phase, self._early_stop(history) if searching else None)
         except BaseException as exc:  # Ctrl-C, SIGTERM, bugs: say so in storage, then let it go
             kind = OutcomeKind.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else OutcomeKind.ERROR
             attrs.record_not_run(trial, kind, f"{type(exc).__name__}: {exc}".strip(": "), redact_flags(plan.flags))
             raise
+
+    def _learn(
+        self, trial: optuna.Trial, plan: LaunchPlan, outcome: TrialOutcome, history: History
+    ) -> float | list[float]:
+        """Record what the launch measured and taught, and what Optuna is told."""
         outcome = self._redacted(outcome)
         model = self.feasibility[plan.engine]
         lesson = lesson_of(outcome, trial=trial.number, inventory=self.inventory)
@@ -526,7 +309,10 @@ class StudyRunner:
         if outcome.kind.is_config_fault:
             set_constraints(trial, self.space.slo, memory=outcome.kind.is_memory, config=not outcome.kind.is_memory)
             return self._values(None)
-        if outcome.kind.is_server_failure and self._served(plan.engine, before=trial.number):
+        served_before = any(
+            r.served and r.engine in (None, plan.engine) for r in history.records if r.number < trial.number
+        )
+        if outcome.kind.is_server_failure and served_before:
             # The set-up has served, so a server that cannot start is most likely this configuration's
             # doing: tell the sampler (a failed trial teaches it nothing). Still relaunched when proposed again.
             attrs.record_counted_against_config(trial, outcome.reason, named_values(plan.flags, outcome.reason))
@@ -534,20 +320,35 @@ class StudyRunner:
             return self._values(None)
         raise TrialFault(f"{outcome.kind.value}: {outcome.reason}")
 
-    def _served(self, engine: str, *, before: int) -> bool:
-        """Whether an earlier trial of this study measured a server of this engine."""
-        return any(r.number < before and r.served and r.engine in (None, engine) for r in self.records())
+    def _baseline(self, trial: optuna.Trial) -> Baseline | None:
+        name = attrs.baseline_of(trial)
+        return next((b for b in self.space.baselines if b.name == name), None) if name else None
 
-    def _early_stop(self) -> EarlyStop | None:
+    def _values_of(self, measured: FrozenTrial) -> float | list[float]:
+        """What Optuna is told for a trial that reuses ``measured``'s measurement."""
+        return list(measured.values) if self.space.objective.levels else measured.values[0]
+
+    def _values(self, outcome: TrialOutcome | None) -> float | list[float]:
+        """What Optuna is told: the objective, or in a levels study one value per level (primary
+        first), 0 at a level that was not measured or breaks the SLO there."""
+        if not self.space.objective.levels:
+            return (outcome.objective if outcome is not None else None) or 0.0
+        by_level = {m.concurrency: m for m in outcome.measurements} if outcome is not None else {}
+        slo = self.space.slo
+        return [
+            m.value if m is not None and not slo.broken({x.name: x.value for x in m.metrics}) else 0.0
+            for m in map(by_level.get, self.space.objective_levels())
+        ]
+
+    def _early_stop(self, history: History) -> EarlyStop | None:
         """The bar a new configuration must plausibly reach to be measured in full: the best so far,
         with the study's own measured noise (a prior until it has relaunched anything)."""
         if not self.early_stop:
             return None
-        records = self.records()
-        best = best_first_measured(records)
+        best = best_first_measured(history.records)
         if best is None or not best.value:
             return None
-        noise = measure_noise(records, self.space.objective.metric)
+        noise = measure_noise(history.records, self.space.objective.metric)
         return EarlyStop(bar=best.value, noise_rel=min(noise.total, 0.5))
 
     def _wait_for_idle_gpus(self, trial: optuna.Trial, plan: LaunchPlan) -> None:
@@ -564,8 +365,13 @@ class StudyRunner:
             attrs.record_not_run(trial, OutcomeKind.SKIPPED_BUSY, verdict.reason, redact_flags(plan.flags))
             raise TrialFault(f"{OutcomeKind.SKIPPED_BUSY.value}: {verdict.reason}")
 
-    def _hidden(self, plan: LaunchPlan) -> LaunchPlan:
-        return plan.model_copy(update={"flags": redact_flags(plan.flags)})
+    def _hidden_decision(self, decision: Decision) -> Decision:
+        """The decision as storage keeps it: secret flag values redacted."""
+        if not isinstance(decision, Launch):
+            return decision
+        return decision.model_copy(
+            update={"plan": decision.plan.model_copy(update={"flags": redact_flags(decision.plan.flags)})}
+        )
 
     def _redacted(self, outcome: TrialOutcome) -> TrialOutcome:
         """Secret values (environment, secret flags such as --api-key) never reach storage: not the
@@ -690,8 +496,3 @@ class StudyRunner:
         if self.storage_fault is not None:
             hint = "free some space (or pass --artifacts DIR), then re-run to resume: nothing measured is lost"
             raise StorageError(self.storage_fault, hint=hint)
-
-
-def _server_failure(record: TrialRecord) -> bool:
-    kind = outcome_kind(record.outcome)
-    return kind is not None and kind.is_server_failure

@@ -21,32 +21,51 @@ A proposal that repeats a finished trial teaches nothing and, when the sampler h
 would: TPE's joint draw is drawn again (a few times) and a neighbour re-chosen until its values
 differ from every finished trial's. Values that cannot change the objective (``still``: the memory
 sizing when the objective is one stream's rate, which the runner borrows) do not count as a
-difference and are never what a neighbour moves. (Drawing a settled trial at random instead, to
-explore, found the optimum later: benchmarks/README.md, "Results (issue 14)".)
+difference and are never what a neighbour moves.
 
 A server failure that named values it was given (a draft-model path under another algorithm)
 is predicted for every proposal sharing them, so a neighbour that would complete the named
 pairing (the best's path with the failure's algorithm) moves the pairing's other values too (the
 path): else a drafter first tried with the wrong path is never launched with its own.
 
-Memory sizing values are learned only from launches that used them. A trial that launched a
-served trial's sizing (or another fraction) instead of its sampled one, or borrowed a measured
-rate, shows TPE and the neighbours of a best no sizing: else a sampled sizing that never launched
-is credited with a served launch's rate, drawn again for a drafter no launch has sized, and dies.
+Memory sizing values are learned only from launches that used them. A trial whose decision
+launched other values than it sampled (a served trial's sizing, another fraction), or borrowed a
+measured rate, shows TPE and the neighbours of a best no sizing: else a sampled sizing that never
+launched is credited with a served launch's rate, drawn again for a drafter no launch has sized,
+and dies. What a trial launched is read from its record (:class:`~autotune.decision.Decision`).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
-from typing import Any
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.decision import launched_as_sampled
 from autotune.engines.base import DraftTree
+from autotune.records import TrialRecord
 from autotune.study import attrs
+from autotune.study.named_failures import open_failures, shares
+
+SamplerName = Literal["tpe", "random"]
+
+
+def make_sampler(name: SamplerName, seed: int | None) -> optuna.samplers.BaseSampler:
+    """The study's sampler: random draws, or TPE with neighbours of the best (benchmarks/README.md)."""
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        # Baselines count as startup trials: modelling from the third trial on, 64 candidates scored.
+        tpe = optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=2, n_ei_candidates=64
+        )
+    return NeighbourSampler(tpe, seed=seed, after=3, every=2)
 
 
 class NeighbourSampler(optuna.samplers.BaseSampler):
@@ -71,6 +90,7 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
         self.still: frozenset[str] = frozenset()
         self.trees: tuple[DraftTree, ...] = ()
         self.plans: dict[int, dict[str, Any]] = {}
+        self.records: dict[tuple[str, int], TrialRecord] = {}  # finished trials never change
 
     def hold_still(self, names: frozenset[str]) -> None:
         """Parameters that cannot change the objective: no difference in them makes a trial new."""
@@ -126,7 +146,16 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
 
     def _learned(self, study: optuna.Study) -> optuna.Study:
         """The study as the base sampler learns from it (module docstring)."""
-        return LaunchedSizing(study, self.still) if self.still else study  # type: ignore[return-value]
+        return LaunchedSizing(study, self.still, self.record) if self.still else study  # type: ignore[return-value]
+
+    def record(self, study_name: str, trial: FrozenTrial) -> TrialRecord:
+        """A trial's record; a finished one's read once (it never changes)."""
+        if trial.state not in FINISHED:
+            return attrs.trial_record(trial)
+        key = (study_name, trial.number)
+        if key not in self.records:
+            self.records[key] = attrs.trial_record(trial)
+        return self.records[key]
 
     def _plan(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any] | None:
         """The values of a neighbour of the best feasible trial, or None for a TPE trial."""
@@ -138,7 +167,8 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
             return None
         sign = 1.0 if study.direction.name == "MAXIMIZE" else -1.0
         best = max(served, key=lambda t: sign * t.values[0])
-        finished, failures = _sampled_params(complete), _named_failures(complete)
+        finished = _sampled_params(complete)
+        failures = [r.failure_names for r in open_failures([self.record(study.study_name, t) for t in complete])]
         before = [t for t in served if t.number < best.number]
         if before:
             previous = max(before, key=lambda t: sign * t.values[0])
@@ -163,16 +193,23 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
 
 
 NEIGHBOUR_TRIES = 20
+FINISHED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
 
 
 class LaunchedSizing:
     """A study whose trials show only the memory sizing they launched: ``names`` (the sizing flags)
-    are left out of every trial that never launched its sampled values (:func:`attrs.sizing_untried`).
-    Everything else is the study's own."""
+    are left out of every trial whose record says its sampled values did not launch. Everything else
+    is the study's own.
 
-    def __init__(self, study: optuna.Study, names: frozenset[str]) -> None:
+    The one seam with Optuna's internals: TPE reads trials through ``Study._get_trials``, so the view
+    overrides it (tests/test_sampler.py fails if TPE stops reading through it)."""
+
+    def __init__(
+        self, study: optuna.Study, names: frozenset[str], record: Callable[[str, FrozenTrial], TrialRecord]
+    ) -> None:
         self.study = study
         self.names = names
+        self.record = record
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.study, name)
@@ -180,31 +217,22 @@ class LaunchedSizing:
     def get_trials(self, deepcopy: bool = True, states: Sequence[TrialState] | None = None) -> list[FrozenTrial]:
         return [self._shown(t) for t in self.study.get_trials(deepcopy=deepcopy, states=states)]
 
-    def _get_trials(  # what Optuna's TPE and its search spaces read (tests/test_sampler.py checks they still do)
+    def _get_trials(  # what Optuna's TPE and its search spaces read
         self, deepcopy: bool = True, states: Sequence[TrialState] | None = None, use_cache: bool = False
     ) -> list[FrozenTrial]:
         return [self._shown(t) for t in self.study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)]
 
     def _shown(self, trial: FrozenTrial) -> FrozenTrial:
-        if not attrs.sizing_untried(trial) or not self.names & trial.params.keys():
+        if not self.names & trial.params.keys():
+            return trial
+        if launched_as_sampled(self.record(self.study.study_name, trial).decision):
             return trial
         return attrs.trial_without(trial, self.names)
 
 
-def _named_failures(complete: Sequence[FrozenTrial]) -> list[dict[str, str]]:
-    """The values named by server failures, each pairing until a trial with all of them served."""
-    served = [t.params for t in complete if _feasible(t)]
-    named = [attrs.failure_names(t) for t in complete]
-    return [n for n in named if n and not any(_shares(params, n) for params in served)]
-
-
-def _shares(values: dict[str, Any], named: dict[str, str]) -> bool:
-    return all(name in values and values[name] == value for name, value in named.items())
-
-
 def _completed(values: dict[str, Any], failures: Sequence[dict[str, str]]) -> dict[str, str] | None:
     """The first named failure whose values ``values`` all share."""
-    return next((named for named in failures if _shares(values, named)), None)
+    return next((named for named in failures if shares(values, named)), None)
 
 
 def _sampled_params(complete: Sequence[FrozenTrial]) -> list[dict[str, Any]]:

@@ -125,7 +125,7 @@ class StudyView:
         record = self.record(number)
         if record is None:
             return []
-        original = record.duplicate_of if record.duplicate_of is not None else number
+        original = record.reused_from if record.reused_from is not None else number
         return artifacts.measurements(self._study.trials[original], self._artifacts)
 
     def importance(self) -> Importance:
