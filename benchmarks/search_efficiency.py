@@ -60,7 +60,7 @@ from autotune.study import (  # noqa: E402
     StudyRunner,
     make_sampler,
 )
-from autotune.study.runner import SamplerName  # noqa: E402
+from autotune.study.sampler import SamplerName  # noqa: E402
 from autotune.trial import TrialOutcome  # noqa: E402
 from autotune_twin.profile import TwinProfile, inventory, load_profile  # noqa: E402
 from benchmarks import family, replay  # noqa: E402
