@@ -36,12 +36,10 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from autotune.engines import get_engine  # noqa: E402
-from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan, MemoryFacts  # noqa: E402
+from autotune.engines.base import Engine, InvalidConfig, LaunchPlan, MemoryFacts  # noqa: E402
 from autotune.gpu import GpuInventory  # noqa: E402
-from autotune.measure.client import Measurement, Metric  # noqa: E402
 from autotune.measure.protocol import EarlyStop  # noqa: E402
 from autotune.measure.suites import load_suite  # noqa: E402
-from autotune.outcomes import OutcomeKind  # noqa: E402
 from autotune.records import TrialRecord  # noqa: E402
 from autotune.space import (  # noqa: E402
     CategoricalParam,
@@ -49,18 +47,10 @@ from autotune.space import (  # noqa: E402
     IntParam,
     SearchSpace,
     load_space,
-    resolve_command,
 )
-from autotune.study import (  # noqa: E402
-    Launcher,
-    Preflight,
-    PreparedEngine,
-    StudyEvents,
-    StudyPaths,
-    StudyRunner,
-    make_sampler,
-)
+from autotune.study import Launcher, StudyEvents, StudyRunner, make_sampler  # noqa: E402
 from autotune.study.sampler import SamplerName  # noqa: E402
+from autotune.testing import memory_as_logged, simulated_outcome, study_runner  # noqa: E402
 from autotune.trial import TrialOutcome  # noqa: E402
 from autotune_twin.profile import TwinProfile, inventory, load_profile  # noqa: E402
 from benchmarks import family, replay  # noqa: E402
@@ -80,7 +70,6 @@ WITHIN = 0.02  # "reached": the incumbent's true value is within 2 % of the opti
 FLOAT_POINTS = 11  # a float without a step is discretised into this many points (log-spaced if log)
 TIER_LEVELS = 4  # values per key a tiered grid tries (a user lists a few per key)
 TRIAL_CAP_FACTOR = 5  # a sampled method stops after budget x this many trials, launched or not
-GIB = float(1 << 30)
 
 # A sampler factory: seed -> sampler (None: the product's own make_sampler).
 SamplerFactory = Callable[[int], optuna.samplers.BaseSampler] | None
@@ -300,65 +289,40 @@ def outcome_of(
     timing = {"launch_s": evaluation.launch_s, "measure_s": evaluation.measure_s, "stop_s": evaluation.stop_s}
     if not evaluation.feasible:
         failure = problem.engine.classify_failure(exit_code=1, log_text=evaluation.message or "", timed_out=False)
-        return TrialOutcome(kind=failure.kind, reason=failure.reason, plan=plan, memory=memory,
-                            **timing)  # fmt: skip
+        return simulated_outcome(problem.space, plan, kind=failure.kind, reason=failure.reason, memory=memory,
+                                 **timing)  # fmt: skip
     assert evaluation.tok_s is not None and evaluation.accept_length is not None
-    space = problem.space
-    rounds = 1 if early_stopped else problem.measure.min_rounds
-    metrics = [
-        Metric(name=space.objective.metric, unit="tok/s", value=evaluation.tok_s, n=rounds,
-               ci95=evaluation.tok_s * problem.noise_rel * 1.96),
-        Metric(name="accept_length", unit="tok/step", value=evaluation.accept_length, n=rounds),
-    ]  # fmt: skip
-    if space.objective.metric != "decode_tok_s":
-        metrics.append(Metric(name="decode_tok_s", unit="tok/s", value=evaluation.tok_s, n=rounds))
-    measurement = Measurement(
-        objective=space.objective.metric,
-        concurrency=space.objective.concurrency,
-        max_tokens_cap=problem.measure.max_tokens,
-        ignore_eos=problem.measure.ignore_eos,
-        warmup_requests=problem.measure.warmup_requests,
-        rounds=rounds,
-        round_values=[evaluation.tok_s] * rounds,
-        precision_target=problem.measure.target_rel_ci,
-        precision_reached=True,
-        stop_reason="simulated (landscape)",
-        steadiness=None,
-        metrics=metrics,
-        categories=[],
-        duration_s=evaluation.measure_s,
-        requests=[],
-        early_stopped=early_stopped,
-    )
     # NVML's peak while measuring: the idle GPUs' use plus what the serving server holds.
     held = evaluation.held_bytes
     peak = problem.profile.gpus.idle_used_bytes + held if held is not None else None
-    return TrialOutcome(kind=OutcomeKind.OK, plan=plan, measurements=[measurement],
-                        objective_concurrency=space.objective.concurrency, memory=memory, gpu_peak_used_bytes=peak,
-                        **timing)  # fmt: skip
+    return simulated_outcome(
+        problem.space, plan, tok_s=evaluation.tok_s, rounds=1 if early_stopped else problem.measure.min_rounds,
+        ci95=evaluation.tok_s * problem.noise_rel * 1.96, accept_length=evaluation.accept_length,
+        early_stopped=early_stopped, stop_reason="simulated (landscape)", memory=memory, gpu_peak_used_bytes=peak,
+        **timing,
+    )  # fmt: skip
 
 
 def _memory_facts(evaluation: Evaluation) -> MemoryFacts | None:
-    """As the engine reads them from the log: GiB with two decimals."""
-    if evaluation.weights_bytes is None and evaluation.kv_pool_bytes is None:
-        return None
-
-    def logged(value: float | None) -> float | None:
-        return round(value / GIB, 2) * GIB if value is not None else None
-
-    return MemoryFacts(
-        weights_bytes=logged(evaluation.weights_bytes),
-        kv_pool_bytes=logged(evaluation.kv_pool_bytes),
+    """What the server would have logged about its memory (see :func:`autotune.testing.memory_as_logged`)."""
+    return memory_as_logged(
+        weights_bytes=evaluation.weights_bytes,
+        kv_pool_bytes=evaluation.kv_pool_bytes,
         kv_tokens=evaluation.kv_tokens,
-        graph_bytes=logged(evaluation.graph_bytes),
-        free_at_start_bytes=logged(evaluation.server_free_bytes),
-        avail_after_pools_bytes=logged(evaluation.avail_after_pools_bytes),
+        graph_bytes=evaluation.graph_bytes,
+        free_at_start_bytes=evaluation.server_free_bytes,
+        avail_after_pools_bytes=evaluation.avail_after_pools_bytes,
         graph_batch=evaluation.graph_batch if evaluation.graph_bytes is not None else None,
     )
 
 
 # ---------------------------------------------------------------------------------------------
 # Methods
+
+
+def twin_inventory(profile: TwinProfile) -> GpuInventory:
+    """The GPUs a twin profile simulates, as autotune reads them from the twin's inventory command."""
+    return GpuInventory.model_validate(inventory(profile))
 
 
 def make_runner(
@@ -371,33 +335,11 @@ def make_runner(
     storage: optuna.storages.BaseStorage | None = None,
     early_stop: bool = True,
 ) -> StudyRunner:
-    """autotune's StudyRunner through its front door: the twin profile's inventory, no GPU reading,
-    a fresh in-memory storage unless given (storage does not change what is sampled) and, unless
-    given, real launches."""
-    inv = GpuInventory.model_validate(inventory(problem.profile)).select(problem.space.gpus.devices)
-    prepared = PreparedEngine(
-        engine=problem.engine,
-        flag_set=FlagSet(flags=frozenset(problem.space.all_flag_names())),
-        launcher=resolve_command(problem.space.launcher_for(problem.space.engine)),
-    )
-    checked = Preflight(
-        space=problem.space,
-        engines={problem.space.engine: prepared},
-        suite=load_suite(problem.space.suite_path()),
-        inventory=inv,
-    )
-    paths = StudyPaths(folder, "bench")
-    return StudyRunner(
-        checked,
-        name=paths.name,
-        storage=storage or optuna.storages.InMemoryStorage(),
-        paths=paths,
-        launcher=launcher,
-        read_gpus=None,
-        sampler=sampler,
-        events=events,
-        early_stop=early_stop,
-    )
+    """autotune's StudyRunner through its front door (:func:`autotune.testing.study_runner`) on the
+    twin profile's GPUs: a fresh in-memory storage unless given and, unless given, real launches."""
+    return study_runner(problem.space, folder, inventory=twin_inventory(problem.profile), launcher=launcher,
+                        sampler=sampler, events=events, storage=storage, early_stop=early_stop,
+                        name="bench")  # fmt: skip
 
 
 class StepRecorder(StudyEvents):
@@ -878,15 +820,11 @@ def run_recorded_study(problem: replay.RecordedProblem, seed: int, budget: int, 
     """autotune's study loop (no baselines) on a recorded landscape, until ``budget`` launches."""
     run = Run(method=f"autotune ({sampler})", seed=seed)
     launcher = replay.RecordedLauncher(problem, random.Random(seed))
-    engine = PreparedEngine(engine=problem.engine, launcher=["recorded"],
-                            flag_set=FlagSet(flags=frozenset(problem.space.all_flag_names())))  # fmt: skip
-    checked = Preflight(space=problem.space, engines={problem.space.engine: engine}, suite=load_suite("builtin:mixed"),
-                        inventory=GpuInventory(driver_version="none", gpus=[]))  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="autotune-replay-") as tmp:
-        paths = StudyPaths(Path(tmp), "replay")
         events = RecordedSteps(run, launcher)
-        runner = StudyRunner(checked, name=paths.name, storage=optuna.storages.InMemoryStorage(), paths=paths,
-                             launcher=launcher, sampler=make_sampler(sampler, seed), events=events)  # fmt: skip
+        runner = study_runner(problem.space, Path(tmp), inventory=GpuInventory(driver_version="none", gpus=[]),
+                              launcher=launcher, sampler=make_sampler(sampler, seed), events=events,
+                              name="replay")  # fmt: skip
 
         def launch_budget(records: Sequence[TrialRecord]) -> str | None:
             return f"{budget} launches" if len(launcher.drawn) >= budget else None

@@ -1,4 +1,4 @@
-"""Shared fixtures: paths of the shipped files and a clean studies folder per test."""
+"""Shared fixtures: paths of the shipped files, the twin's GPUs and a clean studies folder per test."""
 
 from __future__ import annotations
 
@@ -7,8 +7,12 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from autotune.gpu import GpuInventory
 
 ROOT = Path(__file__).resolve().parent.parent
 SPACES = ROOT / "search_spaces"
@@ -17,13 +21,23 @@ REAL_SPACE = SPACES / "qwen3.6-27b-2xa6000.yaml"
 
 
 def load_benchmark(name: str = "search_efficiency") -> ModuleType:
-    """benchmarks/<name>.py as a module (the benchmarks folder is not a package)."""
+    """benchmarks/<name>.py executed afresh as the top-level module ``name`` (a script that is not
+    imported as ``benchmarks.<name>``)."""
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def twin_gpus(profile: str = "qwen3.6-27b-2xa6000") -> GpuInventory:
+    """The GPUs a twin profile simulates, as autotune reads them from the twin's inventory command
+    (for :mod:`autotune.testing`'s runner; no process is started)."""
+    from autotune.gpu import GpuInventory
+    from autotune_twin.profile import inventory, load_profile
+
+    return GpuInventory.model_validate(inventory(load_profile(profile)))
 
 
 def autotune_cmd(*args: str) -> list[str]:

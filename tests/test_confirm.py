@@ -19,9 +19,9 @@ from autotune.engines.base import LaunchPlan
 from autotune.measure.protocol import EarlyStop
 from autotune.study import StudyView, make_sampler
 from autotune.trial import TrialOutcome
-from tests.conftest import TWIN_SPACE, load_benchmark
+from benchmarks import search_efficiency as bench
+from tests.conftest import TWIN_SPACE
 
-bench = load_benchmark()
 HAND_FOUND = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3, "speculative-eagle-topk": 1,
               "speculative-num-draft-tokens": 4, "mem-fraction-static": 0.88, "max-running-requests": 16,
               "mamba-full-memory-ratio": 0.5}  # fmt: skip

@@ -10,10 +10,9 @@ import yaml
 
 from autotune.space import load_space
 from autotune_twin.profile import load_profile
+from benchmarks import search_efficiency as bench
 from benchmarks.family import member
-from tests.conftest import load_benchmark
 
-bench = load_benchmark()
 SEEDS = range(8)
 
 

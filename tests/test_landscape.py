@@ -25,8 +25,9 @@ from autotune_twin import physics
 from autotune_twin.launch import resolve_launch
 from autotune_twin.profile import builtin_profiles, load_profile
 from autotune_twin.sglang.flags import parse_args
+from benchmarks import search_efficiency as bench
 from benchmarks.landscape import GridAxis, Landscape, MeasureShape, Prompt, grid, grid_size, perf_key
-from tests.conftest import SPACES, TWIN_SPACE, load_benchmark
+from tests.conftest import SPACES, TWIN_SPACE
 
 CODE = (
     "Implement insertion for a red-black tree in Python. I need a `RedBlackTree` class with an "
@@ -43,9 +44,6 @@ HAND_FOUND = {
     "max-running-requests": 16,
     "mamba-full-memory-ratio": 0.5,
 }
-
-
-bench = load_benchmark()
 
 
 @pytest.fixture(scope="module")

@@ -24,13 +24,13 @@ from autotune.outcomes import OutcomeKind
 from autotune.space import load_space, parse_space
 from autotune.study import StudyPaths, StudyRunner, StudyView, make_sampler
 from autotune.study.levels import front, level_best
+from autotune.testing import study_runner
 from autotune.trial import TrialOutcome
-from tests.conftest import load_benchmark
+from tests.conftest import twin_gpus
 
 ROOT = Path(__file__).resolve().parent.parent
 LEVELS_SPACE = ROOT / "search_spaces" / "qwen3.6-27b-2xa6000-levels-twin.yaml"
 ITL_LIMIT = 0.06
-bench = load_benchmark()
 
 
 def per_user_speed(steps: int, concurrency: int) -> float:
@@ -80,9 +80,9 @@ def _space(tmp_path: Path) -> Path:
 
 def _runner(tmp_path: Path, *, sqlite: bool = False, seed: int = 3) -> tuple[StudyRunner, LevelsEngine]:
     """The runner on the levels space (ITL limit tightened), in memory or on SQLite where the CLI reads it."""
-    problem = bench.load_problem("qwen3.6-27b-2xa6000", _space(tmp_path))
-    engine = LevelsEngine(problem.space.objective_levels())
-    runner = bench.make_runner(problem, tmp_path, sampler=make_sampler("random", seed), launcher=engine)
+    space = load_space(_space(tmp_path))
+    engine = LevelsEngine(space.objective_levels())
+    runner = study_runner(space, tmp_path, inventory=twin_gpus(), launcher=engine, sampler=make_sampler("random", seed))
     if not sqlite:
         return runner, engine
     paths = StudyPaths(tmp_path / "studies", "levels")

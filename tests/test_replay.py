@@ -9,10 +9,8 @@ import pytest
 
 from autotune.measure.protocol import MeasureSettings
 from benchmarks import replay
+from benchmarks import search_efficiency as bench
 from benchmarks.recorded import GridFlag, Machine, RecordedConfig, RecordedLandscape, RecordedLaunch
-from tests.conftest import load_benchmark
-
-bench = load_benchmark()
 
 
 def _launch(round_: int, value: float | None, outcome: str = "ok") -> RecordedLaunch:

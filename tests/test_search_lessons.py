@@ -26,9 +26,9 @@ from autotune.study import StudyView, attrs, make_sampler
 from autotune.study.named_failures import named_values, predicted_failure
 from autotune.study.sampler import LaunchedSizing
 from autotune.trial import TrialOutcome
-from tests.conftest import TWIN_SPACE, load_benchmark
+from benchmarks import search_efficiency as bench
+from tests.conftest import TWIN_SPACE
 
-bench = load_benchmark()
 HAND_FOUND = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3, "speculative-eagle-topk": 1,
               "speculative-num-draft-tokens": 4, "mem-fraction-static": 0.88, "max-running-requests": 16,
               "mamba-full-memory-ratio": 0.5}  # fmt: skip

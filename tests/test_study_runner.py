@@ -15,12 +15,13 @@ import yaml
 from autotune.engines.base import DraftTree
 from autotune.feasibility import FeasibilityModel
 from autotune.outcomes import OutcomeKind
+from autotune.space import load_space
 from autotune.study import StudyView, make_sampler
 from autotune.study.memory import feasibility_models
 from autotune.study.sampler import NeighbourSampler
-from tests.conftest import TWIN_SPACE, load_benchmark
-
-bench = load_benchmark()
+from autotune.testing import study_runner
+from benchmarks import search_efficiency as bench
+from tests.conftest import TWIN_SPACE, twin_gpus
 
 
 def _wide_problem(tmp_path: Path):  # type: ignore[no-untyped-def]
@@ -98,10 +99,8 @@ def test_records_carry_the_measurement_and_the_view_reads_them(tmp_path: Path) -
 
 
 def test_the_study_hands_its_engines_draft_tree_to_the_neighbour_sampler(tmp_path: Path) -> None:
-    problem = bench.load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
-    runner = bench.make_runner(
-        problem, tmp_path, sampler=make_sampler("tpe", 1), storage=optuna.storages.InMemoryStorage()
-    )
+    runner = study_runner(load_space(TWIN_SPACE), tmp_path, inventory=twin_gpus(), launcher=None,
+                          sampler=make_sampler("tpe", 1))  # fmt: skip
     sampler = runner.study.sampler
     assert isinstance(sampler, NeighbourSampler)
     assert sampler.trees == (
