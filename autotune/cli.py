@@ -13,6 +13,7 @@ import signal
 import sys
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from types import FrameType
@@ -25,8 +26,15 @@ from rich.markup import escape
 from autotune.errors import AutotuneError
 
 if TYPE_CHECKING:
+    from autotune.bench import Verdict
+    from autotune.measure.client import Measurement
+    from autotune.measure.protocol import MeasureSettings
+    from autotune.profile import Profile
     from autotune.records import TrialRecord
-    from autotune.study import StudyView
+    from autotune.report.summary import TrialCategories
+    from autotune.space import SearchSpace
+    from autotune.study import Importance, Preflight, StudyPaths, StudyRunner, StudyView
+    from autotune.study.levels import LoadLevels
 
 app = typer.Typer(
     help="Find the fastest launch configuration of an LLM inference server by experiment.",
@@ -160,95 +168,175 @@ def study(
     interrupted; a second Ctrl-C skips the confirmation.
     """
     with error_funnel():
-        from autotune.errors import UserError
-        from autotune.report.console import LiveView, best_summary, confirmation_table, engines_table, trials_table
         from autotune.space import load_space
-        from autotune.stopping import REPEATED_FAILURE, parse_duration
-        from autotune.study import StudyPaths, StudyRunner, StudyView, preflight
         from autotune.study.storage import storage_errors
 
         space = load_space(space_file)
-        if trials is None and timeout is None and patience is None and total_trials is None:
-            raise UserError(
-                "give --trials N, --total-trials N, --timeout DURATION and/or --patience N "
-                "so the study knows when to stop"
-            )
-        timeout_s = parse_duration(timeout) if timeout else None
+        timeout_s = _stop_budget(trials=trials, timeout=timeout, patience=patience, total_trials=total_trials)
         study_name = name or space.study or space_file.stem
-        paths = StudyPaths(studies_dir, study_name, artifacts_dir=artifacts)
-        storage_url = storage or paths.default_storage
-        if heartbeat is None and not storage_url.startswith("sqlite"):
-            heartbeat = 60
+        paths, storage_url = _study_storage(studies_dir, study_name, artifacts, storage)
         console.print(f"[bold]autotune study[/bold] {study_name}  ({storage_url})", highlight=False)
-        checked = preflight(space)
-        simulated = checked.inventory is not None and checked.inventory.simulated
-        if simulated:
-            console.print("[yellow]GPUs are simulated: this study runs on the autotune SGLang twin.[/yellow]")
+        checked, simulated = _preflight_study(space)
         with storage_errors(storage_url):
-            runner = StudyRunner.open(
-                checked,
-                name=study_name,
-                storage_url=storage_url,
-                paths=paths,
-                sampler=sampler.value,
-                seed=seed,
-                heartbeat_s=heartbeat,
-                early_stop=early_stop,
-            )
-            killed, failed = runner.recover()
-            if killed or failed:
-                console.print(f"recovered: killed {killed} orphaned server(s), marked {failed} stale trial(s) failed")
-            retried, queued = runner.prepare()
-            if retried:
-                console.print(f"interrupted trials queued again: {', '.join(map(str, retried))}", highlight=False)
-            if queued:
-                console.print(f"baselines queued: {', '.join(queued)}", highlight=False)
-            view = LiveView(console, total=trials, timeout_s=timeout_s, simulated=simulated)
-            runner.events = view
-            previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-            interrupted = False
+            runner = _open_runner(checked, paths, storage_url, sampler=sampler, seed=seed, heartbeat=heartbeat,
+                                  early_stop=early_stop)  # fmt: skip
+            interrupted = _run_and_confirm(runner, simulated=simulated, trials=trials, timeout_s=timeout_s,
+                                           patience=patience, total_trials=total_trials, confirm_top=confirm_top,
+                                           confirm_launches=confirm_launches, study_name=study_name)  # fmt: skip
+            _print_study_result(runner, space, paths, simulated=simulated, storage=storage)
+            _exit_after_study(runner, interrupted=interrupted)
+
+
+def _stop_budget(
+    *, trials: int | None, timeout: str | None, patience: int | None, total_trials: int | None
+) -> float | None:
+    """Check the study was told when to stop; the --timeout in seconds (None without one)."""
+    from autotune.errors import UserError
+    from autotune.stopping import parse_duration
+
+    if trials is None and timeout is None and patience is None and total_trials is None:
+        raise UserError(
+            "give --trials N, --total-trials N, --timeout DURATION and/or --patience N "
+            "so the study knows when to stop"
+        )
+    return parse_duration(timeout) if timeout else None
+
+
+def _study_storage(
+    studies_dir: Path, study_name: str, artifacts: Path | None, storage: str | None
+) -> tuple[StudyPaths, str]:
+    """The study's paths and its storage URL (--storage, else the SQLite file in the studies folder)."""
+    from autotune.study import StudyPaths
+
+    paths = StudyPaths(studies_dir, study_name, artifacts_dir=artifacts)
+    return paths, storage or paths.default_storage
+
+
+def _preflight_study(space: SearchSpace) -> tuple[Preflight, bool]:
+    """Check the space against its engines and GPUs; whether the GPUs are simulated (said when they are)."""
+    from autotune.study import preflight
+
+    checked = preflight(space)
+    simulated = checked.inventory is not None and checked.inventory.simulated
+    if simulated:
+        console.print("[yellow]GPUs are simulated: this study runs on the autotune SGLang twin.[/yellow]")
+    return checked, simulated
+
+
+def _open_runner(
+    checked: Preflight,
+    paths: StudyPaths,
+    storage_url: str,
+    *,
+    sampler: Sampler,
+    seed: int | None,
+    heartbeat: int | None,
+    early_stop: bool,
+) -> StudyRunner:
+    """Open the runner (heartbeat: 60 s on a server database unless given), recover, queue retries and baselines."""
+    from autotune.study import StudyRunner
+
+    if heartbeat is None and not storage_url.startswith("sqlite"):
+        heartbeat = 60
+    runner = StudyRunner.open(
+        checked,
+        name=paths.name,
+        storage_url=storage_url,
+        paths=paths,
+        sampler=sampler.value,
+        seed=seed,
+        heartbeat_s=heartbeat,
+        early_stop=early_stop,
+    )
+    killed, failed = runner.recover()
+    if killed or failed:
+        console.print(f"recovered: killed {killed} orphaned server(s), marked {failed} stale trial(s) failed")
+    retried, queued = runner.prepare()
+    if retried:
+        console.print(f"interrupted trials queued again: {', '.join(map(str, retried))}", highlight=False)
+    if queued:
+        console.print(f"baselines queued: {', '.join(queued)}", highlight=False)
+    return runner
+
+
+def _run_and_confirm(
+    runner: StudyRunner,
+    *,
+    simulated: bool,
+    trials: int | None,
+    timeout_s: float | None,
+    patience: int | None,
+    total_trials: int | None,
+    confirm_top: int,
+    confirm_launches: int,
+    study_name: str,
+) -> bool:
+    """Run the trials under the live view, then confirm the finalists; whether Ctrl-C (or SIGTERM) stopped it."""
+    from autotune.report.console import LiveView
+    from autotune.stopping import REPEATED_FAILURE
+
+    view = LiveView(console, total=trials, timeout_s=timeout_s, simulated=simulated)
+    runner.events = view
+    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    interrupted = False
+    try:
+        with view:
             try:
-                with view:
-                    try:
-                        runner.run(trials=trials, timeout_s=timeout_s, patience=patience, total_trials=total_trials)
-                    except KeyboardInterrupt:
-                        interrupted = True
-                        runner.stop_reason = "interrupted"
-                        console.print("interrupted: confirming the finalists before reporting (Ctrl-C again to skip)")
-                    repeated = bool(runner.stop_reason and runner.stop_reason.startswith(REPEATED_FAILURE))
-                    if confirm_top > 0 and not repeated and runner.others_running():
-                        console.print(
-                            "other workers are still measuring: the last to finish confirms the finalists "
-                            f"(or run: autotune confirm {study_name})",
-                            highlight=False,
-                        )
-                    elif confirm_top > 0 and not repeated:
-                        runner.confirm(top=confirm_top, launches=confirm_launches)
+                runner.run(trials=trials, timeout_s=timeout_s, patience=patience, total_trials=total_trials)
             except KeyboardInterrupt:
                 interrupted = True
                 runner.stop_reason = "interrupted"
-            finally:
-                signal.signal(signal.SIGTERM, previous)
-            opened = StudyView(runner.study, artifacts_dir=paths.artifacts)
-            all_records = opened.records()
-            best = opened.best()
-            console.print(trials_table(all_records, flag_names=list(space.tuned), best=best.number if best else None,
-                                       width=console.width))  # fmt: skip
-            per_engine = engines_table(all_records)
-            if per_engine is not None:
-                console.print(per_engine)
-            if opened.info.confirmation is not None:
-                console.print(confirmation_table(opened.info.confirmation))
-            console.print(best_summary(best, simulated=simulated))
-            console.print(
-                f"stopped: {runner.stop_reason}.  Export the best: autotune export {study_name} --format sh"
-                + (f" --storage {storage}" if storage else ""),
-                highlight=False,
-            )
-            if interrupted:
-                raise typer.Exit(130)
-            if runner.stop_reason and runner.stop_reason.startswith(REPEATED_FAILURE):
-                raise AutotuneError(f"study stopped: {runner.stop_reason}")
+                console.print("interrupted: confirming the finalists before reporting (Ctrl-C again to skip)")
+            repeated = bool(runner.stop_reason and runner.stop_reason.startswith(REPEATED_FAILURE))
+            if confirm_top > 0 and not repeated and runner.others_running():
+                console.print(
+                    "other workers are still measuring: the last to finish confirms the finalists "
+                    f"(or run: autotune confirm {study_name})",
+                    highlight=False,
+                )
+            elif confirm_top > 0 and not repeated:
+                runner.confirm(top=confirm_top, launches=confirm_launches)
+    except KeyboardInterrupt:
+        interrupted = True
+        runner.stop_reason = "interrupted"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return interrupted
+
+
+def _print_study_result(
+    runner: StudyRunner, space: SearchSpace, paths: StudyPaths, *, simulated: bool, storage: str | None
+) -> None:
+    """Print the trials, per-engine and confirmation tables, the best, and why the study stopped."""
+    from autotune.report.console import best_summary, confirmation_table, engines_table, trials_table
+    from autotune.study import StudyView
+
+    opened = StudyView(runner.study, artifacts_dir=paths.artifacts)
+    all_records = opened.records()
+    best = opened.best()
+    console.print(trials_table(all_records, flag_names=list(space.tuned), best=best.number if best else None,
+                               width=console.width))  # fmt: skip
+    per_engine = engines_table(all_records)
+    if per_engine is not None:
+        console.print(per_engine)
+    if opened.info.confirmation is not None:
+        console.print(confirmation_table(opened.info.confirmation))
+    console.print(best_summary(best, simulated=simulated))
+    console.print(
+        f"stopped: {runner.stop_reason}.  Export the best: autotune export {paths.name} --format sh"
+        + (f" --storage {storage}" if storage else ""),
+        highlight=False,
+    )
+
+
+def _exit_after_study(runner: StudyRunner, *, interrupted: bool) -> None:
+    """Exit 130 after Ctrl-C; fail when repeated failures stopped the study."""
+    from autotune.stopping import REPEATED_FAILURE
+
+    if interrupted:
+        raise typer.Exit(130)
+    if runner.stop_reason and runner.stop_reason.startswith(REPEATED_FAILURE):
+        raise AutotuneError(f"study stopped: {runner.stop_reason}")
 
 
 def _open(name: str, storage: str | None, studies_dir: Path, artifacts: Path | None = None) -> StudyView:
@@ -278,74 +366,107 @@ def show(
 ) -> None:
     """Show every trial (outcome, key flags, tok/s, accept length), which flags mattered, the best per category."""
     with error_funnel():
-        from autotune.report.console import (
-            best_summary,
-            break_even_text,
-            category_table,
-            confirmation_table,
-            engines_table,
-            importance_table,
-            trials_table,
-        )
-
         opened = _open(study_name, storage, studies_dir)
         if trial is not None:
-            from autotune.errors import UserError
-            from autotune.report.console import trial_detail
-
-            record = opened.record(trial)
-            if record is None:
-                raise UserError(f"study {study_name!r} has no trial {trial}")
-            if as_json:
-                print(record.model_dump_json(indent=2))
-            else:
-                console.print(trial_detail(record), highlight=False)
+            _show_trial(opened, study_name, trial, as_json=as_json)
             return
-        from autotune.report.summary import trial_categories
-        from autotune.study import best_of
-
-        all_records = opened.records()
-        best = best_of(all_records, opened.info.confirmation, objective=opened.info.objective_metric)
-        importance = opened.importance()
-        per_category = trial_categories(opened, best.number, "best") if best else None
-        levels = opened.load_levels()
+        overview = _read_overview(opened)
         if as_json:
-            payload = {
-                "study": study_name,
-                "simulated": opened.info.simulated,
-                "best_trial": best.number if best else None,
-                "confirmation": opened.info.confirmation.model_dump(mode="json") if opened.info.confirmation else None,
-                "trials": [r.model_dump(mode="json") for r in all_records],
-                "importance": importance.model_dump(mode="json"),
-                "best_categories": [c.model_dump(mode="json") for c in per_category.categories] if per_category else [],
-                "load_levels": levels.model_dump(mode="json") if levels else None,
-                "break_even": opened.break_even().model_dump(mode="json", exclude={"points"}),
-            }
-            print(json.dumps(payload, indent=2))
+            print(json.dumps(_overview_json(opened, study_name, overview), indent=2))
             return
-        tuned = opened.info.tuned
-        console.print(trials_table(all_records, flag_names=tuned, best=best.number if best else None,
-                                   priority=sorted(tuned, key=lambda n: -importance.values.get(n, 0.0)),
-                                   width=console.width))  # fmt: skip
-        per_engine = engines_table(all_records)
-        if per_engine is not None:
-            console.print(per_engine)
-        console.print(
-            importance_table(
-                importance.values, method=importance.method, trials_used=importance.trials_used, note=importance.note
-            )
-        )
-        if best is not None and per_category is not None:
-            title = f"best trial {best.number} per prompt category"
-            console.print(category_table(per_category.categories, title=title))
-        if opened.info.confirmation is not None:
-            console.print(confirmation_table(opened.info.confirmation))
-        if levels is not None:
-            from autotune.report.console import levels_table
+        _print_overview(opened, overview)
 
-            console.print(levels_table(levels))
-        console.print(break_even_text(opened.break_even()))
-        console.print(best_summary(best, simulated=opened.info.simulated))
+
+@dataclass(frozen=True)
+class _Overview:
+    """What ``autotune show`` reports about a whole study."""
+
+    records: list[TrialRecord]
+    best: TrialRecord | None
+    importance: Importance
+    per_category: TrialCategories | None
+    levels: LoadLevels | None
+
+
+def _show_trial(opened: StudyView, study_name: str, trial: int, *, as_json: bool) -> None:
+    """Print one trial in full (or as JSON)."""
+    from autotune.errors import UserError
+    from autotune.report.console import trial_detail
+
+    record = opened.record(trial)
+    if record is None:
+        raise UserError(f"study {study_name!r} has no trial {trial}")
+    if as_json:
+        print(record.model_dump_json(indent=2))
+    else:
+        console.print(trial_detail(record), highlight=False)
+
+
+def _read_overview(opened: StudyView) -> _Overview:
+    """Read the trials, the best, the flags' importance, the best's categories and the load levels."""
+    from autotune.report.summary import trial_categories
+    from autotune.study import best_of
+
+    all_records = opened.records()
+    best = best_of(all_records, opened.info.confirmation, objective=opened.info.objective_metric)
+    importance = opened.importance()
+    per_category = trial_categories(opened, best.number, "best") if best else None
+    levels = opened.load_levels()
+    return _Overview(all_records, best, importance, per_category, levels)
+
+
+def _overview_json(opened: StudyView, study_name: str, overview: _Overview) -> dict[str, Any]:
+    """The study's overview as ``show --json`` prints it."""
+    best, per_category, levels = overview.best, overview.per_category, overview.levels
+    return {
+        "study": study_name,
+        "simulated": opened.info.simulated,
+        "best_trial": best.number if best else None,
+        "confirmation": opened.info.confirmation.model_dump(mode="json") if opened.info.confirmation else None,
+        "trials": [r.model_dump(mode="json") for r in overview.records],
+        "importance": overview.importance.model_dump(mode="json"),
+        "best_categories": [c.model_dump(mode="json") for c in per_category.categories] if per_category else [],
+        "load_levels": levels.model_dump(mode="json") if levels else None,
+        "break_even": opened.break_even().model_dump(mode="json", exclude={"points"}),
+    }
+
+
+def _print_overview(opened: StudyView, overview: _Overview) -> None:
+    """Print the study's tables: trials, engines, importance, categories, confirmation, levels, break-even, best."""
+    from autotune.report.console import (
+        best_summary,
+        break_even_text,
+        category_table,
+        confirmation_table,
+        engines_table,
+        importance_table,
+        levels_table,
+        trials_table,
+    )
+
+    all_records, best, importance = overview.records, overview.best, overview.importance
+    per_category, levels = overview.per_category, overview.levels
+    tuned = opened.info.tuned
+    console.print(trials_table(all_records, flag_names=tuned, best=best.number if best else None,
+                               priority=sorted(tuned, key=lambda n: -importance.values.get(n, 0.0)),
+                               width=console.width))  # fmt: skip
+    per_engine = engines_table(all_records)
+    if per_engine is not None:
+        console.print(per_engine)
+    console.print(
+        importance_table(
+            importance.values, method=importance.method, trials_used=importance.trials_used, note=importance.note
+        )
+    )
+    if best is not None and per_category is not None:
+        title = f"best trial {best.number} per prompt category"
+        console.print(category_table(per_category.categories, title=title))
+    if opened.info.confirmation is not None:
+        console.print(confirmation_table(opened.info.confirmation))
+    if levels is not None:
+        console.print(levels_table(levels))
+    console.print(break_even_text(opened.break_even()))
+    console.print(best_summary(best, simulated=opened.info.simulated))
 
 
 @app.command()
@@ -551,60 +672,87 @@ def bench(
     3 minutes (a few minutes in all); progress goes to stderr, also with --json.
     """
     with error_funnel():
-        from autotune.bench import bench_profile, bench_url, compare
+        from autotune.bench import bench_url
         from autotune.errors import UserError
-        from autotune.measure.protocol import MeasureSettings
         from autotune.profile import load_profile
-        from autotune.report.console import measurement_table
 
         if (url is None) == (profile_file is None):
             raise UserError("give exactly one of --url URL or --profile PROFILE.yaml")
         profile = load_profile(profile_file) if profile_file else None
-        base = (profile.measure if profile and profile.measure else None) or MeasureSettings(**BENCH_DEFAULTS)
-        overrides = {
-            "concurrency": concurrency,
-            "max_tokens": max_tokens,
-            "warmup_requests": warmup,
-            "target_rel_ci": target_ci,
-            "max_rounds": max_rounds,
-            "ignore_eos": ignore_eos or None,
-        }
-        settings = base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+        settings = _bench_settings(
+            profile,
+            concurrency=concurrency,
+            max_tokens=max_tokens,
+            warmup_requests=warmup,
+            target_rel_ci=target_ci,
+            max_rounds=max_rounds,
+            ignore_eos=ignore_eos or None,
+        )
         suite_ref = suite or (profile.suite if profile and profile.suite else "builtin:mixed")
-        def progress(text: str, detail: str = "") -> None:  # stderr: stdout stays clean for --json
-            err_console.print(f"bench: {text}" + (f" {detail}" if detail else ""), highlight=False, markup=False)
-
         if profile is None:
             assert url is not None
-            measurement = bench_url(engine, url, suite_ref, settings, api_key=api_key, on_progress=progress)
+            measurement = bench_url(engine, url, suite_ref, settings, api_key=api_key, on_progress=_bench_progress)
             verdict = None
         else:
-            err_console.print(f"launching profile {profile_file}: {profile.summary()}", highlight=False)
-            if api_key:
-                os.environ.setdefault("AUTOTUNE_API_KEY", api_key)
-            measurement = bench_profile(
-                profile, settings=settings, suite_ref=suite_ref, workdir=workdir, on_progress=progress
-            )
-            verdict = compare(profile, measurement)
-        if as_json:
-            payload = {
-                "measurement": measurement.model_dump(mode="json"),
-                "verdict": verdict.model_dump(mode="json") if verdict else None,
-            }
-            print(json.dumps(payload, indent=2))
-        else:
-            console.print(measurement_table(measurement, title=f"bench ({suite_ref})"))
-            if verdict is not None:
-                word = "[green]still meets[/green]" if verdict.meets else "[red]does NOT meet[/red]"
-                console.print(
-                    f"{word} the profile's {verdict.metric}: measured {verdict.measured:.1f} "
-                    f"± {verdict.measured_ci95 or 0:.1f}, recorded {verdict.recorded:.1f} "
-                    f"± {verdict.recorded_ci95 or 0:.1f}",
-                    highlight=False,
-                )
+            measurement, verdict = _bench_profile(profile, profile_file, settings, suite_ref, workdir, api_key)
+        _print_bench(measurement, verdict, suite_ref=suite_ref, as_json=as_json)
         if verdict is not None and not verdict.meets:
             raise typer.Exit(1)
 
+
+def _bench_settings(profile: Profile | None, **overrides: float | None) -> MeasureSettings:
+    """The profile's measurement settings (else bench's short defaults), with the options given overriding them."""
+    from autotune.measure.protocol import MeasureSettings
+
+    base = (profile.measure if profile and profile.measure else None) or MeasureSettings(**BENCH_DEFAULTS)
+    return base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+
+
+def _bench_progress(text: str, detail: str = "") -> None:
+    """Print bench's progress to stderr: stdout stays clean for --json."""
+    err_console.print(f"bench: {text}" + (f" {detail}" if detail else ""), highlight=False, markup=False)
+
+
+def _bench_profile(
+    profile: Profile,
+    profile_file: Path | None,
+    settings: MeasureSettings,
+    suite_ref: str,
+    workdir: Path,
+    api_key: str | None,
+) -> tuple[Measurement, Verdict | None]:
+    """Launch the profile, measure it and compare the numbers with the ones it recorded."""
+    from autotune.bench import bench_profile, compare
+
+    err_console.print(f"launching profile {profile_file}: {profile.summary()}", highlight=False)
+    if api_key:
+        os.environ.setdefault("AUTOTUNE_API_KEY", api_key)
+    measurement = bench_profile(
+        profile, settings=settings, suite_ref=suite_ref, workdir=workdir, on_progress=_bench_progress
+    )
+    return measurement, compare(profile, measurement)
+
+
+def _print_bench(measurement: Measurement, verdict: Verdict | None, *, suite_ref: str, as_json: bool) -> None:
+    """Print the measurement and whether the profile still meets its numbers, as a table or as JSON."""
+    from autotune.report.console import measurement_table
+
+    if as_json:
+        payload = {
+            "measurement": measurement.model_dump(mode="json"),
+            "verdict": verdict.model_dump(mode="json") if verdict else None,
+        }
+        print(json.dumps(payload, indent=2))
+    else:
+        console.print(measurement_table(measurement, title=f"bench ({suite_ref})"))
+        if verdict is not None:
+            word = "[green]still meets[/green]" if verdict.meets else "[red]does NOT meet[/red]"
+            console.print(
+                f"{word} the profile's {verdict.metric}: measured {verdict.measured:.1f} "
+                f"± {verdict.measured_ci95 or 0:.1f}, recorded {verdict.recorded:.1f} "
+                f"± {verdict.recorded_ci95 or 0:.1f}",
+                highlight=False,
+            )
 
 @app.command()
 def gpus(

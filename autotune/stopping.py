@@ -1,7 +1,8 @@
 """Stop rules: small strategies over the finished trials, each saying why it fired.
 
-``study.py`` asks every rule after each trial; the first reason returned stops the study and is
-stored in it (and shown by the report). The trial cap is Optuna's own ``n_trials``.
+The study loop (``StudyRunner.run`` in :mod:`autotune.study.runner`) asks every rule after each
+trial; the first reason returned stops the study and is stored in it (and shown by the report).
+The trial cap is Optuna's own ``n_trials``.
 """
 
 from __future__ import annotations

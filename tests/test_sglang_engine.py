@@ -163,7 +163,7 @@ def test_real_sglang_help_accepts_the_seed_space_and_rejects_old_names() -> None
             engine.check_flags([old], flags)
 
 
-# The public examples quoted in shared/sglang.md (SGLang issues and PRs).
+# Public examples of SGLang's decode log lines, from SGLang's public issues and PRs.
 PUBLIC_DECODE_LINES = [
     "[2026-07-30 13:35:13 TP0] Decode batch, #running-req: 1, #full token: 257, full token usage: 0.00, "
     "mamba num: 3, mamba usage: 0.03, accept len: 2.83, accept rate: 0.61, cuda graph: True, "

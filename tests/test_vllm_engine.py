@@ -1,5 +1,5 @@
 """The vLLM engine: speculative fields and JSON, launch rules, argv against vLLM 0.33's real --help,
-failure classification on recorded logs, the public log lines of shared/vllm.md, metrics deltas."""
+failure classification on recorded logs, public log lines from vLLM's issues and user reports, metrics deltas."""
 
 from __future__ import annotations
 
@@ -265,7 +265,7 @@ def test_the_root_cause_not_the_engine_core_epilogue(log: str, kind: OutcomeKind
 
 # ---------------------------------------------------------------- log lines and metrics
 
-# The public pair quoted in shared/vllm.md (a user report of Qwen3.6-27B with MTP under vLLM).
+# A public pair of log lines from a user report of Qwen3.6-27B with MTP under vLLM.
 PUBLIC_ENGINE_LINE = (
     "Engine 000: Avg prompt throughput: 2.5 tokens/s, Avg generation throughput: 74.7 tokens/s, Running: 1 reqs, "
     "Waiting: 0 reqs, GPU KV cache usage: 7.4%, Prefix cache hit rate: 0.0%"

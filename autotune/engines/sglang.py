@@ -1,8 +1,8 @@
 """SGLang (``python -m sglang.launch_server`` / ``sglang serve``): flags, launch rules, protocol.
 
 The rules applied in :meth:`SGLangEngine.normalise` are the ones SGLang 0.5.23 applies at launch
-(see shared/sglang.md); autotune applies them first so equal effective configs are measured once
-and configs SGLang would refuse are never launched.
+(read off its installed package, ``sglang/srt/arg_groups/``); autotune applies them first so equal
+effective configs are measured once and configs SGLang would refuse are never launched.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ DISABLE_OVERLAP = "disable-overlap-schedule"
 TRACK_INTERVAL = "mamba-track-interval"
 DEFAULT_TRACK_INTERVAL = 256
 
-# What SGLang prints on its way up and when it fails (sglang.md "Memory"; the classifier is
+# What SGLang 0.5.23 prints on its way up and when it fails (the classifier is
 # autotune.engines.failures): an out-of-memory error while the weights load or the pools are sized
 # means the fraction left too little; from graph capture on, that it left too little outside.
 FAILURES = FailureRules(
@@ -232,12 +232,76 @@ def _adaptive_steps(config: FlagValue | None) -> tuple[int, ...] | None:
     return tuple(sorted(steps)) or None
 
 
+def _given_flags(flags: Mapping[str, FlagValue]) -> dict[str, FlagValue]:
+    """The flags as SGLang reads them: false switches and kv-cache-dtype auto dropped, floats rounded, lengths read."""
+    out: dict[str, FlagValue] = {}
+    for name, value in flags.items():
+        if value is False:
+            continue
+        out[name] = round(value, 6) if isinstance(value, float) else value
+    if CONTEXT in out:
+        out[CONTEXT] = parse_context_length(out[CONTEXT])
+    if out.get(KV_DTYPE) == "auto":  # SGLang's default: the same launch as leaving it unset, one config
+        del out[KV_DTYPE]
+    return out
+
+
+def _dflash_rules(out: dict[str, FlagValue], notes: list[str]) -> None:
+    """DFLASH's rules, applied to ``out`` in place: a draft model, steps and topk 1, block size = draft tokens."""
+    if DRAFT_MODEL not in out:
+        raise InvalidConfig("DFLASH needs --speculative-draft-model-path")
+    for forced in (STEPS, TOPK):
+        if out.get(forced, 1) != 1:
+            notes.append(f"DFLASH forces --{forced} 1 (was {out[forced]})")
+        out[forced] = 1
+    if DFLASH_BLOCK in out and DRAFT in out and out[DFLASH_BLOCK] != out[DRAFT]:
+        raise InvalidConfig(f"--{DFLASH_BLOCK} must equal --{DRAFT}")
+    if DRAFT not in out and DFLASH_BLOCK in out:
+        out[DRAFT] = out[DFLASH_BLOCK]
+    if DRAFT not in out:  # SGLang reads the block size from the drafter's config (else 16)
+        notes.append("DFLASH block size: the drafter's own (its config.json, else 16)")
+        for forced in (STEPS, TOPK):  # forced to 1 either way; alone they would need draft tokens
+            del out[forced]
+
+
+def _draft_tree_rules(out: dict[str, FlagValue], algorithm: str | None, notes: list[str]) -> None:
+    """Steps, topk and draft tokens, in place: topk 1 means steps + 1 draft tokens; all three or none."""
+    if algorithm not in (None, "DFLASH") and out.get(TOPK) == 1 and STEPS in out:
+        implied = int(out[STEPS]) + 1
+        if DRAFT in out and out[DRAFT] != implied:
+            notes.append(f"topk 1: --{DRAFT} {out[DRAFT]} becomes steps + 1 = {implied}")
+        out[DRAFT] = implied
+    given = [f for f in (STEPS, TOPK, DRAFT) if f in out]
+    if given and len(given) < 3:
+        missing = ", ".join(f"--{f}" for f in (STEPS, TOPK, DRAFT) if f not in out)
+        raise InvalidConfig(f"speculative steps, topk and draft tokens go together; missing {missing}")
+    if given and algorithm is None:
+        raise InvalidConfig(f"speculative flags given without --{ALGORITHM}")
+
+
+def _mamba_rules(out: Mapping[str, FlagValue], algorithm: str | None) -> None:
+    """Refuse what the mamba radix-cache strategy asserts: overlap off for no_buffer, draft tokens <= track interval."""
+    # sglang/srt/arg_groups/mamba_hook.py (0.5.23): no_buffer asserts the overlap scheduler is off
+    # (:158); the extra_buffer strategies (and auto, which becomes extra_buffer on Qwen3.5/3.6)
+    # assert mamba-track-interval >= draft tokens (:133; the interval defaults to 256).
+    strategy = str(out.get(RADIX_STRATEGY, "auto"))
+    if strategy == "no_buffer" and out.get(DISABLE_OVERLAP) is not True:
+        raise InvalidConfig(f"--{RADIX_STRATEGY} no_buffer needs --{DISABLE_OVERLAP} (an AssertionError in SGLang)")
+    if algorithm is not None and strategy in ("auto", "extra_buffer", "extra_buffer_lazy"):
+        interval = int(out.get(TRACK_INTERVAL, DEFAULT_TRACK_INTERVAL))
+        if int(out.get(DRAFT, 0)) > interval:
+            raise InvalidConfig(
+                f"--{RADIX_STRATEGY} {strategy} allows at most {interval} draft tokens "
+                f"(--{TRACK_INTERVAL} {interval}; got {out[DRAFT]})"
+            )
+
+
 class SGLangEngine(Engine):
     name = "sglang"
-    # sglang.md "Memory": these size the KV/mamba pools, the request pool, prefill chunks and the
+    # In SGLang 0.5.23 these size the KV/mamba pools, the request pool, prefill chunks and the
     # CUDA-graph batches; one stream decodes alike under any of them that still admits it (a
     # prompt longer than the context is a failure, not a rate: context-length is not among them).
-    # sglang.md "Rules applied at launch": with topk > 1, draft tokens past steps x topk + 1 only waste buffers.
+    # With topk > 1, draft tokens past steps x topk + 1 only waste buffers (SGLang does not check it).
     draft_tree = base.DraftTree(depth=STEPS, width=TOPK, size=DRAFT)
     memory_sizing_flags = {
         "mem-fraction-static": 0,
@@ -248,7 +312,7 @@ class SGLangEngine(Engine):
         "mamba-full-memory-ratio": 0,
         "max-mamba-cache-size": 1,
     }
-    # sglang.md "Memory": the pool (fraction x free - weights) must hold KV for the context and
+    # SGLang's memory split: the pool (fraction x free - weights) must hold KV for the context and
     # the mamba state of the running requests (more with more draft tokens); the headroom
     # ((1 - fraction) x free) must hold activations and CUDA graphs (batch x draft tokens).
     memory_rules = MemoryRules(
@@ -297,62 +361,17 @@ class SGLangEngine(Engine):
           (and ``auto``, which becomes it on Qwen3.5/3.6) draft tokens <= ``--mamba-track-interval``;
         - context lengths with SI/IEC suffixes (``128Ki``) are read as numbers.
         """
-        out: dict[str, FlagValue] = {}
-        for name, value in flags.items():
-            if value is False:
-                continue
-            out[name] = round(value, 6) if isinstance(value, float) else value
+        out = _given_flags(flags)
         notes: list[str] = []
-        if CONTEXT in out:
-            out[CONTEXT] = parse_context_length(out[CONTEXT])
-        if out.get(KV_DTYPE) == "auto":  # SGLang's default: the same launch as leaving it unset, one config
-            del out[KV_DTYPE]
-
         algorithm = str(out[ALGORITHM]).upper() if ALGORITHM in out else None
         if algorithm == "MTP":
             raise InvalidConfig("--speculative-algorithm MTP fails at launch; use NEXTN for built-in MTP heads")
         if out.get(ADAPTIVE) is True:
             _adaptive_rules(out, algorithm, notes)
         if algorithm == "DFLASH":
-            if DRAFT_MODEL not in out:
-                raise InvalidConfig("DFLASH needs --speculative-draft-model-path")
-            for forced in (STEPS, TOPK):
-                if out.get(forced, 1) != 1:
-                    notes.append(f"DFLASH forces --{forced} 1 (was {out[forced]})")
-                out[forced] = 1
-            if DFLASH_BLOCK in out and DRAFT in out and out[DFLASH_BLOCK] != out[DRAFT]:
-                raise InvalidConfig(f"--{DFLASH_BLOCK} must equal --{DRAFT}")
-            if DRAFT not in out and DFLASH_BLOCK in out:
-                out[DRAFT] = out[DFLASH_BLOCK]
-            if DRAFT not in out:  # SGLang reads the block size from the drafter's config (else 16)
-                notes.append("DFLASH block size: the drafter's own (its config.json, else 16)")
-                for forced in (STEPS, TOPK):  # forced to 1 either way; alone they would need draft tokens
-                    del out[forced]
-
-        if algorithm not in (None, "DFLASH") and out.get(TOPK) == 1 and STEPS in out:
-            implied = int(out[STEPS]) + 1
-            if DRAFT in out and out[DRAFT] != implied:
-                notes.append(f"topk 1: --{DRAFT} {out[DRAFT]} becomes steps + 1 = {implied}")
-            out[DRAFT] = implied
-        given = [f for f in (STEPS, TOPK, DRAFT) if f in out]
-        if given and len(given) < 3:
-            missing = ", ".join(f"--{f}" for f in (STEPS, TOPK, DRAFT) if f not in out)
-            raise InvalidConfig(f"speculative steps, topk and draft tokens go together; missing {missing}")
-        if given and algorithm is None:
-            raise InvalidConfig(f"speculative flags given without --{ALGORITHM}")
-        # sglang/srt/arg_groups/mamba_hook.py (0.5.23): no_buffer asserts the overlap scheduler is off
-        # (:158); the extra_buffer strategies (and auto, which becomes extra_buffer on Qwen3.5/3.6)
-        # assert mamba-track-interval >= draft tokens (:133; the interval defaults to 256).
-        strategy = str(out.get(RADIX_STRATEGY, "auto"))
-        if strategy == "no_buffer" and out.get(DISABLE_OVERLAP) is not True:
-            raise InvalidConfig(f"--{RADIX_STRATEGY} no_buffer needs --{DISABLE_OVERLAP} (an AssertionError in SGLang)")
-        if algorithm is not None and strategy in ("auto", "extra_buffer", "extra_buffer_lazy"):
-            interval = int(out.get(TRACK_INTERVAL, DEFAULT_TRACK_INTERVAL))
-            if int(out.get(DRAFT, 0)) > interval:
-                raise InvalidConfig(
-                    f"--{RADIX_STRATEGY} {strategy} allows at most {interval} draft tokens "
-                    f"(--{TRACK_INTERVAL} {interval}; got {out[DRAFT]})"
-                )
+            _dflash_rules(out, notes)
+        _draft_tree_rules(out, algorithm, notes)
+        _mamba_rules(out, algorithm)
         return LaunchPlan(engine=self.name, flags=out, notes=notes)
 
     def draft_reads(self, flags: Mapping[str, FlagValue]) -> base.DraftReads | None:

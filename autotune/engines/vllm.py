@@ -1,6 +1,6 @@
 """vLLM (``vllm serve MODEL``): flags, launch rules, protocol.
 
-Facts from the vllm 0.33.0 wheel (shared/vllm.md; its ``--help=all`` is recorded in
+Facts read off the vllm 0.33.0 wheel's Python sources (its ``--help=all`` is recorded in
 tests/fixtures/vllm-0.33.0-serve-help.txt). The launcher is the ``serve`` command itself, e.g.
 ``[/opt/vllm/.venv/bin/vllm, serve]`` or, for the twin, ``[python, -m, autotune_twin, --personality,
 vllm, serve]``; :meth:`VLLMEngine.build_argv` puts the model right after it (vLLM's positional
@@ -142,7 +142,7 @@ NEEDS_DRAFT_MODEL = frozenset({"draft_model", "eagle", "eagle3", "dflash"})
 NGRAM = frozenset({"ngram", "ngram_gpu"})
 DEFAULT_LOOKUP = 5
 
-# What vLLM prints on its way up and when it fails (vllm.md "Memory"; the classifier is
+# What vLLM 0.33 prints on its way up and when it fails (the classifier is
 # autotune.engines.failures). The KV cache is what is left of utilization x total after the weights,
 # the profiled activations and the graphs, so an out-of-memory error while loading the weights means
 # the budget is too small for them, and one in the profile run, the KV allocation, graph capture or
@@ -377,11 +377,11 @@ def _int(value: FlagValue, what: str) -> int:
 
 class VLLMEngine(Engine):
     name = "vllm"
-    # vllm.md "Memory": these size the KV budget, the sequence pool and the prefill batch; one
+    # In vLLM 0.33 these size the KV budget, the sequence pool and the prefill batch; one
     # stream decodes alike under any of them that still admits it (max-model-len is not among them:
     # a prompt beyond it is refused).
     memory_sizing_flags = {UTILIZATION: 0, MAX_SEQS: 1, MAX_BATCHED: 1}
-    # vllm.md "Memory": the budget is utilization x TOTAL memory (it must be free at start); the
+    # vLLM 0.33's memory split: the budget is utilization x TOTAL memory (it must be free at start); the
     # KV cache gets budget - (weights + activations + graphs), and must hold one request of
     # max-model-len plus (1 + k) mamba-state pages per running request on hybrid models. So every
     # demand flag makes a "too low" failure worse. "Too high": the budget does not fit the free
@@ -481,8 +481,18 @@ class VLLMEngine(Engine):
 
     def normalise(self, flags: Mapping[str, FlagValue]) -> LaunchPlan:
         """vLLM 0.33's rules (module docstring); refuses what vLLM refuses at parse or config time."""
-        out: dict[str, FlagValue] = {}
         notes: list[str] = []
+        out, spec = self._split_flags(flags)
+        if spec:
+            out.update(self._speculative(spec, out, notes))
+        self._value_rules(out)
+        self._batch_rules(out)
+        return LaunchPlan(engine=self.name, flags=out, notes=notes)
+
+    @classmethod
+    def _split_flags(cls, flags: Mapping[str, FlagValue]) -> tuple[dict[str, FlagValue], dict[str, FlagValue]]:
+        """The flags in vLLM's spelling, and apart from them the speculative keys (fields, shorthands, JSON)."""
+        out: dict[str, FlagValue] = {}
         spec: dict[str, FlagValue] = {}
         source: dict[str, str] = {}
         spec_json: tuple[str, dict[str, Any]] | None = None
@@ -497,7 +507,7 @@ class VLLMEngine(Engine):
             if name == DISABLE_LOG_STATS:
                 raise InvalidConfig(f"--{DISABLE_LOG_STATS} turns off the metrics and log lines autotune reads")
             if name == SPEC_CONFIG:
-                spec_json = (raw, self._json_object(value))
+                spec_json = (raw, cls._json_object(value))
                 continue
             key = SPEC_FIELDS.get(name) or SPEC_SHORTHANDS.get(name)
             if name.startswith(DOTTED):
@@ -517,8 +527,11 @@ class VLLMEngine(Engine):
                 if key in spec:
                     raise InvalidConfig(f"--{source[key]} and --{raw}['{key}'] are mutually exclusive")
                 spec[key] = value
-        if spec:
-            out.update(self._speculative(spec, out, notes))
+        return out, spec
+
+    @staticmethod
+    def _value_rules(out: dict[str, FlagValue]) -> None:
+        """Read --max-model-len and -O, drop --kv-cache-dtype auto, check --gpu-memory-utilization; in place."""
         if MAX_MODEL_LEN in out:
             out[MAX_MODEL_LEN] = parse_max_model_len(out[MAX_MODEL_LEN])
         if out.get(KV_DTYPE) == "auto":  # vLLM's default: the same launch as leaving it unset, one config
@@ -532,6 +545,10 @@ class VLLMEngine(Engine):
             fraction = out[UTILIZATION]
             if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
                 raise InvalidConfig(f"--{UTILIZATION} must be in (0, 1], got {fraction!r}")
+
+    @staticmethod
+    def _batch_rules(out: Mapping[str, FlagValue]) -> None:
+        """Refuse batch limits vLLM refuses (or leaves to the GPU): both given, a prompt fits, tokens >= sequences."""
         if MAX_SEQS not in out or MAX_BATCHED not in out:
             missing = ", ".join(f"--{f}" for f in (MAX_SEQS, MAX_BATCHED) if f not in out)
             raise InvalidConfig(
@@ -550,7 +567,6 @@ class VLLMEngine(Engine):
             raise InvalidConfig(
                 f"max_num_batched_tokens ({batched}) must be greater than or equal to max_num_seqs ({seqs})"
             )
-        return LaunchPlan(engine=self.name, flags=out, notes=notes)
 
     @staticmethod
     def _json_object(value: FlagValue) -> dict[str, Any]:

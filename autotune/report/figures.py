@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 from autotune.records import TrialRecord
 from autotune.report.summary import DRAFT_DEPTH, DRAFT_TOKENS, MEM_FRACTION, TOPK, StudySummary
@@ -71,6 +71,9 @@ class ReportFigure:
     title: str
     caption: str
     skipped: str | None = None
+
+
+FigurePlan: TypeAlias = "tuple[ReportFigure, Callable[[], Figure] | None]"
 
 
 def _new_figure(width: float = 8.0, height: float = 4.5) -> tuple[Figure, Axes]:
@@ -366,111 +369,142 @@ def _tuned(s: StudySummary, flag: str) -> str | None:
     return None
 
 
-def plan_figures(s: StudySummary) -> list[tuple[ReportFigure, Callable[[], Figure] | None]]:
+def plan_figures(s: StudySummary) -> list[FigurePlan]:
     """The report's figures in page order; each with a drawing function, or None and a reason."""
-    plans: list[tuple[ReportFigure, Callable[[], Figure] | None]] = []
+    return [*_search_figures(s), *_configuration_figures(s), *_trade_off_figures(s)]
 
-    def add(fig: ReportFigure, draw: Callable[[], Figure], skipped: str | None) -> None:
-        if skipped:
-            plans.append((ReportFigure(fig.file, fig.title, fig.caption, skipped), None))
-        else:
-            plans.append((fig, draw))
 
-    add(
-        ReportFigure(
-            "history.png",
-            "Optimisation history",
-            f"Each trial's {s.objective_metric} with its 95% confidence interval; the line is the best feasible "
-            "value so far. Trials that did not fit in memory, were invalid, or failed are drawn at 0.",
+def _plan(fig: ReportFigure, draw: Callable[[], Figure], skipped: str | None) -> FigurePlan:
+    """The figure with its drawing function, or, when it is skipped, with the reason and no drawing."""
+    if skipped:
+        return ReportFigure(fig.file, fig.title, fig.caption, skipped), None
+    return fig, draw
+
+
+def _search_figures(s: StudySummary) -> list[FigurePlan]:
+    """How the search went: the optimisation history and which flags mattered."""
+    return [
+        _plan(
+            ReportFigure(
+                "history.png",
+                "Optimisation history",
+                f"Each trial's {s.objective_metric} with its 95% confidence interval; the line is the best feasible "
+                "value so far. Trials that did not fit in memory, were invalid, or failed are drawn at 0.",
+            ),
+            lambda: _draw_history(s),
+            None if s.trials else "no trials yet",
         ),
-        lambda: _draw_history(s),
-        None if s.trials else "no trials yet",
-    )
-    add(
-        ReportFigure(
-            "importance.png",
-            "Parameter importance",
-            "How much each tuned flag explains the difference between the best trials and the rest "
-            f"(Optuna's {s.importance.method}). Infeasible trials count with value 0, so flags that decide "
-            "whether a configuration fits rank high too.",
+        _plan(
+            ReportFigure(
+                "importance.png",
+                "Parameter importance",
+                "How much each tuned flag explains the difference between the best trials and the rest "
+                f"(Optuna's {s.importance.method}). Infeasible trials count with value 0, so flags that decide "
+                "whether a configuration fits rank high too.",
+            ),
+            lambda: _draw_importance(s),
+            None if s.importance.values else (s.importance.note or "not available"),
         ),
-        lambda: _draw_importance(s),
-        None if s.importance.values else (s.importance.note or "not available"),
-    )
-    add(
-        ReportFigure(
-            "speed-vs-mem-fraction.png",
-            f"{s.objective_metric} vs {MEM_FRACTION}",
-            "Share of GPU memory SGLang reserves for weights and KV cache. Too low and the pools do not fit; "
-            "too high and CUDA graphs run out of memory.",
-        ),
-        lambda: _draw_versus(s, MEM_FRACTION),
-        _tuned(s, MEM_FRACTION),
-    )
-    add(
-        ReportFigure(
-            "speed-vs-draft-depth.png",
-            f"{s.objective_metric} vs draft depth ({DRAFT_DEPTH})",
-            "Deeper drafts propose more tokens per verify step but each further token is accepted less "
-            "often and costs a draft pass. Labels give the trial and its tree width (topk).",
-        ),
-        lambda: _draw_versus(s, DRAFT_DEPTH, colour_by=TOPK),
-        _tuned(s, DRAFT_DEPTH),
-    )
-    add(
-        ReportFigure(
-            "accept-by-category.png",
-            "Accept length per prompt category",
-            "Mean accepted tokens per verify step, per prompt category of the suite, for the best trial and "
-            "the measured baselines (error bars: 95% CI).",
-        ),
-        lambda: _draw_categories(s),
-        None if s.categories else "no per-category measurements stored",
-    )
+    ]
+
+
+def _configuration_figures(s: StudySummary) -> list[FigurePlan]:
+    """What the configurations did: speed against two flags, accept length per category, the feasibility map."""
     feasibility_skip = _tuned(s, MEM_FRACTION) or (
         None
         if sum(1 for r in s.trials if _flag(r, MEM_FRACTION) is not None and _flag(r, DRAFT_TOKENS) is not None) >= 2
         else f"fewer than 2 trials with both --{MEM_FRACTION} and --{DRAFT_TOKENS} known"
     )
-    add(
-        ReportFigure(
-            "feasibility.png",
-            "Feasibility map",
-            f"Every tried configuration by --{MEM_FRACTION} and --{DRAFT_TOKENS}, coloured by outcome: where "
-            "the memory boundary lies and which draft sizes ran.",
-        ),
-        lambda: _draw_feasibility(s, MEM_FRACTION, DRAFT_TOKENS),
-        feasibility_skip,
-    )
-    if s.load_levels is not None:
-        add(
+    return [
+        _plan(
             ReportFigure(
-                "levels-front.png",
-                "Tokens/s per user against tokens/s per GPU",
-                "Every measured trial at every load level (colour). Up is faster for each user, right is more "
-                "throughput from each GPU; the line joins the points no other point beats on both. Large "
-                "markers are each level's winner.",
+                "speed-vs-mem-fraction.png",
+                f"{s.objective_metric} vs {MEM_FRACTION}",
+                "Share of GPU memory SGLang reserves for weights and KV cache. Too low and the pools do not fit; "
+                "too high and CUDA graphs run out of memory.",
             ),
-            lambda: _draw_levels_front(s),
-            None if any(p.on_front for p in s.load_levels.front) else "no trial measured at every level yet",
+            lambda: _draw_versus(s, MEM_FRACTION),
+            _tuned(s, MEM_FRACTION),
+        ),
+        _plan(
+            ReportFigure(
+                "speed-vs-draft-depth.png",
+                f"{s.objective_metric} vs draft depth ({DRAFT_DEPTH})",
+                "Deeper drafts propose more tokens per verify step but each further token is accepted less "
+                "often and costs a draft pass. Labels give the trial and its tree width (topk).",
+            ),
+            lambda: _draw_versus(s, DRAFT_DEPTH, colour_by=TOPK),
+            _tuned(s, DRAFT_DEPTH),
+        ),
+        _plan(
+            ReportFigure(
+                "accept-by-category.png",
+                "Accept length per prompt category",
+                "Mean accepted tokens per verify step, per prompt category of the suite, for the best trial and "
+                "the measured baselines (error bars: 95% CI).",
+            ),
+            lambda: _draw_categories(s),
+            None if s.categories else "no per-category measurements stored",
+        ),
+        _plan(
+            ReportFigure(
+                "feasibility.png",
+                "Feasibility map",
+                f"Every tried configuration by --{MEM_FRACTION} and --{DRAFT_TOKENS}, coloured by outcome: where "
+                "the memory boundary lies and which draft sizes ran.",
+            ),
+            lambda: _draw_feasibility(s, MEM_FRACTION, DRAFT_TOKENS),
+            feasibility_skip,
+        ),
+    ]
+
+
+def _trade_off_figures(s: StudySummary) -> list[FigurePlan]:
+    """The trade-offs: per user against per GPU (a levels study), the Pareto front, break-even accept length."""
+    plans = []
+    if s.load_levels is not None:
+        plans.append(
+            _plan(
+                ReportFigure(
+                    "levels-front.png",
+                    "Tokens/s per user against tokens/s per GPU",
+                    "Every measured trial at every load level (colour). Up is faster for each user, right is more "
+                    "throughput from each GPU; the line joins the points no other point beats on both. Large "
+                    "markers are each level's winner.",
+                ),
+                lambda: _draw_levels_front(s),
+                None if any(p.on_front for p in s.load_levels.front) else "no trial measured at every level yet",
+            )
         )
-    add(
-        ReportFigure("pareto.png", "Pareto front", "Trials on the front are not beaten on both objectives at once."),
-        lambda: _draw_pareto(s),
+    pareto_skip = (
         None if s.pareto else "a levels study: see the per-user vs per-GPU figure" if s.load_levels
-        else f"the study has {len(s.directions)} objective; a Pareto front needs two",
+        else f"the study has {len(s.directions)} objective; a Pareto front needs two"
+    )  # fmt: skip
+    plans.append(
+        _plan(
+            ReportFigure(
+                "pareto.png", "Pareto front", "Trials on the front are not beaten on both objectives at once."
+            ),
+            lambda: _draw_pareto(s),
+            pareto_skip,
+        )
     )
     break_even = s.break_even
-    add(
-        ReportFigure(
-            "break-even.png",
-            "Break-even accept length",
-            "Predicted decode tok/s = accept length / cycle time, at the cycle (pass + drafting) each drafter's "
-            "fastest trial measured; points are its measured trials. Where a line crosses the best (dashed) is the "
-            "accept length that drafter must reach to beat it.",
-        ),
-        lambda: _draw_break_even(s),
-        None if break_even is not None and break_even.drafters else (break_even.note if break_even else "not computed"),
+    break_even_skip = (
+        None if break_even is not None and break_even.drafters else (break_even.note if break_even else "not computed")
+    )
+    plans.append(
+        _plan(
+            ReportFigure(
+                "break-even.png",
+                "Break-even accept length",
+                "Predicted decode tok/s = accept length / cycle time, at the cycle (pass + drafting) each drafter's "
+                "fastest trial measured; points are its measured trials. Where a line crosses the best (dashed) is "
+                "the accept length that drafter must reach to beat it.",
+            ),
+            lambda: _draw_break_even(s),
+            break_even_skip,
+        )
     )
     return plans
 

@@ -138,6 +138,22 @@ pre { background: #f6f8fa; padding: .8rem; overflow-x: auto; font-size: .85rem; 
 
 def render_html(s: StudySummary, figures: Sequence[ReportFigure]) -> str:
     """The report page: summary, winner, per-category table, figures, importance, every trial."""
+    parts = [*_heading_html(s), *_confirmation_html(s)]
+    if s.load_levels is not None:
+        parts += ["<h2>Per load level</h2>", _levels_html(s)]
+    if s.break_even is not None:  # the same lines as ``autotune show``; the figure is with the others
+        parts += ["<h2>Break-even accept length</h2>", f"<pre>{html.escape(break_even_text(s.break_even).plain)}</pre>"]
+    parts += _winner_html(s)
+    parts += _categories_html(s)
+    parts += _figures_html(figures)
+    parts += _importance_html(s)
+    parts += _every_trial_html(s)
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _heading_html(s: StudySummary) -> list[str]:
+    """The page's head, title, the simulated banner and the summary table."""
     e = html.escape
     parts = [
         f"<!doctype html><html lang=en><head><meta charset=utf-8><title>autotune report: {e(s.study)}</title>"
@@ -151,80 +167,95 @@ def render_html(s: StudySummary, figures: Sequence[ReportFigure]) -> str:
         )
     parts.append("<h2>Summary</h2>")
     parts.append(_table(["", ""], _summary_rows(s), cls="kv").replace("<thead><tr><th></th><th></th></tr></thead>", ""))
+    return parts
 
+
+def _confirmation_html(s: StudySummary) -> list[str]:
+    """The finalists measured again on fresh launches (nothing when the study has no confirmation)."""
+    e = html.escape
     confirmation = s.confirmation
-    if confirmation is not None:
-        parts.append("<h2>Confirmation</h2>")
-        parts.append(
-            f"<p>{e(confirmation.note)}. Each finalist measured again on {confirmation.launches} fresh launches, "
-            "interleaved.</p>"
-        )
-        parts.append(
-            _table(
-                ["finalist", "launches", f"{e(s.objective_unit)} per launch", "mean ± 95% CI", "flags changed"],
-                [
-                    [e(f"{f.label} (#{f.trial})") + (" ★" if f.trial == confirmation.best else ""), str(len(f.values)),
-                     e(" ".join(f"{v:.1f}" for v in f.values)), f"{_num(f.mean, 2)} ± {_num(f.ci95, 2)}",
-                     str(f.changed_flags)]
-                    for f in confirmation.finalists
-                ],
-            )
-        )  # fmt: skip
-    if s.load_levels is not None:
-        parts.append("<h2>Per load level</h2>")
-        parts.append(_levels_html(s))
-    if s.break_even is not None:  # the same lines as ``autotune show``; the figure is with the others
-        parts.append("<h2>Break-even accept length</h2>")
-        parts.append(f"<pre>{e(break_even_text(s.break_even).plain)}</pre>")
-    parts.append("<h2>The winner</h2>")
+    if confirmation is None:
+        return []
+    return [
+        "<h2>Confirmation</h2>",
+        f"<p>{e(confirmation.note)}. Each finalist measured again on {confirmation.launches} fresh launches, "
+        "interleaved.</p>",
+        _table(
+            ["finalist", "launches", f"{e(s.objective_unit)} per launch", "mean ± 95% CI", "flags changed"],
+            [
+                [e(f"{f.label} (#{f.trial})") + (" ★" if f.trial == confirmation.best else ""), str(len(f.values)),
+                 e(" ".join(f"{v:.1f}" for v in f.values)), f"{_num(f.mean, 2)} ± {_num(f.ci95, 2)}",
+                 str(f.changed_flags)]
+                for f in confirmation.finalists
+            ],
+        ),
+    ]  # fmt: skip
+
+
+def _winner_html(s: StudySummary) -> list[str]:
+    """The best trial: its flags as given and as the server ran them, its metrics, its launch script."""
+    e = html.escape
+    parts = ["<h2>The winner</h2>"]
     if s.best is None:
         parts.append("<p>No feasible trial has been measured yet.</p>")
-    else:
-        flag_rows = []
-        for name, value in s.best.flags.items():
-            ran = s.best.effective.get(name)
-            changed = name in s.best.effective and ran != value
-            shown = f"<b>{e(_fmt(ran))}</b> (the server changed it)" if changed else e(_fmt(ran))
-            flag_rows.append([f"--{e(name)}", e(_fmt(value)), shown])
-        parts.append(
-            f'<p>Trial {s.best.number}. Saved as <a href="best-profile.yaml">best-profile.yaml</a> '
-            f"(the same as <code>autotune export {e(s.study)}</code>).</p>"
-        )
-        parts.append(_table(["flag", "value", "as the server ran it"], flag_rows))
-        metric_rows = [
-            [
-                e(name),
-                _num(m.value, 3),
-                _num(m.ci95, 3),
-                e(m.unit),
-                e(_fmt(m.n)),
-            ]
-            for name, m in s.best.metrics.items()
+        return parts
+    flag_rows = []
+    for name, value in s.best.flags.items():
+        ran = s.best.effective.get(name)
+        changed = name in s.best.effective and ran != value
+        shown = f"<b>{e(_fmt(ran))}</b> (the server changed it)" if changed else e(_fmt(ran))
+        flag_rows.append([f"--{e(name)}", e(_fmt(value)), shown])
+    parts.append(
+        f'<p>Trial {s.best.number}. Saved as <a href="best-profile.yaml">best-profile.yaml</a> '
+        f"(the same as <code>autotune export {e(s.study)}</code>).</p>"
+    )
+    parts.append(_table(["flag", "value", "as the server ran it"], flag_rows))
+    metric_rows = [
+        [
+            e(name),
+            _num(m.value, 3),
+            _num(m.ci95, 3),
+            e(m.unit),
+            e(_fmt(m.n)),
         ]
-        parts.append(_table(["metric", "value", "±95% CI", "unit", "n"], metric_rows))
-        if s.launch_script:
-            parts.append(
-                "<p>Launch script (<code>autotune export "
-                f"{e(s.study)} --format sh</code>):</p><pre>{e(_one_flag_a_line(s.launch_script))}</pre>"
+        for name, m in s.best.metrics.items()
+    ]
+    parts.append(_table(["metric", "value", "±95% CI", "unit", "n"], metric_rows))
+    if s.launch_script:
+        parts.append(
+            "<p>Launch script (<code>autotune export "
+            f"{e(s.study)} --format sh</code>):</p><pre>{e(_one_flag_a_line(s.launch_script))}</pre>"
+        )
+    return parts
+
+
+def _categories_html(s: StudySummary) -> list[str]:
+    """Decode speed and accept length per prompt category (nothing without categories)."""
+    e = html.escape
+    if not s.categories:
+        return []
+    rows = []
+    for tc in s.categories:
+        for c in tc.categories:
+            rows.append(
+                [
+                    e(tc.label),
+                    e(c.category),
+                    str(c.requests),
+                    _num(c.decode_tok_s.value, 1, c.decode_tok_s.ci95),
+                    _num(c.accept_length.value, 2, c.accept_length.ci95) if c.accept_length else "–",
+                ]
             )
+    return [
+        "<h2>Per prompt category</h2>",
+        _table(["trial", "category", "requests", "decode tok/s", "accept length [tok/step]"], rows),
+    ]
 
-    if s.categories:
-        parts.append("<h2>Per prompt category</h2>")
-        rows = []
-        for tc in s.categories:
-            for c in tc.categories:
-                rows.append(
-                    [
-                        e(tc.label),
-                        e(c.category),
-                        str(c.requests),
-                        _num(c.decode_tok_s.value, 1, c.decode_tok_s.ci95),
-                        _num(c.accept_length.value, 2, c.accept_length.ci95) if c.accept_length else "–",
-                    ]
-                )
-        parts.append(_table(["trial", "category", "requests", "decode tok/s", "accept length [tok/step]"], rows))
 
-    parts.append("<h2>Figures</h2>")
+def _figures_html(figures: Sequence[ReportFigure]) -> list[str]:
+    """Each figure with its caption, or a line saying why it was not drawn."""
+    e = html.escape
+    parts = ["<h2>Figures</h2>"]
     for fig in figures:
         if fig.skipped:
             parts.append(f'<p class="skipped">{e(fig.title)}: not drawn ({e(fig.skipped)}).</p>')
@@ -233,15 +264,24 @@ def render_html(s: StudySummary, figures: Sequence[ReportFigure]) -> str:
             f'<figure id="{e(fig.file.removesuffix(".png"))}"><img src="{e(fig.file)}" alt="{e(fig.title)}">'
             f"<figcaption><b>{e(fig.title)}.</b> {e(fig.caption)}</figcaption></figure>"
         )
+    return parts
 
-    parts.append("<h2>Parameter importance</h2>")
+
+def _importance_html(s: StudySummary) -> list[str]:
+    """Which flags mattered, and the note on how (or why not) that was computed."""
+    e = html.escape
+    parts = ["<h2>Parameter importance</h2>"]
     if s.importance.values:
         rows = [[f"--{e(k)}", f"{v:.1%}"] for k, v in s.importance.values.items()]
         parts.append(_table(["flag", "importance"], rows))
     if s.importance.note:
         parts.append(f"<p>{e(s.importance.note)}</p>")
+    return parts
 
-    parts.append("<h2>Every trial</h2>")
+
+def _every_trial_html(s: StudySummary) -> list[str]:
+    """The table of every trial, its legend and the study's notes."""
+    e = html.escape
     head = [
         "#",
         "outcome",
@@ -250,16 +290,16 @@ def render_html(s: StudySummary, figures: Sequence[ReportFigure]) -> str:
         "accept length",
         "note",
     ]
-    parts.append(_table(head, _trials_rows(s), cls="trials"))
-    parts.append(
+    parts = [
+        "<h2>Every trial</h2>",
+        _table(head, _trials_rows(s), cls="trials"),
         "<p>– in a flag column: the flag was not passed, so the engine's default applied. ★ marks the best "
         "feasible trial. Server logs and "
-        f"measurement JSON of every trial: <code>autotune dashboard {e(s.study)}</code>.</p>"
-    )
+        f"measurement JSON of every trial: <code>autotune dashboard {e(s.study)}</code>.</p>",
+    ]
     if s.notes:
         parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in s.notes) + "</ul>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
+    return parts
 
 
 def _levels_html(s: StudySummary) -> str:

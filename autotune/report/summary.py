@@ -118,38 +118,9 @@ def summarise(view: StudyView) -> StudySummary:
     if multi:
         notes.append("this study has several objectives: the trial table and the winner are not shown")
 
-    baselines = []
-    for r in all_records:
-        if r.baseline is None or r.state != "COMPLETE":
-            continue
-        value = r.metric_value(metric) if r.outcome == "ok" else None
-        best_value = best.metric_value(metric) if best else None
-        gain = (best_value - value) / value if best_value is not None and value else None
-        baselines.append(
-            BaselineComparison(name=r.baseline, trial=r.number, outcome=r.outcome, value=value, best_gain=gain)
-        )
-
-    categories = []
-    if best is not None:
-        found = trial_categories(view, best.number, f"best (#{best.number})")
-        if found is not None:
-            categories.append(found)
-        elif view.has_artifacts:
-            notes.append(f"trial {best.number} has no readable measurement artifact: no per-category numbers")
-    for b in baselines:
-        if b.outcome == "ok" and (best is None or b.trial != best.number):
-            found = trial_categories(view, b.trial, f"{b.name} (#{b.trial})")
-            if found is not None:
-                categories.append(found)
-
-    profile = launch_script = None
-    if best is not None and info.space is not None:
-        profile = view.profile(best)
-        try:
-            launch_script = render_shell(profile, host="127.0.0.1", port=30000)
-        except AutotuneError as exc:
-            notes.append(f"the winner's launch command cannot be rendered here: {exc.message}")
-
+    baselines = _baseline_comparisons(all_records, best, metric)
+    categories = _summary_categories(view, best, baselines, notes)
+    profile, launch_script = _winner_profile(view, best, notes)
     measured = [r for r in all_records if r.reused_from is None]
     return StudySummary(
         study=view.name,
@@ -181,6 +152,54 @@ def summarise(view: StudyView) -> StudySummary:
         break_even=view.break_even(),
         notes=notes,
     )
+
+
+def _baseline_comparisons(
+    records: Sequence[TrialRecord], best: TrialRecord | None, metric: str
+) -> list[BaselineComparison]:
+    """Each completed baseline's value and how much better the best is."""
+    baselines = []
+    for r in records:
+        if r.baseline is None or r.state != "COMPLETE":
+            continue
+        value = r.metric_value(metric) if r.outcome == "ok" else None
+        best_value = best.metric_value(metric) if best else None
+        gain = (best_value - value) / value if best_value is not None and value else None
+        baselines.append(
+            BaselineComparison(name=r.baseline, trial=r.number, outcome=r.outcome, value=value, best_gain=gain)
+        )
+    return baselines
+
+
+def _summary_categories(
+    view: StudyView, best: TrialRecord | None, baselines: Sequence[BaselineComparison], notes: list[str]
+) -> list[TrialCategories]:
+    """Per-category numbers of the best trial, then of the measured baselines; a note when the best has none."""
+    categories = []
+    if best is not None:
+        found = trial_categories(view, best.number, f"best (#{best.number})")
+        if found is not None:
+            categories.append(found)
+        elif view.has_artifacts:
+            notes.append(f"trial {best.number} has no readable measurement artifact: no per-category numbers")
+    for b in baselines:
+        if b.outcome == "ok" and (best is None or b.trial != best.number):
+            found = trial_categories(view, b.trial, f"{b.name} (#{b.trial})")
+            if found is not None:
+                categories.append(found)
+    return categories
+
+
+def _winner_profile(view: StudyView, best: TrialRecord | None, notes: list[str]) -> tuple[Profile | None, str | None]:
+    """The best trial's profile and launch script; a note when the script cannot be rendered here."""
+    profile = launch_script = None
+    if best is not None and view.info.space is not None:
+        profile = view.profile(best)
+        try:
+            launch_script = render_shell(profile, host="127.0.0.1", port=30000)
+        except AutotuneError as exc:
+            notes.append(f"the winner's launch command cannot be rendered here: {exc.message}")
+    return profile, launch_script
 
 
 __all__ = [
