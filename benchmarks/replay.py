@@ -79,18 +79,31 @@ def load_problem(path: Path) -> RecordedProblem:
 
 
 class RecordedLauncher:
-    """``StudyRunner.launch`` on a recorded landscape: one recorded launch of the plan's config."""
+    """``StudyRunner.launch`` on a recorded landscape: one recorded launch of the plan's config.
 
-    def __init__(self, problem: RecordedProblem, rng: random.Random) -> None:
+    By default each launch is drawn with replacement, so one recorded launch can come back in the
+    same study. ``cycle`` (opt-in) draws a config's launches without replacement instead, a fresh
+    shuffle once all were drawn: relaunches are distinct launches as far as the recording holds them.
+    """
+
+    def __init__(self, problem: RecordedProblem, rng: random.Random, *, cycle: bool = False) -> None:
         self.problem = problem
         self.rng = rng
+        self.cycle = cycle
         self.drawn: list[tuple[RecordedLaunch, float]] = []  # each launch and its config's true value
+        self._left: dict[str, list[RecordedLaunch]] = {}  # with cycle: each config's launches not yet drawn
 
     def draw(self, plan: LaunchPlan) -> RecordedLaunch:
         launches = self.problem.launches.get(plan.config_key)
         if not launches:
             raise KeyError(f"{plan.flags} is not a configuration of the recorded grid")
-        launch = self.rng.choice(launches)
+        if self.cycle:
+            left = self._left.get(plan.config_key)
+            if not left:
+                left = self._left[plan.config_key] = self.rng.sample(launches, len(launches))
+            launch = left.pop()
+        else:
+            launch = self.rng.choice(launches)
         self.drawn.append((launch, self.problem.true[plan.config_key]))
         return launch
 

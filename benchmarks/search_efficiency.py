@@ -261,18 +261,31 @@ class Run:
 
 
 class LandscapeLauncher:
-    """``StudyRunner.launch`` for a landscape: the landscape's answer as the TrialOutcome a launch gives."""
+    """``StudyRunner.launch`` for a landscape: the landscape's answer as the TrialOutcome a launch gives.
 
-    def __init__(self, problem: Problem, landscape: Landscape, rng: random.Random) -> None:
+    ``launch_sd`` (off by default): each launch's speed is also multiplied by one factor drawn from
+    ``launch_rng`` with this relative sd, the noise between launches of one configuration that a
+    measurement's own interval does not see (the twin's ``timing.launch_sd``).
+    """
+
+    def __init__(
+        self, problem: Problem, landscape: Landscape, rng: random.Random, *, launch_sd: float = 0.0,
+        launch_rng: random.Random | None = None,
+    ) -> None:  # fmt: skip
         self.problem = problem
         self.landscape = landscape
         self.rng = rng
+        self.launch_sd = launch_sd
+        self.launch_rng = launch_rng or random.Random()
         self.evaluations: list[Evaluation] = []
 
     def __call__(
         self, plan: LaunchPlan, log_path: Path, phase: Callable[[str, str], None], early_stop: EarlyStop | None = None
     ) -> TrialOutcome:
         evaluation = self.landscape.evaluate(plan.flags, rng=self.rng)
+        if self.launch_sd > 0 and evaluation.tok_s is not None:
+            factor = max(0.5, self.launch_rng.gauss(1.0, self.launch_sd))
+            evaluation = dataclasses.replace(evaluation, tok_s=evaluation.tok_s * factor)
         stopped = early_stop is not None and evaluation.tok_s is not None and early_stop.hopeless(evaluation.tok_s)
         if stopped:  # measured one round of the protocol's rounds (the landscape's value is that round's)
             rounds = self.problem.measure.min_rounds
