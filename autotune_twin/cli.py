@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -153,17 +154,20 @@ def add_twin_options(
         "--twin-seed",
         type=int,
         default=None,
-        help=f"Seed of the simulation's randomness (default: {seed_flag}, else 0).",
+        help=f"Seed of the simulation's randomness: the same seed repeats a launch exactly (default: {seed_flag}, "
+        "else a fresh seed each launch, so relaunches differ by the profile's timing.launch_sd).",
     )
 
 
 def take_twin_options(args: argparse.Namespace, *, engine_seed: int | None, **extra: Any) -> TwinOptions:
     """The ``--twin-*`` options out of a parsed namespace (removed from it, so the namespace is
-    the engine's flags only); the seed defaults to the engine's own seed flag, else 0."""
+    the engine's flags only); the seed defaults to the engine's own seed flag, else a fresh one, so
+    that relaunches differ as a real engine's do (a given seed repeats a launch exactly)."""
+    seed = args.twin_seed if args.twin_seed is not None else engine_seed
     twin = TwinOptions(
         profile=args.twin_profile,
         load_seconds=args.twin_load_seconds,
-        seed=args.twin_seed if args.twin_seed is not None else (engine_seed or 0),
+        seed=seed if seed is not None else secrets.randbits(31),
         fault=args.twin_fault,
         fault_after=args.twin_fault_after,
         drift=args.twin_drift,

@@ -234,6 +234,9 @@ class MemorySpec(_Strict):
 class TimingSpec(_Strict):
     load_seconds: float = Field(ge=0)
     noise_rel: float = Field(ge=0, lt=0.5)
+    # A real H200 moved the same configuration's decode rate 1-5 % between launches (3.6 % sd in a
+    # 5-minute llama.cpp study): every pass of one launch is slower or faster by one draw of this sd.
+    launch_sd: float = Field(default=0.04, ge=0, lt=0.5, description="relative sd of speed between launches")
 
 
 class VllmSpec(_Strict):

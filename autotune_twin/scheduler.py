@@ -115,6 +115,8 @@ class Scheduler(threading.Thread):
         self._wake = threading.Condition(self.lock)
         self._stop_event = threading.Event()
         self._rng = random.Random(seed)
+        # This launch's speed: one draw for every pass (what differs between two launches of one config).
+        self._launch_factor = max(0.5, random.Random(seed + 1).gauss(1.0, profile.timing.launch_sd))
         self._clock = clock
         self._waiting: deque[Request] = deque()
         self._running: list[Request] = []
@@ -207,6 +209,7 @@ class Scheduler(threading.Thread):
         new_tokens = sum(r.prompt.prompt_tokens - r.cached_tokens for r in batch)
         cached = sum(r.cached_tokens for r in batch)
         seconds = physics.noisy(physics.prefill_seconds(self.profile, self.cfg, new_tokens), self.profile, self._rng)
+        seconds *= self._launch_factor
         if not self._sleep(seconds):
             return
         now = self._clock()
@@ -231,7 +234,7 @@ class Scheduler(threading.Thread):
         contexts = [r.prompt.prompt_tokens + r.generated for r in batch]
         cfg = self._pass_config(len(batch))
         depth = cfg.spec.num_draft_tokens - 1 if cfg.spec.enabled and cfg.spec.num_draft_tokens else 0
-        seconds = physics.noisy(self._pass_seconds(contexts, cfg), self.profile, self._rng)
+        seconds = physics.noisy(self._pass_seconds(contexts, cfg), self.profile, self._rng) * self._launch_factor
         if self._drift and self._ready_at is not None:
             seconds *= drift_factor(self._drift, self._clock() - self._ready_at)
         if not self._sleep(seconds):
