@@ -1,19 +1,21 @@
 """``autotune bench``: measure a running server, or re-launch an exported profile and check it.
 
 Reuses the trial (launch -> measure -> stop) without Optuna; a profile is checked against the
-numbers it recorded, within their confidence intervals.
+figure it recorded, as an equivalence test: the same within a margin when the whole 95 % interval
+of the difference lies inside it, a regression when the whole interval lies below zero.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.engines import get_engine
 from autotune.engines.base import LaunchPlan
@@ -37,7 +39,33 @@ class Verdict(BaseModel):
     recorded_ci95: float | None
     measured: float
     measured_ci95: float | None
-    meets: bool
+    margin: float = Field(description="relative: differences inside it are the same")
+    change: float = Field(description="measured / recorded - 1")
+    low: float = Field(description="95 % interval of the change, low end")
+    high: float
+
+    @property
+    def same(self) -> bool:
+        return -self.margin <= self.low and self.high <= self.margin
+
+    @property
+    def slower(self) -> bool:
+        """Significantly slower, and not the same within the margin: a regression."""
+        return not self.same and self.high < 0
+
+    @property
+    def meets(self) -> bool:
+        return not self.slower
+
+    def text(self) -> str:
+        interval = f"{self.change:+.1%} ({self.low:+.1%} to {self.high:+.1%})"
+        if self.same:
+            return f"same within ±{self.margin:.0%}: {interval}"
+        if self.slower:
+            return f"slower by {-self.change:.1%} (significant): {interval}"
+        if self.low > 0:
+            return f"faster by {self.change:.1%} (significant): {interval}"
+        return f"cannot tell apart from the recorded figure: {interval}; more rounds or launches would settle it"
 
 
 def bench_url(
@@ -61,20 +89,25 @@ def bench_url(
     )
 
 
-def compare(profile: Profile, measurement: Measurement) -> Verdict | None:
-    """Meets when the new estimate reaches the recorded one, allowing for both intervals."""
+def compare(profile: Profile, measurement: Measurement, *, margin: float) -> Verdict | None:
+    """The fresh figure against the recorded one, both with their intervals (the recorded one, a
+    confirmed mean, holds the noise between launches; the fresh one only its rounds')."""
     recorded = profile.metrics.get(measurement.objective)
     measured = measurement.metric(measurement.objective)
-    if recorded is None or measured is None:
+    if recorded is None or measured is None or not recorded.value:
         return None
-    slack = (recorded.ci95 or 0.0) + (measured.ci95 or 0.0)
+    change = measured.value / recorded.value - 1
+    half = math.hypot(recorded.ci95 or 0.0, measured.ci95 or 0.0) / recorded.value
     return Verdict(
         metric=measurement.objective,
         recorded=recorded.value,
         recorded_ci95=recorded.ci95,
         measured=measured.value,
         measured_ci95=measured.ci95,
-        meets=measured.value + slack >= recorded.value,
+        margin=margin,
+        change=change,
+        low=change - half,
+        high=change + half,
     )
 
 

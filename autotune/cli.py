@@ -88,12 +88,18 @@ ConfirmTop = Annotated[
     typer.Option(
         "--confirm-top",
         min=0,
-        help="Finalists measured again before the best is named: the top K distinct configurations plus the "
-        "best baseline (0: report the best single measurement, unconfirmed).",
+        help="Finalists raced on fresh launches before the best is named: the top K distinct configurations "
+        "plus every baseline (0: report the best single measurement, unconfirmed).",
     ),
 ]
 ConfirmLaunches = Annotated[
-    int, typer.Option("--confirm-launches", min=1, help="Fresh launches per finalist, interleaved (A B C A B C).")
+    int,
+    typer.Option(
+        "--confirm-launches",
+        min=1,
+        help="At most N fresh launches per finalist, in interleaved rounds (A B C, A B C); the race stops once "
+        "settled, and never relaunches more often than the search launched (two rounds at least).",
+    ),
 ]
 
 
@@ -150,7 +156,7 @@ def study(
         typer.Option("--artifacts", help="Artifact folder (logs, measurements); on several hosts, a shared one."),
     ] = None,
     confirm_top: ConfirmTop = 3,
-    confirm_launches: ConfirmLaunches = 2,
+    confirm_launches: ConfirmLaunches = 4,
     early_stop: Annotated[
         bool,
         typer.Option(
@@ -163,9 +169,10 @@ def study(
     """Run (or resume) a study: launch, measure and compare configurations until the budget is spent.
 
     Re-running with the same study name resumes it: measured trials are kept, baselines are not
-    measured again. At the end (and on Ctrl-C) the finalists are measured again on fresh launches and
-    the best is the confirmed figure. Ctrl-C stops the current server and records the trial as
-    interrupted; a second Ctrl-C skips the confirmation.
+    measured again. --trials counts search trials; at the end (and on Ctrl-C) the finalists and every
+    baseline are raced on fresh launches (the output says how many, and how long), and the verdict
+    names the best with its gain over each baseline, or keeps a baseline nothing beat. Ctrl-C stops
+    the current server and records the trial as interrupted; a second Ctrl-C skips the confirmation.
     """
     with error_funnel():
         from autotune.space import load_space
@@ -286,7 +293,8 @@ def _run_and_confirm(
             except KeyboardInterrupt:
                 interrupted = True
                 runner.stop_reason = "interrupted"
-                console.print("interrupted: confirming the finalists before reporting (Ctrl-C again to skip)")
+                plan = runner.confirmation_plan(top=confirm_top, launches=confirm_launches)
+                console.print(f"interrupted: {plan.text()} before reporting (Ctrl-C again to skip)", highlight=False)
             repeated = bool(runner.stop_reason and runner.stop_reason.startswith(REPEATED_FAILURE))
             if confirm_top > 0 and not repeated and runner.others_running():
                 console.print(
@@ -295,6 +303,9 @@ def _run_and_confirm(
                     highlight=False,
                 )
             elif confirm_top > 0 and not repeated:
+                if not interrupted:
+                    plan = runner.confirmation_plan(top=confirm_top, launches=confirm_launches)
+                    console.print(f"search done ({runner.stop_reason}); confirmation: {plan.text()}", highlight=False)
                 runner.confirm(top=confirm_top, launches=confirm_launches)
     except KeyboardInterrupt:
         interrupted = True
@@ -536,15 +547,22 @@ def confirm(
         typer.Option("--space", help="The study's space file (needed when its env holds secrets, never stored)."),
     ] = None,
     top: Annotated[
-        int, typer.Option("--top", min=1, help="Finalists: the top K distinct configurations plus the best baseline.")
+        int, typer.Option("--top", min=1, help="Finalists: the top K distinct configurations plus every baseline.")
     ] = 3,
     launches: Annotated[
-        int, typer.Option("--launches", min=1, help="Fresh launches per finalist, interleaved (A B C A B C).")
-    ] = 2,
+        int,
+        typer.Option("--launches", min=1, help="At most N fresh launches per finalist, in interleaved rounds "
+                     "(A B C, A B C); the race stops once settled."),
+    ] = 4,
+    budget: Annotated[
+        Optional[int],
+        typer.Option("--budget", min=2, help="At most this many relaunches in all (default: as many as the search "
+                     "launched, two rounds at least)."),
+    ] = None,
     storage: StorageOpt = None,
     studies_dir: StudiesDir = Path("studies"),
 ) -> None:
-    """Measure the study's finalists again on fresh, interleaved launches and name the confirmed best."""
+    """Race the study's finalists and baselines on fresh, interleaved launches and state the verdict."""
     with error_funnel():
         from autotune.errors import UserError
         from autotune.report.console import LiveView, best_summary, confirmation_table
@@ -570,7 +588,7 @@ def confirm(
         interrupted = False
         try:
             with view:
-                runner.confirm(top=top, launches=launches)
+                runner.confirm(top=top, launches=launches, budget=budget)
         except KeyboardInterrupt:
             interrupted = True
         finally:
@@ -660,6 +678,11 @@ def bench(
         "studies/bench"
     ),
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+    margin: Annotated[
+        float,
+        typer.Option("--margin", min=0.0, max=0.5, help="With --profile: a fresh figure within this relative margin "
+                     "of the recorded one is the same (0.03 = ±3%); exit 1 on a significant regression beyond it."),
+    ] = 0.03,
     api_key: Annotated[
         Optional[str],
         typer.Option("--api-key", envvar="AUTOTUNE_API_KEY", show_default=False,
@@ -668,6 +691,8 @@ def bench(
 ) -> None:
     """Measure a running server (--url), or re-launch an exported profile (--profile) and check its numbers.
 
+    With --profile it prints "same within ±X %", "slower by Y % (significant)" (exit 1: a cron job or a
+    systemd timer can run it after every engine upgrade), "faster", or that it cannot tell yet.
     Without a profile's own settings, bench caps each answer at 128 tokens and the measurement at
     3 minutes (a few minutes in all); progress goes to stderr, also with --json.
     """
@@ -694,9 +719,10 @@ def bench(
             measurement = bench_url(engine, url, suite_ref, settings, api_key=api_key, on_progress=_bench_progress)
             verdict = None
         else:
-            measurement, verdict = _bench_profile(profile, profile_file, settings, suite_ref, workdir, api_key)
+            measurement, verdict = _bench_profile(profile, profile_file, settings, suite_ref, workdir, api_key,
+                                                  margin=margin)  # fmt: skip
         _print_bench(measurement, verdict, suite_ref=suite_ref, as_json=as_json)
-        if verdict is not None and not verdict.meets:
+        if verdict is not None and verdict.slower:
             raise typer.Exit(1)
 
 
@@ -720,6 +746,8 @@ def _bench_profile(
     suite_ref: str,
     workdir: Path,
     api_key: str | None,
+    *,
+    margin: float,
 ) -> tuple[Measurement, Verdict | None]:
     """Launch the profile, measure it and compare the numbers with the ones it recorded."""
     from autotune.bench import bench_profile, compare
@@ -730,7 +758,7 @@ def _bench_profile(
     measurement = bench_profile(
         profile, settings=settings, suite_ref=suite_ref, workdir=workdir, on_progress=_bench_progress
     )
-    return measurement, compare(profile, measurement)
+    return measurement, compare(profile, measurement, margin=margin)
 
 
 def _print_bench(measurement: Measurement, verdict: Verdict | None, *, suite_ref: str, as_json: bool) -> None:
@@ -746,10 +774,10 @@ def _print_bench(measurement: Measurement, verdict: Verdict | None, *, suite_ref
     else:
         console.print(measurement_table(measurement, title=f"bench ({suite_ref})"))
         if verdict is not None:
-            word = "[green]still meets[/green]" if verdict.meets else "[red]does NOT meet[/red]"
+            style = "red" if verdict.slower else "green" if verdict.same or verdict.low > 0 else "yellow"
             console.print(
-                f"{word} the profile's {verdict.metric}: measured {verdict.measured:.1f} "
-                f"± {verdict.measured_ci95 or 0:.1f}, recorded {verdict.recorded:.1f} "
+                f"[{style}]{verdict.text()}[/{style}] — the profile's {verdict.metric}: measured "
+                f"{verdict.measured:.1f} ± {verdict.measured_ci95 or 0:.1f}, recorded {verdict.recorded:.1f} "
                 f"± {verdict.recorded_ci95 or 0:.1f}",
                 highlight=False,
             )

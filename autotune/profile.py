@@ -57,6 +57,7 @@ class Profile(BaseModel):
     confirmed_launches: int | None = Field(
         default=None, description="the metrics' objective is the mean over this many fresh launches; None: one"
     )
+    verdict: str | None = Field(default=None, description="the study's verdict in one line (e.g. keep a baseline)")
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 
     def secret_flags(self) -> dict[str, str]:
@@ -101,6 +102,10 @@ class Profile(BaseModel):
             parts.append("SIMULATED on the autotune twin, not a real GPU")
         return "; ".join(parts)
 
+    def comment_lines(self) -> list[str]:
+        """What a rendered profile says of itself: its summary, then the study's verdict."""
+        return [self.summary(), *([f"verdict: {self.verdict}"] if self.verdict else [])]
+
 
 def render_yaml(profile: Profile) -> str:
     data = profile.model_dump(mode="json")
@@ -130,7 +135,9 @@ def _secret_positions(profile: Profile, argv: list[str]) -> dict[int, str]:
 
 def render_shell(profile: Profile, *, host: str, port: int) -> str:
     plain, secrets = _environment(profile)
-    lines = ["#!/usr/bin/env bash", f"# autotune profile: {profile.summary()}", "set -euo pipefail"]
+    lines = ["#!/usr/bin/env bash", f"# autotune profile: {profile.summary()}"]
+    lines += [f"# {line}" for line in profile.comment_lines()[1:]]
+    lines.append("set -euo pipefail")
     lines += [f"export {name}={shlex.quote(value)}" for name, value in plain.items()]
     lines += [f': "${{{name}:?set {name} in the environment first}}"' for name in secrets]
     argv = profile.argv(host=host, port=port)
@@ -161,7 +168,7 @@ def render_systemd(profile: Profile, *, host: str, port: int) -> str:
         "",
         "[Service]",
         "Type=simple",
-        f"# {profile.summary()}",
+        *(f"# {line}" for line in profile.comment_lines()),
     ]
     lines += [f"Environment={_systemd_quote(f'{k}={v}')}" for k, v in plain.items()]
     if secrets:

@@ -20,6 +20,7 @@ from autotune.errors import MeasurementError
 from autotune.gpu import IDLE_TOLERANCE_BYTES, Busy, GpuInventory, used_bytes, wait_for
 from autotune.measure.agreement import PROMPTS, Agreement, AgreementSpec, OutputSample, Reference, compare
 from autotune.measure.client import Measurement, greedy_texts, run_measurement
+from autotune.measure.integrity import failed_check
 from autotune.measure.protocol import MeasureSettings
 from autotune.measure.suites import Suite
 from autotune.outcomes import OutcomeKind
@@ -140,9 +141,11 @@ def _run_once(
     launch_started = time.monotonic()
     phase("launching", f"port {port}")
     headers = auth_headers(plan.flags)  # a server launched with --api-key wants it on every request
+    launched = TrialOutcome(kind=OutcomeKind.OK, plan=plan, argv=argv, log_path=log_path,
+                            objective_concurrency=setup.objective_concurrency)  # fmt: skip
     with server, httpx.Client(headers=headers) as client:
         ready = server.wait_ready(lambda: engine.is_ready(client, base_url), timeout_s=setup.launch_timeout_s)
-        launch_s = time.monotonic() - launch_started
+        launched = launched.model_copy(update={"launch_s": time.monotonic() - launch_started})
         if not ready.ready:
             phase("stopping", "launch failed")
             stop_started = time.monotonic()
@@ -150,84 +153,66 @@ def _run_once(
             failure = engine.classify_failure(
                 exit_code=ready.exit_code, log_text=_read_log(log_path), timed_out=ready.timed_out
             )
-            return TrialOutcome(
-                kind=failure.kind,
-                reason=failure.reason,
-                plan=plan,
-                argv=argv,
-                log_path=log_path,
-                launch_s=launch_s,
-                stop_s=time.monotonic() - stop_started,
-            )
+            return launched.model_copy(update={"kind": failure.kind, "reason": failure.reason,
+                                               "stop_s": time.monotonic() - stop_started})  # fmt: skip
         measure_started = time.monotonic()
-        effective: EffectiveConfig | None = None
-        measurements: list[Measurement] = []
-        error: str | None = None
-        try:
-            effective = engine.effective_config(client, base_url, plan)
-            for level in setup.concurrency_levels:
-                # A hopeless configuration is judged at the objective's level only.
-                early_stop = setup.measure.early_stop if level == setup.objective_concurrency else None
-                settings = setup.measure.model_copy(update={"concurrency": level, "early_stop": early_stop})
-                measurements.append(
-                    asyncio.run(
-                        measure_with_server_stats(
-                            engine,
-                            base_url,
-                            setup.suite,
-                            settings,
-                            log=LogWindow(log_path),
-                            on_progress=functools.partial(_progress, phase, level),
-                            headers=headers,
-                        )
-                    )
-                )
-        except MeasurementError as exc:
-            error = exc.message
+        effective, measurements, error = _measure_levels(engine, setup, plan, client, base_url, log_path, headers,
+                                                         phase)  # fmt: skip
         agreement = _check_outputs(setup, base_url, headers, phase) if error is None else None
-        measure_s = time.monotonic() - measure_started
+        launched = launched.model_copy(update={"effective": effective, "measure_s": time.monotonic() - measure_started})
         phase("stopping", "")
         stop_started = time.monotonic()
         # A server that dropped the connection may take a moment to exit: give it that moment.
         exit_code = server.wait_exit(EXIT_GRACE_S) if error is not None else server.poll()
         server.stop(grace_s=setup.stop_timeout_s)
-        stop_s = time.monotonic() - stop_started
+        launched = launched.model_copy(update={"stop_s": time.monotonic() - stop_started})
     if error is not None:
-        kind = OutcomeKind.MEASUREMENT_FAILED
-        if exit_code is not None:  # the server died under load: let its log say why
-            failure = engine.classify_failure(exit_code=exit_code, log_text=_read_log(log_path), timed_out=False)
-            kind, error = failure.kind, f"{failure.reason} ({error})"
-        else:  # alive, but a request may have run out of memory (the boundary the search must learn)
-            logged = engine.failure_in(_read_log(log_path))
-            if logged is not None and logged.kind.is_memory:
-                kind, error = logged.kind, f"{logged.reason} ({error})"
-        return TrialOutcome(
-            kind=kind,
-            reason=error,
-            plan=plan,
-            argv=argv,
-            effective=effective,
-            log_path=log_path,
-            launch_s=launch_s,
-            measure_s=measure_s,
-            stop_s=stop_s,
-            objective_concurrency=setup.objective_concurrency,
-        )
+        kind, reason = _why_measuring_failed(engine, log_path, error, exit_code)
+        return launched.model_copy(update={"kind": kind, "reason": reason})
     diverged = agreement is not None and agreement.diverged
-    return TrialOutcome(
-        kind=OutcomeKind.DIVERGED if diverged else OutcomeKind.OK,
-        reason=agreement.reason() if agreement is not None and diverged else None,
-        agreement=agreement,
-        plan=plan,
-        argv=argv,
-        effective=effective,
-        measurements=measurements,
-        objective_concurrency=setup.objective_concurrency,
-        log_path=log_path,
-        launch_s=launch_s,
-        measure_s=measure_s,
-        stop_s=stop_s,
-    )
+    return launched.model_copy(update={
+        "kind": OutcomeKind.DIVERGED if diverged else OutcomeKind.OK,
+        "reason": agreement.reason() if agreement is not None and diverged else None,
+        "agreement": agreement,
+        "measurements": measurements,
+    })  # fmt: skip
+
+
+def _measure_levels(
+    engine: Engine, setup: TrialSetup, plan: LaunchPlan, client: httpx.Client, base_url: str, log_path: Path,
+    headers: dict[str, str], phase: Callable[[str, str], None],
+) -> tuple[EffectiveConfig | None, list[Measurement], str | None]:  # fmt: skip
+    """The effective config, then one measurement per load level; the first measurement error stops it."""
+    effective: EffectiveConfig | None = None
+    measurements: list[Measurement] = []
+    try:
+        effective = engine.effective_config(client, base_url, plan)
+        for level in setup.concurrency_levels:
+            # A hopeless configuration is judged at the objective's level only.
+            early_stop = setup.measure.early_stop if level == setup.objective_concurrency else None
+            settings = setup.measure.model_copy(update={"concurrency": level, "early_stop": early_stop})
+            measured = measure_with_server_stats(
+                engine, base_url, setup.suite, settings, log=LogWindow(log_path),
+                on_progress=functools.partial(_progress, phase, level), headers=headers,
+            )  # fmt: skip
+            measurements.append(asyncio.run(measured))
+    except MeasurementError as exc:
+        return effective, measurements, exc.message
+    return effective, measurements, None
+
+
+def _why_measuring_failed(
+    engine: Engine, log_path: Path, error: str, exit_code: int | None
+) -> tuple[OutcomeKind, str]:
+    """A measurement that failed: the server's death where it died (its log says why), a memory
+    failure it logged while alive (the boundary the search must learn), else the error itself."""
+    if exit_code is not None:
+        failure = engine.classify_failure(exit_code=exit_code, log_text=_read_log(log_path), timed_out=False)
+        return failure.kind, f"{failure.reason} ({error})"
+    logged = engine.failure_in(_read_log(log_path))
+    if logged is not None and logged.kind.is_memory:
+        return logged.kind, f"{logged.reason} ({error})"
+    return OutcomeKind.MEASUREMENT_FAILED, error
 
 
 def _check_outputs(setup: TrialSetup, base_url: str, headers: dict[str, str], phase: Phase) -> Agreement | None:
@@ -299,7 +284,11 @@ async def measure_with_server_stats(
         except httpx.HTTPError:
             after = None
     stats = engine.server_stats(log_window=log.read() if log else "", metrics_before=before, metrics_after=after)
-    return measurement.model_copy(update={"server": stats})
+    measurement = measurement.model_copy(update={"server": stats})
+    failed = failed_check(measurement)
+    if failed is not None:
+        raise MeasurementError(f"integrity check: {failed}")
+    return measurement
 
 
 def _read_log(path: Path) -> str:

@@ -424,6 +424,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="recorded landscapes (default: every benchmarks/landscapes/*.json; none when given "
                         "without a file)")  # fmt: skip
     parser.add_argument("--seeds", type=int, default=20, help="studies per scenario on each recorded landscape")
+    parser.add_argument("--first-seed", type=int, default=0, help="the first study seed (a held-out set starts past "
+                        "the seeds tuned on)")
     parser.add_argument("--family", type=int, default=0, metavar="N", help="N generated twin landscapes")
     parser.add_argument("--family-seed", type=int, default=5000, metavar="S", help="the first member's seed")
     parser.add_argument("--family-seeds", type=int, default=2, help="studies per scenario on each member")
@@ -437,10 +439,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     started = time.monotonic()
     files = sorted((ROOT / "benchmarks" / "landscapes").glob("*.json")) if args.recorded is None else args.recorded
+    studies = range(args.first_seed, args.first_seed + args.seeds)
     subjects: list[tuple[Subject, Sequence[int]]] = [
-        (recorded_subject(path, cycle=args.cycle), range(args.seeds)) for path in files
+        (recorded_subject(path, cycle=args.cycle), studies) for path in files
     ]
-    subjects += [(family_subject(seed, launch_sd=args.launch_sd), range(args.family_seeds))
+    seeds = range(args.first_seed, args.first_seed + args.family_seeds)
+    subjects += [(family_subject(seed, launch_sd=args.launch_sd), seeds)
                  for seed in range(args.family_seed, args.family_seed + args.family)]  # fmt: skip
     if not subjects:
         parser.error("nothing to judge: give --recorded FILE or --family N")

@@ -87,7 +87,7 @@ def test_sglang_adaptive_where_sglang_ignores_it_is_the_static_config(flags):
 
 
 def test_sglang_dflash_without_a_block_size_takes_the_drafters_own():
-    """sglang.md: the block size is read from the drafter's config (else 16) when neither is given."""
+    """SGLang 0.5.23 reads the block size from the drafter's config (else 16) when neither is given."""
     plan = SGLangEngine().normalise({"speculative-algorithm": "DFLASH", "speculative-draft-model-path": "d"})
     assert "speculative-num-draft-tokens" not in plan.flags and "speculative-dflash-block-size" not in plan.flags
     assert any("drafter's own" in note for note in plan.notes)

@@ -10,8 +10,20 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import pytest
 
+from autotune.engines.base import ServerStats
+from autotune.engines.llamacpp import LlamaCppEngine
 from autotune.engines.sglang import SGLangEngine
-from autotune.measure.client import Measurement, percentile, run_measurement, steadiness
+from autotune.errors import MeasurementError
+from autotune.measure.client import (
+    Measurement,
+    RequestRecord,
+    percentile,
+    run_measurement,
+    steadiness,
+    stream_rate,
+    summarise,
+)
+from autotune.measure.integrity import failed_check
 from autotune.measure.protocol import MeasureSettings
 from autotune.measure.suites import Prompt, Suite
 
@@ -154,3 +166,95 @@ def test_percentile_and_steadiness() -> None:
     assert noisy is not None and noisy.steady
     falling = steadiness([10.0, 9.8, 9.6, 9.4, 9.2, 9.0], tolerance=0.03)
     assert falling is not None and not falling.steady and falling.drift == pytest.approx(-0.1 / 0.95, rel=1e-6)
+
+
+# ---------------------------------------------------------------- streams held back and flushed late
+
+
+class BurstingLlamaServer:
+    """Speaks llama-server's ``/completion`` SSE, holding every stream back and flushing it at the end:
+    the first token after ``held_s``, the rest 20 µs apart (the shape of a request recorded at
+    53,547 tok/s on a CPU llama-server), the last event with llama-server's ``timings``."""
+
+    def __init__(self, *, rate: float, held_s: float = 1.2, timings: bool = True) -> None:
+        self.now, self.rate, self.held_s, self.timings = 0.0, rate, held_s, timings
+
+    def clock(self) -> float:
+        return self.now
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/completion":
+            return httpx.Response(200, json={})
+        tokens = json.loads(request.content)["n_predict"]
+
+        async def stream() -> AsyncIterator[bytes]:
+            self.now += self.held_s  # prefill and the whole decode, held back
+            for produced in range(1, tokens + 1):
+                event: dict[str, object] = {"content": "x", "tokens_predicted": produced, "tokens_evaluated": 5,
+                                            "stop": produced == tokens}  # fmt: skip
+                if produced == tokens:
+                    event["stop_type"] = "limit"
+                    if self.timings:
+                        event["timings"] = {"predicted_n": tokens, "predicted_ms": (tokens - 1) / self.rate * 1000,
+                                            "prompt_n": 5, "prompt_ms": 40.0}  # fmt: skip
+                yield f"data: {json.dumps(event)}\n\n".encode()
+                self.now += 20e-6
+
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=stream())
+
+
+def measure_llama(server: BurstingLlamaServer, settings: MeasureSettings) -> Measurement:
+    async def go() -> Measurement:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(server.handler)) as client:
+            return await run_measurement(LlamaCppEngine(), "http://cpu", SUITE, settings, client=client,
+                                         clock=server.clock)  # fmt: skip
+
+    return asyncio.run(go())
+
+
+def test_a_stream_flushed_late_is_measured_at_the_servers_own_rate() -> None:
+    result = measure_llama(BurstingLlamaServer(rate=145.0), MeasureSettings(warmup_requests=0, min_rounds=2))
+    assert result.value == pytest.approx(145.0)  # not the ~50,000 tok/s the 20 µs gaps would give
+    request = result.requests[0]
+    assert request.client_decode_tok_s is None and request.server_decode_tok_s == pytest.approx(145.0)
+    assert result.dropped == []
+
+
+def test_a_burst_without_the_servers_timing_is_dropped_and_named_and_fails_the_integrity_check() -> None:
+    with pytest.raises(MeasurementError, match="no request of the round gave a decode rate: .* in a burst"):
+        measure_llama(BurstingLlamaServer(rate=145.0, timings=False), MeasureSettings(warmup_requests=0))
+    request = RequestRecord(prompt_id="c1", category="coding", round=0, prompt_tokens=5, completion_tokens=40,
+                            ttft_s=1.2, e2e_s=1.2008, decode_tok_s=None, accept_length=None, finish_reason="length",
+                            dropped="39 tokens arrived within 0.78 ms of a 1.2 s request")  # fmt: skip
+    fine = request.model_copy(update={"decode_tok_s": 50.0, "dropped": None, "prompt_id": "h1"})
+    assert stream_rate(1, 40, 1.2, 1.2008)[0] is None
+    assert stream_rate(1, 40, 0.05, 0.85)[0] == pytest.approx(39 / 0.8)  # a stream that spans its decode
+    mostly_dropped = summarise([request, request, fine], [50.0], MeasureSettings(), stop_reason="", duration_s=3.0)
+    assert mostly_dropped.dropped == [f"prompt 'c1' (round 1): {request.dropped}"] * 2
+    assert (failed_check(mostly_dropped) or "").startswith("2 of 3 requests gave no decode rate the client could time")
+    mostly_fine = summarise([request, fine, fine], [50.0], MeasureSettings(), stop_reason="", duration_s=3.0)
+    assert failed_check(mostly_fine) is None
+
+
+def test_a_multi_token_chunk_counts_every_token() -> None:
+    server = FakeServer(steady, accept={"coding": 4, "chat": 3})  # a verify step streams 3-4 tokens at once
+    result = measure(server, MeasureSettings(warmup_requests=0, min_rounds=3))
+    assert result.value == pytest.approx(45.0) and result.dropped == []
+
+
+def test_a_decode_rate_far_above_the_servers_own_fails_the_integrity_check() -> None:
+    server = FakeServer(steady, accept={"coding": 1, "chat": 1})
+    result = measure(server, MeasureSettings(warmup_requests=0, min_rounds=2))
+    assert failed_check(result.model_copy(update={"server": ServerStats(gen_tok_s=44.0)})) is None
+    failed = failed_check(result.model_copy(update={"server": ServerStats(gen_tok_s=20.0)}))
+    assert failed is not None and "more than 2x the 20 tok/s the server logged" in failed
+
+
+def test_accept_length_is_the_ratio_of_sums_as_engines_report_it() -> None:
+    base = RequestRecord(prompt_id="c1", category="coding", round=0, prompt_tokens=5, completion_tokens=90,
+                         ttft_s=0.1, e2e_s=1.0, decode_tok_s=50.0, accept_length=3.0,
+                         finish_reason="length")  # fmt: skip
+    short = base.model_copy(update={"completion_tokens": 10, "accept_length": 1.0})
+    result = summarise([base, short], [50.0], MeasureSettings(), stop_reason="", duration_s=2.0)
+    accept = result.metric("accept_length")
+    assert accept is not None and accept.value == pytest.approx(100 / (30 + 10))  # not (3 + 1) / 2

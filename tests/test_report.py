@@ -15,7 +15,6 @@ import pytest
 from PIL import Image
 
 from autotune.profile import load_profile
-from autotune.study.attrs import trial_record
 from tests.browser import chromium, screenshot, wait_until
 from tests.conftest import TWIN_SPACE, autotune_cmd
 
@@ -23,6 +22,7 @@ pytestmark = [pytest.mark.twin, pytest.mark.slow]
 
 STUDY = "qwen3.6-27b-2xa6000-twin"
 FIGURES = {
+    "verdict.png",
     "history.png",
     "importance.png",
     "speed-vs-mem-fraction.png",
@@ -114,22 +114,24 @@ def test_summary_numbers_match_the_study_db(folder: Path, study_dir: Path) -> No
     summary = json.loads((folder / "summary.json").read_text())
     confirmation = study.user_attrs["confirmation"]
     best = study.trials[confirmation["best"]]
-    launches = [t for t in study.trials if t.user_attrs.get("config_key") == best.user_attrs["config_key"]
-                and trial_record(t).reused_from is None and t.user_attrs.get("outcome") == "ok"]  # fmt: skip
+    launches = [t for t in study.trials if t.user_attrs.get("confirm_of") == best.number
+                and t.user_attrs.get("outcome") == "ok"]  # fmt: skip
     metrics = best.user_attrs["metrics"]
 
     assert summary["study"] == STUDY and summary["simulated"] is True
     finalists = len(confirmation["finalists"])
     assert len(summary["trials"]) == len(study.trials) == 5 + finalists  # one confirming launch each
     assert summary["best"]["number"] == best.number
-    # The best carries the mean over every launch of its configuration, not its first measurement.
+    # The best carries the mean over its fresh launches, not its first measurement (chosen for being high).
     assert summary["best"]["value"] == pytest.approx(sum(t.value for t in launches) / len(launches))
-    assert summary["best"]["confirmed_launches"] == len(launches) == 2
+    assert summary["best"]["confirmed_launches"] == len(launches) == 1
     assert summary["outcome_counts"] == dict(Counter(t.user_attrs["outcome"] for t in study.trials))
+    relaunched = {t.user_attrs["confirm_of"]: t.value for t in study.trials if "confirm_of" in t.user_attrs}
+    assert sorted(b["name"] for b in summary["baselines"]) == ["cautious", "hand-found"]  # each once
     for baseline in summary["baselines"]:
         stored = study.trials[baseline["trial"]]
-        assert stored.user_attrs["baseline"] == baseline["name"]
-        assert baseline["value"] == pytest.approx(stored.value)
+        assert stored.user_attrs["baseline"] == baseline["name"] and "confirm_of" not in stored.user_attrs
+        assert baseline["confirmed"] and baseline["value"] == pytest.approx(relaunched[stored.number])
 
     # the page shows the same numbers, rounded as printed
     spans = parse(folder).spans
@@ -137,7 +139,7 @@ def test_summary_numbers_match_the_study_db(folder: Path, study_dir: Path) -> No
     confirmed = next(f for f in confirmation["finalists"] if f["trial"] == best.number)
     assert spans["best-value"] == f"{confirmed['mean']:.2f}"
     assert spans["best-ci"] == (f"{confirmed['ci95']:.2f}" if confirmed["ci95"] is not None else "–")
-    assert spans["best-confirmed"] == "2"
+    assert spans["best-confirmed"] == "1"
     assert spans["best-accept"] == f"{metrics['accept_length']['value']:.2f}"
 
     # the per-category numbers come from the best trial's measurement artifact

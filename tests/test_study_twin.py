@@ -186,10 +186,11 @@ def test_an_unconfirmed_best_says_so_until_autotune_confirm_measures_the_finalis
     out = run("study", str(space), "--trials", "4", "--seed", "3", "--confirm-top", "0", cwd=tmp_path).stdout
     assert "UNCONFIRMED" in out
     assert load_profile_from(tmp_path, "confirm-me").confirmed_launches is None
-    out = run("confirm", "confirm-me", "--top", "2", "--launches", "1", cwd=tmp_path).stdout
-    assert "finalists on fresh, interleaved launches" in out and "confirmed over 2 launches" in out
+    out = run("confirm", "confirm-me", "--top", "2", "--launches", "2", cwd=tmp_path).stdout
+    assert "raced on fresh, interleaved launches" in out and "confirmed over 2 launches" in out
+    assert "verdict: " in out
     profile = load_profile_from(tmp_path, "confirm-me")
-    assert profile.confirmed_launches == 2
+    assert profile.confirmed_launches == 2 and profile.verdict is not None
     data = json.loads(run("show", "confirm-me", "--json", cwd=tmp_path).stdout)
     best = next(f for f in data["confirmation"]["finalists"] if f["trial"] == data["best_trial"])
     assert profile.metrics["decode_tok_s"].value == pytest.approx(best["mean"])

@@ -245,6 +245,9 @@ class StreamChunk(Frozen):
     finished: bool = False
     accept_length: float | None = None
     finish_reason: str | None = None
+    server_decode_tok_s: float | None = Field(
+        default=None, description="the server's own decode rate for this request (tokens after the first / time)"
+    )
 
 
 _HELP_ENTRY = re.compile(r"^ {1,6}-")

@@ -111,6 +111,14 @@ class RequestTimings(BaseModel):
         return decoded / steps if decoded > 0 and steps > 0 else None
 
     @property
+    def decode_tok_s(self) -> float | None:
+        """Tokens after the first per second of generation, as the client's figure counts them (the
+        first token comes with the prompt's evaluation)."""
+        if self.predicted_n < 2 or not self.predicted_ms:
+            return None
+        return (self.predicted_n - 1) / (self.predicted_ms / 1000)
+
+    @property
     def draft_acceptance(self) -> float | None:
         """Accepted drafted tokens / drafted tokens."""
         if not self.draft_n or self.draft_n_accepted is None:
@@ -389,6 +397,7 @@ class LlamaCppEngine(Engine):
                 finished=finished,
                 accept_length=timings.accept_length if timings is not None and finished else None,
                 finish_reason=_finish_reason(event.get("stop_type")) if finished else None,
+                server_decode_tok_s=timings.decode_tok_s if timings is not None and finished else None,
             )
 
 

@@ -55,10 +55,20 @@ class RequestRecord(Frozen):
     completion_tokens: int
     ttft_s: float
     e2e_s: float
-    decode_tok_s: float | None = Field(description="tokens after the first streamed update / time after it")
+    decode_tok_s: float | None = Field(
+        description="the rate that counts: the server's own where it reports one, else the stream's timing"
+    )
+    client_decode_tok_s: float | None = Field(
+        default=None, description="tokens after the first streamed update / time after it, as the client saw them"
+    )
+    server_decode_tok_s: float | None = Field(default=None, description="the server's own figure for this request")
+    dropped: str | None = Field(default=None, description="why this request gives no decode rate")
     itl_s: list[float] = Field(default_factory=list, description="inter-token latency, one entry per token")
     accept_length: float | None
     finish_reason: str | None
+
+    def describe(self) -> str:
+        return f"prompt {self.prompt_id!r}" + (f" (round {self.round + 1})" if self.round >= 0 else " (warm-up)")
 
 
 class CategoryStats(Frozen):
@@ -95,6 +105,7 @@ class Measurement(Frozen):
     duration_s: float
     requests: list[RequestRecord]
     early_stopped: bool = Field(default=False, description="stopped as hopeless against the best so far")
+    dropped: list[str] = Field(default_factory=list, description="requests whose decode rate did not count, and why")
 
     def metric(self, name: str) -> Metric | None:
         return next((m for m in self.metrics if m.name == name), None)
@@ -163,8 +174,21 @@ def round_value(objective: ObjectiveMetric, records: Sequence[RequestRecord], wa
         return sum(r.completion_tokens for r in records) / wall_s
     rates = [r.decode_tok_s for r in records if r.decode_tok_s is not None]
     if not rates:
-        raise MeasurementError("no request produced more than one streamed update; cannot compute decode tok/s")
+        reasons = sorted({r.dropped for r in records if r.dropped}) or ["one streamed update each"]
+        raise MeasurementError(f"no request of the round gave a decode rate: {reasons[0]}")
     return statistics.fmean(rates)
+
+
+def accept_length(records: Sequence[RequestRecord]) -> Metric | None:
+    """Accepted tokens per verify step as the engines report it over a window: the ratio of sums
+    (every request's tokens over every request's steps), not the mean of per-request ratios."""
+    pairs = [(r.completion_tokens, r.accept_length) for r in records if r.accept_length]
+    if not pairs:
+        return None
+    per_request = mean_metric("accept_length", "tok/step", [length for _, length in pairs])
+    steps = sum(tokens / length for tokens, length in pairs)
+    value = sum(tokens for tokens, _ in pairs) / steps if steps else per_request.value
+    return per_request.model_copy(update={"value": value})
 
 
 def summarise(
@@ -188,9 +212,9 @@ def summarise(
         rates = [r.decode_tok_s for r in measured if r.decode_tok_s is not None]
         if rates:
             metrics.append(mean_metric("decode_tok_s", "tok/s", rates))
-    accepts = [r.accept_length for r in measured if r.accept_length is not None]
-    if accepts:
-        metrics.append(mean_metric("accept_length", "tok/step", accepts))
+    accepted = accept_length(measured)
+    if accepted is not None:
+        metrics.append(accepted)
     ttfts = [r.ttft_s for r in measured]
     itls = [gap for r in measured for gap in r.itl_s]
     metrics.append(
@@ -207,14 +231,13 @@ def summarise(
     for category in sorted({r.category for r in measured}):
         group = [r for r in measured if r.category == category]
         cat_rates = [r.decode_tok_s for r in group if r.decode_tok_s is not None]
-        cat_accepts = [r.accept_length for r in group if r.accept_length is not None]
         if cat_rates:
             categories.append(
                 CategoryStats(
                     category=category,
                     requests=len(group),
                     decode_tok_s=mean_metric("decode_tok_s", "tok/s", cat_rates),
-                    accept_length=mean_metric("accept_length", "tok/step", cat_accepts) if cat_accepts else None,
+                    accept_length=accept_length(group),
                 )
             )
     return Measurement(
@@ -234,6 +257,7 @@ def summarise(
         duration_s=duration_s,
         requests=list(records),
         early_stopped=early_stopped,
+        dropped=[f"{r.describe()}: {r.dropped}" for r in measured if r.dropped],
     )
 
 
@@ -263,11 +287,12 @@ async def measure_request(
     prompt_tokens: int | None = None
     accept: float | None = None
     finish: str | None = None
+    server_rate: float | None = None
     try:
         stream = engine.stream_generate(client, base_url, prompt, max_tokens=max_tokens, ignore_eos=ignore_eos)
         async for chunk in stream:
             now = clock()
-            if chunk.completion_tokens > tokens:
+            if chunk.completion_tokens > tokens:  # a chunk may carry several tokens (a verify step's)
                 if first_at is None:
                     first_at, first_tokens = now, chunk.completion_tokens
                 else:
@@ -278,6 +303,7 @@ async def measure_request(
             prompt_tokens = chunk.prompt_tokens if chunk.prompt_tokens is not None else prompt_tokens
             accept = chunk.accept_length if chunk.accept_length is not None else accept
             finish = chunk.finish_reason or finish
+            server_rate = chunk.server_decode_tok_s if chunk.server_decode_tok_s is not None else server_rate
     except httpx.TimeoutException:
         raise MeasurementError(f"request for prompt {prompt.id!r} timed out") from None
     except httpx.HTTPStatusError as exc:
@@ -286,12 +312,7 @@ async def measure_request(
         raise MeasurementError(f"prompt {prompt.id!r}: {type(exc).__name__}: {exc}") from None
     if first_at is None:
         raise MeasurementError(f"prompt {prompt.id!r}: the server streamed no tokens")
-    decode_s = last_at - first_at
-    decode_tokens = tokens - first_tokens
-    if first_tokens * 2 > tokens:
-        # Most tokens arrived in the first update (a server that buffered its stream): the time
-        # between updates says nothing about decoding, so this request gives no decode rate.
-        decode_tokens = 0
+    client_rate, burst = stream_rate(first_tokens, tokens, first_at - started, last_at - started)
     return RequestRecord(
         prompt_id=prompt.id,
         category=prompt.category,
@@ -300,11 +321,37 @@ async def measure_request(
         completion_tokens=tokens,
         ttft_s=first_at - started,
         e2e_s=last_at - started,
-        decode_tok_s=decode_tokens / decode_s if decode_tokens > 0 and decode_s > 0 else None,
+        decode_tok_s=server_rate if server_rate is not None else client_rate,
+        client_decode_tok_s=client_rate,
+        server_decode_tok_s=server_rate,
+        dropped=burst if server_rate is None else None,
         itl_s=itl,
         accept_length=accept,
         finish_reason=finish,
     )
+
+
+def stream_rate(first_tokens: int, tokens: int, ttft_s: float, e2e_s: float) -> tuple[float | None, str | None]:
+    """The decode rate the stream's timing shows (tokens after the first update / time after it),
+    or None with the reason when it shows none.
+
+    A server may hold its stream back and flush it late (llama-server on a busy CPU, a proxy's
+    buffer): the tokens then arrive in a burst whose span says nothing about decoding. Two shapes:
+    most tokens in the first update, or every token after the first inside a sliver of the request's
+    time. A speculating server's multi-token chunks are neither: its updates still span the decode."""
+    decode_tokens, span = tokens - first_tokens, e2e_s - ttft_s
+    if decode_tokens <= 0 or span <= 0:
+        return None, "one streamed update: no decode time to divide by" if tokens > 1 else None
+    if first_tokens * 2 > tokens:
+        return None, f"{first_tokens} of {tokens} tokens arrived in the first update"
+    if span < BURST_SHARE * e2e_s:
+        return None, (f"{decode_tokens} tokens arrived within {span * 1000:.3g} ms of a {e2e_s:.3g} s request "
+                      "(streamed in a burst)")  # fmt: skip
+    return decode_tokens / span, None
+
+
+# Below this share of a request's time, the updates after the first came in one flush, not as decoded.
+BURST_SHARE = 0.05
 
 
 Progress = Callable[[str], None]
@@ -321,22 +368,53 @@ async def run_measurement(
     clock: Callable[[], float] = time.perf_counter,
 ) -> Measurement:
     """Reset the server's counters, warm up, then run rounds until precise, or until a cap."""
-    import asyncio
-
     import httpx
 
     own_client = client is None
     client = client or httpx.AsyncClient(timeout=httpx.Timeout(settings.request_timeout_s, connect=10.0))
     prompts = suite.prompts[: settings.prompts_per_round] if settings.prompts_per_round else suite.prompts
+    sender = _Sender(engine, client, base_url, settings, clock)
+    started = clock()
+    rounds = _Rounds()
+    try:
+        try:
+            await engine.reset_stats(client, base_url)
+        except httpx.HTTPError as exc:
+            raise MeasurementError(f"cannot reset the server's statistics: {exc}") from None
+        if settings.warmup_requests:
+            _report(on_progress, f"warm-up ({settings.warmup_requests} requests)")
+            warm = [prompts[i % len(prompts)] for i in range(settings.warmup_requests)]
+            rounds.records += await sender.send(warm, -1)
+        await _run_rounds(sender, prompts, settings, rounds, on_progress=on_progress, clock=clock, started=started)
+    finally:
+        if own_client:
+            await client.aclose()
+    return summarise(
+        rounds.records, rounds.values, settings, stop_reason=rounds.stop_reason, duration_s=clock() - started,
+        early_stopped=rounds.early_stopped, round_output_tok_s=rounds.output,
+    )  # fmt: skip
 
-    def report(text: str) -> None:
-        if on_progress is not None:
-            on_progress(text)
 
-    def cap(prompt: Prompt) -> int:
-        return min(prompt.max_tokens, settings.max_tokens) if settings.max_tokens else prompt.max_tokens
+def _report(on_progress: Progress | None, text: str) -> None:
+    if on_progress is not None:
+        on_progress(text)
 
-    async def send(batch: Sequence[Prompt], round_index: int) -> list[RequestRecord]:
+
+class _Sender:
+    """Sends a batch of prompts, ``settings.concurrency`` at a time, each streamed and timed."""
+
+    def __init__(
+        self, engine: Engine, client: httpx.AsyncClient, base_url: str, settings: MeasureSettings,
+        clock: Callable[[], float],
+    ) -> None:  # fmt: skip
+        self.engine, self.client, self.base_url, self.settings, self.clock = engine, client, base_url, settings, clock
+
+    def cap(self, prompt: Prompt) -> int:
+        return min(prompt.max_tokens, self.settings.max_tokens) if self.settings.max_tokens else prompt.max_tokens
+
+    async def send(self, batch: Sequence[Prompt], round_index: int) -> list[RequestRecord]:
+        import asyncio
+
         queue = list(enumerate(batch))
         results: list[RequestRecord | None] = [None] * len(batch)
 
@@ -344,66 +422,58 @@ async def run_measurement(
             while queue:
                 index, prompt = queue.pop(0)
                 results[index] = await measure_request(
-                    engine,
-                    client,
-                    base_url,
-                    prompt,
-                    max_tokens=cap(prompt),
-                    ignore_eos=settings.ignore_eos,
-                    round_index=round_index,
-                    clock=clock,
-                )
+                    self.engine, self.client, self.base_url, prompt, max_tokens=self.cap(prompt),
+                    ignore_eos=self.settings.ignore_eos, round_index=round_index, clock=self.clock,
+                )  # fmt: skip
 
-        await asyncio.gather(*(worker() for _ in range(min(settings.concurrency, len(batch)))))
+        await asyncio.gather(*(worker() for _ in range(min(self.settings.concurrency, len(batch)))))
         return [r for r in results if r is not None]
 
+
+class _Rounds:
+    """What the rounds have measured so far, and why they stopped."""
+
+    def __init__(self) -> None:
+        self.records: list[RequestRecord] = []
+        self.values: list[float] = []
+        self.output: list[float] = []
+        self.stop_reason = ""
+        self.early_stopped = False
+
+
+async def _run_rounds(
+    sender: _Sender, prompts: Sequence[Prompt], settings: MeasureSettings, rounds: _Rounds, *,
+    on_progress: Progress | None, clock: Callable[[], float], started: float,
+) -> None:  # fmt: skip
+    """Rounds over the suite until the objective's interval is precise enough, the trial is hopeless,
+    or a cap on rounds or time is reached."""
     # A round holds at least one request per concurrent user (the suite repeated), so a level of 16
     # over a suite of 12 prompts measures 16 users at once, not 12.
     round_prompts = [prompts[i % len(prompts)] for i in range(max(len(prompts), settings.concurrency))]
-    started = clock()
-    records: list[RequestRecord] = []
-    round_values: list[float] = []
-    round_output: list[float] = []
-    stop_reason = f"max rounds ({settings.max_rounds})"
-    early_stopped = False
-    try:
-        try:
-            await engine.reset_stats(client, base_url)
-        except httpx.HTTPError as exc:
-            raise MeasurementError(f"cannot reset the server's statistics: {exc}") from None
-        if settings.warmup_requests:
-            report(f"warm-up ({settings.warmup_requests} requests)")
-            warm = [prompts[i % len(prompts)] for i in range(settings.warmup_requests)]
-            records += await send(warm, -1)
-        for round_index in range(settings.max_rounds):
-            report(f"round {round_index + 1}" + (f", ±{_rel(round_values):.1%}" if len(round_values) > 1 else ""))
-            round_started = clock()
-            batch = await send(round_prompts, round_index)
-            records += batch
-            round_s = clock() - round_started
-            round_values.append(round_value(settings.objective, batch, round_s))
-            round_output.append(round_value("output_tok_s", batch, round_s))
-            so_far = statistics.fmean(round_values)
-            if settings.early_stop is not None and settings.early_stop.hopeless(so_far):
-                early_stopped = True
-                stop_reason = (
-                    f"early stop: {so_far:.3g} cannot plausibly reach the best {settings.early_stop.bar:.3g} "
-                    f"(noise ±{settings.early_stop.noise_rel:.0%} sd)"
-                )
-                break
-            if len(round_values) >= max(settings.min_rounds, 2) and _rel(round_values) <= settings.target_rel_ci:
-                stop_reason = f"precision ±{settings.target_rel_ci:.0%} reached"
-                break
-            if clock() - started >= settings.max_seconds:
-                stop_reason = f"time cap ({settings.max_seconds:.0f} s)"
-                break
-    finally:
-        if own_client:
-            await client.aclose()
-    return summarise(
-        records, round_values, settings, stop_reason=stop_reason, duration_s=clock() - started,
-        early_stopped=early_stopped, round_output_tok_s=round_output,
-    )  # fmt: skip
+    rounds.stop_reason = f"max rounds ({settings.max_rounds})"
+    for round_index in range(settings.max_rounds):
+        precision = f", ±{_rel(rounds.values):.1%}" if len(rounds.values) > 1 else ""
+        _report(on_progress, f"round {round_index + 1}{precision}")
+        round_started = clock()
+        batch = await sender.send(round_prompts, round_index)
+        rounds.records += batch
+        round_s = clock() - round_started
+        rounds.values.append(round_value(settings.objective, batch, round_s))
+        rounds.output.append(round_value("output_tok_s", batch, round_s))
+        so_far = statistics.fmean(rounds.values)
+        if settings.early_stop is not None and settings.early_stop.hopeless(so_far):
+            rounds.early_stopped = True
+            rounds.stop_reason = (
+                f"early stop: {so_far:.3g} cannot plausibly reach the best {settings.early_stop.bar:.3g} "
+                f"(noise ±{settings.early_stop.noise_rel:.0%} sd)"
+            )
+            return
+        if len(rounds.values) >= max(settings.min_rounds, 2) and _rel(rounds.values) <= settings.target_rel_ci:
+            rounds.stop_reason = f"precision ±{settings.target_rel_ci:.0%} reached"
+            return
+        if clock() - started >= settings.max_seconds:
+            rounds.stop_reason = f"time cap ({settings.max_seconds:.0f} s)"
+            return
 
 
 async def greedy_texts(

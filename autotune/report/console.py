@@ -230,6 +230,8 @@ def _fitted(cell: Text, width: int, justify: JustifyMethod) -> Text:
 def _trial_row(r: TrialRecord, flag_names: Sequence[str], *, best: int | None, with_host: bool) -> list[Text]:
     accept = r.metric_value("accept_length")
     note = r.baseline or ""
+    if r.confirm_of is not None:
+        note = (note + " " if note else "") + f"confirmation launch of #{r.confirm_of}"
     if r.reused_from is not None:
         note = (note + " " if note else "") + f"same as #{r.reused_from}"
     elif r.outcome != "ok" and r.reason:
@@ -285,6 +287,8 @@ def trial_detail(record: TrialRecord) -> Group:
             rows.add_row(label, str(value))
     if record.decision is not None:
         rows.add_row("decided", decision_text(record))
+    for dropped in record.dropped_requests:
+        rows.add_row("dropped", dropped)
     if record.value is not None:
         rows.add_row("value", f"{record.value:g} ({'feasible' if record.feasible else 'infeasible'})")
     for name, metric in record.metrics.items():
@@ -450,27 +454,35 @@ def best_summary(record: TrialRecord | None, *, simulated: bool) -> RenderableTy
 
 
 def confirmation_table(confirmation: Confirmation, *, unit: str = "tok/s") -> RenderableType:
-    """The finalists measured again: every launch, the mean with its CI, and why the best won."""
-    table = Table(title="confirmation: finalists on fresh, interleaved launches", title_justify="left")
-    for column in ("finalist", "launches", unit, "mean ± 95% CI", "flags changed", "memory"):
-        table.add_column(column, justify="left" if column == "finalist" else "right")
+    """The race: each configuration's first measurement, every relaunch that served, the mean with its
+    interval; then the verdict and the gain over each baseline."""
+    table = Table(title="confirmation: finalists and baselines raced on fresh, interleaved launches",
+                  title_justify="left")  # fmt: skip
+    for column in ("configuration", "first", "relaunches", unit, "mean ± 95% CI", "flags changed", "memory"):
+        table.add_column(column, justify="left" if column == "configuration" else "right")
     for f in confirmation.finalists:
         mark = " *" if f.trial == confirmation.best else ""
+        launched = str(len(f.values)) + (f" (+{len(f.failed)} failed)" if f.failed else "")
+        dropped = f" (behind after round {f.dropped_after + 1})" if f.dropped_after is not None else ""
         table.add_row(
-            f"{f.label} (#{f.trial}){mark}",
-            str(len(f.values)),
-            " ".join(f"{v:.1f}" for v in f.values),
-            f"{f.mean:.1f}" + (f" ± {f.ci95:.1f}" if f.ci95 is not None else ""),
+            f"{f.label} (#{f.trial}){mark}{dropped}",
+            f"{f.first:.1f}" if f.first is not None else "-",
+            launched,
+            " ".join(f"{v:.1f}" for v in f.values) or "-",
+            (f"{f.mean:.1f}" + (f" ± {f.ci95:.1f}" if f.ci95 is not None else "")) if f.confirmed else "not confirmed",
             str(f.changed_flags),
             f"{f.memory:g}" if f.memory is not None else "-",
         )
-    noise = confirmation.noise
-    parts = [confirmation.note]
+    lines = [Text(f"verdict: {confirmation.note}", style="bold")]
+    lines += [Text(f"  trial {g.trial}: {g.text()}") for g in confirmation.gains]
+    lines += [Text(f"  {f.label} (#{f.trial}) relaunch failed: {reason}", style="red")
+              for f in confirmation.finalists for reason in f.failed]  # fmt: skip
+    noise, parts = confirmation.noise, [f"{confirmation.rounds} rounds, margin ±{confirmation.margin:.0%}"]
     if noise.between_launches is not None:
         parts.append(f"noise between launches ±{noise.between_launches:.1%} sd ({noise.launches} relaunches)")
     if noise.within_launch is not None:
         parts.append(f"between rounds ±{noise.within_launch:.1%} sd")
-    return Group(table, Text("; ".join(parts)))
+    return Group(table, *lines, Text("; ".join(parts), style="dim"))
 
 
 class LiveView(StudyEvents):
@@ -542,6 +554,8 @@ class LiveView(StudyEvents):
             self.best = record
         style = _OUTCOME_STYLE.get(record.outcome, "red")
         extra = f"{_speed(record)} tok/s" if record.outcome == "ok" else (record.reason or "")
+        if record.confirm_of is not None:
+            extra += f" (confirmation launch of #{record.confirm_of})"
         if record.reused_from is not None and record.outcome == "ok" and record.reason:
             extra += f" ({record.reason})"  # a rate borrowed from a config differing only in memory sizing
         elif record.reused_from is not None:

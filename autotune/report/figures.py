@@ -371,7 +371,47 @@ def _tuned(s: StudySummary, flag: str) -> str | None:
 
 def plan_figures(s: StudySummary) -> list[FigurePlan]:
     """The report's figures in page order; each with a drawing function, or None and a reason."""
-    return [*_search_figures(s), *_configuration_figures(s), *_trade_off_figures(s)]
+    return [_verdict_figure(s), *_search_figures(s), *_configuration_figures(s), *_trade_off_figures(s)]
+
+
+VERDICT_FIGURE = "verdict.png"
+
+
+def _verdict_figure(s: StudySummary) -> FigurePlan:
+    """The race's outcome: each finalist and baseline with its interval, the recommended one marked."""
+    confirmation = s.confirmation
+    confirmed = [f for f in confirmation.finalists if f.confirmed] if confirmation is not None else []
+    return _plan(
+        ReportFigure(
+            VERDICT_FIGURE,
+            "Verdict",
+            f"Each finalist and baseline: the mean {s.objective_metric} over its fresh launches with its 95% interval "
+            "(grey dots: each launch; hollow diamond: the search's first measurement, chosen for being high). "
+            "The recommended configuration is drawn in green.",
+        ),
+        lambda: _draw_verdict(s),
+        None if confirmed else "the study has no confirmed finalist",
+    )
+
+
+def _draw_verdict(s: StudySummary) -> Figure:
+    assert s.confirmation is not None
+    confirmation = s.confirmation
+    shown = [f for f in confirmation.finalists if f.confirmed][::-1]  # the best at the top
+    fig, ax = _new_figure(8.0, 1.2 + 0.5 * len(shown))
+    for row, finalist in enumerate(shown):
+        chosen = finalist.trial == confirmation.best
+        colour = "#2a9d3a" if chosen else ("#1f5fa8" if finalist.baseline else "#555555")
+        ax.errorbar([finalist.mean], [row], xerr=[[finalist.ci95 or 0.0], [finalist.ci95 or 0.0]], fmt="o",
+                    color=colour, markersize=9 if chosen else 7, capsize=4)  # fmt: skip
+        ax.plot(finalist.values, [row] * len(finalist.values), ".", color="#999999")
+        if finalist.first is not None:
+            ax.plot([finalist.first], [row], "D", markerfacecolor="none", color="#999999")
+    ax.set_yticks(range(len(shown)))
+    ax.set_yticklabels([f"{f.label}{' (recommended)' if f.trial == confirmation.best else ''}" for f in shown])
+    ax.set_xlabel(_value_label(s))
+    ax.grid(axis="x", alpha=0.3)
+    return fig
 
 
 def _plan(fig: ReportFigure, draw: Callable[[], Figure], skipped: str | None) -> FigurePlan:

@@ -16,7 +16,7 @@ from pathlib import Path
 from autotune.errors import UserError
 from autotune.profile import render_yaml
 from autotune.report.console import break_even_text
-from autotune.report.figures import ReportFigure, outcome_look, plan_figures, short_name
+from autotune.report.figures import VERDICT_FIGURE, ReportFigure, outcome_look, plan_figures, short_name
 from autotune.report.summary import StudySummary, summarise
 from autotune.study.view import StudyView
 
@@ -40,6 +40,20 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], *, cls: str = "")
     th = "".join(f"<th>{h}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
     return f'<table class="{cls}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
+
+
+# The stored readings' names, as a person reads them.
+READING_NAMES = {
+    "memory_weights_gib": "weights per GPU (GiB)",
+    "memory_kv_pool_gib": "KV pool per GPU (GiB)",
+    "memory_graph_gib": "CUDA graphs (GiB)",
+    "memory_graph_batch": "CUDA graph batch size",
+    "memory_server_free_gib": "free GPU memory at launch (GiB)",
+    "memory_runtime_gib": "run-time memory besides graphs (GiB)",
+    "memory_release_s": "memory released after (s)",
+    "memory_released": "memory released",
+    "roofline_share": "share of the bandwidth ceiling",
+}
 
 
 def _summary_rows(s: StudySummary) -> list[tuple[str, str]]:
@@ -78,7 +92,7 @@ def _summary_rows(s: StudySummary) -> list[tuple[str, str]]:
             ),
         ]
         for key, value in s.best_readings.items():
-            rows.append((e(key.replace("_", " ")), e(_fmt(value))))
+            rows.append((e(READING_NAMES.get(key, key.replace("_", " "))), e(_fmt(value))))
     else:
         rows.append(("best trial", "none feasible yet"))
     for b in s.baselines:
@@ -87,6 +101,7 @@ def _summary_rows(s: StudySummary) -> list[tuple[str, str]]:
         else:
             gain = f" — the best is {b.best_gain:+.0%}" if b.best_gain is not None else ""
         shown = f"{_num(b.value, 2)} {e(s.objective_unit)}" if b.value is not None else e(b.outcome)
+        shown += " (confirmed mean)" if b.confirmed else ""
         rows.append((f"baseline {e(b.name)}", f"trial {b.trial}: {shown}{gain}"))
     rows += [
         ("time spent", f"{s.launch_s_total / 60:.1f} min launching, {s.measure_s_total / 60:.1f} min measuring"),
@@ -101,6 +116,8 @@ def _trials_rows(s: StudySummary) -> list[list[str]]:
     rows = []
     for r in s.trials:
         note = r.baseline or ""
+        if r.confirm_of is not None:
+            note = (note + "; " if note else "") + f"confirmation launch of #{r.confirm_of}"
         if r.reused_from is not None:
             note = (note + "; " if note else "") + f"same effective config as #{r.reused_from}"
         elif r.outcome != "ok" and r.reason:
@@ -133,27 +150,28 @@ figure { margin: 1.5rem 0; } figure img { max-width: 100%; border: 1px solid #ee
 figcaption { color: #555; font-size: .9rem; max-width: 60rem; }
 pre { background: #f6f8fa; padding: .8rem; overflow-x: auto; font-size: .85rem; }
 .skipped { color: #777; font-style: italic; }
+.verdict { font-size: 1.15rem; font-weight: 600; }
 """
 
 
 def render_html(s: StudySummary, figures: Sequence[ReportFigure]) -> str:
     """The report page: summary, winner, per-category table, figures, importance, every trial."""
-    parts = [*_heading_html(s), *_confirmation_html(s)]
+    parts = [*_heading_html(s, figures), *_confirmation_html(s)]
     if s.load_levels is not None:
         parts += ["<h2>Per load level</h2>", _levels_html(s)]
     if s.break_even is not None:  # the same lines as ``autotune show``; the figure is with the others
         parts += ["<h2>Break-even accept length</h2>", f"<pre>{html.escape(break_even_text(s.break_even).plain)}</pre>"]
     parts += _winner_html(s)
     parts += _categories_html(s)
-    parts += _figures_html(figures)
+    parts += _figures_html([f for f in figures if f.file != VERDICT_FIGURE])
     parts += _importance_html(s)
     parts += _every_trial_html(s)
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
-def _heading_html(s: StudySummary) -> list[str]:
-    """The page's head, title, the simulated banner and the summary table."""
+def _heading_html(s: StudySummary, figures: Sequence[ReportFigure]) -> list[str]:
+    """The page's head, title, the simulated banner, the verdict and the summary table."""
     e = html.escape
     parts = [
         f"<!doctype html><html lang=en><head><meta charset=utf-8><title>autotune report: {e(s.study)}</title>"
@@ -165,32 +183,49 @@ def _heading_html(s: StudySummary) -> list[str]:
             '<p class="banner">Simulated: these numbers were measured on the autotune SGLang twin, '
             "a performance model, not on real GPUs.</p>"
         )
+    parts += _verdict_html(s, figures)
     parts.append("<h2>Summary</h2>")
     parts.append(_table(["", ""], _summary_rows(s), cls="kv").replace("<thead><tr><th></th><th></th></tr></thead>", ""))
     return parts
 
 
+def _verdict_html(s: StudySummary, figures: Sequence[ReportFigure]) -> list[str]:
+    """The study's answer first: the verdict in one sentence, the gain over each baseline, its figure."""
+    e = html.escape
+    confirmation = s.confirmation
+    if confirmation is None:
+        return ['<p class="verdict">No verdict: the finalists were not measured again, so the best is a single '
+                "first measurement (<code>autotune confirm STUDY</code> races them).</p>"]  # fmt: skip
+    parts = ["<h2>Verdict</h2>", f'<p class="verdict" id="verdict">{e(confirmation.note)}.</p>']
+    if confirmation.gains:
+        parts.append("<ul>" + "".join(f"<li>trial {g.trial}: {e(g.text())}</li>" for g in confirmation.gains) + "</ul>")
+    parts += _figures_html([f for f in figures if f.file == VERDICT_FIGURE], heading=None)
+    return parts
+
+
 def _confirmation_html(s: StudySummary) -> list[str]:
-    """The finalists measured again on fresh launches (nothing when the study has no confirmation)."""
+    """The race's table: every configuration raced, each launch, the mean with its interval."""
     e = html.escape
     confirmation = s.confirmation
     if confirmation is None:
         return []
     return [
         "<h2>Confirmation</h2>",
-        f"<p>{e(confirmation.note)}. Each finalist measured again on {confirmation.launches} fresh launches, "
-        "interleaved.</p>",
+        f"<p>Finalists and baselines raced on fresh, interleaved launches: {confirmation.rounds} rounds, margin "
+        f"±{confirmation.margin:.0%}; the search's first measurement is not in the mean (it was chosen for being "
+        "high).</p>",
         _table(
-            ["finalist", "launches", f"{e(s.objective_unit)} per launch", "mean ± 95% CI", "flags changed"],
+            ["configuration", "first", "launches", f"{e(s.objective_unit)} per launch", "mean ± 95% CI",
+             "flags changed"],
             [
-                [e(f"{f.label} (#{f.trial})") + (" ★" if f.trial == confirmation.best else ""), str(len(f.values)),
-                 e(" ".join(f"{v:.1f}" for v in f.values)), f"{_num(f.mean, 2)} ± {_num(f.ci95, 2)}",
-                 str(f.changed_flags)]
+                [e(f"{f.label} (#{f.trial})") + (" ★" if f.trial == confirmation.best else ""), _num(f.first, 1),
+                 str(len(f.values)) + (f" (+{len(f.failed)} failed)" if f.failed else ""),
+                 e(" ".join(f"{v:.1f}" for v in f.values)),
+                 f"{_num(f.mean, 2)} ± {_num(f.ci95, 2)}" if f.confirmed else "not confirmed", str(f.changed_flags)]
                 for f in confirmation.finalists
             ],
         ),
     ]  # fmt: skip
-
 
 def _winner_html(s: StudySummary) -> list[str]:
     """The best trial: its flags as given and as the server ran them, its metrics, its launch script."""
@@ -252,10 +287,10 @@ def _categories_html(s: StudySummary) -> list[str]:
     ]
 
 
-def _figures_html(figures: Sequence[ReportFigure]) -> list[str]:
+def _figures_html(figures: Sequence[ReportFigure], *, heading: str | None = "Figures") -> list[str]:
     """Each figure with its caption, or a line saying why it was not drawn."""
     e = html.escape
-    parts = ["<h2>Figures</h2>"]
+    parts = [f"<h2>{heading}</h2>"] if heading else []
     for fig in figures:
         if fig.skipped:
             parts.append(f'<p class="skipped">{e(fig.title)}: not drawn ({e(fig.skipped)}).</p>')

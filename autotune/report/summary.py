@@ -45,6 +45,7 @@ class BaselineComparison(Frozen):
     outcome: str
     value: float | None
     best_gain: float | None = Field(default=None, description="(best - baseline) / baseline")
+    confirmed: bool = Field(default=False, description="its value is the mean over its confirmation launches")
 
 
 class StudySummary(Frozen):
@@ -118,7 +119,7 @@ def summarise(view: StudyView) -> StudySummary:
     if multi:
         notes.append("this study has several objectives: the trial table and the winner are not shown")
 
-    baselines = _baseline_comparisons(all_records, best, metric)
+    baselines = _baseline_comparisons(all_records, best, metric, view.info.confirmation)
     categories = _summary_categories(view, best, baselines, notes)
     profile, launch_script = _winner_profile(view, best, notes)
     measured = [r for r in all_records if r.reused_from is None]
@@ -155,18 +156,21 @@ def summarise(view: StudyView) -> StudySummary:
 
 
 def _baseline_comparisons(
-    records: Sequence[TrialRecord], best: TrialRecord | None, metric: str
+    records: Sequence[TrialRecord], best: TrialRecord | None, metric: str, confirmation: Confirmation | None
 ) -> list[BaselineComparison]:
-    """Each completed baseline's value and how much better the best is."""
+    """Each completed baseline once (its search launch, not its confirmation relaunches): its value
+    (the confirmed mean where the race measured it again) and how much better the best is."""
+    confirmed = {f.trial: f.mean for f in confirmation.finalists if f.confirmed} if confirmation else {}
     baselines = []
     for r in records:
-        if r.baseline is None or r.state != "COMPLETE":
+        if r.baseline is None or r.state != "COMPLETE" or r.confirm_of is not None:
             continue
-        value = r.metric_value(metric) if r.outcome == "ok" else None
+        value = confirmed.get(r.number, r.metric_value(metric) if r.outcome == "ok" else None)
         best_value = best.metric_value(metric) if best else None
         gain = (best_value - value) / value if best_value is not None and value else None
         baselines.append(
-            BaselineComparison(name=r.baseline, trial=r.number, outcome=r.outcome, value=value, best_gain=gain)
+            BaselineComparison(name=r.baseline, trial=r.number, outcome=r.outcome, value=value, best_gain=gain,
+                               confirmed=r.number in confirmed)  # fmt: skip
         )
     return baselines
 

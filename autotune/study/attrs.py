@@ -333,6 +333,8 @@ def _record_measurement(trial: optuna.Trial, measurement: Measurement) -> None:
     if measurement.early_stopped:
         trial.set_user_attr("early_stopped", True)
     trial.set_user_attr("measurement_stop", measurement.stop_reason)
+    if measurement.dropped:
+        trial.set_user_attr("dropped_requests", measurement.dropped)
     trial.set_user_attr("rounds", measurement.rounds)
     if measurement.steadiness is not None:
         trial.set_user_attr("steady", measurement.steadiness.steady)
@@ -458,6 +460,7 @@ def trial_record(trial: FrozenTrial | StoredTrial) -> TrialRecord:
         retry_of=attrs.get("retry_of"),
         confirm_of=attrs.get("confirm_of"),
         early_stopped=bool(attrs.get("early_stopped", False)),
+        dropped_requests=list(attrs.get("dropped_requests") or []),
         config_key=attrs.get("config_key"),
         failure_names=attrs.get("failure_names") or {},
         flags=attrs.get("flags", {}),

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from statistics import NormalDist
 
 from pydantic import Field
 
@@ -22,8 +23,8 @@ from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
 
-# Relaunching the same configuration moved a real H200's decode figure by 1-5 % (up to 19 % for
-# long drafts; shared/real-gpu.md): the prior for the between-launch noise until a study measures it.
+# Relaunching the same configuration moved a real H200's decode figure by 1-5 % (up to 19 % for long
+# drafts, llama.cpp): the prior for the between-launch noise until a study measures it.
 PRIOR_LAUNCH_NOISE = 0.05
 MEMORY_FLAG = "mem-fraction-static"
 
@@ -43,26 +44,69 @@ class Noise(Frozen):
 
 
 class Finalist(Frozen):
+    """One configuration in the race: the search's first measurement, then its confirmation launches."""
+
     trial: int = Field(description="the trial that first measured this configuration")
     label: str
     config_key: str | None
-    values: list[float] = Field(description="the objective of every launch of it, first measurement included")
-    mean: float
-    ci95: float | None = None
+    baseline: bool = False
+    first: float | None = Field(default=None, description="the search's measurement (chosen for being high: not "
+                                "in the mean)")
+    values: list[float] = Field(description="the objective of every confirmation launch that served, by round")
+    rounds: list[int] = Field(default_factory=list, description="the round of each value")
+    failed: list[str] = Field(default_factory=list, description="confirmation launches that did not serve, and why")
+    mean: float = Field(description="over the confirmation launches (the first measurement where none served)")
+    ci95: float | None = Field(default=None, description="from the race's fit (round effects out): relative sd x mean")
     changed_flags: int
     memory: float | None = Field(default=None, description="mem-fraction-static, or peak GiB where logged")
+    dropped_after: int | None = Field(default=None, description="the round after which it was significantly behind")
+
+    @property
+    def confirmed(self) -> bool:
+        return bool(self.values)
+
+
+class Gain(Frozen):
+    """How much faster one configuration is than a baseline, paired by interleaved round."""
+
+    trial: int
+    baseline: str
+    baseline_trial: int
+    gain: float = Field(description="relative: 0.05 is 5 % faster")
+    low: float | None = Field(default=None, description="95 % interval of the gain, low end")
+    high: float | None = None
+    rounds: int = Field(description="rounds in which both served")
+
+    @property
+    def significant(self) -> bool:
+        return self.low is not None and self.high is not None and (self.low > 0 or self.high < 0)
+
+    def text(self) -> str:
+        if self.low is None or self.high is None:
+            return f"{self.gain:+.1%} over {self.baseline} (one round: no interval, not significant)"
+        verdict = "significant" if self.significant else "not significant"
+        return f"{self.gain:+.1%} over {self.baseline} ({self.low:+.1%} to {self.high:+.1%}), {verdict}"
 
 
 class Confirmation(Frozen):
-    """The finalists re-measured and the best chosen from them."""
+    """The finalists and baselines raced on fresh, interleaved launches, and the verdict."""
 
-    launches: int = Field(description="fresh launches per finalist")
+    rounds: int = Field(description="rounds of interleaved launches run")
     finalists: list[Finalist] = Field(description="highest mean first")
-    best: int = Field(description="trial number of the confirmed best configuration")
-    tied_with: list[int] = Field(default_factory=list, description="finalists within the best's noise")
+    best: int = Field(description="trial number of the recommended configuration")
+    leader: int = Field(description="trial number of the configuration with the highest confirmed mean")
+    tied_with: list[int] = Field(default_factory=list, description="finalists equivalent to the best within the margin")
     first_best: int | None = Field(default=None, description="the best by single first measurement")
-    note: str
+    gains: list[Gain] = Field(default_factory=list, description="the leader's gain over each baseline")
+    settled: bool = Field(description="every comparison the verdict rests on is decided")
+    more_launches: int | None = Field(default=None, description="launches per configuration that would settle it")
+    margin: float = Field(description="gains within this relative margin are equivalent")
+    note: str = Field(description="the verdict in one sentence")
     noise: Noise
+
+    @property
+    def recommended(self) -> Finalist:
+        return next(f for f in self.finalists if f.trial == self.best)
 
 
 def _objective_runs(records: Sequence[TrialRecord]) -> list[TrialRecord]:
@@ -103,7 +147,8 @@ def best_first_measured(records: Sequence[TrialRecord]) -> TrialRecord | None:
 
 
 def choose_finalists(records: Sequence[TrialRecord], *, top: int) -> list[TrialRecord]:
-    """The ``top`` best distinct configurations by first measurement, plus the best baseline."""
+    """The ``top`` best distinct configurations by first measurement, plus every baseline that served
+    (each configuration once): the race decides among them and states the gain over each baseline."""
     candidates = sorted(
         (r for r in _objective_runs(records) if r.confirm_of is None and r.feasible),
         key=lambda r: -(r.value or 0.0),
@@ -111,14 +156,10 @@ def choose_finalists(records: Sequence[TrialRecord], *, top: int) -> list[TrialR
     chosen: list[TrialRecord] = []
     keys: set[str | None] = set()
     for record in candidates:
-        if record.config_key in keys:
+        if record.config_key in keys or (len(chosen) >= top and record.baseline is None):
             continue
-        if len(chosen) < top:
-            chosen.append(record)
-            keys.add(record.config_key)
-    baseline = next((r for r in candidates if r.baseline is not None), None)
-    if baseline is not None and baseline.config_key not in keys:
-        chosen.append(baseline)
+        chosen.append(record)
+        keys.add(record.config_key)
     return chosen
 
 
@@ -134,79 +175,232 @@ def _memory(record: TrialRecord) -> float | None:
     return float(fraction) if isinstance(fraction, (int, float)) else None
 
 
+# ---------------------------------------------------------------- the race
+
+
+class Fit(Frozen):
+    """Log objective = configuration effect + round effect + noise, fitted to the confirmation launches:
+    the round effect is what drift did to every launch of that round, so it cancels from comparisons."""
+
+    effects: dict[int, float] = Field(description="per configuration (its first trial): mean log value")
+    counts: dict[int, int]
+    sd: float | None = Field(description="residual sd of a log value (relative sd of one launch)")
+    dof: int
+
+    def interval(self, a: int, b: int, *, comparisons: int = 1) -> tuple[float, float | None]:
+        """log(a / b) and the half width of its 95 % interval, widened for ``comparisons`` made at once
+        (Bonferroni: the leader was picked as the highest of several); None without a noise."""
+        difference = self.effects[a] - self.effects[b]
+        if self.sd is None or not self.dof:
+            return difference, None
+        widen = NormalDist().inv_cdf(1 - 0.025 / comparisons) / NormalDist().inv_cdf(0.975) if comparisons > 1 else 1.0
+        return difference, widen * t95(self.dof) * self.sd * math.sqrt(1 / self.counts[a] + 1 / self.counts[b])
+
+
+def fit(launches: dict[int, dict[int, float]]) -> Fit:
+    """Configuration and round effects by alternating least squares (the design is unbalanced once
+    the race drops configurations), from ``launches``: configuration -> round -> objective."""
+    cells = [(c, r, math.log(v)) for c, by_round in launches.items() for r, v in by_round.items() if v > 0]
+    configs = sorted({c for c, _, _ in cells})
+    rounds = sorted({r for _, r, _ in cells})
+    effect = dict.fromkeys(configs, 0.0)
+    shift = dict.fromkeys(rounds, 0.0)
+    for _ in range(50):
+        for c in configs:
+            effect[c] = statistics.fmean([y - shift[r] for cc, r, y in cells if cc == c])
+        for r in rounds:
+            shift[r] = statistics.fmean([y - effect[c] for c, rr, y in cells if rr == r])
+        centre = statistics.fmean(shift.values())
+        shift = {r: v - centre for r, v in shift.items()}
+    dof = max(len(cells) - len(configs) - len(rounds) + 1, 0)
+    squares = sum((y - effect[c] - shift[r]) ** 2 for c, r, y in cells)
+    counts = {c: sum(1 for cc, _, _ in cells if cc == c) for c in configs}
+    return Fit(effects=effect, counts=counts, sd=math.sqrt(squares / dof) if dof else None, dof=dof)
+
+
+def confirmation_launches(
+    records: Sequence[TrialRecord], finalists: Sequence[TrialRecord]
+) -> dict[int, dict[int, float]]:
+    """Each finalist's served confirmation launches by round: its n-th relaunch ran in round n."""
+    launches: dict[int, dict[int, float]] = {f.number: {} for f in finalists}
+    relaunches = {f.number: [r for r in records if r.confirm_of == f.number] for f in finalists}
+    for number, runs in relaunches.items():
+        for round_index, run in enumerate(sorted(runs, key=lambda r: r.number)):
+            if run.outcome == OutcomeKind.OK.value and run.value:
+                launches[number][round_index] = run.value
+    return launches
+
+
+class Standing(Frozen):
+    """Where the race stands after a round: who still races, and whether the verdict is decided."""
+
+    racing: list[int]
+    leader: int | None
+    equivalent: list[int] = Field(default_factory=list, description="within the margin of the leader")
+    settled: bool
+
+
+def standing(launches: dict[int, dict[int, float]], *, margin: float, baselines: Collection[int] = ()) -> Standing:
+    """After a round: what is significantly behind the leader drops out, except the best baseline
+    (dropped on a few unlucky launches, it would be judged on them); settled when nothing is open:
+    every other configuration significantly behind, or within ``margin`` of the leader (equivalent,
+    both ends of the interval inside it)."""
+    served = {c: v for c, v in launches.items() if v}
+    if not served:
+        return Standing(racing=[], leader=None, settled=True)
+    model = fit(served)
+    leader = max(model.effects, key=lambda c: model.effects[c])
+    best_baseline = max((c for c in model.effects if c in baselines), key=lambda c: model.effects[c], default=None)
+    racing, equivalent, open_ = [leader], [leader], 0
+    bound = math.log(1 + margin)
+    for config in model.effects:
+        if config == leader:
+            continue
+        behind, half = model.interval(leader, config)
+        if half is not None and behind + half < bound:  # behind by less than the margin: an equal
+            equivalent.append(config)
+            racing.append(config)
+        elif half is None or behind - half <= 0:
+            open_ += 1
+            racing.append(config)
+        elif config == best_baseline:  # significantly behind: decided, and still relaunched
+            racing.append(config)
+    settled = model.sd is not None and not open_
+    return Standing(racing=racing, leader=leader, equivalent=equivalent, settled=settled)
+
+
+def launches_to_settle(model: Fit, leader: int, others: Sequence[int], *, margin: float) -> int | None:
+    """Launches per configuration at which each open comparison's interval would decide it (the
+    current difference and noise held): clear of zero, or inside the margin."""
+    if model.sd is None or not others:
+        return None
+    needed = 0.0
+    for other in others:
+        difference = abs(model.effects[leader] - model.effects[other])
+        room = max(difference, math.log(1 + margin) - difference)
+        needed = max(needed, 2 * (t95(model.dof) * model.sd / max(room, 1e-9)) ** 2)
+    return math.ceil(needed)
+
+
 def confirm(
     records: Sequence[TrialRecord],
     finalists: Sequence[TrialRecord],
     *,
     objective: str,
     fixed: Sequence[str],
-    launches: int,
-    negligible: float,
+    margin: float,
 ) -> Confirmation | None:
-    """Choose the best from every launch of each finalist (None when no finalist was measured).
-
-    A finalist's CI uses the between-launch sd pooled over all finalists (relative to each mean), so
-    a few launches each still give a usable interval; finalists whose means differ by less than the
-    combined CIs and by at most ``negligible`` (relative: the measurement's precision target) are
-    tied, and the tie goes to the fewest changed flags, then the least memory.
-    """
-    by_key: dict[str | None, list[float]] = {}
-    for record in _objective_runs(records):
-        by_key.setdefault(record.config_key, []).append(record.value or 0.0)
-    rows = [(f, by_key.get(f.config_key, [])) for f in finalists]
-    rows = [(f, values) for f, values in rows if values]
-    if not rows:
+    """The verdict from every confirmation launch of the finalists (None when none was raced)."""
+    launches = confirmation_launches(records, finalists)
+    if not finalists:
         return None
-    squares = sum(sum((v / statistics.fmean(vs) - 1) ** 2 for v in vs) for _, vs in rows)
-    dof = sum(len(vs) - 1 for _, vs in rows)
-    pooled = math.sqrt(squares / dof) if dof else None
+    now = standing(launches, margin=margin, baselines={f.number for f in finalists if f.baseline is not None})
+    served = {c: v for c, v in launches.items() if v}
+    model = fit(served) if served else None
+    attempts = {f.number: sum(1 for r in records if r.confirm_of == f.number) for f in finalists}
+    rounds = max(attempts.values(), default=0)
     built = sorted(
         (
-            Finalist(
-                trial=f.number,
-                label=f.baseline or f"trial {f.number}",
-                config_key=f.config_key,
-                values=values,
-                mean=statistics.fmean(values),
-                ci95=t95(dof) * pooled * statistics.fmean(values) / math.sqrt(len(values)) if pooled else None,
-                changed_flags=_changed_flags(f, fixed),
-                memory=_memory(f),
+            _finalist(f, records, launches[f.number], model, fixed).model_copy(
+                update={"dropped_after": attempts[f.number] - 1 if 0 < attempts[f.number] < rounds else None}
             )
-            for f, values in rows
+            for f in finalists
         ),
         key=lambda f: -f.mean,
     )
-    top = built[0]
-    within_noise = [f for f in built[1:] if top.ci95 is not None and f.ci95 is not None
-                    and top.mean - f.mean <= math.hypot(top.ci95, f.ci95)]  # fmt: skip
-    tied = [f for f in within_noise if top.mean - f.mean <= negligible * top.mean]
-    unclear = [f for f in within_noise if f not in tied]
-    group = [top, *tied]
-    chosen = min(group, key=lambda f: (f.changed_flags, f.memory if f.memory is not None else math.inf, -f.mean))
+    by_trial = {f.trial: f for f in built}
+    leader = by_trial[now.leader] if now.leader is not None else built[0]
+    baselines = [f for f in built if f.baseline and f.confirmed]
+    # The leader is the highest of the configurations raced: its gain is judged as one of that many claims.
+    picked_from = max(sum(1 for f in built if f.confirmed and not f.baseline), 1)
+    gains = [_gain(leader, b, model, launches, comparisons=picked_from) for b in baselines
+             if b.trial != leader.trial and model is not None]  # fmt: skip
+    best_baseline = max(baselines, key=lambda f: f.mean, default=None)
+    beats = next((g for g in gains if best_baseline is not None and g.baseline_trial == best_baseline.trial), None)
+    if now.settled and len(now.equivalent) > 1:  # equals within the margin: the nearest the engine's defaults
+        group = [by_trial[t] for t in now.equivalent]
+        chosen = min(group, key=lambda f: (f.changed_flags, f.memory if f.memory is not None else math.inf, -f.mean))
+    elif leader.baseline or best_baseline is None or (beats is not None and beats.significant and beats.gain > 0):
+        chosen = leader
+    else:  # nothing beat the best baseline significantly
+        chosen = best_baseline
+    open_ = [t for t in now.racing if t != leader.trial] if not now.settled else []
+    more = launches_to_settle(model, leader.trial, open_, margin=margin) if model is not None else None
     first = best_first_measured(records)
-    if not tied:
-        note = f"{top.label} is best: {top.mean:.4g}" + (f" ± {top.ci95:.2g}" if top.ci95 else "")
-        note += f" over {len(top.values)} launches, "
-        if unclear:  # ahead by more than the precision asked for, yet within the noise: the better bet only
-            names = ", ".join(f"{f.label} ({1 - f.mean / top.mean:.0%} behind)" for f in unclear)
-            note += f"the highest mean but within the noise of {names}: more launches would settle it"
-        else:
-            note += "clear of the other finalists"
-    else:
-        names = ", ".join(f.label for f in group)
-        note = (
-            f"tie within the noise between {names}; chose {chosen.label} as nearest the engine's defaults "
-            f"({chosen.changed_flags} flags changed"
-            + (f", memory {chosen.memory:g}" if chosen.memory is not None else "")
-            + ")"
-        )
-    noise = measure_noise(records, objective)
     return Confirmation(
-        launches=launches,
+        rounds=rounds,
         finalists=built,
         best=chosen.trial,
-        tied_with=[f.trial for f in group if f.trial != chosen.trial],
+        leader=leader.trial,
+        tied_with=[t for t in now.equivalent if t != chosen.trial] if now.settled else [],
         first_best=first.number if first else None,
-        note=note,
-        noise=noise,
+        gains=gains,
+        settled=now.settled,
+        more_launches=more,
+        margin=margin,
+        note=_verdict(chosen, leader, beats, best_baseline, built, now, more),
+        noise=measure_noise(records, objective),
     )
+
+
+def _finalist(
+    record: TrialRecord, records: Sequence[TrialRecord], launches: dict[int, float], model: Fit | None,
+    fixed: Sequence[str],
+) -> Finalist:  # fmt: skip
+    rounds = sorted(launches)
+    values = [launches[r] for r in rounds]
+    failed = [f"{r.outcome}: {r.reason}" if r.reason else r.outcome for r in records
+              if r.confirm_of == record.number and not (r.outcome == OutcomeKind.OK.value and r.value)]  # fmt: skip
+    mean = statistics.fmean(values) if values else None  # what a reader can check; comparisons use the fit
+    half = None
+    if model is not None and model.sd is not None and model.dof and mean is not None:
+        half = mean * t95(model.dof) * model.sd / math.sqrt(len(values))
+    return Finalist(
+        trial=record.number,
+        label=f"baseline {record.baseline}" if record.baseline else f"trial {record.number}",
+        config_key=record.config_key,
+        baseline=record.baseline is not None,
+        first=record.value,
+        values=values,
+        rounds=rounds,
+        failed=failed,
+        mean=mean if mean is not None else (record.value or 0.0),
+        ci95=half,
+        changed_flags=_changed_flags(record, fixed),
+        memory=_memory(record),
+    )
+
+
+def _gain(
+    leader: Finalist, baseline: Finalist, model: Fit | None, launches: dict[int, dict[int, float]], *, comparisons: int
+) -> Gain:
+    assert model is not None
+    shared = len(set(launches[leader.trial]) & set(launches[baseline.trial]))
+    difference, half = model.interval(leader.trial, baseline.trial, comparisons=comparisons)
+    return Gain(
+        trial=leader.trial, baseline=baseline.label.removeprefix("baseline "), baseline_trial=baseline.trial,
+        gain=math.exp(difference) - 1,
+        low=math.exp(difference - half) - 1 if half is not None else None,
+        high=math.exp(difference + half) - 1 if half is not None else None,
+        rounds=shared,
+    )  # fmt: skip
+
+
+def _verdict(
+    chosen: Finalist, leader: Finalist, beats: Gain | None, best_baseline: Finalist | None,
+    built: Sequence[Finalist], now: Standing, more: int | None,
+) -> str:  # fmt: skip
+    """The study's answer in one sentence."""
+    unconfirmed = [f.label for f in built if not f.confirmed]
+    tail = f" ({', '.join(unconfirmed)}: no relaunch served, not confirmed)" if unconfirmed else ""
+    settle = f"; about {more} launches of each, in all, would settle it" if not now.settled and more else ""
+    if chosen.baseline and chosen.trial != leader.trial and beats is not None:
+        return f"keep {chosen.label}: the best, {leader.label}, is {beats.text()}{settle}{tail}"
+    if chosen.baseline and best_baseline is not None and chosen.trial == leader.trial:
+        return f"keep {chosen.label}: no configuration beat it{settle}{tail}"
+    if chosen.trial != leader.trial:  # equivalent within the margin
+        return (f"{chosen.label} is as fast as {leader.label} within the margin and nearer the engine's defaults "
+                f"({chosen.changed_flags} flags changed){tail}")  # fmt: skip
+    if beats is not None:
+        return f"{chosen.label} is the best: {beats.text()}{settle}{tail}"
+    return f"{chosen.label} is the best (no baseline to compare with){settle}{tail}"

@@ -17,9 +17,11 @@ from __future__ import annotations
 import json
 import os
 import socket
+import statistics
 import time
 import warnings
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -38,7 +40,15 @@ from autotune.space import Baseline, FlagValue, SLOSpec, suggest
 from autotune.stopping import NoImprovement, RepeatedFailure, StopRule, TimeBudget, TotalTrials, first_reason
 from autotune.study import attrs, recovery
 from autotune.study.artifacts import artifact_store, upload
-from autotune.study.confirm import Confirmation, best_first_measured, choose_finalists, confirm, measure_noise
+from autotune.study.confirm import (
+    Confirmation,
+    best_first_measured,
+    choose_finalists,
+    confirm,
+    confirmation_launches,
+    measure_noise,
+    standing,
+)
 from autotune.study.events import StudyEvents
 from autotune.study.history import History
 from autotune.study.importance import compute_importance
@@ -57,6 +67,28 @@ DUPLICATE_POLL_S = 2.0
 
 class TrialFault(Exception):
     """A trial failed for a reason that says nothing about its configuration (becomes FAIL)."""
+
+
+@dataclass(frozen=True)
+class RacePlan:
+    """What the confirmation will race, and the most it will spend."""
+
+    configurations: int
+    baselines: int
+    launches: int
+    seconds: float | None
+
+    def text(self) -> str:
+        took = f", about {self.seconds / 60:.0f} min" if self.seconds else ""
+        return (f"racing {self.configurations} configurations ({self.baselines} of them baselines) on at most "
+                f"{self.launches} fresh launches{took}")  # fmt: skip
+
+
+def default_budget(records: Sequence[TrialRecord], finalists: Sequence[TrialRecord]) -> int:
+    """Relaunches the confirmation may spend: as many as the search launched, and two rounds at least
+    (a paired noise needs them)."""
+    launched = sum(1 for r in records if isinstance(r.decision, Launch) and r.confirm_of is None)
+    return max(launched, 2 * len(finalists))
 
 
 def set_constraints(
@@ -252,8 +284,9 @@ class StudyRunner:
         """The study's rules over its history (a confirmation goes through none: it relaunches what ran)."""
         if isinstance(plan, Skip):
             return plan, history
-        if attrs.confirm_of(trial) is not None:
-            return Launch(plan=plan), history
+        confirming = attrs.confirm_of(trial)
+        if confirming is not None:  # what its trial's rules changed is what it launches again
+            return Launch(plan=plan, adjusted=history.records[confirming].adjusted), history
         baseline = self._baseline(trial) is not None
         while isinstance(decision := decide(self.rules, plan, history, baseline=baseline), Wait):
             self.events.phase("waiting", f"for trial {decision.trial}, measuring the same config on another worker")
@@ -398,32 +431,60 @@ class StudyRunner:
         running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         return any((r.host, r.worker_pid) != (host, pid) for r in map(attrs.trial_record, running))
 
-    def confirm(self, *, top: int = 3, launches: int = 2) -> Confirmation | None:
-        """Measure the finalists again on fresh launches, interleaved (A B C A B C), and store the
-        confirmed best; None when nothing feasible was measured. Ctrl-C stops it with what it has."""
+    def confirm(self, *, top: int = 3, launches: int = 4, budget: int | None = None) -> Confirmation | None:
+        """Race the finalists and baselines on fresh launches in interleaved rounds (A B C, A B C):
+        after each round what is significantly behind drops out, and the race ends when the verdict
+        is settled, after ``launches`` rounds, or after ``budget`` relaunches (default: as many as the
+        search launched, at least two rounds: a paired noise needs them). The verdict is stored; None
+        when nothing feasible was measured. Ctrl-C stops it with what it has."""
         records = self.records()
         finalists = choose_finalists(records, top=top)
         if not finalists:
             return None
-        params = {t.number: t.params for t in self.study.get_trials(deepcopy=False)}
-        with exclusive(self.study._storage, self.paths):
-            for _ in range(launches):
-                for finalist in finalists:
-                    attrs.enqueue_confirmation(self.study, params[finalist.number], finalist)
+        margin = self.space.measurement.target_rel_ci
+        if budget is None:
+            budget = default_budget(records, finalists)
+        racing, spent = [f.number for f in finalists], 0
         try:
-            self.study.optimize(
-                self.objective, n_trials=launches * len(finalists), catch=(TrialFault,), callbacks=[self._after_trial]
-            )
+            for _ in range(launches):
+                if spent + len(racing) > budget or not racing:
+                    break
+                self._relaunch([f for f in finalists if f.number in racing])
+                spent += len(racing)
+                baselines = {f.number for f in finalists if f.baseline is not None}
+                now = standing(confirmation_launches(self.records(), finalists), margin=margin, baselines=baselines)
+                if now.settled:
+                    break
+                racing = now.racing
         finally:
-            result = confirm(
-                self.records(), finalists, objective=self.space.objective.metric, fixed=list(self.space.fixed),
-                launches=launches, negligible=self.space.measurement.target_rel_ci,
-            )  # fmt: skip
+            result = confirm(self.records(), finalists, objective=self.space.objective.metric,
+                             fixed=list(self.space.fixed), margin=margin)  # fmt: skip
             attrs.record_confirmation(self.study, result)
             if result is not None:
                 self._publish_note(result)
             self._keep_importance()  # the finalists' launches are completed trials too
         return result
+
+    def confirmation_plan(self, *, top: int, launches: int) -> RacePlan:
+        """What :meth:`confirm` will race and spend at most, before it starts (to say so)."""
+        records = self.records()
+        finalists = choose_finalists(records, top=top)
+        most = min(launches * len(finalists), default_budget(records, finalists))
+        spent = [(r.launch_s or 0.0) + (r.measure_s or 0.0) for r in records if r.served and r.launch_s is not None]
+        return RacePlan(
+            configurations=len(finalists),
+            baselines=sum(1 for f in finalists if f.baseline),
+            launches=most,
+            seconds=most * statistics.median(spent) if spent else None,
+        )
+
+    def _relaunch(self, finalists: Sequence[TrialRecord]) -> None:
+        """One round: each finalist launched again, exactly as it first ran."""
+        params = {t.number: t.params for t in self.study.get_trials(deepcopy=False)}
+        with exclusive(self.study._storage, self.paths):
+            for finalist in finalists:
+                attrs.enqueue_confirmation(self.study, params[finalist.number], finalist)
+        self.study.optimize(self.objective, n_trials=len(finalists), catch=(TrialFault,), callbacks=[self._after_trial])
 
     def _keep_importance(self) -> None:
         """Compute the parameter importance and keep it in the study, so ``show`` need not: once per run
@@ -442,10 +503,10 @@ class StudyRunner:
             return
         rows = [f"| {f.label} (#{f.trial}) | {len(f.values)} | {f.mean:.2f}" + (f" ± {f.ci95:.2f}" if f.ci95 else "")
                 + f" | {f.changed_flags} |" for f in result.finalists]  # fmt: skip
-        note = "\n".join(
-            ["## Confirmed best", "", result.note, "", "| finalist | launches | mean ± 95% CI | flags changed |",
-             "|---|---|---|---|", *rows]
-        )  # fmt: skip
+        gains = [f"- {result.recommended.label if g.trial == result.best else f'trial {g.trial}'}: {g.text()}"
+                 for g in result.gains]  # fmt: skip
+        header = ["| configuration | launches | mean ± 95% CI | flags changed |", "|---|---|---|---|"]
+        note = "\n".join(["## Verdict", "", result.note, "", *gains, "", *header, *rows])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             optuna_dashboard.save_note(self.study, note)

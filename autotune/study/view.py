@@ -174,4 +174,6 @@ class StudyView:
             else space.measure_settings(),
             metrics=metrics,
             confirmed_launches=record.confirmed_launches,
+            verdict=confirmation.note if (confirmation := self.info.confirmation) and confirmation.best == record.number
+            else None,
         )
