@@ -325,6 +325,9 @@ def test_study_finds_a_draft_config_faster_than_no_draft(study: tuple[Path, dict
     assert best["value"] > no_draft, f"best {best['value']:.1f} tok/s vs no draft {no_draft:.1f}"
     assert best["value"] > worst
     assert best["metrics"]["decode_tok_s"]["unit"] == "tok/s"
+    # Every rate recorded passed the integrity checks: no request was dropped, none failed them.
+    assert all(t["dropped_requests"] == [] for t in measured)
+    assert not [t for t in trials if t["outcome"] == "measurement-failed"], trials
     assert best["metrics"]["accept_length"]["value"] > 1.5, best["metrics"]
     assert by_baseline["no-draft"]["effective"]["speculative"] is False
     assert best["effective"]["speculative"] is True
@@ -421,6 +424,9 @@ def test_measured_tok_s_agrees_with_llama_server_own(server_binary: str, models:
         mean_ours, mean_theirs = statistics.fmean(ours), statistics.fmean(theirs)  # type: ignore[arg-type]
         assert mean_ours == pytest.approx(mean_theirs, rel=0.03), (name, ours, theirs)
         assert measurement.server is not None and measurement.server.gen_tok_s is not None
+        # The rate that counts is llama-server's own timing of each request, never the stream's
+        # timing of a flush (a drafting server streams its accepted tokens in bursts), and none is dropped.
+        assert all(r.decode_tok_s == r.server_decode_tok_s and r.dropped is None for r in measurement.requests)
         if name == "draft":
             assert measurement.metric("accept_length") is not None
             assert measurement.server.metrics_accept_length is not None
