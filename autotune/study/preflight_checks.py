@@ -3,6 +3,7 @@ launcher's ``--help``), its baselines normalised, the prompt suite loaded and th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from autotune.engines import get_engine
@@ -51,6 +52,13 @@ def preflight(space: SearchSpace, *, read_gpus: bool = True) -> Preflight:
         flag_set = engine.read_flag_set(launcher, env=space.env)
         engine.check_flags(space.flags_for(name), flag_set)
         engines[name] = PreparedEngine(engine=engine, flag_set=flag_set, launcher=launcher)
+    inventory = read_inventory(space.gpus) if read_gpus else None
+    return Preflight(space=space, engines=engines, suite=suite, inventory=inventory,
+                     baselines=checked_baselines(space, engines))  # fmt: skip
+
+
+def checked_baselines(space: SearchSpace, engines: Mapping[str, PreparedEngine]) -> list[CheckedBaseline]:
+    """The space's baselines normalised by their engines' rules (one the rules refuse is a user error)."""
     baselines = []
     for baseline in space.baselines:
         name, flags = space.split_engine({**space.fixed, **baseline.flags})
@@ -58,5 +66,4 @@ def preflight(space: SearchSpace, *, read_gpus: bool = True) -> Preflight:
             baselines.append(CheckedBaseline(name=baseline.name, plan=engines[name].engine.normalise(flags)))
         except InvalidConfig as exc:
             raise UserError(f"baseline {baseline.name!r}: {exc}") from None
-    inventory = read_inventory(space.gpus) if read_gpus else None
-    return Preflight(space=space, engines=engines, suite=suite, inventory=inventory, baselines=baselines)
+    return baselines

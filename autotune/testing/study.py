@@ -10,15 +10,14 @@ from pathlib import Path
 import optuna
 
 from autotune.engines import get_engine
-from autotune.engines.base import FlagSet, InvalidConfig, LaunchPlan, MemoryFacts
-from autotune.errors import UserError
+from autotune.engines.base import FlagSet, LaunchPlan, MemoryFacts
 from autotune.gpu import GpuInventory
 from autotune.measure.client import Measurement, Metric
 from autotune.measure.suites import load_suite
 from autotune.outcomes import OutcomeKind
 from autotune.space import SearchSpace, resolve_command
 from autotune.study import Launcher, Preflight, PreparedEngine, StudyEvents, StudyPaths, StudyRunner
-from autotune.study.preflight_checks import CheckedBaseline
+from autotune.study.preflight_checks import checked_baselines
 from autotune.trial import TrialOutcome
 
 GIB = float(1 << 30)
@@ -42,19 +41,12 @@ def checked_space(space: SearchSpace, inventory: GpuInventory) -> Preflight:
         )
         for name in space.engine_names()
     }
-    baselines = []
-    for baseline in space.baselines:
-        engine, flags = space.split_engine({**space.fixed, **baseline.flags})
-        try:
-            baselines.append(CheckedBaseline(name=baseline.name, plan=engines[engine].engine.normalise(flags)))
-        except InvalidConfig as exc:
-            raise UserError(f"baseline {baseline.name!r}: {exc}") from None
     return Preflight(
         space=space,
         engines=engines,
         suite=load_suite(space.suite_path()),
         inventory=inventory.select(space.gpus.devices),
-        baselines=baselines,
+        baselines=checked_baselines(space, engines),
     )
 
 
