@@ -227,15 +227,22 @@ def _fitted(cell: Text, width: int, justify: JustifyMethod) -> Text:
     return fitted
 
 
+def trial_note(r: TrialRecord) -> str:
+    """A trial's note in the tables: its baseline, whose launch it confirms or reuses, why it failed."""
+    parts = [r.baseline or ""]
+    if r.confirm_of is not None:
+        parts.append(f"confirmation launch of #{r.confirm_of}")
+    if r.reused_from is not None:
+        parts.append(f"same as #{r.reused_from}")
+    note = "; ".join(part for part in parts if part)
+    if r.reused_from is None and r.outcome != "ok" and r.reason:
+        note = (note + ": " if note else "") + r.reason
+    return note
+
+
 def _trial_row(r: TrialRecord, flag_names: Sequence[str], *, best: int | None, with_host: bool) -> list[Text]:
     accept = r.metric_value("accept_length")
-    note = r.baseline or ""
-    if r.confirm_of is not None:
-        note = (note + " " if note else "") + f"confirmation launch of #{r.confirm_of}"
-    if r.reused_from is not None:
-        note = (note + " " if note else "") + f"same as #{r.reused_from}"
-    elif r.outcome != "ok" and r.reason:
-        note = (note + ": " if note else "") + r.reason
+    note = trial_note(r)
     mark = "★" if best is not None and r.number == best else ""
     cells = [
         Text(f"{r.number}{mark}"),

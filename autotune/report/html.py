@@ -15,7 +15,7 @@ from pathlib import Path
 
 from autotune.errors import UserError
 from autotune.profile import render_yaml
-from autotune.report.console import break_even_text
+from autotune.report.console import break_even_text, trial_note
 from autotune.report.figures import VERDICT_FIGURE, ReportFigure, outcome_look, plan_figures, short_name
 from autotune.report.summary import StudySummary, summarise
 from autotune.study.view import StudyView
@@ -115,13 +115,7 @@ def _trials_rows(s: StudySummary) -> list[list[str]]:
     e = html.escape
     rows = []
     for r in s.trials:
-        note = r.baseline or ""
-        if r.confirm_of is not None:
-            note = (note + "; " if note else "") + f"confirmation launch of #{r.confirm_of}"
-        if r.reused_from is not None:
-            note = (note + "; " if note else "") + f"same effective config as #{r.reused_from}"
-        elif r.outcome != "ok" and r.reason:
-            note = (note + ": " if note else "") + r.reason
+        note = trial_note(r)
         ci = r.metric_ci95(s.objective_metric)
         colour = outcome_look(r.outcome).colour
         rows.append(
