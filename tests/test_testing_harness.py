@@ -15,6 +15,7 @@ from autotune.decision import Launch, Reuse, Skip
 from autotune.engines.base import LaunchPlan
 from autotune.errors import UserError
 from autotune.gpu import GpuInfo, GpuInventory
+from autotune.measure.client import RequestRecord
 from autotune.measure.protocol import EarlyStop
 from autotune.outcomes import OutcomeKind
 from autotune.space import SearchSpace, load_space, parse_space
@@ -164,3 +165,23 @@ def test_memory_is_reported_as_a_log_shows_it() -> None:
     assert facts.weights_bytes == pytest.approx(25.23 * GIB) and facts.graph_bytes is None
     assert facts.kv_tokens == 1000
     assert memory_as_logged(graph_bytes=1.0 * GIB) is None  # died before logging weights or pool
+
+
+def test_a_rate_beyond_what_the_bandwidth_allows_is_a_failed_measurement_never_a_best(tmp_path: Path) -> None:
+    space = load_space(TWIN_SPACE).model_copy(update={"baselines": []})
+    memory = memory_as_logged(weights_bytes=25.2 * GIB, kv_pool_bytes=12.3 * GIB, kv_tokens=100_000)
+
+    def launcher(plan: LaunchPlan, log_path: Path, phase: object, early_stop: EarlyStop | None = None) -> TrialOutcome:
+        # 25 GiB of weights per pass at 768 GB/s allow ~30 passes/s: 9039 tok/s is a burst's artefact
+        outcome = simulated_outcome(space, plan, tok_s=9039.0, rounds=2, ci95=1.0, memory=memory, accept_length=3.0)
+        request = RequestRecord(prompt_id="c1", category="coding", round=0, prompt_tokens=500, completion_tokens=48,
+                                ttft_s=0.1, e2e_s=0.105, decode_tok_s=9039.0, accept_length=3.0, finish_reason="length")
+        measured = [m.model_copy(update={"requests": [request]}) for m in outcome.measurements]  # fmt: skip
+        return outcome.model_copy(update={"measurements": measured})
+
+    runner = study_runner(space, tmp_path, inventory=gpus(2), launcher=launcher, sampler=make_sampler("random", 1))
+    runner.run(trials=1, timeout_s=None)
+    (record,) = runner.records()
+    assert record.outcome == "measurement-failed" and not record.feasible
+    assert (record.reason or "").startswith("integrity check: decode 9039 tok/s is more than 20x the")
+    assert runner.confirm() is None  # nothing measured that could be a finalist

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import Field
 
 from autotune.engines.failures import FailureRules, classify, failure_in
-from autotune.errors import FlagError, LauncherError
+from autotune.errors import FlagError, LauncherError, MeasurementError
 from autotune.feasibility import MemoryRules
 from autotune.measure.suites import Prompt
 from autotune.models import Frozen
@@ -417,11 +417,25 @@ class Engine(ABC):
 
 
 async def sse_events(
-    client: httpx.AsyncClient, url: str, *, body: Mapping[str, object], headers: Mapping[str, str] | None = None
+    client: httpx.AsyncClient,
+    url: str,
+    *,
+    server: str,
+    body: Mapping[str, object],
+    headers: Mapping[str, str] | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
-    """POST ``body`` and yield each server-sent ``data: {json}`` event until ``data: [DONE]``."""
+    """POST ``body`` and yield each server-sent ``data: {json}`` event until ``data: [DONE]``.
+
+    A request the server refuses raises :class:`MeasurementError` naming ``server`` and its message,
+    whether refused in the stream (an ``error`` event after HTTP 200, as real SGLang does for a
+    prompt longer than the context) or by an HTTP error status with a JSON error body."""
     async with client.stream("POST", url, json=body, headers=headers) as response:
-        response.raise_for_status()
+        if response.is_error:
+            await response.aread()
+            refusal = error_of(response.content)
+            if refusal is not None:
+                raise refused(server, refusal, status=response.status_code)
+            response.raise_for_status()
         async for line in response.aiter_lines():
             if not line.startswith("data:"):
                 continue
@@ -429,7 +443,40 @@ async def sse_events(
             if data == "[DONE]":
                 break
             event: dict[str, Any] = json.loads(data)
+            if "error" in event:
+                raise refused(server, event["error"])
             yield event
+
+
+# What engines answer for a prompt that does not fit the context: SGLang "The input (7355 tokens) is
+# longer than the model's context length (4096 tokens).", vLLM "This model's maximum context length
+# is 4096 tokens ...", llama.cpp "the request exceeds the available context size ...".
+_CONTEXT_TOO_SHORT = re.compile(
+    r"longer than the model's context length|maximum context length is|exceeds the available context size", re.I
+)
+
+
+def error_of(content: bytes) -> object | None:
+    """The error a JSON error body carries (``error``, FastAPI's ``detail``, vLLM's top-level
+    ``message``); None when the body is not such JSON."""
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    return next((data[key] for key in ("error", "detail", "message") if data.get(key)), None)
+
+
+def refused(server: str, error: object, *, status: int | None = None) -> MeasurementError:
+    """A request the server refused, as one line naming the server's own message; a prompt longer
+    than the context is named as what it means for the study (the suite does not fit this config)."""
+    message = error.get("message") if isinstance(error, Mapping) else None
+    text = " ".join(str(message or error).split())  # the server's message may span lines: the reason is one
+    said = f"{server} answered HTTP {status}" if status is not None else f"{server} streamed an error"
+    if _CONTEXT_TOO_SHORT.search(text):
+        return MeasurementError(f"the prompt suite does not fit this config's context: {said}: {text}")
+    return MeasurementError(f"{said}: {text}")
 
 
 def scalar(text: str) -> FlagValue | None:

@@ -386,9 +386,9 @@ class LlamaCppEngine(Engine):
         # connection just as the next request is sent on it ("Server disconnected without
         # sending a response"), which would fail a measurement for nothing.
         headers = {"Connection": "close"}
-        async for event in sse_events(client, f"{base_url}/completion", body=body, headers=headers):
-            if "error" in event:
-                raise MeasurementError(f"llama-server: {event['error']}")
+        async for event in sse_events(
+            client, f"{base_url}/completion", server="llama-server", body=body, headers=headers
+        ):
             finished = bool(event.get("stop"))
             timings = RequestTimings.model_validate(event["timings"]) if "timings" in event else None
             yield base.StreamChunk(

@@ -446,7 +446,7 @@ class SGLangEngine(Engine):
     ) -> AsyncIterator[base.StreamChunk]:
         sampling = {"max_new_tokens": max_tokens, "temperature": prompt.temperature, "ignore_eos": ignore_eos}
         body = {"text": prompt.text, "sampling_params": sampling, "stream": True}
-        async for event in sse_events(client, f"{base_url}/generate", body=body):
+        async for event in sse_events(client, f"{base_url}/generate", server="SGLang", body=body):
             meta = event.get("meta_info", {})
             finish = meta.get("finish_reason")
             accept = meta.get("spec_accept_length")

@@ -716,9 +716,7 @@ class VLLMEngine(Engine):
             body["prompt"] = prompt.text
         tokens = 0
         finish: str | None = None
-        async for event in sse_events(client, f"{base_url}{path}", body=body):
-            if "error" in event:
-                raise MeasurementError(f"vLLM: {event['error']}")
+        async for event in sse_events(client, f"{base_url}{path}", server="vLLM", body=body):
             choices = event.get("choices") or []
             usage = event.get("usage") or {}
             for choice in choices:

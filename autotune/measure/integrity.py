@@ -12,6 +12,11 @@ from __future__ import annotations
 
 from autotune.measure.client import Measurement
 
+# A decode rate above the memory-bandwidth ceiling (every weight read once per verify pass) is
+# possible only where a pass reads less than every weight: a mixture of experts reads its active
+# experts alone, down to a twentieth of them. Beyond that no model decodes; the figure is wrong.
+CEILING_FACTOR = 20.0
+
 # The client's decode rate may exceed the server's logged throughput this much (the server's
 # figure averages over busy intervals that include prefills) before the two cannot both be true.
 SERVER_FACTOR = 2.0
@@ -31,3 +36,11 @@ def failed_check(measurement: Measurement) -> str | None:
         return (f"decode {decode.value:.4g} tok/s is more than {SERVER_FACTOR:g}x the {server:.4g} tok/s the server "
                 "logged over the same requests")  # fmt: skip
     return None
+
+
+def above_ceiling(decode_tok_s: float, ceiling_tok_s: float) -> str | None:
+    """Why a decode rate cannot be physical (far above what the GPUs' bandwidth allows), or None."""
+    if ceiling_tok_s <= 0 or decode_tok_s <= CEILING_FACTOR * ceiling_tok_s:
+        return None
+    return (f"integrity check: decode {decode_tok_s:.4g} tok/s is more than {CEILING_FACTOR:g}x the "
+            f"{ceiling_tok_s:.4g} tok/s the GPUs' memory bandwidth allows at this accept length")  # fmt: skip

@@ -31,6 +31,7 @@ from autotune.engines.base import InvalidConfig, LaunchPlan
 from autotune.errors import StorageError
 from autotune.gpu import check_idle, read_inventory, wait_for
 from autotune.measure.client import Measurement
+from autotune.measure.integrity import above_ceiling
 from autotune.measure.protocol import EarlyStop
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
@@ -329,6 +330,9 @@ class StudyRunner:
         lesson = lesson_of(outcome, trial=trial.number, inventory=self.inventory)
         model.learn(lesson)
         share = roofline_of(outcome, inventory=self.inventory, model=model, engine=self.engines[plan.engine])
+        impossible = above_ceiling(share.share * share.ceiling_tok_s, share.ceiling_tok_s) if share else None
+        if impossible is not None and outcome.kind is OutcomeKind.OK:
+            outcome = outcome.model_copy(update={"kind": OutcomeKind.MEASUREMENT_FAILED, "reason": impossible})
         attrs.record_outcome(trial, outcome, lesson=lesson, roofline=share, slo=self.space.slo)
         try:
             upload(self.artifact_store, trial, outcome)
