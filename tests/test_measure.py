@@ -258,3 +258,49 @@ def test_accept_length_is_the_ratio_of_sums_as_engines_report_it() -> None:
     result = summarise([base, short], [50.0], MeasureSettings(), stop_reason="", duration_s=2.0)
     accept = result.metric("accept_length")
     assert accept is not None and accept.value == pytest.approx(100 / (30 + 10))  # not (3 + 1) / 2
+
+
+# ---------------------------------------------------------------- requests the server refuses
+
+# Real SGLang 0.5.23's answer to a prompt longer than its context (issue 33): HTTP 200, then this one
+# event in the stream (the fields the issue left out are left out here too), then [DONE].
+CONTEXT_REFUSAL = "The input (7355 tokens) is longer than the model's context length (4096 tokens)."
+REFUSED_IN_STREAM = f'data: {{"error":{{"message":"{CONTEXT_REFUSAL}","code":400}}}}\n\ndata: [DONE]\n\n'
+
+
+def refused_by(response: Callable[[], httpx.Response]) -> MeasurementError:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200) if request.url.path == "/flush_cache" else response()
+
+    async def go() -> Measurement:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return await run_measurement(SGLangEngine(), "http://sglang", SUITE,
+                                         MeasureSettings(warmup_requests=0), client=client)  # fmt: skip
+
+    with pytest.raises(MeasurementError) as caught:
+        asyncio.run(go())
+    return caught.value
+
+
+def test_an_error_the_server_streams_is_one_line_naming_its_message() -> None:
+    def in_stream() -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=REFUSED_IN_STREAM.encode())
+
+    error = refused_by(in_stream)
+    assert error.message == (
+        f"prompt 'c1': the prompt suite does not fit this config's context: SGLang streamed an error: {CONTEXT_REFUSAL}"
+    )
+    assert "streamed no tokens" not in error.message and "\n" not in error.message
+
+
+def test_an_error_status_with_a_json_body_names_the_servers_message() -> None:
+    # the SGLang twin's answer to the same prompt: HTTP 400 with the message in a JSON error body
+    def http_400() -> httpx.Response:
+        return httpx.Response(400, json={"error": {"message": CONTEXT_REFUSAL, "code": 400}, "object": "error"})
+
+    error = refused_by(http_400)
+    assert error.message.endswith(f"context: SGLang answered HTTP 400: {CONTEXT_REFUSAL}")
+    other = refused_by(lambda: httpx.Response(503, json={"detail": "the scheduler is\n  overloaded"}))
+    assert other.message == "prompt 'c1': SGLang answered HTTP 503: the scheduler is overloaded"
+    plain = refused_by(lambda: httpx.Response(500, text="Internal Server Error"))
+    assert plain.message == "prompt 'c1': server answered HTTP 500"  # no JSON error: the status alone

@@ -233,6 +233,35 @@ def test_recorded_metrics_of_two_sglang_versions_are_read_by_name() -> None:
     assert none_generated is None
 
 
+def test_a_server_without_speculation_has_no_metrics_accept_length() -> None:
+    """SGLang serves its accept-length gauge at the default 0.0 until a verify step sets it: on a server
+    without speculation the window's accept length is absent, not 0.0 (issue 33). The recorded scrape
+    (no speculation), then the same server 512 tokens later with the gauges its scheduler sets each
+    log interval (sglang/srt/metrics/collector.py, SchedulerStats defaults)."""
+    from autotune.engines.base import MetricNames, metric_figures
+
+    before = (METRICS / "sglang-docs-2025-metrics.txt").read_text()
+    labels = '{model_name="meta-llama/Llama-3.1-8B-Instruct"}'
+    after = before.replace(f"sglang:generation_tokens_total{labels} 7.557572e+06",
+                           f"sglang:generation_tokens_total{labels} 7.558084e+06")  # fmt: skip
+    assert after != before
+    after += (
+        "# HELP sglang:spec_accept_length The average acceptance length of speculative decoding.\n"
+        f"# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{labels} 0.0\n"
+        "# HELP sglang:spec_accept_rate The average acceptance rate of speculative decoding.\n"
+        f"# TYPE sglang:spec_accept_rate gauge\nsglang:spec_accept_rate{labels} 0.0\n"
+    )
+    stats = engine.server_stats(log_window="", metrics_before=before, metrics_after=after)
+    assert stats is not None and stats.generated_tokens == 512
+    assert stats.metrics_accept_length is None
+    # counters of verify steps (vLLM's, llama.cpp's) that did not move: no accept length either
+    counted = MetricNames(generated="g_total", drafts="d_total", accepted="a_total")
+    idle = "# TYPE g counter\ng_total 10\n# TYPE d counter\nd_total 4\n# TYPE a counter\na_total 6\n"
+    assert metric_figures(counted, idle, idle.replace("g_total 10", "g_total 90")) == (80.0, None)
+    verified = idle.replace("d_total 4", "d_total 6").replace("a_total 6", "a_total 9")  # 2 steps, 3 accepted
+    assert metric_figures(counted, idle, verified) == (0.0, 2.5)
+
+
 REAL = Path(__file__).parent / "fixtures" / "real_logs" / "sglang"
 
 

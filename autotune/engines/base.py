@@ -191,13 +191,17 @@ def counter_totals(text: str) -> dict[str, float]:
 
 def metric_figures(names: MetricNames, before: str, after: str) -> tuple[float | None, float | None]:
     """Generated tokens (counter delta) and accept length (the gauge, else 1 + Δaccepted / Δdrafts)
-    between two scrapes."""
+    between two scrapes; no accept length (None) where no verify step happened."""
     first, last = counter_totals(before), counter_totals(after)
 
     def delta(name: str | None) -> float | None:
         return last[name] - first.get(name, 0.0) if name is not None and name in last else None
 
     accept = last.get(names.accept_length) if names.accept_length is not None else None
+    if accept is not None and accept <= 0:
+        # SGLang serves the gauge at its default 0.0 until a verify step sets it (a server without
+        # speculation never does): absent, not an accept length of 0.
+        accept = None
     drafts, accepted = delta(names.drafts), delta(names.accepted)
     if accept is None and drafts and accepted is not None:
         accept = 1.0 + accepted / drafts

@@ -310,6 +310,8 @@ async def measure_request(
         raise MeasurementError(f"prompt {prompt.id!r}: server answered HTTP {exc.response.status_code}") from None
     except httpx.HTTPError as exc:
         raise MeasurementError(f"prompt {prompt.id!r}: {type(exc).__name__}: {exc}") from None
+    except MeasurementError as exc:  # the server refused it: which prompt matters (a long one may not fit)
+        raise MeasurementError(f"prompt {prompt.id!r}: {exc.message}") from None
     if first_at is None:
         raise MeasurementError(f"prompt {prompt.id!r}: the server streamed no tokens")
     client_rate, burst = stream_rate(first_tokens, tokens, first_at - started, last_at - started)
