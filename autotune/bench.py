@@ -74,7 +74,7 @@ def bench_url(
 ) -> Measurement:
     """Measure a server someone else started (nothing is launched or stopped)."""
     engine = get_engine(engine_name)
-    base_url = url.rstrip("/")
+    base_url = server_url(url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     with httpx.Client(headers=headers) as client:
         if not engine.is_ready(client, base_url):
@@ -87,6 +87,18 @@ def bench_url(
     return asyncio.run(
         measure_with_server_stats(engine, base_url, suite, settings, log=None, on_progress=on_progress, headers=headers)
     )
+
+
+def server_url(url: str) -> str:
+    """``--url`` as the client needs it: without a scheme (``localhost:30000``, as servers print their
+    address) it means http; a scheme other than http or https is refused."""
+    url = url.strip().rstrip("/")
+    if "://" not in url:
+        url = f"http://{url}"
+    scheme = url.partition("://")[0]
+    if scheme.lower() not in ("http", "https"):
+        raise UserError(f"--url {url}: give an http:// or https:// address, not {scheme}://")
+    return url
 
 
 def compare(profile: Profile, measurement: Measurement, *, margin: float) -> Verdict | None:

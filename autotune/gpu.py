@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 from pydantic import Field, ValidationError
@@ -44,13 +45,15 @@ class GpuInventory(Frozen):
     simulated: bool = False
     gpus: list[GpuInfo]
 
-    def select(self, devices: Sequence[int] | None) -> GpuInventory:
+    def select(self, devices: Sequence[int] | None, *, source: Path | None = None) -> GpuInventory:
+        """The GPUs ``devices`` names (``gpus.devices`` of the space read from ``source``)."""
         if devices is None:
             return self
         known = {g.index for g in self.gpus}
         missing = [d for d in devices if d not in known]
         if missing:
-            raise GPUError(f"GPU {missing[0]} does not exist; this machine has GPUs {sorted(known)}")
+            where = f"{source}: gpus.devices" if source is not None else "gpus.devices"
+            raise GPUError(f"{where}: GPU {missing[0]} is not in the inventory; it has GPUs {sorted(known)}")
         return self.model_copy(update={"gpus": [g for g in self.gpus if g.index in devices]})
 
 
@@ -132,12 +135,28 @@ def read_command(argv: list[str]) -> GpuInventory:
         raise GPUError(f"GPU inventory command printed an unreadable inventory: {exc}") from None
 
 
-def read_inventory(spec: GPUSpec) -> GpuInventory:
-    """The GPUs this space runs on (only the selected devices)."""
+def read_inventory(spec: GPUSpec, *, source: Path | None = None) -> GpuInventory:
+    """The GPUs this space (read from ``source``) runs on (only the selected devices)."""
     if spec.inventory == "none":  # a CPU engine: nothing to read, nothing to predict
         return GpuInventory(driver_version="none (CPU)", gpus=[])
     inventory = read_nvml() if spec.inventory == "nvml" else read_command(resolve_command(spec.inventory))
-    return inventory.select(spec.devices)
+    return inventory.select(spec.devices, source=source)
+
+
+def check_devices(spec: GPUSpec, *, source: Path | None = None) -> None:
+    """Refuse ``gpus.devices`` that the inventory does not have, where it can be read here: an
+    inventory command (the twin's) always, NVML only where a driver answers, since a space may be
+    checked on another machine than the one it will run on."""
+    if spec.devices is None or spec.inventory == "none":
+        return
+    if spec.inventory == "nvml":
+        try:
+            inventory = read_nvml()
+        except GPUError:
+            return
+    else:
+        inventory = read_command(resolve_command(spec.inventory))
+    inventory.select(spec.devices, source=source)
 
 
 IDLE_TOLERANCE_BYTES = 512 * 2**20

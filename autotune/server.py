@@ -1,25 +1,29 @@
 """One server process: spawn, log, wait until ready, stop; and finding orphans after a crash.
 
 Each launch runs in its own process group, logs to a file, and leaves a record (pid, process
-start time, argv) in a records folder before ``start`` returns. Stopping signals the whole group
-(TERM, a grace period, then KILL). A later run reads leftover records and kills the groups whose
-leader is still the same process (same pid *and* start time), never by name.
+start time, argv with secret values redacted) in a records folder before ``start`` returns.
+Stopping signals the whole group (TERM, a grace period, then KILL). A later run reads leftover
+records and kills the groups whose leader is still the same process (same pid *and* start time),
+never by name or command line. A server given secrets (an ``--api-key``) logs through a relay that
+replaces them, since servers print their own arguments (SGLang its ``server_args``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, AnyStr
 
 from pydantic import BaseModel, ConfigDict
 
@@ -113,6 +117,7 @@ class ServerProcess:
         env: environment for the server (merged over autotune's own).
         log_path: file receiving the server's stdout and stderr.
         records_dir: folder for the orphan records.
+        secrets: values that must not reach the log (each as written, in a Python repr and in JSON).
         clock: monotonic clock, injectable for tests.
     """
 
@@ -123,16 +128,19 @@ class ServerProcess:
         env: Mapping[str, str],
         log_path: Path,
         records_dir: Path,
+        secrets: Sequence[str] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.argv = argv
         self.env = dict(env)
         self.log_path = log_path
         self.records_dir = records_dir
+        self.secrets = spellings(secrets)
         self.clock = clock
         self.state = ServerState.NEW
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self._relay: threading.Thread | None = None
         self._record_path: Path | None = None
 
     @property
@@ -149,7 +157,7 @@ class ServerProcess:
             self._proc = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,
-                stdout=self._log,
+                stdout=subprocess.PIPE if self.secrets else self._log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **self.env},
                 start_new_session=True,  # own process group: stop() reaches every child
@@ -161,12 +169,19 @@ class ServerProcess:
             self._log.close()
             raise LauncherError(f"launcher is not executable: {self.argv[0]}") from None
         self.state = ServerState.STARTING
+        if self.secrets:
+            assert self._proc.stdout is not None
+            secrets = [secret.encode() for secret in self.secrets]
+            self._relay = threading.Thread(
+                target=relay_redacted, args=(self._proc.stdout, self._log, secrets), daemon=True
+            )
+            self._relay.start()
         record = ServerRecord(
             pid=self._proc.pid,
             start_ticks=process_start_ticks(self._proc.pid),
             owner_pid=os.getpid(),
             owner_start_ticks=process_start_ticks(os.getpid()),
-            argv=redact_argv(self.argv),
+            argv=[_replace_all(arg, self.secrets) for arg in redact_argv(self.argv)],
             log_path=str(self.log_path),
             started_at=datetime.now(timezone.utc),
         )
@@ -220,6 +235,8 @@ class ServerProcess:
             if _signal_group(pgid, signal.SIGKILL):
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=10)
+        if self._relay is not None:
+            self._relay.join(timeout=10)  # the group is gone: its output ends, the relay writes the rest
         if self._log is not None:
             self._log.close()
         if self._record_path is not None:
@@ -249,6 +266,50 @@ def redact_argv(argv: list[str]) -> list[str]:
             arg = REDACTED
         redacted.append(arg)
     return redacted
+
+
+def spellings(secrets: Sequence[str]) -> list[str]:
+    """Each secret as a server may print it: as written, inside a Python repr (SGLang's
+    ``api_key='...'``) and inside a JSON string; longest first, so no shorter one cuts a longer."""
+    forms = {form for secret in secrets if secret for form in (secret, repr(secret)[1:-1], json.dumps(secret)[1:-1])}
+    return sorted(forms, key=len, reverse=True)
+
+
+def relay_redacted(source: IO[bytes], sink: IO[bytes], secrets: Sequence[bytes]) -> None:
+    """Copy a server's output to its log as it comes, every secret replaced by ``***``. Bytes that
+    may begin a secret wait for the next read, so a secret split across two reads is caught too.
+    It reads until the server's output ends, even once the log cannot be written (a full disk): a
+    server whose pipe is not drained would block on its next line."""
+    held = b""
+    with source:
+        while chunk := os.read(source.fileno(), 65536):  # whatever the server has written so far
+            held = _replace_all(held + chunk, secrets)
+            cut = _undecided_from(held, secrets)
+            _write(sink, held[:cut])
+            held = held[cut:]
+    _write(sink, held)
+
+
+def _replace_all(data: AnyStr, secrets: Sequence[AnyStr]) -> AnyStr:
+    for secret in secrets:
+        data = data.replace(secret, REDACTED.encode() if isinstance(data, bytes) else REDACTED)
+    return data
+
+
+def _undecided_from(data: bytes, secrets: Sequence[bytes]) -> int:
+    """Where the tail of ``data`` that is the start of a secret begins (its length if none)."""
+    longest = max(len(secret) for secret in secrets)
+    for start in range(max(len(data) - longest + 1, 0), len(data)):
+        if any(secret.startswith(data[start:]) for secret in secrets):
+            return start
+    return len(data)
+
+
+def _write(sink: IO[bytes], data: bytes) -> None:
+    """Write and flush (the log is read while the server runs); nothing once the log is closed or full."""
+    with contextlib.suppress(ValueError, OSError):
+        sink.write(data)
+        sink.flush()
 
 
 def reap_orphans(records_dir: Path) -> list[ServerRecord]:

@@ -13,7 +13,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -141,6 +141,7 @@ class CategoricalParam(_Param):
 
 
 Param = Annotated[IntParam | FloatParam | CategoricalParam, Field(discriminator="type")]
+PARAM_TYPES = tuple(get_args(m.model_fields["type"].annotation)[0] for m in (IntParam, FloatParam, CategoricalParam))
 
 
 class Baseline(_Strict):
@@ -402,6 +403,12 @@ def _explain(error: Mapping[str, Any]) -> str:
         return "unknown key (check the spelling; see search_spaces/README.md for the format)"
     if error["type"] == "missing":
         return "required key is missing"
+    # A tuned flag's 'type' picks its model; pydantic's words for a wrong or missing one ("Unable to
+    # extract tag using discriminator 'type'") name neither the type given nor the ones known.
+    if error["type"] == "union_tag_invalid":
+        return f"unknown type {error['ctx']['tag']!r}; the known types are {', '.join(PARAM_TYPES)}"
+    if error["type"] == "union_tag_not_found":
+        return f"'type' is missing; give one of the known types: {', '.join(PARAM_TYPES)}"
     message = str(error["msg"])
     return message.removeprefix("Value error, ")
 

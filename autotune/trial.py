@@ -24,7 +24,7 @@ from autotune.measure.integrity import failed_check
 from autotune.measure.protocol import MeasureSettings
 from autotune.measure.suites import Suite
 from autotune.outcomes import OutcomeKind
-from autotune.secrets import auth_headers
+from autotune.secrets import auth_headers, secret_values
 from autotune.server import ServerProcess, find_free_port
 
 HOST = "127.0.0.1"
@@ -137,7 +137,9 @@ def _run_once(
     port = find_free_port(HOST)
     argv = engine.build_argv(setup.launcher, model=setup.model, plan=plan, host=HOST, port=port)
     base_url = f"http://{HOST}:{port}"
-    server = ServerProcess(argv, env=setup.env, log_path=log_path, records_dir=setup.records_dir)
+    # The server may print its arguments (SGLang does, --api-key's value with them): its log never holds them.
+    server = ServerProcess(argv, env=setup.env, log_path=log_path, records_dir=setup.records_dir,
+                           secrets=secret_values(setup.env, plan.flags))  # fmt: skip
     launch_started = time.monotonic()
     phase("launching", f"port {port}")
     headers = auth_headers(plan.flags)  # a server launched with --api-key wants it on every request

@@ -34,6 +34,8 @@ def suite_file(tmp_path: Path, content: str):  # type: ignore[no-untyped-def]
     return edit
 
 
+EMPTY_SECOND_PROMPT = '{"id": "a", "category": "c", "prompt": "hi"}\n{"id": "b", "category": "c", "prompt": " "}\n'
+
 CASES = [
     (
         "malformed YAML",
@@ -106,6 +108,41 @@ CASES = [
         "unknown engine",
         lambda t: ["check", str(twin_space(t, lambda d: d.update(engine="tgi")))],
         ["unknown engine 'tgi'", "known engines"],
+    ),
+    (
+        "GPU the inventory does not have",
+        lambda t: ["check", str(twin_space(t, lambda d: d["gpus"].update(devices=[0, 5])))],
+        ["space.yaml: gpus.devices: GPU 5 is not in the inventory; it has GPUs [0, 1]"],
+    ),
+    (
+        "empty prompt",
+        lambda t: ["check", str(twin_space(t, suite_file(t, EMPTY_SECOND_PROMPT)))],
+        ["suite.jsonl: line 2: prompt 'b' is empty"],
+    ),
+    (
+        "empty chat messages",
+        lambda t: ["check", str(twin_space(t, suite_file(t, '{"id": "m", "category": "c", "messages": []}\n')))],
+        ["suite.jsonl: line 1: prompt 'm' is empty"],
+    ),
+    (
+        "unknown type of a tuned flag",
+        lambda t: ["check", str(twin_space(t, lambda d: d["tuned"]["mem-fraction-static"].update(type="integer")))],
+        ["tuned.mem-fraction-static: unknown type 'integer'; the known types are int, float, categorical"],
+    ),
+    (
+        "tuned flag without a type",
+        lambda t: ["check", str(twin_space(t, lambda d: d["tuned"]["mem-fraction-static"].pop("type")))],
+        ["tuned.mem-fraction-static: 'type' is missing; give one of the known types: int, float, categorical"],
+    ),
+    (
+        "unreachable --url without a scheme",
+        lambda t: ["bench", "--url", "127.0.0.1:9"],
+        ["cannot reach a ready sglang server at http://127.0.0.1:9"],
+    ),
+    (
+        "--url of another protocol",
+        lambda t: ["bench", "--url", "ftp://127.0.0.1:9"],
+        ["--url ftp://127.0.0.1:9: give an http:// or https:// address, not ftp://"],
     ),
 ]
 

@@ -152,11 +152,12 @@ def test_drift_is_flagged_when_the_twin_drifts(tmp_path: Path) -> None:
 
 
 def test_bench_url_measures_a_running_server(twin: Twin, tmp_path: Path) -> None:
+    assert twin.base_url.startswith("http://")
     proc = subprocess.run(
         autotune_cmd(
             "bench",
             "--url",
-            twin.base_url,
+            twin.base_url.removeprefix("http://"),  # as servers print their address: without a scheme
             "--suite",
             "builtin:repetitive",
             "--max-tokens",

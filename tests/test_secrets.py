@@ -3,6 +3,7 @@ repeats identically on every launch stops the study with one line instead of fai
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import subprocess
@@ -43,6 +44,32 @@ def test_secret_flag_names() -> None:
     assert auth_headers({"tp-size": 2}) == {}
 
 
+def study_watched_while_servers_run(tmp_path: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run the study, reading every file under its studies folder over and over while it runs: the
+    key must be in none of them at any moment (a server's record and its log are written while the
+    server runs, and the twin, as SGLang does, logs its arguments). Some reads must fall while a
+    server runs (its record is there), or the check proved nothing."""
+    out, err = tmp_path / "study.out", tmp_path / "study.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        study = subprocess.Popen(argv, cwd=tmp_path, stdout=stdout, stderr=stderr, text=True)
+        reads_while_serving = 0
+        try:
+            while study.poll() is None:
+                serving = list((tmp_path / "studies").rglob("server-*.json"))
+                for path in (tmp_path / "studies").rglob("*"):
+                    with contextlib.suppress(OSError):  # a file may go between listing and reading
+                        assert b"Very$ecret" not in path.read_bytes(), path
+                reads_while_serving += bool(serving) and all(path.exists() for path in serving)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    study.wait(timeout=0.05)
+        finally:
+            if study.poll() is None:
+                study.kill()
+            study.wait()
+    assert reads_while_serving, "no read fell while a server ran"
+    return subprocess.CompletedProcess(argv, study.returncode, out.read_text(), err.read_text())
+
+
 @pytest.mark.twin
 @pytest.mark.slow
 def test_a_study_with_an_api_key_measures_and_stores_no_key(tmp_path: Path) -> None:
@@ -52,8 +79,7 @@ def test_a_study_with_an_api_key_measures_and_stores_no_key(tmp_path: Path) -> N
     space = quick_space(
         tmp_path, fixed={**data["fixed"], "api-key": KEY}, baselines=[{"name": "known", "flags": feasible}]
     )
-    proc = subprocess.run(autotune_cmd("study", str(space), "--trials", "2", "--seed", "1"), cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = study_watched_while_servers_run(tmp_path, autotune_cmd("study", str(space), "--trials", "2", "--seed", "1"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert KEY not in proc.stdout + proc.stderr
     db = tmp_path / "studies" / f"{STUDY}.db"

@@ -109,8 +109,9 @@ def test_orphans_of_a_dead_tuner_are_found_and_killed(tmp_path: Path) -> None:
         import os, sys
         from pathlib import Path
         from autotune.server import ServerProcess
-        s = ServerProcess([sys.executable, "-c", "import time; time.sleep(600)"], env={{}},
-                          log_path=Path({str(tmp_path / "s.log")!r}), records_dir=Path({str(records)!r}))
+        s = ServerProcess([sys.executable, "-c", "import time; time.sleep(600)", "--api-key", "k-orphan"],
+                          env={{}}, log_path=Path({str(tmp_path / "s.log")!r}), records_dir=Path({str(records)!r}),
+                          secrets=["k-orphan"])
         s.start()
         print(s.pid, flush=True)
         os._exit(0)
@@ -119,6 +120,9 @@ def test_orphans_of_a_dead_tuner_are_found_and_killed(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", tuner], capture_output=True, text=True, check=True)
     orphan = int(out.stdout.strip())
     assert alive(orphan)
+    # Its record names no key: the orphan is found by its pid and start time, never by its command line.
+    (left,) = records.glob("server-*.json")
+    assert json.loads(left.read_text())["argv"][-2:] == ["--api-key", "***"]
     # A stale record whose pid now belongs to another process must not be acted on.
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
@@ -168,6 +172,39 @@ def test_the_record_holds_no_secret_flag_value(tmp_path: Path) -> None:
     assert json.loads(text)["argv"][-3:] == ["--api-key", "***", "--ssl-keyfile-password=***"]
     assert "k-123" not in text and "pw-456" not in text
     assert b"k-123" in running and b"--ssl-keyfile-password=pw-456" in running  # the server itself gets the key
+
+
+# A "server" that prints its key as servers do (SGLang logs its server_args): as written, in a repr
+# and in JSON, then once split across two writes, each sent before the next is written.
+LEAKY = textwrap.dedent(
+    """
+    import json, pathlib, sys, time
+    key, log = sys.argv[1], pathlib.Path(sys.argv[2])
+    print(f"server_args=ServerArgs(api_key={key!r}, port=1)", flush=True)
+    print(f"key {key} and {json.dumps({'api_key': key})}", flush=True)
+    sys.stdout.write("split: " + key[:5])
+    sys.stdout.flush()
+    while b"split: " not in log.read_bytes():  # the relay has written what came before the half key
+        time.sleep(0.01)
+    print(key[5:] + " done", flush=True)
+    print("ready", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_a_server_given_secrets_logs_none_of_them_while_it_runs(tmp_path: Path) -> None:
+    key = "sk-Very$ecret'Key\"42"
+    log = tmp_path / "s.log"
+    server = ServerProcess([sys.executable, "-c", LEAKY, key, str(log)], env={}, log_path=log,
+                           records_dir=tmp_path / "rec", secrets=[key])  # fmt: skip
+    with server:
+        assert server.wait_ready(lambda: b"ready" in log.read_bytes(), timeout_s=30).ready
+        for path in tmp_path.rglob("*"):  # the log and the record, while the server runs
+            assert not path.is_file() or b"Very$ecret" not in path.read_bytes(), path
+    lines = log.read_text().splitlines()
+    assert lines[:4] == ["server_args=ServerArgs(api_key='***', port=1)", 'key *** and {"api_key": "***"}',
+                         "split: *** done", "ready"]  # fmt: skip
 
 
 def test_free_port_is_bindable() -> None:

@@ -60,7 +60,12 @@ def test_shipped_spaces_load_with_seed_baselines() -> None:
         ("tuned:\n  x: {type: int, low: 1, high: 2, when: 'y > 1'}\n", "tuned.x", "condition refers to 'y'"),
         ("baselines:\n  - {name: a}\n  - {name: a}\n", "baselines", "names must be unique"),
         ("tuned:\n  x: {type: int, low: 1, high: 2, when: 'nonsense'}\n", "tuned.x.when", "cannot read condition"),
-        ("tuned:\n  x: {type: integer, low: 1, high: 2}\n", "tuned.x", "does not match any of the expected tags"),
+        (
+            "tuned:\n  x: {type: integer, low: 1, high: 2}\n",
+            "tuned.x",
+            "unknown type 'integer'; the known types are int, float, categorical",
+        ),
+        ("tuned:\n  x: {tpye: int, low: 1, high: 2}\n", "tuned.x", "'type' is missing; give one of the known types"),
         (
             "tuned:\n  x: {type: int, low: 1, high: 4}\nbaselines:\n  - name: b\n    flags: {x: 9}\n",
             "baselines.b.x",

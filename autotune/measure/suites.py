@@ -39,6 +39,10 @@ class Prompt(BaseModel):
     def _one_input(self) -> Prompt:
         if (self.prompt is None) == (self.messages is None):
             raise ValueError("give exactly one of 'prompt' or 'messages'")
+        # An empty prompt measures nothing the suite means to (servers answer it with an error or at once).
+        given = [self.prompt] if self.prompt is not None else [m.content for m in self.messages or []]
+        if not any(text.strip() for text in given):
+            raise ValueError(f"prompt {self.id!r} is empty")
         return self
 
     @property
@@ -78,11 +82,11 @@ def parse_suite(text: str, *, name: str, source: str) -> Suite:
             raise SuiteError(f"{source}: line {number}: not valid JSON ({exc.msg})") from None
         except ValidationError as exc:
             error = exc.errors()[0]
-            field = ".".join(str(p) for p in error["loc"]) or "(line)"
+            field = ".".join(str(p) for p in error["loc"])  # empty: a rule over the whole line
             message = (
                 "unknown key" if error["type"] == "extra_forbidden" else error["msg"].removeprefix("Value error, ")
             )
-            raise SuiteError(f"{source}: line {number}: {field}: {message}") from None
+            raise SuiteError(f"{source}: line {number}: " + (f"{field}: " if field else "") + message) from None
         if prompt.id in seen:
             raise SuiteError(f"{source}: line {number}: duplicate id {prompt.id!r}")
         seen.add(prompt.id)

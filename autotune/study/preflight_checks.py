@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from autotune.engines import get_engine
 from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan
 from autotune.errors import UserError
-from autotune.gpu import GpuInventory, read_inventory
+from autotune.gpu import GpuInventory, check_devices, read_inventory
 from autotune.measure.suites import Suite, load_suite
 from autotune.space import SearchSpace, resolve_command
 
@@ -52,7 +52,9 @@ def preflight(space: SearchSpace, *, read_gpus: bool = True) -> Preflight:
         flag_set = engine.read_flag_set(launcher, env=space.env)
         engine.check_flags(space.flags_for(name), flag_set)
         engines[name] = PreparedEngine(engine=engine, flag_set=flag_set, launcher=launcher)
-    inventory = read_inventory(space.gpus) if read_gpus else None
+    inventory = read_inventory(space.gpus, source=space.source) if read_gpus else None
+    if not read_gpus:  # `check` keeps no inventory, but devices the inventory lacks are still the space's fault
+        check_devices(space.gpus, source=space.source)
     return Preflight(space=space, engines=engines, suite=suite, inventory=inventory,
                      baselines=checked_baselines(space, engines))  # fmt: skip
 
