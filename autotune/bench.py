@@ -26,6 +26,7 @@ from autotune.measure.suites import load_suite
 from autotune.outcomes import OutcomeKind
 from autotune.profile import Profile
 from autotune.space import resolve_command
+from autotune.study.confirm import PRIOR_LAUNCH_NOISE
 from autotune.trial import TrialSetup, measure_with_server_stats, run_trial
 
 
@@ -102,14 +103,19 @@ def server_url(url: str) -> str:
 
 
 def compare(profile: Profile, measurement: Measurement, *, margin: float) -> Verdict | None:
-    """The fresh figure against the recorded one, both with their intervals (the recorded one, a
-    confirmed mean, holds the noise between launches; the fresh one only its rounds')."""
+    """The fresh figure against the recorded one. The difference's interval holds the recorded mean's
+    own, the fresh launch's rounds', and what one launch varies from the next: read off a confirmed
+    mean's interval (``n`` launches), else the prior for it (a single recorded launch says nothing)."""
     recorded = profile.metrics.get(measurement.objective)
     measured = measurement.metric(measurement.objective)
     if recorded is None or measured is None or not recorded.value:
         return None
     change = measured.value / recorded.value - 1
-    half = math.hypot(recorded.ci95 or 0.0, measured.ci95 or 0.0) / recorded.value
+    if profile.confirmed_launches and recorded.ci95 and recorded.n:
+        launch_sd = recorded.ci95 * math.sqrt(recorded.n) / 1.96
+    else:
+        launch_sd = PRIOR_LAUNCH_NOISE * recorded.value
+    half = math.hypot(recorded.ci95 or 0.0, 1.96 * launch_sd, measured.ci95 or 0.0) / recorded.value
     return Verdict(
         metric=measurement.objective,
         recorded=recorded.value,

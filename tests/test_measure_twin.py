@@ -217,13 +217,13 @@ def test_bench_profile_relaunches_and_checks_the_recorded_numbers(tmp_path: Path
         value=measured["value"], unit="tok/s", ci95=measured["ci95"])}})  # fmt: skip
     path.write_text(render_yaml(honest))
     proc = subprocess.run(
-        autotune_cmd("bench", "--profile", str(path), "--workdir", str(tmp_path / "bench"), "--margin", "0.06"),
+        autotune_cmd("bench", "--profile", str(path), "--workdir", str(tmp_path / "bench"), "--margin", "0.12"),
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert proc.returncode == 0 and "same within ±6%" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "same within ±12%" in proc.stdout, proc.stdout + proc.stderr
     path.write_text(render_yaml(profile))
     proc = subprocess.run(
         autotune_cmd("bench", "--profile", str(path), "--workdir", str(tmp_path / "bench")),
