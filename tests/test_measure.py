@@ -245,9 +245,10 @@ def test_a_multi_token_chunk_counts_every_token() -> None:
 def test_a_decode_rate_far_above_the_servers_own_fails_the_integrity_check() -> None:
     server = FakeServer(steady, accept={"coding": 1, "chat": 1})
     result = measure(server, MeasureSettings(warmup_requests=0, min_rounds=2))
-    assert failed_check(result.model_copy(update={"server": ServerStats(gen_tok_s=44.0)})) is None
-    failed = failed_check(result.model_copy(update={"server": ServerStats(gen_tok_s=20.0)}))
-    assert failed is not None and "more than 2x the 20 tok/s the server logged" in failed
+    # an interval average with idle gaps in it (vLLM's log line) is well below the decode rate
+    assert failed_check(result.model_copy(update={"server": ServerStats(gen_tok_s=15.0)})) is None
+    failed = failed_check(result.model_copy(update={"server": ServerStats(gen_tok_s=4.0)}))  # a flush's rate
+    assert failed is not None and "more than 10x the 4 tok/s the server logged" in failed
 
 
 def test_accept_length_is_the_ratio_of_sums_as_engines_report_it() -> None:

@@ -158,7 +158,8 @@ def test_summary_numbers_match_the_study_db(folder: Path, study_dir: Path) -> No
 
     profile = load_profile(folder / "best-profile.yaml")
     assert profile.trial == best.number and profile.flags == best.user_attrs["flags"]
-    assert profile.confirmed_launches == 2 and profile.metrics["decode_tok_s"].value == pytest.approx(confirmed["mean"])
+    assert profile.confirmed_launches == 1 and profile.metrics["decode_tok_s"].value == pytest.approx(confirmed["mean"])
+    assert profile.verdict == confirmation["note"]
 
 
 def test_show_adds_importance_and_the_best_trials_categories(study_dir: Path, folder: Path) -> None:
