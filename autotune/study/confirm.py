@@ -1,12 +1,13 @@
-"""A best that survives a second look: the noise of the objective, finalists, and the confirmed best.
+"""A best that survives a second look: the noise of the objective, the race of finalists, the verdict.
 
-The highest of many noisy measurements is biased upward. So the top few distinct configurations
-(and the best baseline) are measured again on fresh launches, interleaved so drift hits all alike,
-and the best is chosen from the mean over every launch of each. Finalists whose means lie within
-each other's noise, and apart by no more than the precision the study measures to, are a tie,
-resolved toward the engine's defaults: fewer changed flags, then less memory. (Within the noise
-alone is not enough: with a noisy objective a config 30 % slower can be, and the higher mean is
-then the better bet.) Pure functions over :class:`~autotune.records.TrialRecord`; the runner launches.
+The highest of many noisy measurements is biased upward. So the top few distinct configurations and
+every baseline are relaunched in interleaved rounds; each launch's log figure is fitted as
+configuration effect plus round effect (drift cancels), and the search's first measurement stays
+out of the mean. What is significantly behind drops out (never the best baseline); configurations
+within the margin of the leader are equals, resolved toward the engine's defaults (fewer changed
+flags, then less memory). The verdict is the leader's gain over each baseline with its interval, and
+a baseline that nothing beats significantly is the recommendation. Pure functions over
+:class:`~autotune.records.TrialRecord`; the runner launches.
 """
 
 from __future__ import annotations
