@@ -10,7 +10,8 @@
 # the pinned pure-Python/CPU packages their parser and resolution modules import (found by importing
 # until nothing was missing), also --no-deps so nothing can pull a CUDA torch. GPU-only modules that are
 # imported but never run by argument resolution (torchvision, sgl_kernel) are stubbed inside the
-# checker, not installed.
+# checker, not installed. soundfile is there because SGLang's OpenAI server imports it at module level:
+# with it (and the test tree's import shim, tests/sglang_cpu/) this venv also serves real SGLang on CPU.
 #
 # Cached outside the clone, keyed by the versions and this script's hash:
 #   ${AUTOTUNE_CACHE_DIR:-$HOME/.cache/autotune}/conformance-<key>/bin/python
@@ -190,6 +191,7 @@ sentry-sdk==2.75.0
 setproctitle==1.3.8
 shellingham==1.5.4
 sniffio==1.3.1
+soundfile==0.14.0
 sse-starlette==3.7.0
 stack-data==0.6.3
 starlette==1.10.0
