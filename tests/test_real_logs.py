@@ -1,4 +1,4 @@
-"""The engines on real server output: excerpts of SGLang and vLLM logs users posted publicly.
+"""The engines on real server output: excerpts of SGLang, vLLM and llama.cpp logs users posted publicly.
 
 Every excerpt of ``tests/fixtures/real_logs/index.yaml`` goes through its engine's failure
 classification (``failure_in``: which failure the log names, or none) and figure parsing
@@ -62,7 +62,13 @@ def figure_checks(entry: dict[str, Any]) -> list[tuple[str, bool, object]]:
             seen_tokens = facts.kv_tokens if facts else None
             checks.append((name, seen_tokens == expected, seen_tokens))
         else:
-            attribute = {"weights_gb": "weights_bytes", "kv_gb": "kv_pool_bytes", "graph_gb": "graph_bytes"}[name]
+            attribute = {
+                "weights_gb": "weights_bytes",
+                "kv_gb": "kv_pool_bytes",
+                "graph_gb": "graph_bytes",
+                "free_gb": "free_at_start_bytes",
+                "pools_avail_gb": "avail_after_pools_bytes",
+            }[name]
             raw = getattr(facts, attribute) if facts else None
             seen_gb = raw / GIB if raw is not None else None
             checks.append((name, close(seen_gb, expected), seen_gb))

@@ -14,8 +14,9 @@ A failed server's log is read the way a person reads it:
    high" from graph capture on (the fraction left too little outside the pools);
 4. decide (:func:`failure_in`), in this order: a retryable message; an engine message that names
    its memory side itself; an out-of-memory error, by stage; a port in use; an argument the
-   launcher refused (argparse) or another refusal the engine names; a validation exception
-   (``ValueError``, ``AssertionError``...) raised before the first stage: invalid config; any other
+   launcher refused (argparse's error, or its usage text alone) or another refusal the engine
+   names; a validation exception (``ValueError``, ``AssertionError``...) raised before the first
+   stage: invalid config; any other
    root exception or fatal line: crashed, carrying it. A log that says none of these shows no
    failure. :func:`classify` adds the deadline (memory and a taken port outrank it) and, for a
    process that died without words, a crash carrying the exit code and the last error line.
@@ -57,6 +58,9 @@ OUT_OF_MEMORY = re.compile(
 ARGPARSE = re.compile(
     r"error: (?:unrecognized arguments|ambiguous option|argument \S+: |the following arguments are required)[^\n]*"
 )
+USAGE = re.compile(r"^usage: \S+ \[-h\]")
+"""The first line of argparse's usage text, which it prints on a launch only when it refuses the
+command line: a quote that ends before argparse's ``error:`` line still shows a refusal."""
 PORT_IN_USE = re.compile(
     r"address already in use|port \d+ is (?:already )?in use|port is already in use|couldn't bind HTTP server socket",
     re.IGNORECASE,
@@ -206,6 +210,8 @@ def failure_in(rules: FailureRules, log_text: str) -> tuple[OutcomeKind, str] | 
     if port is not None:
         return OutcomeKind.PORT_IN_USE, port
     refused = next((m.group(0) for line in lines if (m := ARGPARSE.search(line))), None)
+    if refused is None:
+        refused = next((f"argparse printed its usage: {line[:160]}" for line in lines if USAGE.match(line)), None)
     if refused is None:
         refused = next((line for line in lines if rules.first(rules.invalid, [line])), None)
     if refused is not None:

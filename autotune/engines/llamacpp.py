@@ -88,6 +88,37 @@ FAILURES = FailureRules(
 )
 
 
+# Its start-up memory lines, by release: the weights as "load_tensors: CUDA0 model buffer size = X MiB"
+# (older: "llm_load_tensors: CUDA0 buffer size = X MiB"), one line per device, host included; the KV
+# cache as one total ("llama_kv_cache: size = X MiB (N cells, ...", older "llama_new_context_with_model:
+# KV self size = X MiB") after one "KV buffer size" line per device.
+_MODEL_BUFFER = re.compile(
+    r"^(?:llm_)?load_tensors:\s+\S+ (?:model )?buffer size\s*=\s*(?P<mib>[\d.]+) MiB", re.MULTILINE
+)
+_KV_TOTAL = re.compile(
+    r"(?:KV self size|llama_kv_cache(?:_unified)?: size)\s*=\s*(?P<mib>[\d.]+) MiB"
+    r"(?: \(\s*(?P<cells>\d+) cells)?"
+)
+_KV_BUFFER = re.compile(r"^llama_kv_cache\w*:\s+\S+ KV buffer size\s*=\s*(?P<mib>[\d.]+) MiB", re.MULTILINE)
+_MIB = 2**20
+
+
+def memory_facts_of(log_text: str) -> base.MemoryFacts | None:
+    """The weights (every device's model buffer, host included) and the KV cache (its total line, else
+    the sum of its per-device buffers) a llama-server log states; None where it states neither."""
+    lines = "\n".join(line.strip() for line in log_text.splitlines())
+    weights = [float(m["mib"]) for m in _MODEL_BUFFER.finditer(lines)]
+    total = _KV_TOTAL.search(lines)
+    kv = float(total["mib"]) if total else sum(float(m["mib"]) for m in _KV_BUFFER.finditer(lines)) or None
+    if not weights and kv is None:
+        return None
+    return base.MemoryFacts(
+        weights_bytes=sum(weights) * _MIB if weights else None,
+        kv_pool_bytes=kv * _MIB if kv is not None else None,
+        kv_tokens=int(total["cells"]) if total and total["cells"] else None,
+    )
+
+
 class RequestTimings(BaseModel):
     """The ``timings`` object llama-server sends with the last event of a generation."""
 
@@ -353,6 +384,9 @@ class LlamaCppEngine(Engine):
         values = {k: v for k, v in values.items() if v is None or isinstance(v, (str, int, float, bool))}
         build = props.get("build_info")
         return base.EffectiveConfig(version=str(build) if build is not None else None, values=values)
+
+    def memory_facts(self, log_text: str) -> base.MemoryFacts | None:
+        return memory_facts_of(log_text)
 
     def log_figures(self, log_window: str) -> base.LogFigures:
         """Per finished request the log's ``eval time`` (tokens/s) and ``mean len`` (accept length,

@@ -168,6 +168,7 @@ _KV_LINE = re.compile(r"KV Cache is allocated\.(?P<fields>.*)$", re.MULTILINE)
 _TOTAL_TOKENS_LINE = re.compile(r"max_total_num_tokens=(?P<tokens>\d+)")
 _GRAPH_LINE = re.compile(r"Capture (?:cuda|CUDA) graph end\..*?mem usage=(?P<gb>[\d.]+) GB")
 _FREE_LINE = re.compile(r"Load weight begin\. avail mem=(?P<gb>[\d.]+) GB")
+_LOADED_LINE = re.compile(r"Load weight end\..*?avail mem=(?P<gb>[\d.]+) GB")
 _POOLS_LINE = re.compile(r"Memory pool end\. avail mem=(?P<gb>[\d.]+) GB")
 _CAPTURE_LINE = re.compile(r"Capture cuda graph bs \[(?P<sizes>[\d, ]+)\]")
 _SIZE = re.compile(r"(?P<key>#tokens|K size|V size|KV size):\s*(?P<value>[\d.]+)\s*(?P<unit>GB|MB)?")
@@ -401,16 +402,23 @@ class SGLangEngine(Engine):
         return base.EffectiveConfig(version=str(version) if version is not None else None, values=values)
 
     def memory_facts(self, log_text: str) -> base.MemoryFacts | None:
-        weights, kv, graph, total = (
-            first_rank_search(p, log_text) for p in (_WEIGHTS_LINE, _KV_LINE, _GRAPH_LINE, _TOTAL_TOKENS_LINE)
-        )
-        if weights is None and kv is None and graph is None and total is None:
+        """The start-up memory lines of the first rank; any one of them is worth keeping (a log may stop
+        before the KV line, or come from a release whose ``Load weight end`` has no ``mem usage``:
+        then the weights are the drop in ``avail mem`` from ``Load weight begin`` to its end)."""
+        weights, kv, graph, total, free, loaded, pools, capture = (
+            first_rank_search(p, log_text)
+            for p in (_WEIGHTS_LINE, _KV_LINE, _GRAPH_LINE, _TOTAL_TOKENS_LINE, _FREE_LINE, _LOADED_LINE, _POOLS_LINE,
+                      _CAPTURE_LINE)
+        )  # fmt: skip
+        if all(m is None for m in (weights, kv, graph, total, free, loaded, pools)):
             return None
-        free, pools, capture = (first_rank_search(p, log_text) for p in (_FREE_LINE, _POOLS_LINE, _CAPTURE_LINE))
         sizes = [int(size) for size in capture["sizes"].split(",") if size.strip()] if capture else []
         kv_tokens, kv_bytes = _kv_figures(kv["fields"]) if kv else (None, None)
+        weights_gb = float(weights["gb"]) if weights else None
+        if weights_gb is None and free and loaded:
+            weights_gb = float(free["gb"]) - float(loaded["gb"])
         return base.MemoryFacts(
-            weights_bytes=float(weights["gb"]) * _GIB if weights else None,
+            weights_bytes=weights_gb * _GIB if weights_gb is not None else None,
             kv_pool_bytes=kv_bytes,
             kv_tokens=kv_tokens if kv_tokens is not None else int(total["tokens"]) if total else None,
             graph_bytes=float(graph["gb"]) * _GIB if graph else None,

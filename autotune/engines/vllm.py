@@ -150,7 +150,7 @@ DEFAULT_LOOKUP = 5
 FAILURES = FailureRules(
     stages=(
         (r"Starting to load model|Loading weights|Loading safetensors checkpoint|Loading model from"
-         r"|, in (?:load_model|load_weights)$", LOADING_WEIGHTS),
+         r"|, in (?:load_model|load_weights|initialize_model|make_layers|create_weights)$", LOADING_WEIGHTS),
         (r"(?:Model loading|Loading model weights|Loading weights) took|Memory profiling takes|Starting profile run"
          r"|, in (?:profile_run|_dummy_run|determine_available_memory|determine_num_available_blocks)$", PROFILING),
         (r"Available KV cache memory|KV cache size|# (?:GPU|cuda) blocks|num_gpu_blocks"
@@ -169,6 +169,7 @@ FAILURES = FailureRules(
         r"exceeds available Mamba cache blocks",
         r"reserved for KV Cache is -\d",  # the V0 profile left the cache nothing
         r"# (?:GPU|cuda) blocks: 0\b",
+        r"Failed to create \w+ linear weights",  # linear.py logs it for an out-of-memory error while creating them
     ),
     too_high=(
         r"is less than desired GPU memory utilization",
@@ -192,8 +193,14 @@ _SPEC_LINE = re.compile(r"SpecDecoding metrics: (?P<fields>.*)$")
 _NUMBER = re.compile(r"^-?\d+(?:\.\d+)?|^nan")
 
 _GIB = 2**30
-_WEIGHTS_LINE = re.compile(r"(?:Model loading|Loading model weights) took (?P<gib>[\d.]+) (?:GiB|GB)")
-_KV_MEMORY_LINE = re.compile(r"Available KV cache memory: (?P<gib>-?[\d.]+) GiB")
+# V0 (0.7-0.8) also prints one profile line: "model weights take X GiB; ... reserved for KV Cache is Y GiB"
+# (and, in 0.6.5, one field a line: "model weights take   X GiB", "available_kv_cache_memory   Y GiB").
+_WEIGHTS_LINE = re.compile(
+    r"(?:(?:Model loading|Loading model weights) took |model weights take\s+)(?P<gib>[\d.]+) ?(?:GiB|GB)"
+)
+_KV_MEMORY_LINE = re.compile(
+    r"(?:Available KV cache memory: |reserved for KV Cache is |available_kv_cache_memory\s+)(?P<gib>-?[\d.]+) ?GiB"
+)
 _KV_TOKENS_LINE = re.compile(r"KV cache size: (?P<tokens>[\d,]+) tokens")
 _GRAPH_LINE = re.compile(r"Graph capturing finished in [\d.]+ secs?, took (?P<gib>-?[\d.]+) GiB")
 
@@ -678,7 +685,7 @@ class VLLMEngine(Engine):
 
     def memory_facts(self, log_text: str) -> base.MemoryFacts | None:
         """``Model loading took``, ``Available KV cache memory``, ``GPU KV cache size``, ``Graph
-        capturing finished`` (the first rank's, per GPU)."""
+        capturing finished`` (the first rank's, per GPU); V0's profile line where those are missing."""
         weights, kv, tokens, graph = (
             first_rank_search(p, log_text) for p in (_WEIGHTS_LINE, _KV_MEMORY_LINE, _KV_TOKENS_LINE, _GRAPH_LINE)
         )
