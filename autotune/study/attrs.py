@@ -158,12 +158,9 @@ def _offer_reference(trial: optuna.Trial, outcome: TrialOutcome, agreement: Agre
     """The first baseline, or a run without speculation, that found no reference becomes it (and
     agrees with itself). A speculating trial never does (its drafter may be the broken one); trials
     that ran before any reference existed stay unchecked."""
-    measured = outcome.measurement
-    accept = measured.metric("accept_length") if measured is not None else None
-    plain = accept is None or accept.value <= 1.0
     if outcome.kind is not OutcomeKind.OK or agreement.sample is None or agreement.reference_trial is not None:
         return agreement
-    if not (baseline_of(trial) or plain):
+    if not (baseline_of(trial) or _plain(outcome)):
         return agreement
     current = agreement_reference(trial.study)
     if current is not None and current.sample.key == agreement.sample.key:
@@ -171,6 +168,25 @@ def _offer_reference(trial: optuna.Trial, outcome: TrialOutcome, agreement: Agre
     reference = Reference(trial=trial.number, sample=agreement.sample)
     trial.study.set_user_attr(REFERENCE, reference.model_dump(mode="json"))
     return compare(agreement.sample, reference)
+
+
+def _plain(outcome: TrialOutcome) -> bool:
+    """Whether the trial ran without speculation, as far as its measurement tells."""
+    measured = outcome.measurement
+    accept = measured.metric("accept_length") if measured is not None else None
+    return accept is None or accept.value <= 1.0
+
+
+def _learn_numerics(trial: optuna.Trial, outcome: TrialOutcome, agreement: Agreement) -> None:
+    """A run without speculation that departed from the reference and was not diverged shows where
+    numerics alone change this model's text: later trials are not blamed for departing there."""
+    if outcome.kind is not OutcomeKind.OK or not _plain(outcome) or agreement.reference_trial == trial.number:
+        return
+    if all(at is None for at in agreement.first_difference):
+        return
+    current = agreement_reference(trial.study)
+    if current is not None and current.trial == agreement.reference_trial:
+        trial.study.set_user_attr(REFERENCE, current.with_numerics(agreement).model_dump(mode="json"))
 
 
 def record_importance(study: optuna.Study, importance: Importance, *, complete_trials: int) -> None:
@@ -353,6 +369,7 @@ def _record_measurement(trial: optuna.Trial, measurement: Measurement) -> None:
 
 def _record_agreement(trial: optuna.Trial, outcome: TrialOutcome, agreement: Agreement) -> None:
     agreement = _offer_reference(trial, outcome, agreement)
+    _learn_numerics(trial, outcome, agreement)
     share = agreement.share
     stored = AgreementRecord(
         share=share,
