@@ -57,6 +57,9 @@ class TrialRecord(Frozen):
     )
     retry_of: int | None = None
     confirm_of: int | None = Field(default=None, description="a fresh launch re-measuring this trial's config")
+    launch_round: int | None = Field(
+        default=None, description="a relaunch's round: the relaunches launched together, compared with drift out"
+    )
     early_stopped: bool = Field(default=False, description="measuring stopped as hopeless after a round")
     dropped_requests: list[str] = Field(default_factory=list, description="requests whose decode rate did not count")
     confirmed_launches: int | None = Field(

@@ -13,6 +13,7 @@ import pytest
 
 if TYPE_CHECKING:
     from autotune.gpu import GpuInventory
+    from autotune.study import StudyRunner
 
 ROOT = Path(__file__).resolve().parent.parent
 SPACES = ROOT / "search_spaces"
@@ -44,6 +45,13 @@ def autotune_cmd(*args: str) -> list[str]:
     """Run the installed console script of this interpreter's environment."""
     script = Path(sys.executable).parent / "autotune"
     return [str(script), *args]
+
+
+def run_queued(runner: StudyRunner, trials: int = 1) -> None:
+    """Run the next ``trials`` trials of a runner's study (queued ones first), launched or not:
+    ``run(trials=N)`` counts launches only."""
+    finished = sum(1 for t in runner.study.get_trials(deepcopy=False) if t.state.is_finished())
+    runner.run(trials=None, timeout_s=None, total_trials=finished + trials)
 
 
 @pytest.fixture

@@ -157,10 +157,14 @@ def test_hopeless_trials_stop_early_and_the_best_does_not_change(tmp_path: Path)
     on, off = (bench.run_study(problem, 2, 25, early_stop=flag, name=str(flag)) for flag in (True, False))
     # The same values reach the sampler either way, so the same configurations are tried...
     assert [s.measured for s in on.steps] == [s.measured for s in off.steps]
-    shorter = [a for a, b in zip(on.steps, off.steps, strict=True) if a.seconds < b.seconds]
+    pairs = list(zip(on.steps, off.steps, strict=True))
+    shorter = [i for i, (a, b) in enumerate(pairs) if a.seconds < b.seconds]
     assert shorter, "some clearly slower configurations should have been stopped early"
-    # ...and only far-off ones are cut short (3 sd of a ~5 % noise below the best measured so far).
-    assert all(s.measured is not None and s.measured < 0.9 * optimum for s in shorter)
+    # ...and only ones clearly below the best measured before them are cut short (the bar is the
+    # incumbent's mean, the noise the study's own: its re-measurements show it about 1-2 % here).
+    for i in shorter:
+        before = max(s.measured or 0.0 for s in on.steps[:i])
+        assert on.steps[i].measured is not None and on.steps[i].measured < 0.97 * before
     summary_on, summary_off = (run.summary(optimum, 2) for run in (on, off))
     assert summary_on["final_true_tok_s"] == summary_off["final_true_tok_s"]
     assert summary_on["gpu_hours"] < summary_off["gpu_hours"]

@@ -359,7 +359,7 @@ def fraction_study(tmp_path: Path, data: dict[str, Any], *, low: float) -> list[
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump(data))
     # --confirm-top 0: these studies are about what is launched, not about re-measuring finalists
-    command = autotune_cmd("study", str(space), "--trials", str(len(data["baselines"])), "--confirm-top", "0")
+    command = autotune_cmd("study", str(space), "--total-trials", str(len(data["baselines"])), "--confirm-top", "0")
     subprocess.run(command, cwd=tmp_path, check=True, capture_output=True, timeout=300)
     storage = f"sqlite:///{tmp_path}/studies/{data['study']}.db"
     return optuna.load_study(study_name=data["study"], storage=storage).trials

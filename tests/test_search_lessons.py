@@ -27,7 +27,7 @@ from autotune.study.named_failures import named_values, predicted_failure
 from autotune.study.sampler import LaunchedSizing
 from autotune.trial import TrialOutcome
 from benchmarks import search_efficiency as bench
-from tests.conftest import TWIN_SPACE
+from tests.conftest import TWIN_SPACE, run_queued
 
 HAND_FOUND = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3, "speculative-eagle-topk": 1,
               "speculative-num-draft-tokens": 4, "mem-fraction-static": 0.88, "max-running-requests": 16,
@@ -84,7 +84,7 @@ def test_a_wrong_drafter_crash_is_learned_not_repeated_and_does_not_stop_the_stu
     records = StudyView(runner.study).records()
     crashed = [r for r in records if r.outcome == "crashed"]
     assert crashed, "the space holds wrong-drafter configurations: some must have been tried"
-    assert runner.stop_reason == "60 trials done", runner.stop_reason
+    assert runner.stop_reason == "60 launches done", runner.stop_reason
     for record in crashed:
         # told to the sampler as the configuration's fault, not dropped as a failed trial
         assert record.state == "COMPLETE" and "counted against this configuration" in (record.reason or "")
@@ -97,7 +97,7 @@ def test_a_wrong_drafter_crash_is_learned_not_repeated_and_does_not_stop_the_stu
                  and len(d.choices) > 1)  # fmt: skip
     choices = first.distributions[other].choices  # type: ignore[attr-defined]
     runner.study.enqueue_trial({**first.params, other: next(c for c in choices if c != first.params[other])})
-    runner.run(trials=1, timeout_s=None)
+    run_queued(runner)
     predicted = [r for r in StudyView(runner.study).records() if r.outcome == "predicted-failure"]
     assert predicted, "a configuration sharing a crashed drafter pairing must be predicted, not launched"
     launched = {p.config_key for p in launcher.plans}
@@ -127,7 +127,7 @@ def _run_with_memory_variant(tmp_path: Path, concurrency: int = 1) -> tuple[Any,
     # not a baseline: the hand-found config with other memory sizing, as a sampler would propose it
     runner.study.enqueue_trial({**HAND_FOUND, "speculative-adaptive": False, "mem-fraction-static": 0.84,
                                 "max-running-requests": 8, "cuda-graph-max-bs-decode": 32})
-    runner.run(trials=1, timeout_s=None)
+    run_queued(runner)
     return runner, launcher
 
 
@@ -158,7 +158,7 @@ def _run_after_hand_found(
     runner.enqueue_baselines()
     runner.run(trials=1, timeout_s=None)
     runner.study.enqueue_trial({**HAND_FOUND, "speculative-adaptive": False, **proposed})
-    runner.run(trials=1, timeout_s=None)
+    run_queued(runner)
     return runner, launcher
 
 
@@ -226,7 +226,7 @@ def _run_two_new_drafters(
     )  # fmt: skip
     second = {**DFLASH, "speculative-dflash-block-size": 8, "mem-fraction-static": second_fraction}
     runner.study.enqueue_trial({**HAND_FOUND, "speculative-adaptive": False, **second})
-    runner.run(trials=1, timeout_s=None)
+    run_queued(runner)
     return runner, launcher, console
 
 
@@ -275,7 +275,7 @@ def test_a_borrowed_sizing_that_killed_a_launch_demanding_more_is_not_borrowed_a
                    {**nextn, "speculative-num-steps": 4, "speculative-num-draft-tokens": 15, **sampled},
                    {**nextn, "speculative-num-steps": 6, "speculative-num-draft-tokens": 12, **sampled}):  # fmt: skip
         runner.study.enqueue_trial(params)
-        runner.run(trials=1, timeout_s=None)
+        run_queued(runner)
     first, died, third = StudyView(runner.study).records()
     # 15 draft tokens exceed the served launch's 8: its sizing is borrowed, and runs out of headroom
     assert adjusted_by(died, "served-sizing") == [first.number] and died.outcome == "infeasible-memory-high"

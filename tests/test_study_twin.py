@@ -65,7 +65,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     command[1] = str(ROOT / command[1])
     proc = run(*command, cwd=cwd)
     assert "simulated" in proc.stdout.lower()
-    assert "stopped: 10 trials done" in proc.stdout
+    assert "stopped: 10 launches done" in proc.stdout
     return cwd
 
 

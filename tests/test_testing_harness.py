@@ -22,7 +22,7 @@ from autotune.space import SearchSpace, load_space, parse_space
 from autotune.study import make_sampler
 from autotune.testing import checked_space, memory_as_logged, simulated_outcome, study_runner
 from autotune.trial import TrialOutcome
-from tests.conftest import TWIN_SPACE
+from tests.conftest import TWIN_SPACE, run_queued
 
 GIB = 1 << 30
 HAND_FOUND = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3, "speculative-eagle-topk": 1,
@@ -84,7 +84,7 @@ def test_a_runner_from_the_harness_runs_the_study_loop_and_launches_only_what_it
                                 "speculative-eagle-topk": 1, "speculative-adaptive": True})  # fmt: skip
     runner.study.enqueue_trial({**HAND_FOUND, "speculative-adaptive": False, "mem-fraction-static": 0.84,
                                 "max-running-requests": 8, "cuda-graph-max-bs-decode": 32})  # fmt: skip
-    runner.run(trials=4, timeout_s=None)
+    run_queued(runner, 4)
 
     records = runner.records()
     assert len(records) == 6

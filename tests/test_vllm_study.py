@@ -53,7 +53,7 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     space = cwd / "space.yaml"
     space.write_text(yaml.safe_dump(data))
     proc = run("study", str(space), "--trials", "3", "--seed", "1", "--confirm-top", "0", cwd=cwd)
-    assert "stopped: 3 trials done" in proc.stdout
+    assert "stopped: 3 launches done" in proc.stdout
     return cwd
 
 

@@ -45,7 +45,8 @@ READING_PREFIXES = ("roofline", "memory")
 # A reuse copies its original's facts, except who ran it, what it taught (learned once) and what
 # was decided for it and launched.
 NOT_COPIED = frozenset(
-    {"baseline", "host", "worker_pid", "retry_of", "confirm_of", MEMORY_LESSON, DECISION, "flags", "config_key"}
+    {"baseline", "host", "worker_pid", "retry_of", "confirm_of", "launch_round", MEMORY_LESSON, DECISION, "flags",
+     "config_key"}
 )
 CONFIRMATION = "confirmation"
 BY_CONCURRENCY = "by_concurrency"
@@ -420,9 +421,10 @@ def enqueue_baseline(study: optuna.Study, params: dict[str, Any], name: str) -> 
     study.enqueue_trial(params, user_attrs={"baseline": name})
 
 
-def enqueue_confirmation(study: optuna.Study, params: dict[str, Any], record: TrialRecord) -> None:
-    """Queue a fresh launch of a finalist's configuration (a baseline keeps its name: its flags)."""
-    extra: dict[str, Any] = {"confirm_of": record.number}
+def enqueue_confirmation(study: optuna.Study, params: dict[str, Any], record: TrialRecord, *, round_: int) -> None:
+    """Queue a fresh launch of a measured configuration (a baseline keeps its name: its flags), in
+    ``round_``: the relaunches queued together, so drift between rounds cancels from their comparison."""
+    extra: dict[str, Any] = {"confirm_of": record.number, "launch_round": round_}
     if record.baseline:
         extra["baseline"] = record.baseline
     study.enqueue_trial(params, user_attrs=extra)
@@ -476,6 +478,7 @@ def trial_record(trial: FrozenTrial | StoredTrial) -> TrialRecord:
         decision=_decision(attrs.get(DECISION), legacy_duplicate_of=attrs.get("duplicate_of")),
         retry_of=attrs.get("retry_of"),
         confirm_of=attrs.get("confirm_of"),
+        launch_round=attrs.get("launch_round"),
         early_stopped=bool(attrs.get("early_stopped", False)),
         dropped_requests=list(attrs.get("dropped_requests") or []),
         config_key=attrs.get("config_key"),

@@ -147,12 +147,36 @@ def best_first_measured(records: Sequence[TrialRecord]) -> TrialRecord | None:
     return max(feasible, key=lambda r: r.value or 0.0) if feasible else None
 
 
+def launched_values(records: Sequence[TrialRecord]) -> dict[int, list[float]]:
+    """Every served launch of each feasible configuration, keyed by the trial that first measured it:
+    that measurement, then each relaunch's."""
+    values: dict[int, list[float]] = {}
+    for record in sorted(_objective_runs(records), key=lambda r: r.number):
+        if record.confirm_of is None and record.feasible:
+            values.setdefault(record.number, []).append(record.value or 0.0)
+        elif record.confirm_of is not None and record.confirm_of in values:
+            values[record.confirm_of].append(record.value or 0.0)
+    return values
+
+
+def incumbent(records: Sequence[TrialRecord]) -> tuple[int, list[float]] | None:
+    """The configuration with the highest mean over its launches, and those launches: a lucky first
+    draw that was measured again counts at its mean."""
+    values = launched_values(records)
+    if not values:
+        return None
+    best = max(values, key=lambda number: statistics.fmean(values[number]))
+    return best, values[best]
+
+
 def choose_finalists(records: Sequence[TrialRecord], *, top: int) -> list[TrialRecord]:
-    """The ``top`` best distinct configurations by first measurement, plus every baseline that served
-    (each configuration once): the race decides among them and states the gain over each baseline."""
+    """The ``top`` best distinct configurations by the mean of their launches so far (the first
+    measurement where there is no other), plus every baseline that served (each configuration once):
+    the race decides among them and states the gain over each baseline."""
+    means = {number: statistics.fmean(values) for number, values in launched_values(records).items()}
     candidates = sorted(
         (r for r in _objective_runs(records) if r.confirm_of is None and r.feasible),
-        key=lambda r: -(r.value or 0.0),
+        key=lambda r: -means.get(r.number, r.value or 0.0),
     )
     chosen: list[TrialRecord] = []
     keys: set[str | None] = set()
@@ -222,13 +246,15 @@ def fit(launches: dict[int, dict[int, float]]) -> Fit:
 def confirmation_launches(
     records: Sequence[TrialRecord], finalists: Sequence[TrialRecord]
 ) -> dict[int, dict[int, float]]:
-    """Each finalist's served confirmation launches by round: its n-th relaunch ran in round n."""
+    """Each finalist's served relaunches by round: the relaunches queued together (the search's
+    re-measurement of a close challenger and its incumbent, or one round of the race). Relaunches
+    kept before rounds were recorded count by order: a configuration's n-th relaunch in round -n."""
     launches: dict[int, dict[int, float]] = {f.number: {} for f in finalists}
     relaunches = {f.number: [r for r in records if r.confirm_of == f.number] for f in finalists}
     for number, runs in relaunches.items():
-        for round_index, run in enumerate(sorted(runs, key=lambda r: r.number)):
+        for index, run in enumerate(sorted(runs, key=lambda r: r.number)):
             if run.outcome == OutcomeKind.OK.value and run.value:
-                launches[number][round_index] = run.value
+                launches[number][run.launch_round if run.launch_round is not None else -1 - index] = run.value
     return launches
 
 

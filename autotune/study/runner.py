@@ -43,10 +43,11 @@ from autotune.study import attrs, recovery
 from autotune.study.artifacts import artifact_store, upload
 from autotune.study.confirm import (
     Confirmation,
-    best_first_measured,
     choose_finalists,
     confirm,
     confirmation_launches,
+    incumbent,
+    launched_values,
     measure_noise,
     standing,
 )
@@ -64,6 +65,13 @@ from autotune.study.storage import exclusive, open_storage
 from autotune.trial import TrialOutcome
 
 DUPLICATE_POLL_S = 2.0
+# ``--trials N`` counts launches; proposals answered without one (reused, skipped) are cheap, but a
+# space whose every proposal is already measured must still end: after this many per launch asked.
+PROPOSALS_PER_LAUNCH = 25
+# Intensification: a configuration is launched at most this often during the search (the race
+# relaunches the finalists after it), and re-measurement takes at most this share of the launches.
+INTENSIFY_LAUNCHES = 3
+INTENSIFY_SHARE = 1 / 3
 
 
 class TrialFault(Exception):
@@ -128,6 +136,8 @@ class StudyRunner:
         early_stop: stop measuring a trial that cannot plausibly reach the best (never a baseline or
             a finalist's confirmation).
         rules_off: names of pre-launch rules switched off (:data:`autotune.study.rules.RULE_NAMES`).
+        intensify: re-measure the incumbent and a challenger that comes within the noise of it
+            (:meth:`_intensify`); off, the search builds on single measurements.
     """
 
     def __init__(
@@ -143,6 +153,7 @@ class StudyRunner:
         events: StudyEvents | None = None,
         early_stop: bool = True,
         rules_off: Collection[str] = (),
+        intensify: bool = True,
     ) -> None:
         if checked.inventory is None:
             raise ValueError("a study needs the GPU inventory: run preflight with read_gpus=True")
@@ -155,6 +166,8 @@ class StudyRunner:
         self.events = events or StudyEvents()
         self.read_gpus = read_gpus
         self.early_stop = early_stop
+        self.intensify = intensify
+        self.launched = 0  # by this runner, in this process: what --trials counts
         with exclusive(storage, paths):  # workers started at the same moment create it once
             self.study = optuna.create_study(
                 study_name=name,
@@ -262,6 +275,7 @@ class StudyRunner:
             constraint = decision.constraint
             set_constraints(trial, self.space.slo, memory=constraint == "memory", config=constraint == "config")
             return self._values(None)
+        self.launched += 1
         outcome = self._launch(trial, decision.plan, history)
         return self._learn(trial, decision.plan, outcome, history)
 
@@ -382,11 +396,11 @@ class StudyRunner:
         with the study's own measured noise (a prior until it has relaunched anything)."""
         if not self.early_stop:
             return None
-        best = best_first_measured(history.records)
-        if best is None or not best.value:
+        best = incumbent(history.records)
+        if best is None or not statistics.fmean(best[1]):
             return None
         noise = measure_noise(history.records, self.space.objective.metric)
-        return EarlyStop(bar=best.value, noise_rel=min(noise.total, 0.5))
+        return EarlyStop(bar=statistics.fmean(best[1]), noise_rel=min(noise.total, 0.5))
 
     def _wait_for_idle_gpus(self, trial: optuna.Trial, plan: LaunchPlan) -> None:
         """Never launch onto busy GPUs: wait (bounded), else record the trial as skipped-busy."""
@@ -426,6 +440,36 @@ class StudyRunner:
         # Another worker on this host may have died with its server running: clean up after it.
         reap_orphans(self.paths.servers)
         self.events.trial_finished(attrs.trial_record(trial))
+
+    def _intensify(self, trial: FrozenTrial, *, room: int | None) -> None:
+        """A search trial that measured within the noise of the incumbent (or above it) is not
+        believed on one draw: it and the incumbent are queued for one fresh launch each, in one round
+        (as SMAC races a challenger), so the best the search builds on, and that the race starts
+        from, is a mean. A configuration is relaunched at most :data:`INTENSIFY_LAUNCHES` times in all,
+        and re-measurement takes at most :data:`INTENSIFY_SHARE` of the launches; nothing is queued
+        that ``room`` (the launches left to this run) cannot hold."""
+        record = attrs.trial_record(trial)
+        if record.confirm_of is not None or record.baseline is not None or not isinstance(record.decision, Launch):
+            return
+        records = self.records()
+        values = launched_values(records)
+        if record.number not in values:  # not served, or not feasible
+            return
+        launches = [r for r in records if isinstance(r.decision, Launch)]
+        relaunches = sum(1 for r in launches if r.confirm_of is not None)
+        if relaunches + 2 > INTENSIFY_SHARE * (len(launches) + 2):
+            return
+        best = incumbent([r for r in records if record.number not in (r.number, r.confirm_of)])
+        if best is None:
+            return
+        number, measured = best
+        noise = measure_noise(records, self.space.objective.metric).total
+        if (record.value or 0.0) < statistics.fmean(measured) * (1 - noise):
+            return
+        by_number = {r.number: r for r in records}
+        again = [by_number[n] for n in (number, record.number) if len(values[n]) < INTENSIFY_LAUNCHES]
+        if again and (room is None or len(again) <= room):
+            self._enqueue_round(again)
 
     # ---------------------------------------------------------------- confirmation
 
@@ -484,11 +528,16 @@ class StudyRunner:
 
     def _relaunch(self, finalists: Sequence[TrialRecord]) -> None:
         """One round: each finalist launched again, exactly as it first ran."""
-        params = {t.number: t.params for t in self.study.get_trials(deepcopy=False)}
-        with exclusive(self.study._storage, self.paths):
-            for finalist in finalists:
-                attrs.enqueue_confirmation(self.study, params[finalist.number], finalist)
+        self._enqueue_round(finalists)
         self.study.optimize(self.objective, n_trials=len(finalists), catch=(TrialFault,), callbacks=[self._after_trial])
+
+    def _enqueue_round(self, measured: Sequence[TrialRecord]) -> None:
+        """Queue one fresh launch of each configuration, as one round (named by the next trial's number)."""
+        trials = self.study.get_trials(deepcopy=False)
+        params = {t.number: t.params for t in trials}
+        with exclusive(self.study._storage, self.paths):
+            for record in measured:
+                attrs.enqueue_confirmation(self.study, params[record.number], record, round_=len(trials))
 
     def _keep_importance(self) -> None:
         """Compute the parameter importance and keep it in the study, so ``show`` need not: once per run
@@ -526,7 +575,8 @@ class StudyRunner:
         total_trials: int | None = None,
         rules: Sequence[StopRule] = (),
     ) -> None:
-        """Run trials until the trial count, the time budget, the patience rule, the study's total
+        """Run trials until ``trials`` launches (proposals answered from a measurement or skipped as
+        predicted failures do not count), the time budget, the patience rule, the study's total
         (counted across every worker) or one of ``rules`` says stop."""
         self._describe_study()
         attrs.record_confirmation(self.study, None)  # more trials: an earlier confirmation no longer holds
@@ -538,15 +588,21 @@ class StudyRunner:
         if total_trials is not None:
             active.append(TotalTrials(total_trials))
 
+        started = self.launched
+
         def check_rules(study: optuna.Study, trial: FrozenTrial) -> None:
             reason = first_reason(active, self.records()) if active else None
+            if reason is None and trials is not None and self.launched - started >= trials:
+                reason = f"{trials} launches done"
             if reason is not None:
                 self.stop_reason = reason
                 study.stop()
+            elif self.intensify:
+                self._intensify(trial, room=trials - (self.launched - started) if trials is not None else None)
 
         self.study.optimize(
             self.objective,
-            n_trials=trials,
+            n_trials=trials * PROPOSALS_PER_LAUNCH if trials is not None else None,
             # Optuna's own timeout is the backstop; TimeBudget records the reason.
             timeout=timeout_s,
             catch=(TrialFault,),
@@ -554,8 +610,14 @@ class StudyRunner:
         )
         if self.storage_fault is not None:
             self.stop_reason = self.storage_fault
+        if self.stop_reason is None and trials is not None:
+            self.stop_reason = (
+                f"{trials * PROPOSALS_PER_LAUNCH} proposals drawn for {trials} launches, and only "
+                f"{self.launched - started} launched: the rest were measured already or predicted to fail "
+                "(the space looks exhausted)"
+            )
         if self.stop_reason is None:
-            self.stop_reason = f"{trials} trials done" if trials else "time budget spent"
+            self.stop_reason = "time budget spent"
         attrs.record_stop_reason(self.study, self.stop_reason)
         self._keep_importance()
         if self.storage_fault is not None:
