@@ -7,14 +7,11 @@ except under CI (env ``CI`` set), where it fails, naming the packages to install
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import pytest
 
 from tests.conftest import ROOT
 
@@ -37,25 +34,10 @@ CHROMIUM_FLAGS = (
 )
 
 
-def need_chromium() -> None:
-    """Skip (locally) or fail (in CI) when the browser, its driver or Selenium is missing."""
-    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if shutil.which(p) is None]
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        missing.append("the selenium package (pip install -e '.[test]')")
-    if not missing:
-        return
-    message = f"headless Chromium test needs {', '.join(missing)}: apt-get install -y chromium chromium-driver"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
-
-
 @contextmanager
 def chromium() -> Iterator[WebDriver]:
-    """A headless Chromium with a fresh profile, closed on exit."""
-    need_chromium()
+    """A headless Chromium with a fresh profile, closed on exit (a test using it is marked ``browser``:
+    :mod:`tests.tiers` checks the browser, its driver and Selenium are there before the run)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.tiers import pytest_collection_finish  # noqa: F401  (the hook provides the selected tests' tiers)
+
 if TYPE_CHECKING:
     from autotune.gpu import GpuInventory
     from autotune.study import StudyRunner

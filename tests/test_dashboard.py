@@ -137,6 +137,7 @@ def test_api_lists_the_study_and_each_trials_artifacts(dashboard: Running, study
     assert measured[0]["categories"] and measured[0]["requests"]
 
 
+@pytest.mark.browser
 def test_a_person_sees_the_study_a_trial_and_its_log(dashboard: Running, study_dir: Path) -> None:
     study = load(study_dir)
     best = best_ok_trial(study)

@@ -42,6 +42,7 @@ from autotune.server import ServerProcess, find_free_port
 from autotune.space import FlagValue
 from autotune.trial import LogWindow, TrialSetup, measure_with_server_stats, run_trial
 from tests.conftest import ROOT, SPACES, autotune_cmd
+from tests.tiers import path_of
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
 HELP = (FIXTURES / "llama-server-0.3.36-help.txt").read_text()
@@ -232,18 +233,13 @@ def test_accept_length_is_tokens_per_target_step() -> None:
 
 
 def real(test: Callable[..., None]) -> Callable[..., None]:
-    """A test on a real llama-server: slow, and skipped without one (outside CI)."""
-    return pytest.mark.slow(pytest.mark.real_engine(test))
+    """A test on a real llama-server: slow; the server is built before the run (:mod:`tests.tiers`)."""
+    return pytest.mark.slow(pytest.mark.real_engine(pytest.mark.tier("llama-server")(test)))
 
 
 @pytest.fixture(scope="module")
 def server_binary() -> str:
-    path = os.environ.get("AUTOTUNE_LLAMA_SERVER")
-    if not path:
-        message = "AUTOTUNE_LLAMA_SERVER is not set (build it: scripts/build-llama-server.sh)"
-        if os.environ.get("CI"):
-            pytest.fail(f"{message}; CI must run the real-engine tests")
-        pytest.skip(message)
+    path = path_of("llama-server")
     if not os.access(path, os.X_OK):
         pytest.fail(f"AUTOTUNE_LLAMA_SERVER={path} is not an executable")
     return path

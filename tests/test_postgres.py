@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -21,8 +20,9 @@ import yaml
 from autotune.server import find_free_port
 from autotune.study.attrs import trial_record
 from tests.conftest import TWIN_SPACE, autotune_cmd
+from tests.tiers import pg_bin
 
-pytestmark = [pytest.mark.twin, pytest.mark.slow]
+pytestmark = [pytest.mark.twin, pytest.mark.slow, pytest.mark.tier("postgres")]
 STUDY = "shared"
 
 
@@ -30,18 +30,10 @@ STUDY = "shared"
 SERVER: dict[str, list[str]] = {}
 
 
-def pg_bin() -> Path | None:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
-    return Path(found[-1]).parent if found else None
-
-
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[str]:
     bindir = pg_bin()
-    if bindir is None:
-        if os.environ.get("CI"):
-            pytest.fail("PostgreSQL is not installed; .ci/run installs Debian's postgresql")
-        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    assert bindir is not None  # the postgres tier was checked before the run
     as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
     data = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
     if as_postgres:

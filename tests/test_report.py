@@ -174,6 +174,7 @@ def test_show_adds_importance_and_the_best_trials_categories(study_dir: Path, fo
     assert f"--{top}" in text
 
 
+@pytest.mark.browser
 def test_a_person_sees_every_figure(folder: Path) -> None:
     with chromium() as browser:
         browser.get((folder / "index.html").as_uri())
