@@ -2,7 +2,8 @@
 
 Reuses the trial (launch -> measure -> stop) without Optuna; a profile is checked against the
 figure it recorded, as an equivalence test: the same within a margin when the whole 95 % interval
-of the difference lies inside it, a regression when the whole interval lies below zero.
+of the difference lies inside it, a regression when the whole interval lies below zero. A speculation
+schedule's profile is checked at every load level it recorded, on one launch.
 """
 
 from __future__ import annotations
@@ -129,13 +130,36 @@ def compare(profile: Profile, measurement: Measurement, *, margin: float) -> Ver
     )
 
 
+def compare_levels(profile: Profile, measurements: list[Measurement], *, margin: float) -> dict[int, Verdict | None]:
+    """Each level the profile recorded (a speculation schedule's) against the fresh launch's figure there."""
+    fresh = {m.concurrency: m for m in measurements}
+    verdicts: dict[int, Verdict | None] = {}
+    for level in profile.levels:
+        measured = fresh.get(level.concurrency)
+        at_level = profile.model_copy(update={"metrics": level.metrics})
+        verdicts[level.concurrency] = compare(at_level, measured, margin=margin) if measured is not None else None
+    return verdicts
+
+
 def bench_profile(
     profile: Profile, *, settings: MeasureSettings, suite_ref: str, workdir: Path,
     on_progress: Callable[[str, str], None] | None = None,
 ) -> Measurement:
     """Launch the profile's command, measure it with the given settings, stop it."""
+    return bench_profile_levels(
+        profile, settings=settings, suite_ref=suite_ref, workdir=workdir, levels=[settings.concurrency],
+        on_progress=on_progress,
+    )[0]  # fmt: skip
+
+
+def bench_profile_levels(
+    profile: Profile, *, settings: MeasureSettings, suite_ref: str, workdir: Path, levels: list[int],
+    on_progress: Callable[[str, str], None] | None = None,
+) -> list[Measurement]:
+    """Launch the profile's command once, measure it at each of ``levels`` (concurrency), stop it; a
+    profile holding an adaptive config launches with its own copy of it, written into ``workdir``."""
     engine = get_engine(profile.engine)
-    profile = profile.with_secrets(dict(os.environ))
+    profile = profile.with_secrets(dict(os.environ)).with_adaptive_config_in(workdir)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     env = {k: v for k, v in profile.env.items() if v is not None}
     if profile.gpu_devices is not None:
@@ -146,16 +170,16 @@ def bench_profile(
         env=env,
         suite=load_suite(suite_ref),
         measure=settings,
-        concurrency_levels=[settings.concurrency],
-        objective_concurrency=settings.concurrency,
+        concurrency_levels=levels,
+        objective_concurrency=settings.concurrency if settings.concurrency in levels else levels[0],
         launch_timeout_s=1800,
         stop_timeout_s=30,
         records_dir=workdir / "servers",
     )
     plan = LaunchPlan(engine=profile.engine, flags=profile.flags)
     outcome = run_trial(engine, setup, plan, log_path=workdir / f"bench-{stamp}.log", on_phase=on_progress)
-    if outcome.kind is not OutcomeKind.OK or outcome.measurement is None:
+    if outcome.kind is not OutcomeKind.OK or not outcome.measurements:
         raise AutotuneError(
             f"the profile's server did not measure: {outcome.kind.value}: {outcome.reason}", log_path=outcome.log_path
         )
-    return outcome.measurement
+    return sorted(outcome.measurements, key=lambda m: levels.index(m.concurrency) if m.concurrency in levels else 0)

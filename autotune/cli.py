@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from autotune.space import SearchSpace
     from autotune.study import Importance, Preflight, StudyPaths, StudyRunner, StudyView
     from autotune.study.levels import LoadLevels
+    from autotune.study.schedule import NoSchedule, Schedule
 
 app = typer.Typer(
     help="Find the fastest launch configuration of an LLM inference server by experiment.",
@@ -130,7 +131,11 @@ def study(
     ] = None,
     storage: StorageOpt = None,
     studies_dir: StudiesDir = Path("studies"),
-    trials: Annotated[Optional[int], typer.Option("--trials", min=1, help="Trials to run in this invocation.")] = None,
+    trials: Annotated[
+        Optional[int],
+        typer.Option("--trials", min=1, help="Server launches to run in this invocation (a proposal answered from a "
+                     "measurement already made, or skipped as predicted to fail, does not count)."),
+    ] = None,
     timeout: Annotated[Optional[str], typer.Option("--timeout", help="Time budget, e.g. 45m or 8h.")] = None,
     sampler: Annotated[Sampler, typer.Option("--sampler", help="Search strategy.")] = Sampler.tpe,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Sampler seed, for a reproducible search.")] = None,
@@ -169,7 +174,8 @@ def study(
     """Run (or resume) a study: launch, measure and compare configurations until the budget is spent.
 
     Re-running with the same study name resumes it: measured trials are kept, baselines are not
-    measured again. --trials counts search trials; at the end (and on Ctrl-C) the finalists and every
+    measured again. --trials counts the search's launches (re-measuring a close challenger and the
+    incumbent included); at the end (and on Ctrl-C) the finalists and every
     baseline are raced on fresh launches (the output says how many, and how long), and the verdict
     names the best with its gain over each baseline, or keeps a baseline nothing beat. Ctrl-C stops
     the current server and records the trial as interrupted; a second Ctrl-C skips the confirmation.
@@ -494,6 +500,16 @@ def export(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to a file instead of stdout.")] = None,
     host: Annotated[str, typer.Option("--host", help="Address the exported server listens on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port the exported server listens on.")] = 30000,
+    schedule: Annotated[
+        bool,
+        typer.Option("--schedule", help="Export the speculation schedule that `confirm --schedule` recommended: "
+                     "its adaptive config file and the launch command reading it (refused when it was declined)."),
+    ] = False,
+    schedule_config: Annotated[
+        Optional[Path],
+        typer.Option("--schedule-config", help="With --schedule: where to write the adaptive config the command "
+                     "reads (default: STUDY-adaptive.json beside --output, else in the current folder)."),
+    ] = None,
     storage: StorageOpt = None,
     studies_dir: StudiesDir = Path("studies"),
 ) -> None:
@@ -503,6 +519,14 @@ def export(
         from autotune.profile import render
         opened = _open(study_name, storage, studies_dir)
         chosen: TrialRecord | None
+        if schedule:
+            if trial is not None or concurrency is not None:
+                raise UserError("--schedule exports the schedule: leave out --trial and --concurrency")
+            config_file = schedule_config or (output.parent if output else Path.cwd()) / f"{study_name}-adaptive.json"
+            profile = _schedule_profile(opened, studies_dir, config_file)
+            _write_export(render(profile, fmt.value, host=host, port=port), output, fmt)
+            console.print(f"wrote {config_file} (the adaptive config the command reads)", highlight=False)
+            return
         if concurrency is not None:
             chosen = _level_winner(opened, concurrency, trial)
         elif trial is None:
@@ -513,14 +537,45 @@ def export(
             chosen = opened.record(trial)
             if chosen is None or chosen.outcome != "ok":
                 raise UserError(f"trial {trial} of study {study_name!r} was not measured successfully")
-        text = render(opened.profile(chosen, concurrency=concurrency), fmt.value, host=host, port=port)
-        if output is None:
-            sys.stdout.write(text)
-        else:
-            output.write_text(text)
-            if fmt is Format.sh:
-                output.chmod(0o755)
-            console.print(f"wrote {output}")
+        _write_export(render(opened.profile(chosen, concurrency=concurrency), fmt.value, host=host, port=port),
+                      output, fmt)  # fmt: skip
+
+
+def _write_export(text: str, output: Path | None, fmt: Format) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    output.write_text(text)
+    if fmt is Format.sh:
+        output.chmod(0o755)
+    console.print(f"wrote {output}")
+
+
+def _schedule_profile(opened: StudyView, studies_dir: Path, config_file: Path) -> Profile:
+    """The recommended schedule's profile (its config written to ``config_file``); a user error when
+    the study has none, it was never raced, or the race declined it."""
+    from autotune.errors import UserError
+    from autotune.study import StudyPaths
+    from autotune.study.schedule import NoSchedule
+    from autotune.study.schedule_race import load_verdict, schedule_profile
+
+    name = opened.name
+    verdict = load_verdict(StudyPaths(studies_dir, name))
+    if verdict is None:
+        built = _build_schedule(opened)
+        if isinstance(built, NoSchedule):
+            raise UserError(f"study {name!r} has no schedule: {built.reason}",
+                            hint=f"export the static winner: autotune export {name}")  # fmt: skip
+        raise UserError(f"study {name!r}: the schedule was never raced", hint=f"autotune confirm {name} --schedule")
+    if not verdict.recommended:
+        hint = f"export the static winner: autotune export {name} (or --concurrency N per level)"
+        raise UserError(f"study {name!r}: {verdict.note}", hint=hint)
+    base = opened.record(verdict.schedule.shared_from)
+    if base is None:
+        raise UserError(f"study {name!r} has no trial {verdict.schedule.shared_from} (the schedule's shared flags)")
+    metric = opened.info.objective_metric
+    unit = base.metrics[metric].unit if metric in base.metrics else "tok/s"
+    return schedule_profile(opened.profile(base), verdict, config_file=config_file, metric=metric, unit=unit)
 
 
 def _level_winner(opened: StudyView, concurrency: int, trial: int | None) -> TrialRecord:
@@ -559,10 +614,24 @@ def confirm(
         typer.Option("--budget", min=2, help="At most this many relaunches in all (default: as many as the search "
                      "launched, two rounds at least)."),
     ] = None,
+    schedule: Annotated[
+        bool,
+        typer.Option("--schedule", help="A levels study on SGLang: race a speculation schedule instead (each "
+                     "level's best draft depth as a batch-size slot of --speculative-adaptive) against each level's "
+                     "static winner; it is recommended only when no level is significantly slower and one is "
+                     "significantly faster, else the output names the static config to run. Then: export --schedule."),
+    ] = False,
+    rounds: Annotated[
+        int, typer.Option("--rounds", min=2, help="With --schedule: interleaved rounds, each launching the schedule "
+                          "and every distinct static winner once.")
+    ] = 3,
     storage: StorageOpt = None,
     studies_dir: StudiesDir = Path("studies"),
 ) -> None:
     """Race the study's finalists and baselines on fresh, interleaved launches and state the verdict."""
+    if schedule:
+        _confirm_schedule(study_name, space_file, rounds=rounds, storage=storage, studies_dir=studies_dir)
+        return
     with error_funnel():
         from autotune.errors import UserError
         from autotune.report.console import LiveView, best_summary, confirmation_table
@@ -601,6 +670,59 @@ def confirm(
         console.print(best_summary(reread.best(), simulated=reread.info.simulated))
         if interrupted:
             raise typer.Exit(130)
+
+
+def _confirm_schedule(
+    study_name: str, space_file: Path | None, *, rounds: int, storage: str | None, studies_dir: Path
+) -> None:
+    """``confirm --schedule``: build the schedule from the levels study, race it, print the table."""
+    with error_funnel():
+        from autotune.errors import UserError
+        from autotune.gpu import read_inventory
+        from autotune.report.console import schedule_table
+        from autotune.space import load_space
+        from autotune.study import StudyPaths, preflight
+        from autotune.study.launcher import trial_launcher
+        from autotune.study.schedule import NoSchedule
+        from autotune.study.schedule_race import race
+
+        opened = _open(study_name, storage, studies_dir)
+        space = load_space(space_file) if space_file else opened.info.space
+        if space is None:
+            raise UserError(f"study {study_name!r} does not record its search space", hint="pass --space FILE")
+        built = _build_schedule(opened)
+        if isinstance(built, NoSchedule):
+            console.print(f"no schedule to race: {built.reason}; run trial {built.run} "
+                          f"(autotune export {study_name})", highlight=False)  # fmt: skip
+            return
+        console.print(f"racing the schedule ({built.text()}) against each level's static winner, {rounds} rounds",
+                      highlight=False)  # fmt: skip
+        for decision in built.decisions:
+            console.print(f"  decided: {decision}", highlight=False)
+        paths = StudyPaths(studies_dir, study_name)
+        checked = preflight(space)
+        read_gpus = lambda: read_inventory(space.gpus)  # noqa: E731 - the runner reads them the same way
+        launch = trial_launcher(checked, paths, read_gpus, lambda: None)
+        verdict = race(checked, paths, built, opened.records(), launch=launch, rounds=rounds, read_gpus=read_gpus,
+                       on_phase=lambda phase, detail: console.print(f"{phase}: {detail}", highlight=False))  # fmt: skip
+        console.print(schedule_table(verdict, metric=opened.info.objective_metric))
+
+
+def _build_schedule(opened: StudyView) -> Schedule | NoSchedule:
+    """The study's speculation schedule (or why it has none); a user error for a study that cannot have one."""
+    from autotune.errors import UserError
+    from autotune.study.schedule import build
+
+    levels = opened.load_levels()
+    if levels is None:
+        raise UserError(f"--schedule: study {opened.name!r} has no objective.levels: a schedule needs a winner per "
+                        "load level")  # fmt: skip
+    engine = opened.info.space.engine if opened.info.space else None
+    if engine != "sglang":
+        # vLLM 0.33 has one (--speculative-config's num_speculative_tokens_per_batch_size); not built here yet.
+        raise UserError(f"--schedule: study {opened.name!r} runs {engine}; autotune builds a schedule per load for "
+                        "SGLang (--speculative-adaptive) only")  # fmt: skip
+    return build(opened.records(), levels, study=opened.name)
 
 
 @app.command()
@@ -718,12 +840,50 @@ def bench(
             assert url is not None
             measurement = bench_url(engine, url, suite_ref, settings, api_key=api_key, on_progress=_bench_progress)
             verdict = None
+        elif profile.levels:  # a speculation schedule: every level it recorded, on one launch
+            if api_key:
+                os.environ.setdefault("AUTOTUNE_API_KEY", api_key)
+            _bench_levels(profile, settings, suite_ref, workdir, margin=margin, as_json=as_json)
+            return
         else:
             measurement, verdict = _bench_profile(profile, profile_file, settings, suite_ref, workdir, api_key,
                                                   margin=margin)  # fmt: skip
         _print_bench(measurement, verdict, suite_ref=suite_ref, as_json=as_json)
         if verdict is not None and verdict.slower:
             raise typer.Exit(1)
+
+
+def _bench_levels(
+    profile: Profile, settings: MeasureSettings, suite_ref: str, workdir: Path, *, margin: float, as_json: bool
+) -> None:
+    """Launch a profile that recorded several load levels, check each; exit 1 on a regression at any."""
+    from autotune.bench import bench_profile_levels, compare_levels
+    from autotune.report.console import measurement_table
+
+    levels = [level.concurrency for level in profile.levels]
+    err_console.print(f"launching the profile at concurrency {levels}: {profile.summary()}", highlight=False)
+    measurements = bench_profile_levels(profile, settings=settings, suite_ref=suite_ref, workdir=workdir,
+                                        levels=levels, on_progress=_bench_progress)  # fmt: skip
+    verdicts = compare_levels(profile, measurements, margin=margin)
+    if as_json:
+        payload = {
+            "measurements": [m.model_dump(mode="json") for m in measurements],
+            "verdicts": {str(c): v.model_dump(mode="json") if v else None for c, v in verdicts.items()},
+        }
+        print(json.dumps(payload, indent=2))
+    else:
+        for measurement in measurements:
+            console.print(measurement_table(measurement, title=f"bench ({suite_ref}), concurrency "
+                                            f"{measurement.concurrency}"))  # fmt: skip
+        for concurrency, verdict in verdicts.items():
+            if verdict is None:
+                console.print(f"[yellow]concurrency {concurrency}: not measured[/yellow]")
+                continue
+            style = "red" if verdict.slower else "green" if verdict.same or verdict.low > 0 else "yellow"
+            console.print(f"concurrency {concurrency}: [{style}]{verdict.text()}[/{style}] (measured "
+                          f"{verdict.measured:.1f}, recorded {verdict.recorded:.1f})", highlight=False)  # fmt: skip
+    if any(v is None or v.slower for v in verdicts.values()):
+        raise typer.Exit(1)
 
 
 def _bench_settings(profile: Profile | None, **overrides: float | None) -> MeasureSettings:

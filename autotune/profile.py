@@ -1,5 +1,8 @@
 """The exported profile: the winning launch, its numbers, and renderings as YAML, shell, systemd.
 
+A speculation schedule's profile (``export --schedule``) also holds its adaptive config and its
+figures per load level, so ``bench --profile`` launches exactly that config and checks every level.
+
 Secret environment values never enter a profile: their names are kept (so the rendered command
 still asks for them) and their values are left to the deployment. Secret flags (``--api-key``) are
 stored as ``***`` and rendered as an environment variable (``--api-key "$AUTOTUNE_API_KEY"``).
@@ -7,6 +10,7 @@ stored as ``***`` and rendered as an environment variable (``--api-key "$AUTOTUN
 
 from __future__ import annotations
 
+import json
 import shlex
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.engines import get_engine
 from autotune.engines.base import LaunchPlan
+from autotune.engines.sglang import ADAPTIVE_CONFIG
 from autotune.errors import UserError
 from autotune.measure.protocol import MeasureSettings
 from autotune.secrets import REDACTED, is_secret_flag, secret_env_name
@@ -32,6 +37,15 @@ class ProfileMetric(BaseModel):
     unit: str
     ci95: float | None = None
     n: int | None = None
+
+
+class ProfileLevel(BaseModel):
+    """What the profile's server measured at one load level."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    concurrency: int
+    metrics: dict[str, ProfileMetric]
 
 
 class Profile(BaseModel):
@@ -58,6 +72,10 @@ class Profile(BaseModel):
         default=None, description="the metrics' objective is the mean over this many fresh launches; None: one"
     )
     verdict: str | None = Field(default=None, description="the study's verdict in one line (e.g. keep a baseline)")
+    levels: list[ProfileLevel] = Field(default_factory=list, description="per load level: bench checks each")
+    adaptive_config: dict[str, dict[str, list[int]]] | None = Field(
+        default=None, description="the --speculative-adaptive-config JSON its flags name (a speculation schedule)"
+    )
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 
     def secret_flags(self) -> dict[str, str]:
@@ -78,6 +96,16 @@ class Profile(BaseModel):
                 flags[name] = environ[variable]
         return self.model_copy(update={"flags": flags})
 
+    def with_adaptive_config_in(self, folder: Path) -> Profile:
+        """The profile reading its own adaptive config, written into ``folder``: a re-check launches
+        what the profile holds, whatever the deployment's copy says."""
+        if self.adaptive_config is None:
+            return self
+        folder.mkdir(parents=True, exist_ok=True)
+        path = (folder / f"{self.study}-adaptive.json").resolve()
+        path.write_text(json.dumps(self.adaptive_config, indent=2) + "\n", encoding="utf-8")
+        return self.model_copy(update={"flags": {**self.flags, ADAPTIVE_CONFIG: str(path)}})
+
     def argv(self, *, host: str, port: int) -> list[str]:
         plan = LaunchPlan(engine=self.engine, flags=self.flags)
         return get_engine(self.engine).build_argv(
@@ -93,9 +121,7 @@ class Profile(BaseModel):
         accept = self.metrics.get("accept_length")
         if accept is not None:
             parts.append(f"accept length {accept.value:.2f}")
-        parts.append(
-            f"confirmed over {self.confirmed_launches} launches" if self.confirmed_launches else "unconfirmed"
-        )
+        parts.append(f"confirmed over {self.confirmed_launches} launches" if self.confirmed_launches else "unconfirmed")
         if self.suite:
             parts.append(f"suite {self.suite}")
         if self.simulated:
@@ -104,7 +130,11 @@ class Profile(BaseModel):
 
     def comment_lines(self) -> list[str]:
         """What a rendered profile says of itself: its summary, then the study's verdict."""
-        return [self.summary(), *([f"verdict: {self.verdict}"] if self.verdict else [])]
+        lines = [self.summary(), *([f"verdict: {self.verdict}"] if self.verdict else [])]
+        if self.adaptive_config is not None:
+            where = self.flags.get(ADAPTIVE_CONFIG)
+            lines.append(f"speculation schedule: {where} must hold {json.dumps(self.adaptive_config)}")
+        return lines
 
 
 def render_yaml(profile: Profile) -> str:

@@ -88,6 +88,9 @@ class TwinHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    # uvicorn listens with a backlog of 2048; socketserver's default of 5 resets some of sixteen
+    # clients connecting at once (the client sees a ReadError before any response).
+    request_queue_size = 2048
 
     def __init__(
         self,

@@ -5,6 +5,7 @@ Presentation only: every number shown was computed elsewhere and arrives in a mo
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -18,7 +19,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from autotune.decision import Adjusted, Reuse, Skip
+from autotune.decision import Adjusted, Launch, Reuse, Skip
 from autotune.measure.client import CategoryStats, Measurement
 from autotune.records import TrialRecord
 from autotune.space import ENGINE_PARAM, Candidate, FlagValue
@@ -26,6 +27,7 @@ from autotune.study.breakeven import BreakEven
 from autotune.study.confirm import Confirmation
 from autotune.study.events import StudyEvents
 from autotune.study.levels import LoadLevels
+from autotune.study.schedule import ScheduleVerdict
 
 if TYPE_CHECKING:
     from autotune.gpu import GpuInventory
@@ -492,6 +494,48 @@ def confirmation_table(confirmation: Confirmation, *, unit: str = "tok/s") -> Re
     return Group(table, *lines, Text("; ".join(parts), style="dim"))
 
 
+def schedule_table(verdict: ScheduleVerdict, *, metric: str = "decode_tok_s", unit: str = "tok/s") -> RenderableType:
+    """The speculation schedule per level beside every static winner, on fresh interleaved launches:
+    each mean with its interval and the schedule's gain with its own (* marks the level's winner)."""
+    schedule = verdict.schedule
+    table = Table(title=f"speculation schedule ({metric}, {unit}) against each level's static winner, "
+                  f"{verdict.rounds} interleaved rounds", title_justify="left")  # fmt: skip
+    for column in ("concurrency", "schedule", "± 95% CI", "static", "± 95% CI ", "schedule's gain (95%)", "verdict"):
+        table.add_column(column, justify="left" if column in ("static", "verdict") else "right")
+    for level in verdict.levels:
+        for index, static in enumerate(level.statics):
+            gain = static.gain
+            interval = "-"
+            if gain is not None and gain.low is not None and gain.high is not None:
+                interval = f"{gain.gain:+.1%} ({gain.low:+.1%} to {gain.high:+.1%})"
+            said = "slower" if static.worse else "faster" if static.better else "same" if gain else "not measured"
+            if level.slo_broken:
+                said = f"breaks the SLO ({', '.join(level.slo_broken)})"
+            first = index == 0
+            table.add_row(
+                str(level.concurrency) if first else "",
+                f"{level.steps} steps" if first else "",
+                _mean(level.schedule_mean, level.schedule_ci95) if first else "",
+                static.label + (" *" if static.trial == level.winner else ""),
+                _mean(static.mean, static.ci95),
+                interval,
+                said,
+                end_section=index == len(level.statics) - 1,
+            )
+    style = "bold green" if verdict.recommended else "bold yellow"
+    lines = [Text(f"verdict: {verdict.note}", style=style)]
+    lines += [Text(f"  decided: {decision}") for decision in schedule.decisions]
+    lines += [Text(f"  launch failed: {reason}", style="red") for reason in verdict.failed]
+    lines.append(Text(f"adaptive config: {json.dumps(verdict.config)}", style="dim"))
+    return Group(table, *lines)
+
+
+def _mean(mean: float | None, ci95: float | None) -> str:
+    if mean is None:
+        return "-"
+    return f"{mean:.1f}" + (f" ± {ci95:.1f}" if ci95 is not None else "")
+
+
 class LiveView(StudyEvents):
     """What a user watches during ``autotune study``: current trial, phase, best so far, ETA."""
 
@@ -501,7 +545,7 @@ class LiveView(StudyEvents):
         self.timeout_s = timeout_s
         self.simulated = simulated
         self.started = time.monotonic()
-        self.finished = 0
+        self.finished = 0  # launches: what --trials counts
         self.current: str = "preparing"
         self.phase_text = ""
         self.best: TrialRecord | None = None
@@ -528,7 +572,7 @@ class LiveView(StudyEvents):
     def _render(self) -> RenderableType:
         total = f"/{self.total}" if self.total else ""
         head = Text.assemble(
-            ("trial ", "bold"),
+            ("launch ", "bold"),
             (f"{self.finished + 1}{total}", "bold cyan"),
             f"  {self.current}  ",
             (self.phase_text, "yellow"),
@@ -552,7 +596,7 @@ class LiveView(StudyEvents):
         self.phase_text = f"{name} {detail}".strip()
 
     def trial_finished(self, record: TrialRecord) -> None:
-        self.finished += 1
+        self.finished += isinstance(record.decision, Launch)
         if (
             record.feasible
             and record.value is not None

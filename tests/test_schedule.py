@@ -1,0 +1,181 @@
+"""The speculation schedule's pure parts: the schedule a levels study's records give (tiers, shared
+flags, the adaptive config SGLang 0.5.23 reads), and the verdict judged on the race's launches with
+the race's own fit (:func:`autotune.study.confirm.fit`). The twin runs are in test_schedule_twin.py."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from autotune.engines import get_engine
+from autotune.profile import Profile, load_profile, render
+from autotune.records import LevelRecord, MetricRecord, TrialRecord
+from autotune.study.levels import load_levels
+from autotune.study.schedule import SCHEDULE, Launches, NoSchedule, Schedule, build, judge
+from autotune.study.schedule_race import schedule_profile
+
+LEVELS = [1, 4, 16]
+SHARED = {"tp-size": 2, "speculative-algorithm": "NEXTN", "mem-fraction-static": 0.85}
+
+
+def record(number: int, steps: int, speeds: dict[int, float], **flags: object) -> TrialRecord:
+    """A trial measured at each level (decode_tok_s per level), launched with ``steps`` draft steps."""
+    spec = {"speculative-num-steps": steps, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": steps + 1}
+    levels = {
+        c: LevelRecord(concurrency=c, metrics={"decode_tok_s": MetricRecord(value=v, unit="tok/s", ci95=1.0, n=4)})
+        for c, v in speeds.items()
+    }
+    return TrialRecord(
+        number=number, state="COMPLETE", outcome="ok", value=speeds[1], feasible=True, baseline=f"steps-{steps}",
+        flags={**SHARED, **spec, **flags}, metrics=levels[1].metrics, levels=levels,
+    )  # fmt: skip
+
+
+def schedule_of(records: list[TrialRecord]) -> Schedule | NoSchedule:
+    best = max(records, key=lambda r: r.value or 0.0)
+    levels = load_levels(records, LEVELS, metric="decode_tok_s", primary_best=best, gpus=2)
+    return build(records, levels, study="s")
+
+
+def deep_alone_shallow_loaded() -> list[TrialRecord]:
+    return [
+        record(0, 2, {1: 47.0, 4: 43.0, 16: 25.0}),
+        record(1, 5, {1: 57.0, 4: 45.0, 16: 20.0}),
+        record(2, 3, {1: 53.0, 4: 48.0, 16: 23.0}),
+    ]
+
+
+def test_each_level_s_winner_is_its_tier_with_one_candidate_step_per_slot() -> None:
+    schedule = schedule_of(deep_alone_shallow_loaded())
+    assert isinstance(schedule, Schedule)
+    assert [(t.concurrency, t.steps, t.trial) for t in schedule.tiers] == [(1, 5, 1), (4, 3, 2), (16, 2, 0)]
+    # one candidate per slot: SGLang's EMA controller has nothing to move, the schedule is the measured one
+    assert schedule.adaptive_config() == {
+        "1": {"candidate_steps": [5]}, "4": {"candidate_steps": [3]}, "16": {"candidate_steps": [2]}
+    }  # fmt: skip
+    flags = schedule.launch_flags("/etc/a.json")
+    assert flags["speculative-adaptive"] is True and flags["speculative-adaptive-config"] == "/etc/a.json"
+    assert (flags["speculative-num-steps"], flags["speculative-eagle-topk"], flags["speculative-num-draft-tokens"]) == (
+        5, 1, 6)  # fmt: skip
+    assert flags["tp-size"] == 2 and schedule.decisions == []
+
+
+def test_the_engine_accepts_the_schedule_it_would_launch(tmp_path: Path) -> None:
+    schedule = schedule_of(deep_alone_shallow_loaded())
+    assert isinstance(schedule, Schedule)
+    path = tmp_path / "adaptive.json"
+    path.write_text(json.dumps(schedule.adaptive_config()))
+    plan = get_engine("sglang").normalise(schedule.launch_flags(str(path)))
+    assert plan.flags["speculative-num-steps"] == 5 and plan.flags["speculative-adaptive"] is True
+
+
+def test_one_depth_everywhere_is_no_schedule_and_names_the_static_to_run() -> None:
+    records = [record(0, 2, {1: 47.0, 4: 43.0, 16: 30.0}), record(1, 5, {1: 57.0, 4: 50.0, 16: 33.0})]
+    result = schedule_of(records)
+    assert isinstance(result, NoSchedule) and result.run == 1 and "every level's best drafts 5 steps" in result.reason
+
+
+def test_a_winner_adaptive_cannot_run_gives_way_to_the_best_it_can_and_says_so() -> None:
+    records = [*deep_alone_shallow_loaded(), record(3, 3, {1: 40.0, 4: 40.0, 16: 30.0}, **{"speculative-eagle-topk": 4,
+                                                     "speculative-num-draft-tokens": 8})]  # fmt: skip
+    schedule = schedule_of(records)
+    assert isinstance(schedule, Schedule)
+    assert schedule.tiers[2].trial == 0  # trial 3 (topk 4) won at 16: the best topk-1 run there is the tier
+    assert any("topk 4 (adaptive runs topk 1 only)" in d for d in schedule.decisions)
+
+
+def test_disagreeing_shared_flags_run_the_deepest_tier_s_and_say_which() -> None:
+    records = deep_alone_shallow_loaded()
+    records[0] = record(0, 2, {1: 47.0, 4: 43.0, 16: 25.0}, **{"mem-fraction-static": 0.80})
+    schedule = schedule_of(records)
+    assert isinstance(schedule, Schedule)
+    assert schedule.shared_from == 1 and schedule.flags["mem-fraction-static"] == 0.85
+    assert schedule.decisions == [
+        "concurrency 16: its tier (baseline steps-2 (#0)) ran --mem-fraction-static 0.8; the schedule runs the "
+        "deepest tier's (baseline steps-5 (#1)): its launch held the deepest drafts"
+    ]
+
+
+def race(per_level: dict[int, dict[int, float]], *, rounds: int = 3, noise: float = 0.01) -> Launches:
+    """Launches whose log values are the true figure plus a fixed small wobble per (config, round)."""
+    wobble = [noise, -noise, 0.0, noise / 2]
+    return {
+        level: {c: {r: v * math.exp(wobble[(r + abs(c)) % 4]) for r in range(rounds)} for c, v in configs.items()}
+        for level, configs in per_level.items()
+    }
+
+
+def test_a_schedule_that_beats_every_static_somewhere_and_loses_nowhere_is_recommended() -> None:
+    schedule = schedule_of(deep_alone_shallow_loaded())
+    assert isinstance(schedule, Schedule)
+    truth = {
+        1: {SCHEDULE: 57.0, 1: 57.0, 2: 53.0, 0: 47.0},
+        4: {SCHEDULE: 48.0, 1: 45.0, 2: 48.0, 0: 43.0},
+        16: {SCHEDULE: 25.0, 1: 20.0, 2: 23.0, 0: 25.0},
+    }
+    verdict = judge(schedule, race(truth), rounds=3)
+    assert verdict.recommended and verdict.run_trial is None
+    assert verdict.note.startswith("run the schedule (5 steps at 1, 3 steps at 4, 2 steps at 16)")
+    at_16 = next(v for v in verdict.levels if v.concurrency == 16)
+    assert at_16.against_winner.trial == 0 and not at_16.against_winner.better and not at_16.worse
+    assert next(c for c in at_16.statics if c.trial == 1).better  # the deep static loses under load
+
+
+def test_a_static_the_schedule_never_beats_is_the_one_to_run() -> None:
+    schedule = schedule_of(deep_alone_shallow_loaded())
+    assert isinstance(schedule, Schedule)
+    flat = {level: {SCHEDULE: 50.0, 1: 50.0, 2: 50.0, 0: 50.0} for level in LEVELS}
+    verdict = judge(schedule, race(flat), rounds=3)
+    assert not verdict.recommended and verdict.run_trial == 1  # the primary level's winner serves as well
+    assert "significantly slower at no level" in verdict.note and verdict.note.endswith("run baseline steps-5 (#1)")
+
+
+def test_a_schedule_slower_than_a_level_s_own_winner_is_declined() -> None:
+    schedule = schedule_of(deep_alone_shallow_loaded())
+    assert isinstance(schedule, Schedule)
+    truth = {
+        1: {SCHEDULE: 45.0, 1: 57.0, 2: 53.0, 0: 47.0},  # switching tiers costs more than the depth gains
+        4: {SCHEDULE: 48.0, 1: 45.0, 2: 48.0, 0: 43.0},
+        16: {SCHEDULE: 25.0, 1: 20.0, 2: 23.0, 0: 25.0},
+    }
+    verdict = judge(schedule, race(truth), rounds=3)
+    assert not verdict.recommended and verdict.levels[0].worse
+    assert "slower than the level's own winner at 1" in verdict.note
+
+
+def test_a_schedule_that_never_served_is_declined_with_the_reason() -> None:
+    schedule = schedule_of(deep_alone_shallow_loaded())
+    assert isinstance(schedule, Schedule)
+    truth = {level: {1: 50.0, 2: 50.0, 0: 50.0} for level in LEVELS}
+    verdict = judge(schedule, race(truth), rounds=3, failed=["schedule, round 1: memory-failure: CUDA out of memory"])
+    assert not verdict.recommended and "no interval" in verdict.note and "CUDA out of memory" in verdict.note
+
+
+def test_the_exported_profile_names_its_config_and_renders(tmp_path: Path) -> None:
+    schedule = schedule_of(deep_alone_shallow_loaded())
+    assert isinstance(schedule, Schedule)
+    truth = {
+        1: {SCHEDULE: 57.0, 1: 57.0, 2: 53.0, 0: 47.0},
+        4: {SCHEDULE: 48.0, 1: 45.0, 2: 48.0, 0: 43.0},
+        16: {SCHEDULE: 25.0, 1: 20.0, 2: 23.0, 0: 25.0},
+    }
+    verdict = judge(schedule, race(truth), rounds=3)
+    base = Profile(study="s", trial=1, engine="sglang", model="Qwen/Qwen3.6-27B", launcher=["python", "-m",
+                   "sglang.launch_server"], flags={})  # fmt: skip
+    config = tmp_path / "deploy" / "s-adaptive.json"
+    profile = schedule_profile(base, verdict, config_file=config, metric="decode_tok_s", unit="tok/s")
+    assert json.loads(config.read_text()) == verdict.config == profile.adaptive_config
+    assert profile.flags["speculative-adaptive-config"] == str(config.resolve())
+    assert [level.concurrency for level in profile.levels] == LEVELS and profile.confirmed_launches == 3
+    assert profile.metrics["decode_tok_s"].value == pytest.approx(57.0, rel=0.02)
+    script = render(profile, "sh")
+    assert f"--speculative-adaptive-config {config.resolve()}" in script and "--speculative-adaptive " in script
+    assert "speculation schedule:" in render(profile, "systemd")
+    saved = tmp_path / "p.yaml"
+    saved.write_text(render(profile, "yaml"))
+    assert load_profile(saved) == profile
+    copy = profile.with_adaptive_config_in(tmp_path / "bench")
+    assert json.loads(Path(str(copy.flags["speculative-adaptive-config"])).read_text()) == verdict.config
