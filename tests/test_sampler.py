@@ -6,6 +6,7 @@ import random
 from functools import partial
 
 import optuna
+import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial
 
@@ -14,6 +15,7 @@ from autotune.engines.base import DraftTree, LaunchPlan
 from autotune.records import TrialRecord
 from autotune.study import attrs
 from autotune.study.sampler import (
+    HEURISTICS,
     LaunchedSizing,
     NeighbourSampler,
     _repeats,
@@ -308,3 +310,45 @@ def test_a_chain_widened_into_a_tree_gets_the_full_tree_and_the_drawn_size_its_r
             drafts.append((steps, topk, trial.suggest_int("draft", 2, 16)))
         study.tell(trial, 1.0 if trial.number == 0 else 0.0)  # the chain stays the best
     assert drafts and all(draft == min(16, steps * topk + 1) for steps, topk, draft in drafts)
+
+
+def test_every_heuristic_has_a_switch_and_an_unknown_name_is_refused() -> None:
+    sampler = make_sampler("tpe", 0, off=HEURISTICS)
+    assert isinstance(sampler, NeighbourSampler) and sampler.off == frozenset(HEURISTICS)
+    assert isinstance(make_sampler("random", 0, off=("continuation",)), optuna.samplers.RandomSampler)
+    with pytest.raises(ValueError, match="unknown heuristics \\['momentum'\\]; known: neighbours"):
+        make_sampler("tpe", 0, off=("momentum",))
+
+
+def _proposals(off: tuple[str, ...], *, trees: bool = False) -> list[dict[str, object]]:
+    """What a sampler with ``off`` switched off proposes after two enqueued trials (2 then 4 steps,
+    a tree 2 wide and full), each trial a neighbour turn once two served."""
+    sampler = NeighbourSampler(optuna.samplers.RandomSampler(seed=6), seed=6, after=2, every=1, off=off)
+    if trees:
+        sampler.follow_trees([TREE])
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for steps in (2, 4):
+        study.enqueue_trial({"steps": steps, "topk": 2, "draft": 2 * steps + 1})
+    for _ in range(6):
+        trial = study.ask()
+        steps = trial.suggest_int("steps", 1, 8)
+        trial.suggest_categorical("topk", [1, 2, 4])
+        if trial.params["topk"] > 1:
+            trial.suggest_int("draft", 2, 16)
+        study.tell(trial, 10.0 if trial.number == 1 else 1.0)  # the 4-step tree stays the best
+    return [t.params for t in study.trials[2:]]
+
+
+def test_switched_off_heuristics_are_not_applied() -> None:
+    best = {"steps": 4, "topk": 2, "draft": 9}
+    assert _proposals(())[0] == {**best, "steps": 6}  # the continuation
+    assert _proposals(("continuation",))[0] != {**best, "steps": 6}
+    near = [p for p in _proposals(("continuation",)) if sum(p.get(k) != v for k, v in best.items()) <= 2]
+    assert near  # neighbours of the best, as before
+    far = _proposals(("neighbours",))
+    assert far[0] != {**best, "steps": 6}
+    widened = [p for p in _proposals(("continuation",), trees=True) if p.get("topk") == 4 and p["steps"] == 4]
+    assert widened and all(p["draft"] == 16 for p in widened)  # 4 x 4 + 1, past the range: its end
+    kept = [p for p in _proposals(("continuation", "tree-scaling"), trees=True) if p.get("topk") == 4]
+    assert kept and all(p["draft"] == 9 for p in kept)  # the size is not scaled

@@ -33,13 +33,17 @@ launched other values than it sampled (a served trial's sizing, another fraction
 measured rate, shows TPE and the neighbours of a best no sizing: else a sampled sizing that never
 launched is credited with a served launch's rate, drawn again for a drafter no launch has sized,
 and dies. What a trial launched is read from its record (:class:`~autotune.decision.Decision`).
+
+Each of these heuristics has a name in :data:`HEURISTICS` and can be switched off
+(``make_sampler(..., off=...)``), so the search benchmark's ablation (``benchmarks/ablation.py``)
+can judge each against the sampler without it.
 """
 
 from __future__ import annotations
 
 import random
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Literal
 
 import optuna
@@ -54,9 +58,27 @@ from autotune.study.named_failures import open_failures, shares
 
 SamplerName = Literal["tpe", "random"]
 
+# The sampler's heuristics by name (module docstring), each of which can be switched off:
+# neighbours of the best; the continuation of the best's last move; a draft tree's size scaled with
+# its depth and width; a named failure's pairing moved whole; proposals redrawn until they are new;
+# sizing learned only from launches that used it.
+HEURISTICS = ("neighbours", "continuation", "tree-scaling", "failure-pairing", "redraw", "launched-sizing")
 
-def make_sampler(name: SamplerName, seed: int | None) -> optuna.samplers.BaseSampler:
-    """The study's sampler: random draws, or TPE with neighbours of the best (benchmarks/README.md)."""
+
+def make_sampler(name: SamplerName, seed: int | None, *, off: Collection[str] = ()) -> optuna.samplers.BaseSampler:
+    """The study's sampler: random draws, or TPE with neighbours of the best (benchmarks/README.md).
+
+    Args:
+        name: "tpe" (TPE with the heuristics) or "random".
+        seed: seeds every random choice; None draws one.
+        off: names of :data:`HEURISTICS` switched off (the random sampler has none).
+
+    Raises:
+        ValueError: ``off`` names an unknown heuristic.
+    """
+    unknown = set(off) - set(HEURISTICS)
+    if unknown:
+        raise ValueError(f"unknown heuristics {sorted(unknown)}; known: {', '.join(HEURISTICS)}")
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     with warnings.catch_warnings():
@@ -65,7 +87,7 @@ def make_sampler(name: SamplerName, seed: int | None) -> optuna.samplers.BaseSam
         tpe = optuna.samplers.TPESampler(
             seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=2, n_ei_candidates=64
         )
-    return NeighbourSampler(tpe, seed=seed, after=3, every=2)
+    return NeighbourSampler(tpe, seed=seed, after=3, every=2, off=off)
 
 
 class NeighbourSampler(optuna.samplers.BaseSampler):
@@ -77,16 +99,25 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
         after: completed feasible trials needed before neighbours are drawn.
         every: one trial in ``every`` is a neighbour.
         redraws: joint draws of the base sampler until one differs from the finished trials.
+        off: names of :data:`HEURISTICS` switched off.
     """
 
     def __init__(
-        self, base: optuna.samplers.BaseSampler, *, seed: int | None, after: int, every: int, redraws: int = 5
+        self,
+        base: optuna.samplers.BaseSampler,
+        *,
+        seed: int | None,
+        after: int,
+        every: int,
+        redraws: int = 5,
+        off: Collection[str] = (),
     ) -> None:
         self.base = base
         self.rng = random.Random(seed)
         self.after = after
         self.every = every
-        self.redraws = redraws
+        self.off = frozenset(off)
+        self.redraws = 1 if "redraw" in self.off else redraws
         self.still: frozenset[str] = frozenset()
         self.trees: tuple[DraftTree, ...] = ()
         self.plans: dict[int, dict[str, Any]] = {}
@@ -98,7 +129,7 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
 
     def follow_trees(self, trees: Sequence[DraftTree]) -> None:
         """The engines' draft trees: a neighbour moving a tree's depth or width scales its size."""
-        self.trees = tuple(trees)
+        self.trees = () if "tree-scaling" in self.off else tuple(trees)
 
     def reseed_rng(self) -> None:
         self.base.reseed_rng()
@@ -146,7 +177,9 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
 
     def _learned(self, study: optuna.Study) -> optuna.Study:
         """The study as the base sampler learns from it (module docstring)."""
-        return LaunchedSizing(study, self.still, self.record) if self.still else study  # type: ignore[return-value]
+        if not self.still or "launched-sizing" in self.off:
+            return study
+        return LaunchedSizing(study, self.still, self.record)  # type: ignore[return-value]
 
     def record(self, study_name: str, trial: FrozenTrial) -> TrialRecord:
         """A trial's record; a finished one's read once (it never changes)."""
@@ -159,7 +192,7 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
 
     def _plan(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any] | None:
         """The values of a neighbour of the best feasible trial, or None for a TPE trial."""
-        if len(study.directions) != 1 or "fixed_params" in trial.system_attrs:
+        if "neighbours" in self.off or len(study.directions) != 1 or "fixed_params" in trial.system_attrs:
             return None  # a levels study has no single best; an enqueued trial has its values
         complete = self._learned(study).get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         served = [t for t in complete if _feasible(t)]
@@ -168,9 +201,13 @@ class NeighbourSampler(optuna.samplers.BaseSampler):
         sign = 1.0 if study.direction.name == "MAXIMIZE" else -1.0
         best = max(served, key=lambda t: sign * t.values[0])
         finished = _sampled_params(complete)
-        failures = [r.failure_names for r in open_failures([self.record(study.study_name, t) for t in complete])]
+        failures: list[dict[str, str]] = []
+        if "failure-pairing" not in self.off:
+            failures = [r.failure_names for r in open_failures([self.record(study.study_name, t) for t in complete])]
+        if "redraw" in self.off:
+            finished = []  # a repeat is proposed as drawn
         before = [t for t in served if t.number < best.number]
-        if before:
+        if before and "continuation" not in self.off:
             previous = max(before, key=lambda t: sign * t.values[0])
             plan = continued(previous.params, best.params, best.distributions, self.rng, still=self.still)
             if plan is not None:
