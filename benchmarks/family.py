@@ -9,6 +9,20 @@ negligible to dominant, and a context length that leaves memory roomy or tight. 
 validated :class:`TwinProfile` and a matching :class:`SearchSpace` with only the engine's defaults
 and a cautious launch as baselines. The numbers are plausible, not calibrated: a family member is
 a simulation, as the twin is.
+
+Each member is also one of four cases (issue 32), drawn from the seed apart from the rest, so a
+``base`` member is what it was before the cases existed:
+
+- ``wide-trees``: an EAGLE3 head or MTP with trees up to 8 wide and up to 64 draft tokens, a
+  verify cost per token that makes a wide tree best part-filled while a narrow one peaks full, so
+  the best draft-token count depends on the width under the token ceiling;
+- ``flat-top``: drafting whose last steps about pay for themselves and backends that differ
+  little, so many configurations lie within the launch-to-launch noise of the best;
+- ``huge``: a model of 300B-1T parameters on 8 data-centre GPUs, where the per-pass overhead
+  and the per-step draft cost dominate.
+
+The twin's launch-to-launch spread (``timing.launch_sd``, 4 %) is in every profile; the search
+benchmark applies it with ``--launch-sd``.
 """
 
 from __future__ import annotations
@@ -42,6 +56,9 @@ ModelKind = Literal["dense", "hybrid", "moe"]
 Drafting = Literal["mtp", "eagle3", "dflash", "mtp+dflash", "eagle3+dflash"]
 Tightness = Literal["roomy", "medium", "tight"]
 CurveShape = Literal["geometric", "plateau", "steep"]
+Case = Literal["base", "wide-trees", "flat-top", "huge"]
+CASE_WEIGHTS: dict[Case, float] = {"base": 0.4, "wide-trees": 0.2, "flat-top": 0.2, "huge": 0.2}
+LAUNCH_SD = 0.04  # the twin's default spread between launches, as a real H200 showed it
 
 
 class _Frozen(BaseModel):
@@ -165,6 +182,7 @@ class Member(_Frozen):
 
     seed: int
     summary: str
+    case: Case
     kind: ModelKind
     drafting: Drafting
     tightness: Tightness
@@ -179,8 +197,10 @@ def member(seed: int) -> Member:
         ValueError: no draw in ``MAX_DRAWS`` fitted its GPUs (does not happen for the catalog above).
     """
     rng = random.Random(f"autotune-family-{seed}")
+    cases = random.Random(f"autotune-family-case-{seed}")  # apart, so a base member is as it was
+    case: Case = cases.choices(list(CASE_WEIGHTS), weights=list(CASE_WEIGHTS.values()))[0]
     for _ in range(MAX_DRAWS):
-        drawn = _draw(rng, seed)
+        drawn = _draw(rng, seed) if case == "base" else _draw(rng, seed, case=case, cased=cases)
         if drawn is not None:
             return drawn
     raise ValueError(f"family seed {seed}: no model fitted its GPUs in {MAX_DRAWS} draws")
@@ -198,7 +218,8 @@ def _log_uniform(rng: random.Random, low: float, high: float) -> float:
     return math.exp(rng.uniform(math.log(low), math.log(high)))
 
 
-def _draw(rng: random.Random, seed: int) -> Member | None:
+def _draw(rng: random.Random, seed: int, *, case: Case = "base", cased: random.Random | None = None) -> Member | None:
+    """One draw; a case other than ``base`` draws what makes it so from ``cased``."""
     gpu = rng.choice(GPUS)
     count = rng.choice([c for c in (1, 2, 4, 8) if c <= gpu.max_count])
     kind: ModelKind = rng.choice(["dense", "hybrid", "moe"])
@@ -206,6 +227,14 @@ def _draw(rng: random.Random, seed: int) -> Member | None:
     dtype = rng.choice(list(BYTES_PER_PARAM))
     drafting: Drafting = rng.choice(["mtp", "eagle3", "dflash", "mtp+dflash", "eagle3+dflash"])
     tightness: Tightness = rng.choice(["roomy", "medium", "tight"])
+    if cased is not None and case == "huge":
+        gpu, count = cased.choice([g for g in GPUS if g.nvlink]), 8
+        kind, params = cased.choice(["dense", "moe", "moe"]), _log_uniform(cased, 300e9, 1000e9)
+        dtype = cased.choice(["float8_e4m3fn", "int4"])
+    if cased is not None and case == "wide-trees":
+        drafting = cased.choice(["mtp", "eagle3"])
+    if cased is not None and case == "flat-top":
+        drafting = cased.choice(["mtp", "eagle3"])
     gpus = _gpu_spec(rng, gpu, count)
     model = _model(rng, seed, kind, params, dtype, drafting)
     free = gpus.memory_total_bytes - gpus.idle_used_bytes - gpus.runtime_reserved_bytes
@@ -217,32 +246,79 @@ def _draw(rng: random.Random, seed: int) -> Member | None:
     context = _context_length(rng, model, tightness, free=free, tp=smallest, extra=extra)
     if context is None:
         return None
+    interconnect = _interconnect(rng, gpu)  # the draws in the order a base member always made them
+    tree = TreeSpec(
+        miss_factor_per_doubling=rng.uniform(0.55, 0.8),
+        bookkeeping_ms=rng.uniform(0.3, 1.5),
+        draft_step_per_extra_branch_ms=rng.uniform(0.05, 0.3),
+    )
+    overheads = _overheads(rng, kind)
+    if cased is not None:
+        model, overheads, tree = _cased(cased, case, model, overheads, tree, gpus=gpus, tp=smallest)
     profile = TwinProfile(
         name=f"family-{seed}",
         simulated="SIMULATION: a generated landscape of the search benchmark's family "
         f"(benchmarks/family.py, seed {seed}); plausible, uncalibrated numbers.",
         gpus=gpus,
-        interconnect=_interconnect(rng, gpu),
+        interconnect=interconnect,
         model=model,
         prompts=_prompts(),
-        tree=TreeSpec(
-            miss_factor_per_doubling=rng.uniform(0.55, 0.8),
-            bookkeeping_ms=rng.uniform(0.3, 1.5),
-            draft_step_per_extra_branch_ms=rng.uniform(0.05, 0.3),
-        ),
-        overheads=_overheads(rng, kind),
+        tree=tree,
+        overheads=overheads,
         memory=_memory(rng, gpu),
-        timing=TimingSpec(load_seconds=1.0, noise_rel=0.015),
+        timing=TimingSpec(load_seconds=1.0, noise_rel=0.015, launch_sd=LAUNCH_SD),
     )
-    space = _space(rng, profile, tps=tps, context=context)
+    space = _space(rng, profile, tps=tps, context=context, wide=case == "wide-trees")
     summary = (
-        f"{count}x {gpu.name.removeprefix('NVIDIA ').removeprefix('GeForce ')}"
+        f"{'' if case == 'base' else case + ': '}{count}x {gpu.name.removeprefix('NVIDIA ').removeprefix('GeForce ')}"
         f"{' NVLink' if gpu.nvlink and count > 1 else ''}, {kind} {params / 1e9:.0f}B {dtype}, "
         f"TP>={smallest}, {drafting}, {tightness} (context {context})"
     )
     return Member(
-        seed=seed, summary=summary, kind=kind, drafting=drafting, tightness=tightness, profile=profile, space=space
+        seed=seed,
+        summary=summary,
+        case=case,
+        kind=kind,
+        drafting=drafting,
+        tightness=tightness,
+        profile=profile,
+        space=space,
     )
+
+
+def _cased(
+    rng: random.Random, case: Case, model: ModelSpec, over: OverheadSpec, tree: TreeSpec, *, gpus: GpuSpec, tp: int
+) -> tuple[ModelSpec, OverheadSpec, TreeSpec]:
+    """A drawn member's costs made into ``case`` (module docstring)."""
+    if case == "huge":
+        step_ms = _log_uniform(rng, 1.0, 4.0)
+        drafters = [d.model_copy(update={"step_ms": step_ms}) if d.algorithm == "EAGLE3" else d for d in model.drafters]
+        over = over.model_copy(update={"fixed_pass_ms": _log_uniform(rng, 8.0, 30.0), "draft_step_ms": step_ms})
+        return model.model_copy(update={"drafters": drafters}), over, tree
+    bandwidth = gpus.bandwidth_bytes_per_s * gpus.bandwidth_efficiency
+    pass_s = model.decode_read_bytes / tp / bandwidth + over.fixed_pass_ms * 1e-3
+    if case == "wide-trees":  # widening pays, each verified token costs: a wide tree peaks part-filled
+        tree = tree.model_copy(update={"miss_factor_per_doubling": rng.uniform(0.4, 0.55),
+                                       "draft_step_per_extra_branch_ms": rng.uniform(0.02, 0.1)})  # fmt: skip
+        return model, over.model_copy(update={"verify_token_ms": pass_s * 1e3 * rng.uniform(0.01, 0.03)}), tree
+    # flat-top: a draft step costs what the k-th position's acceptance gains, so steps k to k + 1 tie
+    backends = {**over.attention_backend_pass_ms, **{b: rng.uniform(0, 0.15) for b in ("flashinfer", "fa3", "triton")}}
+    over = over.model_copy(update={"attention_backend_pass_ms": backends, "verify_token_ms": rng.uniform(0.01, 0.05)})
+    eagle = next((d for d in model.drafters if d.algorithm == "EAGLE3"), None)
+    table = eagle.acceptance if eagle is not None else model.mtp.acceptance if model.mtp is not None else None
+    if table is None:
+        return model, over, tree
+    probs, k = table["code"], rng.randint(2, 4)
+    accepted = 1 + sum(probs[:k])
+    if accepted <= k * probs[k]:
+        return model, over, tree
+    step_s = probs[k] * pass_s / (accepted - k * probs[k])
+    read = eagle.step_bytes if eagle is not None else model.mtp.step_read_bytes if model.mtp is not None else 0
+    step_ms = max(0.05, (step_s - read / tp / bandwidth) * 1e3 - over.verify_token_ms)
+    if eagle is not None:
+        drafters = [d.model_copy(update={"step_ms": step_ms}) if d is eagle else d for d in model.drafters]
+        return model.model_copy(update={"drafters": drafters}), over, tree
+    return model, over.model_copy(update={"draft_step_ms": step_ms}), tree
 
 
 def _gpu_spec(rng: random.Random, gpu: GpuKind, count: int) -> GpuSpec:
@@ -433,7 +509,10 @@ def _context_length(
 # The space
 
 
-def _space(rng: random.Random, profile: TwinProfile, *, tps: list[int], context: int) -> SearchSpace:
+def _space(
+    rng: random.Random, profile: TwinProfile, *, tps: list[int], context: int, wide: bool = False
+) -> SearchSpace:
+    """The member's space; ``wide``: trees up to 8 wide and 64 draft tokens (the wide-trees case)."""
     model = profile.model
     tuned: dict[str, object] = {}
     fixed: dict[str, object] = {"context-length": context}
@@ -475,18 +554,18 @@ def _space(rng: random.Random, profile: TwinProfile, *, tps: list[int], context:
         tuned["speculative-num-steps"] = {
             "type": "int",
             "low": 1,
-            "high": rng.choice([5, 6, 8]),
+            "high": rng.choice([5, 6, 8]) if not wide else 8,
             "when": f"speculative-algorithm == {stepper}",
         }
         tuned["speculative-eagle-topk"] = {
             "type": "categorical",
-            "choices": [1, 2, 4],
+            "choices": [1, 2, 4] if not wide else [1, 2, 4, 8],
             "when": f"speculative-algorithm == {stepper}",
         }
         tuned["speculative-num-draft-tokens"] = {
             "type": "int",
             "low": 2,
-            "high": 16,
+            "high": 16 if not wide else 64,
             "when": "speculative-eagle-topk > 1",
         }
     tuned["mem-fraction-static"] = {"type": "float", "low": rng.choice([0.5, 0.6, 0.7]), "high": 0.97, "step": 0.01}

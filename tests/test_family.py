@@ -45,3 +45,14 @@ def test_member_launches_and_knows_its_feasible_optimum(seed: int) -> None:
     # The smallest TP offered holds the weights: the defaults baseline at least loads.
     defaults = problem.normalise({**fam.space.fixed, **fam.space.baselines[0].flags})
     assert defaults is not None and landscape.evaluate(defaults).outcome != "load_oom"
+
+
+def test_cases_leave_base_members_alone_and_make_what_broke_the_search() -> None:
+    by_case = {m.case: m for m in (member(seed) for seed in range(9000, 9040))}
+    assert set(by_case) == {"base", "wide-trees", "flat-top", "huge"}
+    wide = by_case["wide-trees"].space.tuned
+    assert wide["speculative-eagle-topk"].choices == [1, 2, 4, 8]  # type: ignore[union-attr]
+    assert wide["speculative-num-draft-tokens"].high == 64  # type: ignore[union-attr]
+    huge = by_case["huge"].profile
+    assert huge.gpus.count == 8 and huge.model.weight_bytes > 150e9 and huge.overheads.fixed_pass_ms >= 8
+    assert all(m.profile.timing.launch_sd == 0.04 for m in by_case.values())
