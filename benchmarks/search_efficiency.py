@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,8 @@ from autotune.space import (  # noqa: E402
     load_space,
 )
 from autotune.study import Launcher, StudyEvents, StudyRunner, make_sampler  # noqa: E402
-from autotune.study.sampler import SamplerName  # noqa: E402
+from autotune.study.rules import RULE_NAMES  # noqa: E402
+from autotune.study.sampler import HEURISTICS, SamplerName  # noqa: E402
 from autotune.testing import memory_as_logged, simulated_outcome, study_runner  # noqa: E402
 from autotune.trial import TrialOutcome  # noqa: E402
 from autotune_twin.profile import TwinProfile, inventory, load_profile  # noqa: E402
@@ -92,6 +93,7 @@ class Problem:
     gpus: int
     notes: list[str]
     optimum: Optimum | None = None
+    launch_sd: float = 0.0  # the relative sd of speed between launches (the twin's timing.launch_sd)
 
     def landscape(self, seed: int) -> Landscape:
         return Landscape(
@@ -347,12 +349,13 @@ def make_runner(
     events: StudyEvents | None = None,
     storage: optuna.storages.BaseStorage | None = None,
     early_stop: bool = True,
+    rules_off: Collection[str] = (),
 ) -> StudyRunner:
     """autotune's StudyRunner through its front door (:func:`autotune.testing.study_runner`) on the
     twin profile's GPUs: a fresh in-memory storage unless given and, unless given, real launches."""
     return study_runner(problem.space, folder, inventory=twin_inventory(problem.profile), launcher=launcher,
                         sampler=sampler, events=events, storage=storage, early_stop=early_stop,
-                        name="bench")  # fmt: skip
+                        rules_off=rules_off, name="bench")  # fmt: skip
 
 
 class StepRecorder(StudyEvents):
@@ -388,25 +391,34 @@ def run_study(
     factory: SamplerFactory = None,
     name: str,
     early_stop: bool = True,
+    off: Collection[str] = (),
+    rules_off: Collection[str] = (),
+    until: float | None = None,
 ) -> Run:
-    """autotune's study loop with the landscape in place of launches, until ``budget`` launches."""
+    """autotune's study loop with the landscape in place of launches, until ``budget`` launches;
+    ``off`` names sampler heuristics switched off, ``rules_off`` pre-launch rules; ``until`` (the
+    optimum): stop once the incumbent is within 2 % of it, the rest of the run being unread."""
     started = time.monotonic()
     run = Run(method=name, seed=seed)
     with tempfile.TemporaryDirectory(prefix="autotune-bench-") as tmp:
-        launcher = LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed))
-        chosen = factory(seed) if factory is not None else make_sampler(sampler, seed)  # type: ignore[arg-type]
+        launcher = LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed),
+                                     launch_sd=problem.launch_sd, launch_rng=random.Random(20_000 + seed))  # fmt: skip
+        chosen = factory(seed) if factory is not None else make_sampler(sampler, seed, off=off)  # type: ignore[arg-type]
         recorder = StepRecorder(run, launcher)
-        runner = make_runner(
-            problem, Path(tmp), sampler=chosen, launcher=launcher, events=recorder, early_stop=early_stop
-        )
+        runner = make_runner(problem, Path(tmp), sampler=chosen, launcher=launcher, events=recorder,
+                             early_stop=early_stop, rules_off=rules_off)  # fmt: skip
         runner.enqueue_baselines()
 
         def launch_budget(records: Sequence[TrialRecord]) -> str | None:
+            if until is not None and run.summary(until, 1)["launches_to_2pct"] is not None:
+                return "within 2 %"
+            if len(records) >= budget * TRIAL_CAP_FACTOR:
+                return f"{len(records)} trials"
             return f"{budget} launches" if sum(s.launched for s in run.steps) >= budget else None
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            runner.run(trials=budget * TRIAL_CAP_FACTOR, timeout_s=None, rules=[launch_budget])
+            runner.run(trials=budget, timeout_s=None, rules=[launch_budget])
     run.wall_s = time.monotonic() - started
     return run
 
@@ -415,6 +427,9 @@ def _launch_candidate(problem: Problem, landscape: Landscape, rng: random.Random
     """A grid tool launches what it is given: SGLang refuses invalid flags at launch (it costs a start)."""
     flags = problem.normalise(candidate) or candidate
     evaluation = landscape.evaluate(flags, rng=rng)
+    if problem.launch_sd > 0 and evaluation.tok_s is not None:  # the noise LandscapeLauncher draws
+        factor = max(0.5, rng.gauss(1.0, problem.launch_sd))
+        evaluation = dataclasses.replace(evaluation, tok_s=evaluation.tok_s * factor)
     plan = LaunchPlan(engine=problem.engine.name, flags=flags)
     kind = outcome_of(problem, plan, evaluation).kind.value
     return Step(launched=True, outcome=kind, seconds=evaluation.seconds, measured=evaluation.tok_s,
@@ -592,6 +607,12 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
         ),
     )
     known["gp"] = Method("GPSampler", lambda p, s, b: run_study(p, s, b, factory=gp_factory(), name="GPSampler"))
+    for off in HEURISTICS:
+        known[f"autotune-minus-{off}"] = _ablated(f"autotune-minus-{off}", off=(off,))
+    for rule in RULE_NAMES:
+        known[f"autotune-minus-{rule}"] = _ablated(f"autotune-minus-{rule}", rules_off=(rule,))
+        known[f"random-runner-minus-{rule}"] = _ablated(f"random-runner-minus-{rule}", sampler="random",
+                                                        rules_off=(rule,))  # fmt: skip
     chosen = []
     for name in names:
         if name in known:
@@ -603,6 +624,13 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
                 f"unknown method {name!r}; known: {sorted(known)}, or tpe:KEY=VALUE;... / gp:KEY=VALUE;..."
             )
     return chosen
+
+
+def _ablated(
+    name: str, *, sampler: SamplerName = "tpe", off: Collection[str] = (), rules_off: Collection[str] = ()
+) -> Method:
+    """The study loop with sampler heuristics (``off``) or pre-launch rules (``rules_off``) switched off."""
+    return Method(name, lambda p, s, b: run_study(p, s, b, sampler=sampler, off=off, rules_off=rules_off, name=name))
 
 
 def _sampler_method(spec: str) -> Method:
@@ -744,14 +772,17 @@ def spread(values: Sequence[float | None]) -> dict[str, float | None]:
 
 def family_benchmark(
     count: int, first_seed: int, *, budget: int, method_names: Sequence[str] = DEFAULT_FAMILY_METHODS,
-    per_tier: int = 8, noise_rel: float | None = None, progress: Callable[[str], None] | None = None,
+    per_tier: int = 8, noise_rel: float | None = None, launch_sd: float = 0.0,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Every method once on every member (the member's seed seeds the sampler and the noise)."""
+    """Every method once on every member (the member's seed seeds the sampler and the noise);
+    ``launch_sd``: the relative sd of speed between launches (:class:`LandscapeLauncher`)."""
     chosen = methods(method_names, per_tier=per_tier)
     rows: dict[str, list[dict[str, Any]]] = {m.name: [] for m in chosen}
     described = []
     for fam in family.members(count, first_seed):
         problem = problem_of(fam.profile, fam.space, noise_rel=noise_rel)
+        problem.launch_sd = launch_sd
         optimum = solve(problem)
         described.append({"seed": fam.seed, "summary": fam.summary, "optimum_tok_s": optimum.tok_s,
                           "optimum": optimum.flags})  # fmt: skip
@@ -773,8 +804,8 @@ def family_benchmark(
             },
             "runs": runs,
         }
-    return {"family_seeds": [first_seed, first_seed + count - 1], "budget": budget, "members": described,
-            "methods": results}  # fmt: skip
+    return {"family_seeds": [first_seed, first_seed + count - 1], "budget": budget, "launch_sd": launch_sd,
+            "members": described, "methods": results}  # fmt: skip
 
 
 def print_family_table(report: dict[str, Any]) -> None:
@@ -829,26 +860,33 @@ class RecordedSteps(StudyEvents):
         )  # fmt: skip
 
 
-def run_recorded_study(problem: replay.RecordedProblem, seed: int, budget: int, *, sampler: SamplerName) -> Run:
-    """autotune's study loop (no baselines) on a recorded landscape, until ``budget`` launches."""
+def run_recorded_study(
+    problem: replay.RecordedProblem, seed: int, budget: int, *, sampler: SamplerName,
+    off: Collection[str] = (), rules_off: Collection[str] = (), confirm: bool = True,
+) -> Run:  # fmt: skip
+    """autotune's study loop (no baselines) on a recorded landscape, until ``budget`` launches;
+    ``off`` names sampler heuristics switched off, ``rules_off`` pre-launch rules; ``confirm``: race
+    the finalists after the budget as a study does."""
     run = Run(method=f"autotune ({sampler})", seed=seed)
     launcher = replay.RecordedLauncher(problem, random.Random(seed))
     with tempfile.TemporaryDirectory(prefix="autotune-replay-") as tmp:
         events = RecordedSteps(run, launcher)
         runner = study_runner(problem.space, Path(tmp), inventory=GpuInventory(driver_version="none", gpus=[]),
-                              launcher=launcher, sampler=make_sampler(sampler, seed), events=events,
-                              name="replay")  # fmt: skip
+                              launcher=launcher, sampler=make_sampler(sampler, seed, off=off), events=events,
+                              rules_off=rules_off, name="replay")  # fmt: skip
 
         def launch_budget(records: Sequence[TrialRecord]) -> str | None:
+            if len(records) >= budget * TRIAL_CAP_FACTOR:
+                return f"{len(records)} trials"
             return f"{budget} launches" if len(launcher.drawn) >= budget else None
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            runner.run(trials=budget * TRIAL_CAP_FACTOR, timeout_s=None, rules=[launch_budget])
+            runner.run(trials=budget, timeout_s=None, rules=[launch_budget])
             # The study's answer is its confirmed best (finalists launched again, as `autotune study`
             # does after its trials); those launches come after the budget and are not the search's.
             searched, drawn = len(run.steps), len(launcher.drawn)
-            confirmation = runner.confirm()
+            confirmation = runner.confirm() if confirm else None
         del run.steps[searched:]
         run.confirm_launches = len(launcher.drawn) - drawn
         if confirmation is not None:
@@ -937,10 +975,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
     parser.add_argument("--methods", default=None,
                         help="comma-separated: autotune, random-runner, random, grid, tiered, tpe-startup2, "
-                        "tpe-startup10, tpe-startup20, tpe-independent, gp (default: "
+                        "tpe-startup10, tpe-startup20, tpe-independent, gp, autotune-minus-NAME (NAME a sampler "
+                        "heuristic or a pre-launch rule), random-runner-minus-RULE (default: "
                         f"{','.join(DEFAULT_METHODS)}; with --family {','.join(DEFAULT_FAMILY_METHODS)})")  # fmt: skip
     parser.add_argument("--per-tier", type=int, default=8, help="candidates per tier of the tiered grid")
     parser.add_argument("--noise", type=float, default=None, help="relative sd of a measurement (default: target/1.96)")
+    parser.add_argument("--launch-sd", type=float, default=0.0,
+                        help="with --family: relative sd of speed between launches (timing.launch_sd)")  # fmt: skip
     parser.add_argument("--exhaustive", action="store_true", help="find the optimum by evaluating every candidate")
     args = parser.parse_args(argv)
     progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
@@ -952,7 +993,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         names = args.methods.split(",") if args.methods else DEFAULT_FAMILY_METHODS
         report = family_benchmark(args.family, args.family_seed, budget=args.budget or 80,
                                   method_names=[m.strip() for m in names if m.strip()], per_tier=args.per_tier,
-                                  noise_rel=args.noise, progress=progress)  # fmt: skip
+                                  noise_rel=args.noise, launch_sd=args.launch_sd, progress=progress)  # fmt: skip
         report["wall_s"] = time.monotonic() - started
         print_family_table(report)
     else:

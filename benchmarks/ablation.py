@@ -1,0 +1,309 @@
+"""The search's ablation: the study loop with each sampler heuristic and each pre-launch rule
+switched off in turn, beside the random sampler in the same loop and plain random search.
+
+Rows: the full sampler; the full sampler without each of ``autotune.study.sampler.HEURISTICS``;
+without each of ``autotune.study.rules.RULE_NAMES``; the random sampler in the same loop; plain
+random search. On the family members (one run each, the member's seed seeding the sampler and the
+noise, the profile's launch-to-launch spread applied) a loop run stops once its incumbent is truly
+within 2 % of the optimum or at the budget. Columns: median and 90th percentile of launches to
+2 %, the share of those launches that died of memory (median and worst), and the paired bootstrap
+interval of each row's median and p90 minus the full sampler's (members resampled). On each
+recorded landscape (``benchmarks/landscapes/*.json``): median launches to 2 % over seeds, the
+grid's size as its budget.
+
+    python benchmarks/ablation.py --family 32 --family-seed 9100 --budget 60 --recorded-seeds 6 \\
+        --workers 2 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from autotune.study.rules import RULE_NAMES  # noqa: E402
+from autotune.study.sampler import HEURISTICS, SamplerName  # noqa: E402
+from benchmarks import family, replay  # noqa: E402
+from benchmarks import search_efficiency as bench  # noqa: E402
+
+LANDSCAPES = ROOT / "benchmarks" / "landscapes"
+BOOTSTRAP = 2000  # resamples of the members for each interval
+
+
+@dataclass(frozen=True)
+class Row:
+    """One way of searching: the loop with some switches off, or plain random search."""
+
+    name: str
+    sampler: SamplerName = "tpe"
+    off: tuple[str, ...] = ()
+    rules_off: tuple[str, ...] = ()
+    plain: bool = False  # plain random search, outside the loop
+
+
+FULL = Row("full sampler")
+ROWS: tuple[Row, ...] = (
+    FULL,
+    *(Row(f"- {name}", off=(name,)) for name in HEURISTICS),
+    *(Row(f"- rule {name}", rules_off=(name,)) for name in RULE_NAMES),
+    Row("random sampler, same loop", sampler="random"),
+    Row("plain random search", plain=True),
+)
+
+
+@dataclass
+class Outcome:
+    launches_to_2pct: int | None
+    memory_death_share: float
+
+
+@dataclass
+class Results:
+    """Per row, one outcome per member (family) or per seed (a recording)."""
+
+    rows: dict[str, list[Outcome]] = field(default_factory=dict)
+
+    def add(self, row: Row, outcome: Outcome) -> None:
+        self.rows.setdefault(row.name, []).append(outcome)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+def family_member(args: tuple[int, int, Sequence[Row]]) -> tuple[int, str, str, dict[str, Outcome]]:
+    """Every row once on the member of ``seed``; the member's launch spread applies."""
+    seed, budget, rows = args
+    member = family.member(seed)
+    problem = bench.problem_of(member.profile, member.space)
+    problem.launch_sd = member.profile.timing.launch_sd
+    optimum = bench.solve(problem).tok_s
+    out = {}
+    for row in rows:
+        if row.plain:
+            run = bench.run_candidates(problem, seed, budget, row.name, bench.random_candidates(problem, seed))
+        else:
+            run = bench.run_study(problem, seed, budget, sampler=row.sampler, off=row.off, rules_off=row.rules_off,
+                                  name=row.name, until=optimum)  # fmt: skip
+        out[row.name] = outcome_of(run, optimum)
+    return seed, member.case, member.summary, out
+
+
+def recorded_seed(args: tuple[Path, int, Sequence[Row]]) -> tuple[str, int, dict[str, Outcome]]:
+    """Every row once on a recorded landscape with one seed, the grid's size as the budget."""
+    path, seed, rows = args
+    problem = replay.load_problem(path)
+    budget = len(problem.launches)
+    out = {}
+    for row in rows:
+        if row.plain:
+            run = bench.run_recorded_random(problem, seed, budget)
+        else:
+            run = bench.run_recorded_study(problem, seed, budget, sampler=row.sampler, off=row.off,
+                                           rules_off=row.rules_off, confirm=False)  # fmt: skip
+        out[row.name] = outcome_of(run, problem.optimum)
+    return path.stem, budget, out
+
+
+def outcome_of(run: bench.Run, optimum: float) -> Outcome:
+    summary = run.summary(optimum, 1)
+    return Outcome(summary["launches_to_2pct"], summary["memory_death_rate"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank quantile (``math.inf`` stands for not reached)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def reached(outcomes: Sequence[Outcome], budget: int) -> list[float]:
+    """Launches to 2 %; a run that never got there counts as budget + 1 (shown as >budget)."""
+    return [float(o.launches_to_2pct) if o.launches_to_2pct is not None else budget + 1.0 for o in outcomes]
+
+
+def paired_interval(
+    row: Sequence[float], full: Sequence[float], q: float, rng: random.Random, *, resamples: int = BOOTSTRAP
+) -> tuple[float, float]:
+    """95 % bootstrap interval of quantile ``q`` of ``row`` minus that of ``full``, members resampled
+    in pairs (each member's two runs stay together: the member's difficulty cancels)."""
+    n = len(row)
+    diffs = []
+    for _ in range(resamples):
+        picks = [rng.randrange(n) for _ in range(n)]
+        diffs.append(quantile([row[i] for i in picks], q) - quantile([full[i] for i in picks], q))
+    diffs.sort()
+    return diffs[int(0.025 * resamples)], diffs[int(0.975 * resamples) - 1]
+
+
+def family_table(results: Results, budget: int, *, seed: int = 0) -> list[dict[str, Any]]:
+    """One line per row: quantiles, memory deaths, and the paired intervals against the full sampler."""
+    rng = random.Random(seed)
+    full = reached(results.rows[FULL.name], budget)
+    lines = []
+    for name, outcomes in results.rows.items():
+        values = reached(outcomes, budget)
+        deaths = [o.memory_death_share for o in outcomes]
+        line: dict[str, Any] = {"row": name, "members": len(values), "median": quantile(values, 0.5),
+                                "p90": quantile(values, 0.9), "reached": sum(v <= budget for v in values),
+                                "deaths_median": quantile(deaths, 0.5), "deaths_worst": max(deaths)}  # fmt: skip
+        if name != FULL.name:
+            line["median_minus_full"] = paired_interval(values, full, 0.5, rng)
+            line["p90_minus_full"] = paired_interval(values, full, 0.9, rng)
+        lines.append(line)
+    return lines
+
+
+def earns_its_keep(line: dict[str, Any]) -> bool:
+    """Switching it off makes the median or the p90 worse by more than the noise: the paired
+    interval of the difference lies above zero."""
+    return bool(line["median_minus_full"][0] > 0 or line["p90_minus_full"][0] > 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+
+
+def _launches(value: float, budget: int) -> str:
+    return f">{budget}" if value > budget else f"{value:g}"
+
+
+def _interval(bounds: tuple[float, float]) -> str:
+    return f"{bounds[0]:+g}..{bounds[1]:+g}"
+
+
+def print_tables(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 160))
+    budget, first, last = report["budget"], *report["family_seeds"]
+    table = Table(
+        title=f"Ablation on family members {first}..{last} ({last - first + 1}, held out), budget {budget} launches, "
+        f"launch-to-launch sd as each profile's",
+        caption="launches to 2 %: until the incumbent (highest measured) is truly within 2 % of the optimum, >N: "
+        "not reached; deaths: share of those launches that died of memory (median / worst); Δ: 95 % paired "
+        "bootstrap interval of the row's quantile minus the full sampler's (members resampled; above 0: the "
+        "row is worse). SIMULATED on generated twin profiles.",
+    )
+    for header in ("row", "median", "p90", "reached", "deaths", "Δ median", "Δ p90", "verdict"):
+        table.add_column(header, justify="left" if header in ("row", "verdict") else "right")
+    for line in report["family"]:
+        verdict = ""
+        if "median_minus_full" in line and line["row"].startswith("-"):
+            verdict = "earns its keep" if earns_its_keep(line) else "no better than without"
+        table.add_row(line["row"], _launches(line["median"], budget), _launches(line["p90"], budget),
+                      f"{line['reached']}/{line['members']}",
+                      f"{line['deaths_median']:.0%} / {line['deaths_worst']:.0%}",
+                      _interval(line["median_minus_full"]) if "median_minus_full" in line else "",
+                      _interval(line["p90_minus_full"]) if "p90_minus_full" in line else "", verdict)  # fmt: skip
+    console.print(table)
+    for case, lines in report.get("family_by_case", {}).items():
+        console.print(f"{case}: " + ", ".join(f"{ln['row']} {_launches(ln['median'], budget)}/"
+                                                f"{_launches(ln['p90'], budget)}" for ln in lines))  # fmt: skip
+    if not report["recorded"]:
+        return
+    names = list(report["recorded"])
+    table = Table(
+        title=f"Ablation on the recorded real landscapes ({report['recorded_seeds']} seeds each, budget: the grid)",
+        caption="median launches to 2 % over seeds (>N: not reached in the grid's size); each launch replays one "
+        "recorded launch of its configuration.",
+    )
+    table.add_column("row")
+    for name in names:
+        table.add_column(f"{name} ({report['recorded'][name]['grid']})", justify="right")
+    for row in report["rows"]:
+        cells = []
+        for name in names:
+            rec = report["recorded"][name]
+            cells.append(_launches(quantile(reached([Outcome(**o) for o in rec["runs"][row]], rec["grid"]), 0.5),
+                                   rec["grid"]))  # fmt: skip
+        table.add_row(row, *cells)
+    console.print(table)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace, progress: Callable[[str], None]) -> dict[str, Any]:
+    rows = [row for row in ROWS if not args.rows or row.name in args.rows]
+    seeds = range(args.family_seed, args.family_seed + args.family)
+    recordings = sorted(LANDSCAPES.glob("*.json")) if args.recorded is None else args.recorded
+    family_results, cases, summaries = Results(), {}, {}
+    recorded: dict[str, dict[str, Any]] = {}
+    tasks_family = [(seed, args.budget, rows) for seed in seeds]
+    tasks_recorded = [(path, seed, rows) for path in recordings for seed in range(args.recorded_seeds)]
+    with multiprocessing.Pool(args.workers) as pool:
+        for seed, case, summary, out in pool.imap(family_member, tasks_family):
+            cases[seed], summaries[seed] = case, summary
+            for row in rows:
+                family_results.add(row, out[row.name])
+            progress(f"member {seed} done ({summary})")
+        for name, grid, out in pool.imap(recorded_seed, tasks_recorded):
+            entry = recorded.setdefault(name, {"grid": grid, "runs": {}})
+            for row in rows:
+                entry["runs"].setdefault(row.name, []).append(out[row.name].__dict__)
+            progress(f"recording {name}: {len(entry['runs'][rows[0].name])} seeds done")
+    by_case = {}
+    for case in sorted(set(cases.values())):
+        sub = Results({name: [o for s, o in zip(seeds, outs, strict=True) if cases[s] == case]
+                       for name, outs in family_results.rows.items()})  # fmt: skip
+        by_case[f"{case} ({sum(c == case for c in cases.values())})"] = [
+            {"row": ln["row"], "median": ln["median"], "p90": ln["p90"]}
+            for ln in family_table(sub, args.budget)
+            if ln["row"] in (FULL.name, "random sampler, same loop")
+        ]
+    return {
+        "family_seeds": [seeds.start, seeds.stop - 1],
+        "budget": args.budget,
+        "rows": [row.name for row in rows],
+        "members": {str(s): {"case": cases[s], "summary": summaries[s]} for s in seeds},
+        "family": family_table(family_results, args.budget),
+        "family_runs": {name: [o.__dict__ for o in outs] for name, outs in family_results.rows.items()},
+        "family_by_case": by_case,
+        "recorded_seeds": args.recorded_seeds,
+        "recorded": recorded,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--family", type=int, default=32, metavar="N", help="family members (default 32)")
+    parser.add_argument("--family-seed", type=int, default=9100, metavar="S", help="the first member's seed")
+    parser.add_argument("--budget", type=int, default=60, help="launches per family run (default 60)")
+    parser.add_argument("--recorded", type=Path, nargs="*", default=None, metavar="FILE",
+                        help="recorded landscapes (default: every benchmarks/landscapes/*.json; the flag alone: "
+                        "none)")  # fmt: skip
+    parser.add_argument("--recorded-seeds", type=int, default=6, help="seeds per recorded landscape (default 6)")
+    parser.add_argument("--rows", nargs="*", default=None, help="only these rows (by name)")
+    parser.add_argument("--workers", type=int, default=1, help="processes (default 1)")
+    parser.add_argument("--json", type=Path, default=None, help="write every number here")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    report = run(args, lambda text: print(text, file=sys.stderr, flush=True))
+    report["wall_s"] = time.monotonic() - started
+    print_tables(report)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

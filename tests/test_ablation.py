@@ -1,0 +1,43 @@
+"""The search ablation (benchmarks/ablation.py): its rows cover every switch, and its statistics
+decide "better than without it" only beyond the members' noise."""
+
+from __future__ import annotations
+
+import random
+
+from autotune.study.rules import RULE_NAMES
+from autotune.study.sampler import HEURISTICS
+from benchmarks import ablation
+from benchmarks.ablation import FULL, Outcome, Results, Row
+
+
+def test_the_rows_switch_off_every_heuristic_and_every_rule_once() -> None:
+    assert [r.off[0] for r in ablation.ROWS if r.off] == list(HEURISTICS)
+    assert [r.rules_off[0] for r in ablation.ROWS if r.rules_off] == list(RULE_NAMES)
+    assert ablation.ROWS[0] == FULL and any(r.sampler == "random" for r in ablation.ROWS)
+
+
+def test_not_reached_counts_past_the_budget_and_quantiles_are_nearest_rank() -> None:
+    values = ablation.reached([Outcome(5, 0.0), Outcome(None, 0.1), Outcome(9, 0.0)], 60)
+    assert values == [5.0, 61.0, 9.0]
+    assert ablation.quantile(values, 0.5) == 9.0 and ablation.quantile(values, 0.9) == 61.0
+
+
+def _results(full: list[int], other: list[int]) -> Results:
+    results = Results()
+    for a, b in zip(full, other, strict=True):
+        results.add(FULL, Outcome(a, 0.0))
+        results.add(Row("- thing", off=("continuation",)), Outcome(b, 0.0))
+    return results
+
+
+def test_a_row_worse_on_every_member_earns_its_keep_and_one_within_the_noise_does_not() -> None:
+    rng = random.Random(0)
+    full = [rng.randint(5, 30) for _ in range(30)]
+    worse = ablation.family_table(_results(full, [v + 10 for v in full]), 60)[1]
+    assert worse["median_minus_full"][0] > 0 and ablation.earns_its_keep(worse)
+    shuffled = full[:]
+    rng.shuffle(shuffled)  # the same values on other members: no difference but the noise
+    alike = ablation.family_table(_results(full, shuffled), 60)[1]
+    assert alike["median_minus_full"][0] <= 0 <= alike["median_minus_full"][1]
+    assert not ablation.earns_its_keep(alike)
