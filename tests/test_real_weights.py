@@ -29,8 +29,9 @@ import pytest
 import yaml
 
 from autotune.engines.llamacpp import LlamaCppEngine
-from autotune.measure.agreement import PROMPTS
+from autotune.measure.agreement import PROMPTS, Reference
 from autotune.server import ServerProcess, find_free_port
+from autotune.study import attrs
 from tests.conftest import ROOT, SPACES, autotune_cmd
 
 SPACE = SPACES / "llamacpp-cpu-qwen2.5-coder.yaml"
@@ -73,7 +74,7 @@ class Study(NamedTuple):
     cwd: Path
     trials: dict[str, dict[str, Any]]  # by baseline name
     categories: dict[int, dict[str, Any]]  # by trial number: per-category figures
-    reference: dict[str, Any]  # the output check's reference, as the study stored it
+    reference: Reference | None  # the output check's reference, as the study stored it
 
 
 def required(variable: str, how: str) -> str:
@@ -149,7 +150,7 @@ def study(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Stud
         cwd=cwd,
         trials={t["baseline"]: t for t in json.loads(shown.stdout)["trials"]},
         categories={t.number: t.user_attrs.get("categories", {}) for t in stored.trials},
-        reference=stored.user_attrs["agreement_reference"],
+        reference=attrs.agreement_reference(stored),
     )
 
 
@@ -180,7 +181,7 @@ def test_the_output_check_passes_a_drafting_server_on_real_text(study: Study) ->
     # what the other run without a draft changed is what numerics change: the reference learned it
     departed = fa_off["agreement"]["first_difference"]
     learned = departed if any(at is not None for at in departed) else []
-    assert study.reference["numerics_from"] == learned, (study.reference, fa_off["agreement"])
+    assert study.reference is not None and study.reference.numerics_from == learned, (study.reference, fa_off)
 
 
 @real
