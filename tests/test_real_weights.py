@@ -7,9 +7,8 @@ What only real weights show: the draft is right more often on code than on prose
 draft every prompt alike); greedy text with the draft is the model's own, except where its two best
 next tokens are nearly tied, and there the draft took the runner-up (numerics: the target verifies
 drafted tokens in a batch); the output check passes such a server, and learns from a run without a
-draft where numerics alone change the text. The server comes from ``AUTOTUNE_LLAMA_SERVER`` and the
-weights from ``AUTOTUNE_WEIGHTS_DIR``; without them the real tests are skipped, except under CI
-(``CI`` set), where they fail, so CI never skips them silently.
+draft where numerics alone change the text. The server and the weights are provided before the run
+(:mod:`tests.tiers`: ``AUTOTUNE_LLAMA_SERVER``, ``AUTOTUNE_WEIGHTS_DIR``, built or fetched once).
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ from autotune.measure.agreement import PROMPTS, Reference
 from autotune.server import ServerProcess, find_free_port
 from autotune.study import attrs
 from tests.conftest import ROOT, SPACES, autotune_cmd
+from tests.tiers import path_of
 
 SPACE = SPACES / "llamacpp-cpu-qwen2.5-coder.yaml"
 TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
@@ -65,8 +65,10 @@ SUITE = [
 
 
 def real(test: Callable[..., None]) -> Callable[..., None]:
-    """A test on the real server with the real weights: slow, and skipped without them (outside CI)."""
-    marked: Callable[..., None] = pytest.mark.slow(pytest.mark.real_engine(test))
+    """A test on the real server with the real weights: slow; both are provided before the run."""
+    marked: Callable[..., None] = pytest.mark.slow(
+        pytest.mark.real_engine(pytest.mark.tier("llama-server", "weights")(test))
+    )
     return marked
 
 
@@ -77,22 +79,10 @@ class Study(NamedTuple):
     reference: Reference | None  # the output check's reference, as the study stored it
 
 
-def required(variable: str, how: str) -> str:
-    """An environment variable the real tier needs: skipped without it, failed under CI."""
-    value = os.environ.get(variable)
-    if not value:
-        message = f"{variable} is not set ({how})"
-        if os.environ.get("CI"):
-            pytest.fail(f"{message}; CI must run the real-engine tests")
-        pytest.skip(message)
-    return value
-
-
 @pytest.fixture(scope="module")
 def env() -> dict[str, str]:
     """The real server and the real weights, as the shipped space reads them."""
-    binary = required("AUTOTUNE_LLAMA_SERVER", "build it: scripts/build-llama-server.sh")
-    weights = required("AUTOTUNE_WEIGHTS_DIR", "fetch them: scripts/fetch-weights.sh")
+    binary, weights = path_of("llama-server"), path_of("weights")
     if not os.access(binary, os.X_OK):
         pytest.fail(f"AUTOTUNE_LLAMA_SERVER={binary} is not an executable")
     for name in (TARGET, DRAFT):
