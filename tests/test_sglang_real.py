@@ -3,8 +3,8 @@
 The server runs from the conformance venv (``scripts/conformance-env.sh``, found through
 ``AUTOTUNE_CONFORMANCE_PYTHON``) on its pure-PyTorch paths, with the import shim of
 ``tests/sglang_cpu/`` standing in for the GPU kernel library, on a tiny random-weight Qwen2 that
-``tests/sglang_cpu/make_model.py`` writes. Without the variable the real tests are skipped, except
-under CI (``CI`` set), where they fail, so CI never skips them silently.
+``tests/sglang_cpu/make_model.py`` writes. The venv is provided before the run (:mod:`tests.tiers`,
+tier ``conformance``), so the real tests are never skipped for want of it.
 
 Each real launch takes about 25 s on 2 cores, so the tests share launches: one study holds a served
 config, a memory failure and a refused flag combination; one interrupted study serves ``bench --url``
@@ -32,6 +32,7 @@ from autotune.engines.sglang import SGLangEngine
 from autotune.outcomes import OutcomeKind
 from autotune.server import ServerProcess
 from tests.conftest import ROOT, SPACES, autotune_cmd
+from tests.tiers import path_of
 
 SPACE = SPACES / "sglang-cpu.yaml"
 SHIM = ROOT / "tests" / "sglang_cpu"
@@ -114,21 +115,13 @@ def test_a_busy_server_that_refuses_the_flush_is_still_measured() -> None:
 
 
 def real(test: Callable[..., None]) -> Callable[..., None]:
-    """A test on a real SGLang server: slow, and skipped without one (outside CI)."""
-    return pytest.mark.slow(pytest.mark.real_engine(test))
+    """A test on a real SGLang server: slow; its venv is installed before the run (:mod:`tests.tiers`)."""
+    return pytest.mark.slow(pytest.mark.real_engine(pytest.mark.tier("conformance")(test)))
 
 
 @pytest.fixture(scope="module")
 def sglang_python() -> str:
-    path = os.environ.get("AUTOTUNE_CONFORMANCE_PYTHON")
-    if not path:
-        message = (
-            "AUTOTUNE_CONFORMANCE_PYTHON is not set "
-            "(build it: export AUTOTUNE_CONFORMANCE_PYTHON=$(scripts/conformance-env.sh | tail -n1))"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(f"{message}; CI must run the real-engine tests")
-        pytest.skip(message)
+    path = path_of("conformance")
     if not os.access(path, os.X_OK):
         pytest.fail(f"AUTOTUNE_CONFORMANCE_PYTHON={path} is not an executable")
     return path
