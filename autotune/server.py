@@ -201,13 +201,21 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             return None
 
-    def wait_ready(self, probe: Callable[[], bool], *, timeout_s: float, poll_s: float = 0.2) -> ReadyResult:
-        """Probe until ready, until the process exits, or until the deadline."""
+    def wait_ready(
+        self,
+        probe: Callable[[], bool],
+        *,
+        timeout_s: float,
+        poll_s: float = 0.2,
+        failed: Callable[[], bool] | None = None,
+    ) -> ReadyResult:
+        """Probe until ready, until the process exits or ``failed()`` says it cannot serve (a server
+        that lost its port may stay up without one), or until the deadline."""
         started = self.clock()
         deadline = started + timeout_s
         while True:
             exit_code = self.poll()
-            if exit_code is not None:
+            if exit_code is not None or (failed is not None and failed()):
                 self.state = ServerState.FAILED
                 return ReadyResult(ready=False, exit_code=exit_code, waited_s=self.clock() - started)
             if probe():

@@ -86,6 +86,7 @@ class TrialSetup(BaseModel):
 
 
 PORT_ATTEMPTS = 3
+LOG_TAIL_BYTES = 16_384  # what is read of a starting server's log, each readiness poll
 EXIT_GRACE_S = 2.0
 
 
@@ -146,7 +147,8 @@ def _run_once(
     launched = TrialOutcome(kind=OutcomeKind.OK, plan=plan, argv=argv, log_path=log_path,
                             objective_concurrency=setup.objective_concurrency)  # fmt: skip
     with server, httpx.Client(headers=headers) as client:
-        ready = server.wait_ready(lambda: engine.is_ready(client, base_url), timeout_s=setup.launch_timeout_s)
+        ready = server.wait_ready(lambda: engine.is_ready(client, base_url), timeout_s=setup.launch_timeout_s,
+                                  failed=lambda: _lost_its_port(engine, log_path))  # fmt: skip
         launched = launched.model_copy(update={"launch_s": time.monotonic() - launch_started})
         if not ready.ready:
             phase("stopping", "launch failed")
@@ -291,6 +293,19 @@ async def measure_with_server_stats(
     if failed is not None:
         raise MeasurementError(f"integrity check: {failed}")
     return measurement
+
+
+def _lost_its_port(engine: Engine, log_path: Path) -> bool:
+    """Whether the log's end says the port was taken: real SGLang then waits in its shutdown for
+    minutes instead of exiting, and the launch timeout would pass before the retry on another port."""
+    try:
+        with log_path.open("rb") as log:
+            log.seek(max(log_path.stat().st_size - LOG_TAIL_BYTES, 0))
+            tail = log.read().decode(errors="replace")
+    except OSError:
+        return False
+    failure = engine.failure_in(tail)
+    return failure is not None and failure.kind is OutcomeKind.PORT_IN_USE
 
 
 def _read_log(path: Path) -> str:

@@ -9,7 +9,11 @@ import textwrap
 import time
 from pathlib import Path
 
+from autotune.engines import get_engine
+from autotune.outcomes import OutcomeKind
 from autotune.server import ServerProcess, ServerState, find_free_port, process_start_ticks, reap_orphans
+from autotune.trial import _lost_its_port
+from tests.conftest import ROOT
 
 # A "server" that starts a grandchild, ignores SIGTERM, and announces readiness with a file.
 STUBBORN = textwrap.dedent(
@@ -71,6 +75,26 @@ def test_exit_during_startup_is_reported_with_its_code(tmp_path: Path) -> None:
         result = server.wait_ready(lambda: False, timeout_s=30)
     assert not result.ready and result.exit_code == 3 and not result.timed_out
     assert "boom" in (tmp_path / "s.log").read_text()
+
+
+def test_a_server_whose_log_says_it_lost_its_port_is_not_waited_for(tmp_path: Path) -> None:
+    # Real SGLang 0.5.23 logs uvicorn's "address already in use" and then hangs in its shutdown
+    # (tests/fixtures/sglang_real_logs/port_in_use.log): the launch ends there, not at the deadline.
+    logged = (ROOT / "tests" / "fixtures" / "sglang_real_logs" / "port_in_use.log").read_text()
+    script = f"import sys, time; sys.stdout.write({logged!r}); sys.stdout.flush(); time.sleep(600)"
+    log = tmp_path / "s.log"
+    engine = get_engine("sglang")
+    server = ServerProcess([sys.executable, "-c", script], env={}, log_path=log, records_dir=tmp_path / "rec")
+    with server:
+        result = server.wait_ready(lambda: False, timeout_s=600, failed=lambda: _lost_its_port(engine, log))
+    assert not result.ready and not result.timed_out and result.exit_code is None
+    failure = engine.classify_failure(exit_code=None, log_text=log.read_text(), timed_out=False)
+    assert failure.kind is OutcomeKind.PORT_IN_USE
+
+
+def test_a_healthy_start_is_not_taken_for_a_lost_port(tmp_path: Path) -> None:
+    served = ROOT / "tests" / "fixtures" / "sglang_real_logs" / "served.log"
+    assert not _lost_its_port(get_engine("sglang"), served)
 
 
 def test_deadline_without_sleeping_through_it(tmp_path: Path) -> None:
