@@ -1017,10 +1017,11 @@ def report(
     with error_funnel():
         from autotune.report.html import build_report
         from autotune.study import StudyPaths
+        from autotune.study.schedule_race import load_verdict
 
         opened = _open(study_name, storage, studies_dir, artifacts)
         paths = StudyPaths(studies_dir, study_name, artifacts_dir=artifacts)
-        files = build_report(opened, folder=output or paths.folder / "report")
+        files = build_report(opened, folder=output or paths.folder / "report", schedule=load_verdict(paths))
         console.print(f"wrote {files.page}  ({len(files.images)} figures)", highlight=False)
         for skipped in files.skipped:
             console.print(f"  not drawn: {skipped}", highlight=False)

@@ -183,16 +183,25 @@ class _SlotState:
 
 
 class StepController:
-    """The run-time tier choice: one EMA per batch-size slot, fed after every verify pass."""
+    """The run-time tier choice: one EMA per batch-size slot, fed after every verify pass. A batch is
+    padded to the next captured CUDA-graph size before it is routed to a slot (``graph_sizes``;
+    None: graphs off, the batch's own size routes)."""
 
-    def __init__(self, config: AdaptiveConfig, steps: int) -> None:
+    def __init__(self, config: AdaptiveConfig, steps: int, graph_sizes: list[int] | None = None) -> None:
         self._config = config
         self._slots = {slot.batch_size: _SlotState(slot, steps) for slot in config.slots}
+        self._graph_sizes = sorted(graph_sizes) if graph_sizes else None
+
+    def _slot(self, batch_size: int) -> _SlotState:
+        sizes = self._graph_sizes
+        if sizes is not None and (index := bisect.bisect_left(sizes, batch_size)) < len(sizes):
+            batch_size = sizes[index]
+        return self._slots[self._config.slot_for(batch_size).batch_size]
 
     def steps_for(self, batch_size: int) -> int:
-        return self._slots[self._config.slot_for(batch_size).batch_size].steps
+        return self._slot(batch_size).steps
 
     def observe(self, batch_size: int, accepted_drafts: list[int]) -> None:
         """One verify pass gave each request of the batch these accepted draft tokens."""
         if accepted_drafts:
-            self._slots[self._config.slot_for(batch_size).batch_size].observe(accepted_drafts)
+            self._slot(batch_size).observe(accepted_drafts)

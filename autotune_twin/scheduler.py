@@ -124,7 +124,8 @@ class Scheduler(threading.Thread):
         self._drift = drift
         self._ready_at: float | None = None
         tiers = cfg.spec.adaptive
-        self._steps = StepController(tiers, cfg.spec.num_steps or 0) if tiers is not None else None
+        graphs = None if cfg.disable_cuda_graph else physics.capture_sizes(cfg.cuda_graph_max_bs_decode)
+        self._steps = StepController(tiers, cfg.spec.num_steps or 0, graphs) if tiers is not None else None
 
     # -- called by handler threads -------------------------------------------------------------
 

@@ -215,6 +215,18 @@ def check_sglang(argv: list[str], gpu: dict[str, Any]) -> dict[str, Any]:
         "context_length",
     )
     out = {key: resolved.get(key) for key in keep}
+    if resolved.get("speculative_adaptive"):
+        # The schedule's slots as the server's controller builds them from the config (the hook above
+        # read only the union of its steps).
+        from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams
+
+        config = resolved.get("speculative_adaptive_config")
+        try:
+            params = AdaptiveSpeculativeParams(initial_steps=resolved["speculative_num_steps"], cfg_path=config)
+        except Exception as exc:
+            return {"accepted": False, "stage": "config", "error": _error_line(exc)}
+        out["speculative_adaptive"] = True
+        out["adaptive_slots"] = {bs: params.get_steps_for_batch(bs) for bs in (1, 2, 4, 8, 16, 32)}
     graphs = resolved.get("cuda_graph_config")
     if isinstance(graphs, dict) and isinstance(graphs.get("decode"), dict):
         out["cuda_graph_decode_max_bs"] = graphs["decode"].get("max_bs")

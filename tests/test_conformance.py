@@ -275,3 +275,33 @@ def test_a_seeded_disagreement_fails_the_check(monkeypatch):
     assert len(disagreements) == 1
     assert disagreements[0]["autotune"] is True and disagreements[0]["real"] is False
     assert "Error" in disagreements[0]["real_error"]
+
+
+def test_an_exported_speculation_schedule_and_its_config_are_accepted_by_real_sglang(tmp_path):
+    """``export --schedule``'s command line and adaptive config through the real parser, resolution and
+    the controller's own config reader: each batch size routed to the tier autotune meant."""
+    from autotune.profile import Profile, render
+    from autotune.study.schedule import SCHEDULE, judge
+    from autotune.study.schedule_race import schedule_profile
+    from tests.test_schedule import deep_alone_shallow_loaded, race, schedule_of
+
+    schedule = schedule_of(deep_alone_shallow_loaded())
+    truth = {
+        1: {SCHEDULE: 57.0, 1: 57.0, 2: 53.0, 0: 47.0},
+        4: {SCHEDULE: 48.0, 1: 45.0, 2: 48.0, 0: 43.0},
+        16: {SCHEDULE: 25.0, 1: 20.0, 2: 23.0, 0: 25.0},
+    }
+    verdict = judge(schedule, race(truth), rounds=3)
+    assert verdict.recommended
+    base = Profile(study="s", trial=1, engine="sglang", model="Qwen/Qwen3.6-27B", launcher=LAUNCHERS["sglang"],
+                   flags={"context-length": 131072})  # fmt: skip
+    profile = schedule_profile(base, verdict, config_file=tmp_path / "s-adaptive.json", metric="decode_tok_s",
+                               unit="tok/s")  # fmt: skip
+    argv = stand_in(exported_argv(render(profile, "sh")), "Qwen/Qwen3.6-27B")
+    [checked] = run_checker([{"id": "schedule", "engine": "sglang", "argv": argv, "gpu": GPUS["2xa6000"]}])
+    assert checked["accepted"], checked
+    resolved = checked["resolved"]
+    assert resolved["speculative_adaptive"] and resolved["speculative_eagle_topk"] == 1
+    assert (resolved["speculative_num_steps"], resolved["speculative_num_draft_tokens"]) == (5, 6)
+    # slots 1, 2 and 8 (batches between levels take the nearer level's depth)
+    assert resolved["adaptive_slots"] == {"1": 5, "2": 3, "4": 3, "8": 2, "16": 2, "32": 2}

@@ -27,7 +27,7 @@ from autotune.study.breakeven import BreakEven
 from autotune.study.confirm import Confirmation
 from autotune.study.events import StudyEvents
 from autotune.study.levels import LoadLevels
-from autotune.study.schedule import ScheduleVerdict
+from autotune.study.schedule import Comparison, LevelVerdict, ScheduleVerdict
 
 if TYPE_CHECKING:
     from autotune.gpu import GpuInventory
@@ -504,13 +504,7 @@ def schedule_table(verdict: ScheduleVerdict, *, metric: str = "decode_tok_s", un
         table.add_column(column, justify="left" if column in ("static", "verdict") else "right")
     for level in verdict.levels:
         for index, static in enumerate(level.statics):
-            gain = static.gain
-            interval = "-"
-            if gain is not None and gain.low is not None and gain.high is not None:
-                interval = f"{gain.gain:+.1%} ({gain.low:+.1%} to {gain.high:+.1%})"
-            said = "slower" if static.worse else "faster" if static.better else "same" if gain else "not measured"
-            if level.slo_broken:
-                said = f"breaks the SLO ({', '.join(level.slo_broken)})"
+            interval, said = schedule_comparison(level, static)
             first = index == 0
             table.add_row(
                 str(level.concurrency) if first else "",
@@ -528,6 +522,19 @@ def schedule_table(verdict: ScheduleVerdict, *, metric: str = "decode_tok_s", un
     lines += [Text(f"  launch failed: {reason}", style="red") for reason in verdict.failed]
     lines.append(Text(f"adaptive config: {json.dumps(verdict.config)}", style="dim"))
     return Group(table, *lines)
+
+
+def schedule_comparison(level: LevelVerdict, static: Comparison) -> tuple[str, str]:
+    """The schedule's gain over one static winner at one level with its interval, and the verdict word
+    (the console table and the HTML report share it)."""
+    gain = static.gain
+    interval = "-"
+    if gain is not None and gain.low is not None and gain.high is not None:
+        interval = f"{gain.gain:+.1%} ({gain.low:+.1%} to {gain.high:+.1%})"
+    said = "slower" if static.worse else "faster" if static.better else "same" if gain else "not measured"
+    if level.slo_broken:
+        said = f"breaks the SLO ({', '.join(level.slo_broken)})"
+    return interval, said
 
 
 def _mean(mean: float | None, ci95: float | None) -> str:

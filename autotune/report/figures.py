@@ -333,6 +333,32 @@ def _draw_levels_front(s: StudySummary) -> Figure:
     return fig
 
 
+def _draw_schedule(s: StudySummary) -> Figure:
+    """Grouped by level: the schedule's mean and every static winner's, with intervals and launches."""
+    assert s.schedule is not None
+    verdict = s.schedule
+    fig, ax = _new_figure()
+    statics = list(dict.fromkeys(c.trial for level in verdict.levels for c in level.statics))
+    width = 0.8 / (len(statics) + 1)
+    for x, level in enumerate(verdict.levels):
+        bars = [("schedule", level.schedule_mean, level.schedule_ci95, level.schedule_values, "#2a9d3a")]
+        bars += [(c.label, c.mean, c.ci95, c.values, _SERIES[statics.index(c.trial) % len(_SERIES)])
+                 for c in level.statics]  # fmt: skip
+        for i, (label, mean, ci95, values, colour) in enumerate(bars):
+            at = x - 0.4 + width * (i + 0.5)
+            if mean is not None:
+                ax.errorbar([at], [mean], yerr=[[ci95 or 0.0], [ci95 or 0.0]], fmt="o", color=colour, capsize=4,
+                            markersize=8, label=label if x == 0 else None)  # fmt: skip
+            ax.plot([at] * len(values), values, ".", color="#999999")
+    ax.set_xticks(range(len(verdict.levels)))
+    ax.set_xticklabels([f"{v.concurrency} users\n(schedule: {v.steps} steps)" for v in verdict.levels])
+    ax.set_ylabel(_value_label(s))
+    ax.set_title("recommended" if verdict.recommended else "declined", fontsize=10)
+    ax.legend(fontsize=8, loc="best", framealpha=0.9)
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
 def _draw_break_even(s: StudySummary) -> Figure:
     """Predicted tok/s against accept length per drafter (its fastest trial's cycle time), the
     best as a line, every measured drafting trial as a point, and where each line crosses the best."""
@@ -500,7 +526,8 @@ def _configuration_figures(s: StudySummary) -> list[FigurePlan]:
 
 
 def _trade_off_figures(s: StudySummary) -> list[FigurePlan]:
-    """The trade-offs: per user against per GPU (a levels study), the Pareto front, break-even accept length."""
+    """The trade-offs: per user against per GPU (a levels study), the speculation schedule against each static
+    winner, the Pareto front, break-even accept length."""
     plans = []
     if s.load_levels is not None:
         plans.append(
@@ -514,6 +541,20 @@ def _trade_off_figures(s: StudySummary) -> list[FigurePlan]:
                 ),
                 lambda: _draw_levels_front(s),
                 None if any(p.on_front for p in s.load_levels.front) else "no trial measured at every level yet",
+            )
+        )
+    if s.schedule is not None:
+        plans.append(
+            _plan(
+                ReportFigure(
+                    "schedule.png",
+                    "Speculation schedule against each static winner",
+                    f"{s.objective_metric} at each load level on fresh, interleaved launches: the schedule (green, "
+                    "each level's best depth) beside every static winner, each mean with its 95% interval; grey "
+                    "dots are the single launches.",
+                ),
+                lambda: _draw_schedule(s),
+                None if any(v.schedule_values for v in s.schedule.levels) else "the schedule never served",
             )
         )
     pareto_skip = (

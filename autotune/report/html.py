@@ -8,6 +8,7 @@ presents the summary and computes nothing of its own.
 from __future__ import annotations
 
 import html
+import json
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,9 +16,10 @@ from pathlib import Path
 
 from autotune.errors import UserError
 from autotune.profile import render_yaml
-from autotune.report.console import break_even_text, trial_note
+from autotune.report.console import break_even_text, schedule_comparison, trial_note
 from autotune.report.figures import VERDICT_FIGURE, ReportFigure, outcome_look, plan_figures, short_name
 from autotune.report.summary import StudySummary, summarise
+from autotune.study.schedule import ScheduleVerdict
 from autotune.study.view import StudyView
 
 
@@ -153,6 +155,8 @@ def render_html(s: StudySummary, figures: Sequence[ReportFigure]) -> str:
     parts = [*_heading_html(s, figures), *_confirmation_html(s)]
     if s.load_levels is not None:
         parts += ["<h2>Per load level</h2>", _levels_html(s)]
+    if s.schedule is not None:
+        parts += ["<h2>Speculation schedule</h2>", _schedule_html(s)]
     if s.break_even is not None:  # the same lines as ``autotune show``; the figure is with the others
         parts += ["<h2>Break-even accept length</h2>", f"<pre>{html.escape(break_even_text(s.break_even).plain)}</pre>"]
     parts += _winner_html(s)
@@ -357,6 +361,27 @@ def _levels_html(s: StudySummary) -> str:
     )
 
 
+def _schedule_html(s: StudySummary) -> str:
+    """The schedule against every static winner at each level, and its verdict (``confirm --schedule``)."""
+    assert s.schedule is not None
+    e = html.escape
+    rows = []
+    for level in s.schedule.levels:
+        for static in level.statics:
+            interval, said = schedule_comparison(level, static)
+            winner = " (this level's winner)" if static.trial == level.winner else ""
+            mine = _num(level.schedule_mean, 1, level.schedule_ci95)
+            rows.append([str(level.concurrency), f"{level.steps} steps", mine, e(static.label) + winner,
+                         _num(static.mean, 1, static.ci95), interval, e(said)])  # fmt: skip
+    head = ["concurrency", "schedule's depth", "schedule", "static", "static's figure", "schedule's gain (95%)",
+            "verdict"]  # fmt: skip
+    export = f"<code>autotune export {e(s.study)} --schedule</code>" if s.schedule.recommended else "not exported"
+    return (
+        f"<p><b>{e(s.schedule.note)}</b></p>" + _table(head, rows)
+        + f"<p>Adaptive config: <code>{e(json.dumps(s.schedule.config))}</code>; {export}.</p>"
+    )  # fmt: skip
+
+
 def _one_flag_a_line(script: str) -> str:
     """The script's long ``exec`` line broken before each flag, so it reads without scrolling."""
     lines = []
@@ -415,9 +440,9 @@ def write_report(s: StudySummary, folder: Path) -> ReportFiles:
     return ReportFiles(folder=folder, page=page, images=images, skipped=skipped)
 
 
-def build_report(view: StudyView, *, folder: Path) -> ReportFiles:
-    """Compute the study's summary and write its report folder."""
-    return write_report(summarise(view), folder)
+def build_report(view: StudyView, *, folder: Path, schedule: ScheduleVerdict | None = None) -> ReportFiles:
+    """Compute the study's summary (with its speculation schedule's race, if run) and write its report folder."""
+    return write_report(summarise(view, schedule=schedule), folder)
 
 
 __all__ = ["ReportFiles", "build_report", "write_report"]

@@ -22,6 +22,7 @@ from autotune.study.breakeven import BreakEven
 from autotune.study.confirm import Confirmation
 from autotune.study.importance import Importance
 from autotune.study.levels import LoadLevels
+from autotune.study.schedule import ScheduleVerdict
 from autotune.study.view import ParetoPoint, StudyView
 
 # The knobs the issue names; a figure about one is drawn only when the study tuned it.
@@ -80,6 +81,7 @@ class StudySummary(Frozen):
     confirmation: Confirmation | None = Field(default=None, description="the finalists measured again")
     load_levels: LoadLevels | None = Field(default=None, description="winner per load level, per-user vs per-GPU")
     break_even: BreakEven | None = Field(default=None, description="accept length each drafter needs to beat the best")
+    schedule: ScheduleVerdict | None = Field(default=None, description="the speculation schedule's race, if run")
     notes: list[str] = Field(default_factory=list)
 
     @property
@@ -106,7 +108,7 @@ def trial_categories(view: StudyView, number: int, label: str) -> TrialCategorie
     return TrialCategories(trial=number, label=label, categories=list(measurement.categories))
 
 
-def summarise(view: StudyView) -> StudySummary:
+def summarise(view: StudyView, *, schedule: ScheduleVerdict | None = None) -> StudySummary:
     """Compute every number of the report from the study's records and artifact store."""
     info = view.info
     metric = info.objective_metric
@@ -150,6 +152,7 @@ def summarise(view: StudyView) -> StudySummary:
         pareto=view.pareto(),
         confirmation=info.confirmation,
         load_levels=view.load_levels(),
+        schedule=schedule,
         break_even=view.break_even(),
         notes=notes,
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from itertools import pairwise
 
 from pydantic import Field
 
@@ -38,9 +39,7 @@ AdaptiveConfig = dict[str, dict[str, list[int]]]
 class Tier(Frozen):
     """One load level's depth: the configuration measured best there that adaptive can run."""
 
-    concurrency: int = Field(
-        description="the batch-size slot: SGLang routes a batch to the largest slot at or below it"
-    )
+    concurrency: int = Field(description="the load level (users at once) it was measured at")
     trial: int
     label: str
     steps: int = Field(description="draft steps at this load (0: no drafting)")
@@ -61,11 +60,18 @@ class Schedule(Frozen):
     def start_steps(self) -> int:
         return next(t.steps for t in self.tiers if t.concurrency == self.primary)
 
+    def slots(self) -> dict[int, Tier]:
+        """Batch-size slot -> tier. SGLang routes a batch to the largest slot at or below its size, so
+        each level's slot starts halfway (geometrically) from the level below: a batch between two
+        measured levels runs the nearer one's depth, and a level's own ramp (users arriving, answers
+        ending) stays on its depth until it is nearer the level below."""
+        ordered = sorted(self.tiers, key=lambda t: t.concurrency)
+        keys = [1] + [math.ceil(math.sqrt(a.concurrency * b.concurrency)) for a, b in pairwise(ordered)]
+        return dict(zip(keys, ordered, strict=True))
+
     def adaptive_config(self) -> AdaptiveConfig:
         """``--speculative-adaptive-config``'s JSON: one slot per level, one candidate step each."""
-        return {
-            str(t.concurrency): {"candidate_steps": [t.steps]} for t in sorted(self.tiers, key=lambda t: t.concurrency)
-        }
+        return {str(key): {"candidate_steps": [tier.steps]} for key, tier in self.slots().items()}
 
     def launch_flags(self, config_path: str) -> dict[str, FlagValue]:
         """The server's flags with the config at ``config_path`` (topk 1 and draft tokens = steps + 1,
@@ -304,8 +310,10 @@ def _note(
         levels = ", ".join(str(v.concurrency) for v in open_)
         return f"{shown} declined: the race has no interval at concurrency {levels}{lost}; {instead}"
     if unbeaten:
-        return (f"{shown} declined: {', '.join(labels[s] for s in unbeaten)} is significantly slower at no level "
-                f"(one static configuration serves every load as well); {instead}")  # fmt: skip
+        names = " and ".join(labels[s] for s in unbeaten)
+        verb = "is" if len(unbeaten) == 1 else "are each"
+        return (f"{shown} declined: {names} {verb} significantly slower than it at no level (one static "
+                f"configuration serves every load as well); {instead}")  # fmt: skip
     beats = []
     for static in dict.fromkeys(c.trial for v in verdicts for c in v.statics):
         wins = [(c.gain.gain, v.concurrency, c) for v in verdicts for c in v.statics

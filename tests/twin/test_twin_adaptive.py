@@ -164,3 +164,14 @@ def test_adaptive_against_the_best_static_depth_gains_a_little_or_loses(profile:
     assert 0.005 < tuned / best_static - 1 < 0.05
     code_best = max(mix_rate(profile, static(steps), [CODE]) for steps in range(1, 8))
     assert mix_rate(profile, ADAPTIVE, [CODE]) < code_best
+
+
+def test_a_batch_is_padded_to_its_captured_graph_size_before_it_picks_a_slot(tmp_path: Path) -> None:
+    """SGLang 0.5.23 routes a batch by the CUDA-graph size it is padded to: 5 users run in the graph
+    of 8, so slot 8's tier; without graphs the batch's own size routes."""
+    config = load_config(config_file(tmp_path, {"1": {"candidate_steps": [5]}, "2": {"candidate_steps": [3]},
+                                                "8": {"candidate_steps": [1]}}))  # fmt: skip
+    padded = StepController(config, 5, [1, 2, 4, 8, 12, 16])
+    assert [padded.steps_for(b) for b in (1, 2, 3, 4, 5, 8, 9, 40)] == [5, 3, 3, 3, 1, 1, 1, 1]
+    unpadded = StepController(config, 5)
+    assert [unpadded.steps_for(b) for b in (1, 2, 5, 7, 8)] == [5, 3, 3, 3, 1]

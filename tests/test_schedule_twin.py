@@ -1,0 +1,94 @@
+"""A speculation schedule per load, end to end through the real CLI, the twin over HTTP and SQLite:
+a levels study, ``confirm --schedule`` (the race on fresh launches), ``export --schedule`` and
+``bench --profile`` at every level. The compute-bound twin profile rewards a deep draft alone and a
+shallow one under load (recommended); the seed's profile keeps one depth near the best everywhere
+(declined, naming the static configuration to run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.profile import load_profile
+from tests.conftest import ROOT, autotune_cmd
+
+pytestmark = [pytest.mark.twin, pytest.mark.slow]
+
+WINS = ROOT / "search_spaces" / "qwen3.6-27b-2xa6000-schedule-twin.yaml"
+FLAT = ROOT / "search_spaces" / "qwen3.6-27b-2xa6000-schedule-flat-twin.yaml"
+
+
+def run(*args: str, cwd: Path, code: int = 0) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(autotune_cmd(*args), cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == code, f"autotune {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def quick(space: Path, tmp_path: Path) -> Path:
+    """The shipped space with a short measurement: two levels (1 and 16 users), two rounds of short
+    answers (at one user, two prompts a round: a single short answer's rate swings by a third)."""
+    data = yaml.safe_load(space.read_text())
+    data["launcher"] = [*data["launcher"], "--twin-load-seconds", "0"]
+    data["measurement"].update(
+        {"warmup_requests": 1, "prompts_per_round": 2, "max_tokens": 24, "min_rounds": 2, "max_rounds": 2,
+         "concurrency": [1, 16]}
+    )  # fmt: skip
+    data["objective"]["levels"] = [1, 16]
+    path = tmp_path / space.name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_schedule_that_beats_every_static_depth_is_recommended_exported_and_rechecked(tmp_path: Path) -> None:
+    space = quick(WINS, tmp_path)
+    name = "wins"
+    run("study", str(space), "--trials", "2", "--confirm-top", "0", "--name", name, cwd=tmp_path)
+    shown = run("confirm", name, "--schedule", "--rounds", "3", cwd=tmp_path).stdout
+    print(shown)  # the per-level table, shown with -s
+    verdict = json.loads((tmp_path / "studies" / name / "schedule.json").read_text())
+    assert verdict["recommended"], verdict["note"]
+    assert verdict["config"] == {"1": {"candidate_steps": [5]}, "4": {"candidate_steps": [1]}}
+    assert "run the schedule" in shown and "faster" in shown
+
+    report = tmp_path / "report"
+    run("report", name, "--output", str(report), cwd=tmp_path)
+    assert (report / "schedule.png").stat().st_size > 0
+    assert "Speculation schedule" in (report / "index.html").read_text()
+
+    out = tmp_path / "deploy"
+    out.mkdir()
+    for fmt in ("yaml", "sh", "systemd"):
+        run("export", name, "--schedule", "--format", fmt, "--output", str(out / f"server.{fmt}"), cwd=tmp_path)
+    config = out / f"{name}-adaptive.json"
+    assert json.loads(config.read_text()) == verdict["config"]
+    script = (out / "server.sh").read_text()
+    assert f"--speculative-adaptive-config {config.resolve()}" in script and "--speculative-adaptive " in script
+    assert str(config.resolve()) in (out / "server.systemd").read_text()
+    profile = load_profile(out / "server.yaml")
+    assert [level.concurrency for level in profile.levels] == [1, 16] and profile.adaptive_config
+
+    bench = run("bench", "--profile", str(out / "server.yaml"), "--json", "--workdir", str(tmp_path / "b"),
+                "--margin", "0.3", cwd=tmp_path).stdout  # fmt: skip
+    checked = json.loads(bench)["verdicts"]
+    assert set(checked) == {"1", "16"} and all(v is not None and v["low"] > -1 for v in checked.values())
+
+
+def test_a_schedule_where_one_depth_serves_every_load_is_declined_naming_the_static(tmp_path: Path) -> None:
+    space = quick(FLAT, tmp_path)
+    name = "flat"
+    run("study", str(space), "--trials", "2", "--confirm-top", "0", "--name", name, cwd=tmp_path)
+    shown = run("confirm", name, "--schedule", "--rounds", "2", cwd=tmp_path).stdout
+    print(shown)
+    kept = tmp_path / "studies" / name / "schedule.json"
+    if kept.exists():  # the levels' winners differed: raced, and declined on the race
+        verdict = json.loads(kept.read_text())
+        assert not verdict["recommended"] and verdict["run_trial"] is not None, verdict["note"]
+        assert "declined" in shown
+    else:  # every level's winner drafts the same depth: nothing to race
+        assert "no schedule to race" in shown and "run trial" in shown
+    refused = run("export", name, "--schedule", cwd=tmp_path, code=2)
+    assert "export the static winner" in refused.stderr and "Traceback" not in refused.stderr
