@@ -20,10 +20,10 @@ themselves. ``--logit-scale`` spreads the logits so that the draft's confidence 
 
     scripts/make-test-models.py OUT_DIR [--layers 24] [--hidden 256] [--seed 0]
 
-writes OUT_DIR/target.gguf and OUT_DIR/draft.gguf and prints their paths. Needs ``numpy`` and
-``gguf``. The vocab comes from ``--vocab`` (a vocab GGUF, or the sdist .tar.gz holding it); by
-default from the sdist that scripts/build-llama-server.sh keeps in its cache (downloaded with pip
-if missing).
+writes OUT_DIR/target.gguf and OUT_DIR/draft.gguf (and OUT_DIR/draft-<N>L.gguf for each
+``--extra-drafts`` N, a choice of drafts) and prints their paths. Needs ``numpy`` and ``gguf``.
+The vocab comes from ``--vocab`` (a vocab GGUF, or the sdist .tar.gz holding it); by default from
+the sdist that scripts/build-llama-server.sh keeps in its cache (downloaded with pip if missing).
 """
 
 from __future__ import annotations
@@ -209,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out_dir", type=Path, help="folder to write target.gguf and draft.gguf into")
     parser.add_argument("--layers", type=int, default=24, help="target layers (default 24)")
     parser.add_argument("--draft-layers", type=int, default=1, help="draft layers, shared with the target's first")
+    parser.add_argument(
+        "--extra-drafts", type=lambda text: [int(n) for n in text.split(",")], default=[], metavar="N,M",
+        help="also write draft-<N>L.gguf of the target's first N layers, for each N (a choice of drafts)",
+    )
     parser.add_argument("--hidden", type=int, default=256, help="hidden size, a multiple of 32 (default 256)")
     parser.add_argument("--ffn", type=int, default=None, help="feed-forward size (default 4 x hidden)")
     parser.add_argument("--context", type=int, default=4096, help="trained context length written to the file")
@@ -228,8 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.head_dim <= 0 or args.hidden % args.head_dim or args.hidden <= 0:
         parser.error(f"--hidden must be a positive multiple of --head-dim ({args.head_dim})")
-    if not 0 < args.draft_layers < args.layers:
-        parser.error("--draft-layers must be at least 1 and fewer than --layers")
+    if not all(0 < n < args.layers for n in [args.draft_layers, *args.extra_drafts]):
+        parser.error("--draft-layers and --extra-drafts must be at least 1 and fewer than --layers")
     ffn = args.ffn or 4 * args.hidden
     if args.type.startswith("q") and ffn % 32:
         parser.error(f"--ffn must be a multiple of 32 for {args.type}")
@@ -260,8 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     write_model(target, name=f"autotune-test-target-{args.layers}L", blocks=blocks, dtype=args.type, **common)
     write_model(draft, name=f"autotune-test-draft-{args.draft_layers}L", blocks=blocks[: args.draft_layers],
                 dtype=args.type, **common)  # fmt: skip
-    print(target)
-    print(draft)
+    extra = [args.out_dir / f"draft-{n}L.gguf" for n in args.extra_drafts]
+    for n, path in zip(args.extra_drafts, extra, strict=True):
+        write_model(path, name=f"autotune-test-draft-{n}L", blocks=blocks[:n], dtype=args.type, **common)
+    for path in [target, draft, *extra]:
+        print(path)
     return 0
 
 

@@ -68,7 +68,7 @@ def test_the_recorded_landscapes_hold_every_launch_of_a_full_grid() -> None:
     recorded = load_benchmark("recorded")
     for path in sorted((ROOT / "benchmarks" / "landscapes").glob("*.json")):
         landscape = recorded.load_recorded(path)
-        assert len(landscape.configs) >= 48
+        assert len(landscape.configs) >= 40  # the floor for a recorded grid
         assert all(len(c.launches) >= 3 for c in landscape.configs), path
         rounds = {launch.round for c in landscape.configs for launch in c.launches}
         assert rounds == set(range(len(rounds)))  # whole passes over the grid, each config once per pass
