@@ -392,6 +392,18 @@ def show(
             print(json.dumps(_overview_json(opened, study_name, overview), indent=2))
             return
         _print_overview(opened, overview)
+        _print_schedule(opened, studies_dir)
+
+
+def _print_schedule(opened: StudyView, studies_dir: Path) -> None:
+    """The speculation schedule's race, when ``confirm --schedule`` ran it."""
+    from autotune.report.console import schedule_table
+    from autotune.study import StudyPaths
+    from autotune.study.schedule_race import load_verdict
+
+    verdict = load_verdict(StudyPaths(studies_dir, opened.name))
+    if verdict is not None:
+        console.print(schedule_table(verdict, metric=opened.info.objective_metric))
 
 
 @dataclass(frozen=True)
@@ -618,8 +630,9 @@ def confirm(
         bool,
         typer.Option("--schedule", help="A levels study on SGLang: race a speculation schedule instead (each "
                      "level's best draft depth as a batch-size slot of --speculative-adaptive) against each level's "
-                     "static winner; it is recommended only when no level is significantly slower and one is "
-                     "significantly faster, else the output names the static config to run. Then: export --schedule."),
+                     "static winner; recommended only when it is significantly slower than no level's own winner "
+                     "and each static winner is significantly slower than it at some level, else the output names "
+                     "the static config to run. Then: export --schedule."),
     ] = False,
     rounds: Annotated[
         int, typer.Option("--rounds", min=2, help="With --schedule: interleaved rounds, each launching the schedule "
@@ -628,7 +641,12 @@ def confirm(
     storage: StorageOpt = None,
     studies_dir: StudiesDir = Path("studies"),
 ) -> None:
-    """Race the study's finalists and baselines on fresh, interleaved launches and state the verdict."""
+    """Race the study's finalists and baselines on fresh, interleaved launches and state the verdict.
+
+    With --schedule (a levels study on SGLang): race a speculation schedule per load against every
+    level's static winner instead, print it per level and keep the verdict for export --schedule
+    (docs/speculation-schedule.md).
+    """
     if schedule:
         _confirm_schedule(study_name, space_file, rounds=rounds, storage=storage, studies_dir=studies_dir)
         return
@@ -690,6 +708,9 @@ def _confirm_schedule(
         space = load_space(space_file) if space_file else opened.info.space
         if space is None:
             raise UserError(f"study {study_name!r} does not record its search space", hint="pass --space FILE")
+        if space_file is None and any(value is None for value in opened.info.env.values()):
+            raise UserError(f"study {study_name!r} launches with secret environment values, which are never stored",
+                            hint="pass --space FILE (the space the study ran with)")  # fmt: skip
         built = _build_schedule(opened)
         if isinstance(built, NoSchedule):
             console.print(f"no schedule to race: {built.reason}; run trial {built.run} "

@@ -145,7 +145,24 @@ def test_a_schedule_slower_than_a_level_s_own_winner_is_declined() -> None:
     }
     verdict = judge(schedule, race(truth), rounds=3)
     assert not verdict.recommended and verdict.levels[0].worse
-    assert "slower than the level's own winner at 1" in verdict.note
+    assert "loses to the level's own winner at 1" in verdict.note
+
+
+def test_a_schedule_that_runs_fewer_of_a_level_s_users_at_once_loses_that_level() -> None:
+    """Its buffers are sized for the deepest tier: fewer request slots, and the users left waiting are
+    not in a per-user decode rate, which then flatters it."""
+    schedule = schedule_of(deep_alone_shallow_loaded())
+    assert isinstance(schedule, Schedule)
+    truth = {
+        1: {SCHEDULE: 57.0, 1: 57.0, 2: 53.0, 0: 47.0},
+        4: {SCHEDULE: 48.0, 1: 45.0, 2: 48.0, 0: 43.0},
+        16: {SCHEDULE: 30.0, 1: 20.0, 2: 23.0, 0: 25.0},
+    }
+    verdict = judge(schedule, race(truth), rounds=3, slots={SCHEDULE: 8, 0: 13, 1: 8, 2: 10})
+    at_16 = verdict.levels[2]
+    assert at_16.queues and at_16.worse and not verdict.recommended
+    assert "runs 8 of its 16 users at once where baseline steps-2 (#0) runs 13" in verdict.note
+    assert not verdict.levels[1].queues  # 8 at once serve 4 users: nobody waits
 
 
 def test_a_schedule_that_never_served_is_declined_with_the_reason() -> None:

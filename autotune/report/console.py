@@ -508,7 +508,7 @@ def schedule_table(verdict: ScheduleVerdict, *, metric: str = "decode_tok_s", un
             first = index == 0
             table.add_row(
                 str(level.concurrency) if first else "",
-                f"{level.steps} steps" if first else "",
+                f"{level.steps} step{'' if level.steps == 1 else 's'}" if first else "",
                 _mean(level.schedule_mean, level.schedule_ci95) if first else "",
                 static.label + (" *" if static.trial == level.winner else ""),
                 _mean(static.mean, static.ci95),
@@ -534,6 +534,8 @@ def schedule_comparison(level: LevelVerdict, static: Comparison) -> tuple[str, s
     said = "slower" if static.worse else "faster" if static.better else "same" if gain else "not measured"
     if level.slo_broken:
         said = f"breaks the SLO ({', '.join(level.slo_broken)})"
+    elif level.queues and static.trial == level.winner:
+        said = f"queues: {level.slots} at once, it {static.slots}"
     return interval, said
 
 

@@ -80,7 +80,7 @@ class Schedule(Frozen):
         return {**self.flags, ADAPTIVE: True, ADAPTIVE_CONFIG: config_path, STEPS: start, TOPK: 1, DRAFT: start + 1}
 
     def text(self) -> str:
-        return ", ".join(f"{t.steps} steps at {t.concurrency}" for t in self.tiers)
+        return ", ".join(f"{t.steps} step{'' if t.steps == 1 else 's'} at {t.concurrency}" for t in self.tiers)
 
 
 class NoSchedule(Frozen):
@@ -172,6 +172,7 @@ class Comparison(Frozen):
     values: list[float] = Field(description="its figure per round that served")
     mean: float | None = None
     ci95: float | None = Field(default=None, description="from the race's fit: relative sd x mean")
+    slots: int | None = Field(default=None, description="requests its server ran at once (fewest over its launches)")
     gain: Gain | None = Field(default=None, description="the schedule over it, 95 % interval")
     better: bool = Field(
         default=False, description="the schedule significantly faster (interval widened for the levels)"
@@ -190,15 +191,24 @@ class LevelVerdict(Frozen):
     schedule_ci95: float | None = None
     statics: list[Comparison] = Field(description="every static winner of the study, measured at this level")
     slo_broken: list[str] = Field(default_factory=list, description="the SLO limits the schedule broke here")
+    slots: int | None = Field(default=None, description="requests the schedule's server ran at once")
 
     @property
     def against_winner(self) -> Comparison:
         return next(c for c in self.statics if c.trial == self.winner)
 
     @property
+    def queues(self) -> bool:
+        """The schedule runs fewer of this level's users at once than its winner does (its buffers are
+        sized for the deepest tier): the rest wait, and a per-user decode rate leaves the wait out."""
+        theirs = self.against_winner.slots
+        return self.slots is not None and theirs is not None and self.slots < min(self.concurrency, theirs)
+
+    @property
     def worse(self) -> bool:
-        """Slower than this level's own winner, or breaking the SLO: the schedule loses here."""
-        return bool(self.slo_broken) or self.against_winner.worse
+        """Slower than this level's own winner, queueing more of its users, or breaking the SLO: the
+        schedule loses here."""
+        return bool(self.slo_broken) or self.queues or self.against_winner.worse
 
 
 class ScheduleVerdict(Frozen):
@@ -225,6 +235,7 @@ def judge(
     rounds: int,
     failed: Sequence[str] = (),
     slo_broken: dict[int, list[str]] | None = None,
+    slots: dict[int, int] | None = None,
 ) -> ScheduleVerdict:
     """The verdict. The schedule runs each level's winning depth, so at each level it must not be
     significantly slower than that level's winner (else the engine's switching costs what the depth
@@ -236,7 +247,7 @@ def judge(
     labels = {t.trial: t.label for t in schedule.tiers}
     verdicts = [
         _level(tier, launches.get(tier.concurrency, {}), statics, labels, comparisons=len(schedule.tiers),
-               slo_broken=broken.get(tier.concurrency, []))
+               slo_broken=broken.get(tier.concurrency, []), slots=slots or {})
         for tier in schedule.tiers
     ]  # fmt: skip
     primary = next(t for t in schedule.tiers if t.concurrency == schedule.primary)
@@ -257,7 +268,7 @@ def judge(
 
 def _level(
     tier: Tier, launches: dict[int, dict[int, float]], statics: Sequence[int], labels: dict[int, str], *,
-    comparisons: int, slo_broken: list[str],
+    comparisons: int, slo_broken: list[str], slots: dict[int, int],
 ) -> LevelVerdict:  # fmt: skip
     mine = launches.get(SCHEDULE, {})
     served = {c: v for c, v in launches.items() if v}
@@ -272,7 +283,7 @@ def _level(
     for trial in statics:
         theirs = launches.get(trial, {})
         values = [theirs[r] for r in sorted(theirs)]
-        comparison = Comparison(trial=trial, label=labels[trial], values=values,
+        comparison = Comparison(trial=trial, label=labels[trial], values=values, slots=slots.get(trial),
                                 mean=statistics.fmean(values) if values else None, ci95=ci(values))  # fmt: skip
         if model is not None and trial in served:
             difference, half = model.interval(SCHEDULE, trial)
@@ -292,7 +303,7 @@ def _level(
     return LevelVerdict(
         concurrency=tier.concurrency, steps=tier.steps, winner=tier.trial, schedule_values=values,
         schedule_mean=statistics.fmean(values) if values else None, schedule_ci95=ci(values), statics=compared,
-        slo_broken=slo_broken,
+        slo_broken=slo_broken, slots=slots.get(SCHEDULE),
     )  # fmt: skip
 
 
@@ -304,7 +315,7 @@ def _note(
     instead = f"run {labels[run]}" if run is not None else ""
     if worse:
         where = "; ".join(f"at {v.concurrency}: {_against(v.against_winner, v)}" for v in worse)
-        return f"{shown} declined: slower than the level's own winner {where}; {instead}"
+        return f"{shown} declined: it loses to the level's own winner {where}; {instead}"
     if open_:
         lost = f" ({'; '.join(failed)})" if failed else ""
         levels = ", ".join(str(v.concurrency) for v in open_)
@@ -326,4 +337,7 @@ def _note(
 def _against(comparison: Comparison, level: LevelVerdict | None) -> str:
     if level is not None and level.slo_broken:
         return f"breaks the SLO ({', '.join(level.slo_broken)})"
+    if level is not None and level.queues:
+        return (f"runs {level.slots} of its {level.concurrency} users at once where {comparison.label} runs "
+                f"{comparison.slots} (the rest wait)")  # fmt: skip
     return comparison.gain.text() if comparison.gain is not None else f"not measured against {comparison.label}"

@@ -34,6 +34,7 @@ from autotune.study.schedule import SCHEDULE, Launches, Schedule, ScheduleVerdic
 from autotune.trial import Phase
 
 VERDICT_FILE = "schedule.json"
+MAX_RUNNING = "max-running-requests"  # as the server resolved it: what the memory left room for
 CONFIG_FILE = "schedule-adaptive.json"
 
 
@@ -85,16 +86,19 @@ def race(
     for tier in schedule.tiers:
         flags = _with_secrets(by_number[tier.trial].flags, space.fixed)
         plans.setdefault(tier.trial, LaunchPlan(engine=space.engine, flags=flags))
+    levels = [t.concurrency for t in schedule.tiers]
     try:
         plans[SCHEDULE] = engine.normalise(_with_secrets(schedule.launch_flags(str(path.resolve())), space.fixed))
-    except InvalidConfig as exc:
-        failed.append(f"the schedule: engine rule: {exc}")
-    levels = [t.concurrency for t in schedule.tiers]
+    except InvalidConfig as exc:  # nothing to race: judged on no launch at all
+        return _kept(paths, judge(schedule, {}, rounds=0, failed=[f"the schedule: engine rule: {exc}"]))
     launches: Launches = {level: {config: {} for config in plans} for level in levels}
     slo_broken: dict[int, list[str]] = {}
+    slots: dict[int, int] = {}
     phase: Phase = on_phase or (lambda _phase, _detail: None)
     paths.logs.mkdir(parents=True, exist_ok=True)
     for round_index in range(rounds):
+        if round_index == 1 and not any(launches[level][SCHEDULE] for level in levels):
+            break  # the schedule did not serve in the first round: the statics alone decide nothing
         for config, plan in plans.items():
             name = "schedule" if config == SCHEDULE else f"trial-{config:04d}"
             if on_phase is not None:
@@ -107,6 +111,9 @@ def race(
             if outcome.kind is not OutcomeKind.OK:
                 failed.append(f"{name}, round {round_index + 1}: {outcome.kind.value}: {outcome.reason}")
                 continue
+            running = outcome.effective.values.get(MAX_RUNNING) if outcome.effective is not None else None
+            if isinstance(running, int) and not isinstance(running, bool):
+                slots[config] = min(running, slots.get(config, running))
             for measurement in outcome.measurements:
                 if measurement.concurrency not in launches:
                     continue
@@ -115,7 +122,11 @@ def race(
                     slo_broken.setdefault(measurement.concurrency, []).extend(broken)
                 if not broken and measurement.value > 0:
                     launches[measurement.concurrency][config][round_index] = measurement.value
-    verdict = judge(schedule, launches, rounds=rounds, failed=failed, slo_broken=slo_broken)
+    return _kept(paths, judge(schedule, launches, rounds=rounds, failed=failed, slo_broken=slo_broken, slots=slots))
+
+
+def _kept(paths: StudyPaths, verdict: ScheduleVerdict) -> ScheduleVerdict:
+    """The verdict, written to the study's folder first."""
     try:
         verdict_path(paths).write_text(verdict.model_dump_json(indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
