@@ -57,6 +57,7 @@ FULL = Row("full sampler")
 ROWS: tuple[Row, ...] = (
     FULL,
     *(Row(f"- {name}", off=(name,)) for name in HEURISTICS),
+    Row("- every heuristic (TPE alone)", off=HEURISTICS),
     *(Row(f"- rule {name}", rules_off=(name,)) for name in RULE_NAMES),
     Row("random sampler, same loop", sampler="random"),
     Row("plain random search", plain=True),

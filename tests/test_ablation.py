@@ -12,7 +12,8 @@ from benchmarks.ablation import FULL, Outcome, Results, Row
 
 
 def test_the_rows_switch_off_every_heuristic_and_every_rule_once() -> None:
-    assert [r.off[0] for r in ablation.ROWS if r.off] == list(HEURISTICS)
+    assert [r.off[0] for r in ablation.ROWS if len(r.off) == 1] == list(HEURISTICS)
+    assert any(set(r.off) == set(HEURISTICS) for r in ablation.ROWS)  # what is left when all fail
     assert [r.rules_off[0] for r in ablation.ROWS if r.rules_off] == list(RULE_NAMES)
     assert ablation.ROWS[0] == FULL and any(r.sampler == "random" for r in ablation.ROWS)
 
