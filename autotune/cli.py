@@ -697,7 +697,7 @@ def _confirm_schedule(
     with error_funnel():
         from autotune.errors import UserError
         from autotune.gpu import read_inventory
-        from autotune.report.console import schedule_table
+        from autotune.report.console import depths_table, schedule_table
         from autotune.space import load_space
         from autotune.study import StudyPaths, preflight
         from autotune.study.launcher import trial_launcher
@@ -713,6 +713,9 @@ def _confirm_schedule(
                             hint="pass --space FILE (the space the study ran with)")  # fmt: skip
         built = _build_schedule(opened)
         if isinstance(built, NoSchedule):
+            levels = opened.load_levels()
+            if levels is not None:
+                console.print(depths_table(opened.records(), levels))
             console.print(f"no schedule to race: {built.reason}; run trial {built.run} "
                           f"(autotune export {study_name})", highlight=False)  # fmt: skip
             return

@@ -73,6 +73,13 @@ def test_the_engine_accepts_the_schedule_it_would_launch(tmp_path: Path) -> None
     assert plan.flags["speculative-num-steps"] == 5 and plan.flags["speculative-adaptive"] is True
 
 
+def test_neighbouring_levels_of_one_depth_share_a_slot() -> None:
+    records = [record(0, 1, {1: 37.0, 4: 35.0, 16: 20.0}), record(1, 5, {1: 57.0, 4: 33.0, 16: 15.0})]
+    schedule = schedule_of(records)
+    assert isinstance(schedule, Schedule)
+    assert schedule.adaptive_config() == {"1": {"candidate_steps": [5]}, "2": {"candidate_steps": [1]}}
+
+
 def test_one_depth_everywhere_is_no_schedule_and_names_the_static_to_run() -> None:
     records = [record(0, 2, {1: 47.0, 4: 43.0, 16: 30.0}), record(1, 5, {1: 57.0, 4: 50.0, 16: 33.0})]
     result = schedule_of(records)

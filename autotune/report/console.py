@@ -524,6 +524,29 @@ def schedule_table(verdict: ScheduleVerdict, *, metric: str = "decode_tok_s", un
     return Group(table, *lines)
 
 
+def depths_table(records: Sequence[TrialRecord], levels: LoadLevels) -> RenderableType:
+    """Each measured trial's figure at each level beside its draft steps (* the level's winner): why a
+    study gives no schedule to race."""
+    table = Table(title=f"{levels.metric} per load level, every measured configuration", title_justify="left")
+    table.add_column("configuration", justify="left")
+    table.add_column("steps", justify="right")
+    for winner in levels.winners:
+        table.add_column(f"at {winner.concurrency}", justify="right")
+    winners = {(w.trial, w.concurrency) for w in levels.winners}
+    for record in records:
+        if record.outcome != "ok" or not record.levels or record.confirm_of is not None:
+            continue
+        cells = []
+        for winner in levels.winners:
+            level = record.levels.get(winner.concurrency)
+            value = level.metric_value(levels.metric) if level is not None else None
+            mark = " *" if (record.number, winner.concurrency) in winners else ""
+            cells.append(f"{value:.1f}{mark}" if value is not None else "-")
+        label = f"baseline {record.baseline} (#{record.number})" if record.baseline else f"trial {record.number}"
+        table.add_row(label, str(record.flags.get("speculative-num-steps", "-")), *cells)
+    return table
+
+
 def schedule_comparison(level: LevelVerdict, static: Comparison) -> tuple[str, str]:
     """The schedule's gain over one static winner at one level with its interval, and the verdict word
     (the console table and the HTML report share it)."""
@@ -532,6 +555,8 @@ def schedule_comparison(level: LevelVerdict, static: Comparison) -> tuple[str, s
     if gain is not None and gain.low is not None and gain.high is not None:
         interval = f"{gain.gain:+.1%} ({gain.low:+.1%} to {gain.high:+.1%})"
     said = "slower" if static.worse else "faster" if static.better else "same" if gain else "not measured"
+    if said == "same" and gain is not None and gain.low is not None and gain.low > 0:
+        said = "same (faster here alone, not across the levels)"
     if level.slo_broken:
         said = f"breaks the SLO ({', '.join(level.slo_broken)})"
     elif level.queues and static.trial == level.winner:

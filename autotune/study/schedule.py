@@ -64,10 +64,14 @@ class Schedule(Frozen):
         """Batch-size slot -> tier. SGLang routes a batch to the largest slot at or below its size, so
         each level's slot starts halfway (geometrically) from the level below: a batch between two
         measured levels runs the nearer one's depth, and a level's own ramp (users arriving, answers
-        ending) stays on its depth until it is nearer the level below."""
+        ending) stays on its depth until it is nearer the level below. Neighbours of one depth share a slot."""
         ordered = sorted(self.tiers, key=lambda t: t.concurrency)
         keys = [1] + [math.ceil(math.sqrt(a.concurrency * b.concurrency)) for a, b in pairwise(ordered)]
-        return dict(zip(keys, ordered, strict=True))
+        slots: dict[int, Tier] = {}
+        for key, tier in zip(keys, ordered, strict=True):
+            if not slots or list(slots.values())[-1].steps != tier.steps:  # a slot per change of depth
+                slots[key] = tier
+        return slots
 
     def adaptive_config(self) -> AdaptiveConfig:
         """``--speculative-adaptive-config``'s JSON: one slot per level, one candidate step each."""
