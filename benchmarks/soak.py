@@ -38,6 +38,8 @@ from pathlib import Path
 import optuna
 import yaml
 
+from autotune.decision import Launch
+from autotune.study.attrs import trial_record
 from autotune_twin import gpu_state
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -202,9 +204,11 @@ class Soak:
 
     def report(self) -> int:
         trials = optuna.load_study(study_name=STUDY, storage=self.url).trials
-        ok = [t for t in trials if t.user_attrs.get("outcome") == "ok"]
-        measured = [t for t in ok if t.user_attrs.get("duplicate_of") is None]
-        keys = [t.user_attrs.get("config_key") for t in measured]
+        # a configuration the search measured twice is a lost lesson (a re-measurement of a close
+        # challenger, confirm_of, is on purpose; a reuse launches nothing)
+        records = [trial_record(t) for t in trials]
+        measured = [r for r in records if r.outcome == "ok" and isinstance(r.decision, Launch) and r.confirm_of is None]
+        keys = [r.config_key for r in measured]
         leftover = processes_with(str(self.folder))
         db = (self.folder / "studies" / f"{STUDY}.db").stat().st_size
         artifacts = sum(p.stat().st_size for p in (self.folder / "studies" / STUDY).rglob("*") if p.is_file())
