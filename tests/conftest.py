@@ -43,6 +43,18 @@ def twin_gpus(profile: str = "qwen3.6-27b-2xa6000") -> GpuInventory:
     return GpuInventory.model_validate(inventory(load_profile(profile)))
 
 
+def idle_gpus(count: int) -> GpuInventory:
+    """``count`` idle 48 GiB GPUs (an inventory for :mod:`autotune.testing`'s runner)."""
+    from autotune.gpu import GpuInfo, GpuInventory
+
+    return GpuInventory(
+        driver_version="test",
+        simulated=True,
+        gpus=[GpuInfo(index=i, name="48 GiB GPU", uuid=f"GPU-{i}", memory_total_bytes=48 << 30, memory_used_bytes=0,
+                      memory_free_bytes=48 << 30, bandwidth_bytes_per_s=768e9) for i in range(count)],
+    )  # fmt: skip
+
+
 def autotune_cmd(*args: str) -> list[str]:
     """Run the installed console script of this interpreter's environment."""
     script = Path(sys.executable).parent / "autotune"

@@ -14,14 +14,13 @@ import yaml
 
 from autotune.decision import Launch, Reuse
 from autotune.engines.base import LaunchPlan
-from autotune.gpu import GpuInfo, GpuInventory
 from autotune.measure.protocol import EarlyStop
 from autotune.space import SearchSpace, parse_space
 from autotune.study import StudyRunner, make_sampler
 from autotune.study.confirm import confirmation_launches, launched_values
 from autotune.testing import simulated_outcome, study_runner
 from autotune.trial import TrialOutcome
-from tests.conftest import TWIN_SPACE
+from tests.conftest import TWIN_SPACE, idle_gpus
 
 GIB = 1 << 30
 NEXTN = {"speculative-algorithm": "NEXTN", "speculative-eagle-topk": 1, "speculative-adaptive": False,
@@ -45,14 +44,6 @@ class Servers:
         return simulated_outcome(self.space, plan, tok_s=RATE[steps], rounds=2, ci95=0.2, launch_s=30.0, measure_s=20.0)
 
 
-def gpus() -> GpuInventory:
-    return GpuInventory(
-        driver_version="test", simulated=True,
-        gpus=[GpuInfo(index=i, name="48 GiB GPU", uuid=f"GPU-{i}", memory_total_bytes=48 * GIB, memory_used_bytes=0,
-                      memory_free_bytes=48 * GIB, bandwidth_bytes_per_s=768e9) for i in range(2)],
-    )  # fmt: skip
-
-
 def depth_space(tmp_path: Path) -> SearchSpace:
     """The twin space with only the draft depth tuned (1-4 steps, one more draft token) and no baselines."""
     data: dict[str, Any] = yaml.safe_load(TWIN_SPACE.read_text())
@@ -63,7 +54,7 @@ def depth_space(tmp_path: Path) -> SearchSpace:
 
 
 def runner_for(space: SearchSpace, tmp_path: Path, servers: Servers, *, intensify: bool = True) -> StudyRunner:
-    return study_runner(space, tmp_path, inventory=gpus(), launcher=servers, sampler=make_sampler("random", 3),
+    return study_runner(space, tmp_path, inventory=idle_gpus(2), launcher=servers, sampler=make_sampler("random", 3),
                         intensify=intensify)  # fmt: skip
 
 

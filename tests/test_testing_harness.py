@@ -14,7 +14,6 @@ import yaml
 from autotune.decision import Launch, Reuse, Skip
 from autotune.engines.base import LaunchPlan
 from autotune.errors import UserError
-from autotune.gpu import GpuInfo, GpuInventory
 from autotune.measure.client import RequestRecord
 from autotune.measure.protocol import EarlyStop
 from autotune.outcomes import OutcomeKind
@@ -22,22 +21,12 @@ from autotune.space import SearchSpace, load_space, parse_space
 from autotune.study import make_sampler
 from autotune.testing import checked_space, memory_as_logged, simulated_outcome, study_runner
 from autotune.trial import TrialOutcome
-from tests.conftest import TWIN_SPACE, run_queued
+from tests.conftest import TWIN_SPACE, idle_gpus, run_queued
 
 GIB = 1 << 30
 HAND_FOUND = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3, "speculative-eagle-topk": 1,
               "speculative-num-draft-tokens": 4, "mem-fraction-static": 0.88, "max-running-requests": 16,
               "mamba-full-memory-ratio": 0.5}  # fmt: skip
-
-
-def gpus(count: int) -> GpuInventory:
-    """``count`` idle 48 GiB GPUs."""
-    return GpuInventory(
-        driver_version="test",
-        simulated=True,
-        gpus=[GpuInfo(index=i, name="48 GiB GPU", uuid=f"GPU-{i}", memory_total_bytes=48 * GIB, memory_used_bytes=0,
-                      memory_free_bytes=48 * GIB, bandwidth_bytes_per_s=768e9) for i in range(count)],
-    )  # fmt: skip
 
 
 def rate(flags: dict[str, Any]) -> float:
@@ -75,7 +64,7 @@ class Servers:
 def test_a_runner_from_the_harness_runs_the_study_loop_and_launches_only_what_it_decided(tmp_path: Path) -> None:
     space = load_space(TWIN_SPACE)
     servers = Servers(space)
-    runner = study_runner(space, tmp_path, inventory=gpus(2), launcher=servers, sampler=make_sampler("random", 5))
+    runner = study_runner(space, tmp_path, inventory=idle_gpus(2), launcher=servers, sampler=make_sampler("random", 5))
     runner.enqueue_baselines()
     runner.run(trials=2, timeout_s=None)
     # Proposed as a sampler might: a start step SGLang's adaptive steps refuse, then the hand-found
@@ -123,7 +112,7 @@ def test_the_checked_space_reads_no_help_and_selects_the_space_s_gpus(tmp_path: 
     data["launcher"] = [str(tmp_path / "no-such-launcher")]  # reading its --help would fail
     data["gpus"]["devices"] = [1, 3]
     space = parse_space(data, path=TWIN_SPACE)
-    checked = checked_space(space, gpus(4))
+    checked = checked_space(space, idle_gpus(4))
     prepared = checked.engines[space.engine]
     assert prepared.flag_set.flags == frozenset(space.all_flag_names())
     assert prepared.launcher == data["launcher"]
@@ -135,7 +124,7 @@ def test_the_checked_space_reads_no_help_and_selects_the_space_s_gpus(tmp_path: 
     data["baselines"] = [{"name": "refused", "flags": {"speculative-algorithm": "NEXTN", "speculative-num-steps": 2,
                                                        "speculative-adaptive": True}}]  # fmt: skip
     with pytest.raises(UserError, match="baseline 'refused'"):
-        checked_space(parse_space(data, path=TWIN_SPACE), gpus(4))
+        checked_space(parse_space(data, path=TWIN_SPACE), idle_gpus(4))
 
 
 def test_a_simulated_outcome_is_measured_as_the_space_says() -> None:
@@ -179,7 +168,7 @@ def test_a_rate_beyond_what_the_bandwidth_allows_is_a_failed_measurement_never_a
         measured = [m.model_copy(update={"requests": [request]}) for m in outcome.measurements]  # fmt: skip
         return outcome.model_copy(update={"measurements": measured})
 
-    runner = study_runner(space, tmp_path, inventory=gpus(2), launcher=launcher, sampler=make_sampler("random", 1))
+    runner = study_runner(space, tmp_path, inventory=idle_gpus(2), launcher=launcher, sampler=make_sampler("random", 1))
     runner.run(trials=1, timeout_s=None)
     (record,) = runner.records()
     assert record.outcome == "measurement-failed" and not record.feasible
