@@ -75,11 +75,3 @@ class Wait(Frozen):
     trial: int
 
 
-def launched_as_sampled(decision: Decision | None) -> bool:
-    """Whether the trial's sampled values are what ran: not where a rule launched other values, nor
-    where another configuration's measurement was borrowed."""
-    if isinstance(decision, Launch):
-        return not decision.adjusted
-    if isinstance(decision, Reuse):
-        return decision.same_config
-    return True

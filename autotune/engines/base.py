@@ -53,15 +53,6 @@ class DraftReads(Frozen):
     passes_per_verify: float = Field(description="draft forward passes per verify pass, at most")
 
 
-class DraftTree(Frozen):
-    """The flags of a draft tree: ``size`` tokens drafted over ``depth`` steps, ``width`` candidates a
-    step. A tree holds at most depth x width + 1 tokens, so the size worth trying grows with both."""
-
-    depth: str
-    width: str
-    size: str
-
-
 class Failure(Frozen):
     kind: OutcomeKind
     reason: str = Field(description="the log line or rule that decided the kind")
@@ -318,8 +309,6 @@ class Engine(ABC):
     """What the engine prints when it fails (see :mod:`autotune.engines.failures`)."""
     metric_names: ClassVar[MetricNames | None] = None
     """Where its ``/metrics`` keep generated tokens and acceptance (None: not read)."""
-    draft_tree: ClassVar[DraftTree | None] = None
-    """Its draft tree's flags (None: it drafts a chain, or its depth flag alone sizes the draft)."""
 
     def read_flag_set(self, launcher: list[str], *, env: Mapping[str, str] | None = None) -> FlagSet:
         return parse_help_flags(run_help([*launcher, "--help"], env=env))

@@ -302,8 +302,6 @@ class SGLangEngine(Engine):
     # In SGLang 0.5.23 these size the KV/mamba pools, the request pool, prefill chunks and the
     # CUDA-graph batches; one stream decodes alike under any of them that still admits it (a
     # prompt longer than the context is a failure, not a rate: context-length is not among them).
-    # With topk > 1, draft tokens past steps x topk + 1 only waste buffers (SGLang does not check it).
-    draft_tree = base.DraftTree(depth=STEPS, width=TOPK, size=DRAFT)
     memory_sizing_flags = {
         "mem-fraction-static": 0,
         "max-running-requests": 1,

@@ -233,20 +233,6 @@ def record_config_key(trial: optuna.Trial, key: str) -> None:
     trial.set_user_attr("config_key", key)
 
 
-def trial_without(trial: FrozenTrial, names: frozenset[str]) -> FrozenTrial:
-    """A copy of ``trial`` without the parameters ``names``, everything else (its attrs) kept."""
-    from optuna.trial import FrozenTrial
-
-    params = {name: value for name, value in trial.params.items() if name not in names}
-    return FrozenTrial(
-        number=trial.number, state=trial.state, value=None, values=trial.values,
-        datetime_start=trial.datetime_start, datetime_complete=trial.datetime_complete,
-        params=params, distributions={name: trial.distributions[name] for name in params},
-        user_attrs=trial.user_attrs, system_attrs=trial.system_attrs,
-        intermediate_values=trial.intermediate_values, trial_id=trial._trial_id,
-    )  # fmt: skip
-
-
 def record_busy_wait(trial: optuna.Trial, seconds: float) -> None:
     trial.set_user_attr("busy_wait_s", round(seconds, 1))
 

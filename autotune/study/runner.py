@@ -59,8 +59,8 @@ from autotune.study.memory import feasibility_models, lesson_of, replay, rooflin
 from autotune.study.named_failures import named_values
 from autotune.study.paths import StudyPaths
 from autotune.study.preflight_checks import Preflight
-from autotune.study.rules import build_rules, decide, one_stream_rate
-from autotune.study.sampler import NeighbourSampler, SamplerName, make_sampler
+from autotune.study.rules import build_rules, decide
+from autotune.study.sampler import SamplerName, make_sampler
 from autotune.study.storage import exclusive, open_storage
 from autotune.trial import TrialOutcome
 
@@ -176,11 +176,6 @@ class StudyRunner:
                 sampler=sampler or make_sampler("tpe", None),
                 load_if_exists=True,
             )
-        if isinstance(self.study.sampler, NeighbourSampler):
-            if one_stream_rate(self.space):
-                sizing = {name for engine in self.engines.values() for name in engine.memory_sizing_flags}
-                self.study.sampler.hold_still(frozenset(sizing & set(self.space.tuned)))
-            self.study.sampler.follow_trees([e.draft_tree for e in self.engines.values() if e.draft_tree is not None])
         self.launch: Launcher = launcher or trial_launcher(
             checked, paths, read_gpus, lambda: attrs.agreement_reference(self.study)
         )
