@@ -1,13 +1,14 @@
-"""The search's ablation: the study loop with each sampler heuristic and each pre-launch rule
-switched off in turn, beside the random sampler in the same loop and plain random search.
+"""The search's ablation: the study loop with each pre-launch rule switched off in turn, beside
+the random sampler in the same loop and plain random search.
 
-Rows: the full sampler; the full sampler without each of ``autotune.study.sampler.HEURISTICS``;
-without each of ``autotune.study.rules.RULE_NAMES``; the random sampler in the same loop; plain
-random search. On the family members (one run each, the member's seed seeding the sampler and the
+Rows: the study loop as shipped (TPE); the same without each of ``autotune.study.rules.RULE_NAMES``;
+the random sampler in the same loop; plain random search. The sampler's heuristics were rows too
+until they were judged and removed (benchmarks/results/ablation-2026-12-02/, made at 3afca4d).
+On the family members (one run each, the member's seed seeding the sampler and the
 noise, the profile's launch-to-launch spread applied) a loop run stops once its incumbent is truly
 within 2 % of the optimum or at the budget. Columns: median and 90th percentile of launches to
 2 %, the share of those launches that died of memory (median and worst), and the paired bootstrap
-interval of each row's median and p90 minus the full sampler's (members resampled). On each
+interval of each row's median and p90 minus the shipped loop's (members resampled). On each
 recorded landscape (``benchmarks/landscapes/*.json``): median launches to 2 % over seeds, the
 grid's size as its budget.
 
@@ -34,7 +35,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from autotune.study.rules import RULE_NAMES  # noqa: E402
-from autotune.study.sampler import HEURISTICS, SamplerName  # noqa: E402
+from autotune.study.sampler import SamplerName  # noqa: E402
 from benchmarks import family, replay  # noqa: E402
 from benchmarks import search_efficiency as bench  # noqa: E402
 
@@ -48,16 +49,13 @@ class Row:
 
     name: str
     sampler: SamplerName = "tpe"
-    off: tuple[str, ...] = ()
     rules_off: tuple[str, ...] = ()
     plain: bool = False  # plain random search, outside the loop
 
 
-FULL = Row("full sampler")
+FULL = Row("study loop (TPE)")
 ROWS: tuple[Row, ...] = (
     FULL,
-    *(Row(f"- {name}", off=(name,)) for name in HEURISTICS),
-    Row("- every heuristic (TPE alone)", off=HEURISTICS),
     *(Row(f"- rule {name}", rules_off=(name,)) for name in RULE_NAMES),
     Row("random sampler, same loop", sampler="random"),
     Row("plain random search", plain=True),
@@ -96,7 +94,7 @@ def family_member(args: tuple[int, int, Sequence[Row]]) -> tuple[int, str, str, 
         if row.plain:
             run = bench.run_candidates(problem, seed, budget, row.name, bench.random_candidates(problem, seed))
         else:
-            run = bench.run_study(problem, seed, budget, sampler=row.sampler, off=row.off, rules_off=row.rules_off,
+            run = bench.run_study(problem, seed, budget, sampler=row.sampler, rules_off=row.rules_off,
                                   name=row.name, until=optimum)  # fmt: skip
         out[row.name] = outcome_of(run, optimum)
     return seed, member.case, member.summary, out
@@ -112,7 +110,7 @@ def recorded_seed(args: tuple[Path, int, Sequence[Row]]) -> tuple[str, int, dict
         if row.plain:
             run = bench.run_recorded_random(problem, seed, budget)
         else:
-            run = bench.run_recorded_study(problem, seed, budget, sampler=row.sampler, off=row.off,
+            run = bench.run_recorded_study(problem, seed, budget, sampler=row.sampler,
                                            rules_off=row.rules_off, confirm=False)  # fmt: skip
         out[row.name] = outcome_of(run, problem.optimum)
     return path.stem, budget, out
@@ -153,7 +151,7 @@ def paired_interval(
 
 
 def family_table(results: Results, budget: int, *, seed: int = 0) -> list[dict[str, Any]]:
-    """One line per row: quantiles, memory deaths, and the paired intervals against the full sampler."""
+    """One line per row: quantiles, memory deaths, and the paired intervals against the shipped loop."""
     rng = random.Random(seed)
     full = reached(results.rows[FULL.name], budget)
     lines = []
@@ -197,9 +195,9 @@ def print_tables(report: dict[str, Any]) -> None:
     table = Table(
         title=f"Ablation on family members {first}..{last} ({last - first + 1}, held out), budget {budget} launches, "
         f"launch-to-launch sd as each profile's",
-        caption="launches to 2 %: until the incumbent (highest measured) is truly within 2 % of the optimum, >N: "
-        "not reached; deaths: share of those launches that died of memory (median / worst); Δ: 95 % paired "
-        "bootstrap interval of the row's quantile minus the full sampler's (members resampled; above 0: the "
+        caption="launches to 2 %: until the incumbent (highest mean over its launches) is truly within 2 % of the "
+        "optimum, >N: not reached; deaths: share of those launches that died of memory (median / worst); Δ: 95 % "
+        "paired bootstrap interval of the row's quantile minus the shipped loop's (members resampled; above 0: the "
         "row is worse). SIMULATED on generated twin profiles.",
     )
     for header in ("row", "median", "p90", "reached", "deaths", "Δ median", "Δ p90", "verdict"):

@@ -50,7 +50,7 @@ from autotune.space import (  # noqa: E402
 )
 from autotune.study import Launcher, StudyEvents, StudyRunner, make_sampler  # noqa: E402
 from autotune.study.rules import RULE_NAMES  # noqa: E402
-from autotune.study.sampler import HEURISTICS, SamplerName  # noqa: E402
+from autotune.study.sampler import SamplerName  # noqa: E402
 from autotune.testing import memory_as_logged, simulated_outcome, study_runner  # noqa: E402
 from autotune.trial import TrialOutcome  # noqa: E402
 from autotune_twin.profile import TwinProfile, inventory, load_profile  # noqa: E402
@@ -400,19 +400,18 @@ def run_study(
     factory: SamplerFactory = None,
     name: str,
     early_stop: bool = True,
-    off: Collection[str] = (),
     rules_off: Collection[str] = (),
     until: float | None = None,
 ) -> Run:
     """autotune's study loop with the landscape in place of launches, until ``budget`` launches;
-    ``off`` names sampler heuristics switched off, ``rules_off`` pre-launch rules; ``until`` (the
+    ``rules_off`` names pre-launch rules switched off; ``until`` (the
     optimum): stop once the incumbent is within 2 % of it, the rest of the run being unread."""
     started = time.monotonic()
     run = Run(method=name, seed=seed)
     with tempfile.TemporaryDirectory(prefix="autotune-bench-") as tmp:
         launcher = LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed),
                                      launch_sd=problem.launch_sd, launch_rng=random.Random(20_000 + seed))  # fmt: skip
-        chosen = factory(seed) if factory is not None else make_sampler(sampler, seed, off=off)  # type: ignore[arg-type]
+        chosen = factory(seed) if factory is not None else make_sampler(sampler, seed)  # type: ignore[arg-type]
         recorder = StepRecorder(run, launcher)
         runner = make_runner(problem, Path(tmp), sampler=chosen, launcher=launcher, events=recorder,
                              early_stop=early_stop, rules_off=rules_off)  # fmt: skip
@@ -616,8 +615,6 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
         ),
     )
     known["gp"] = Method("GPSampler", lambda p, s, b: run_study(p, s, b, factory=gp_factory(), name="GPSampler"))
-    for off in HEURISTICS:
-        known[f"autotune-minus-{off}"] = _ablated(f"autotune-minus-{off}", off=(off,))
     for rule in RULE_NAMES:
         known[f"autotune-minus-{rule}"] = _ablated(f"autotune-minus-{rule}", rules_off=(rule,))
         known[f"random-runner-minus-{rule}"] = _ablated(f"random-runner-minus-{rule}", sampler="random",
@@ -635,11 +632,9 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
     return chosen
 
 
-def _ablated(
-    name: str, *, sampler: SamplerName = "tpe", off: Collection[str] = (), rules_off: Collection[str] = ()
-) -> Method:
-    """The study loop with sampler heuristics (``off``) or pre-launch rules (``rules_off``) switched off."""
-    return Method(name, lambda p, s, b: run_study(p, s, b, sampler=sampler, off=off, rules_off=rules_off, name=name))
+def _ablated(name: str, *, sampler: SamplerName = "tpe", rules_off: Collection[str] = ()) -> Method:
+    """The study loop with pre-launch rules (``rules_off``) switched off."""
+    return Method(name, lambda p, s, b: run_study(p, s, b, sampler=sampler, rules_off=rules_off, name=name))
 
 
 def _sampler_method(spec: str) -> Method:
@@ -871,17 +866,17 @@ class RecordedSteps(StudyEvents):
 
 def run_recorded_study(
     problem: replay.RecordedProblem, seed: int, budget: int, *, sampler: SamplerName,
-    off: Collection[str] = (), rules_off: Collection[str] = (), confirm: bool = True,
+    rules_off: Collection[str] = (), confirm: bool = True,
 ) -> Run:  # fmt: skip
     """autotune's study loop (no baselines) on a recorded landscape, until ``budget`` launches;
-    ``off`` names sampler heuristics switched off, ``rules_off`` pre-launch rules; ``confirm``: race
+    ``rules_off`` names pre-launch rules switched off; ``confirm``: race
     the finalists after the budget as a study does."""
     run = Run(method=f"autotune ({sampler})", seed=seed)
     launcher = replay.RecordedLauncher(problem, random.Random(seed))
     with tempfile.TemporaryDirectory(prefix="autotune-replay-") as tmp:
         events = RecordedSteps(run, launcher)
         runner = study_runner(problem.space, Path(tmp), inventory=GpuInventory(driver_version="none", gpus=[]),
-                              launcher=launcher, sampler=make_sampler(sampler, seed, off=off), events=events,
+                              launcher=launcher, sampler=make_sampler(sampler, seed), events=events,
                               rules_off=rules_off, name="replay")  # fmt: skip
 
         def launch_budget(records: Sequence[TrialRecord]) -> str | None:
@@ -984,8 +979,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
     parser.add_argument("--methods", default=None,
                         help="comma-separated: autotune, random-runner, random, grid, tiered, tpe-startup2, "
-                        "tpe-startup10, tpe-startup20, tpe-independent, gp, autotune-minus-NAME (NAME a sampler "
-                        "heuristic or a pre-launch rule), random-runner-minus-RULE (default: "
+                        "tpe-startup10, tpe-startup20, tpe-independent, gp, autotune-minus-RULE, "
+                        "random-runner-minus-RULE (RULE a pre-launch rule) (default: "
                         f"{','.join(DEFAULT_METHODS)}; with --family {','.join(DEFAULT_FAMILY_METHODS)})")  # fmt: skip
     parser.add_argument("--per-tier", type=int, default=8, help="candidates per tier of the tiered grid")
     parser.add_argument("--noise", type=float, default=None, help="relative sd of a measurement (default: target/1.96)")

@@ -246,9 +246,8 @@ def fit(launches: dict[int, dict[int, float]]) -> Fit:
 def confirmation_launches(
     records: Sequence[TrialRecord], finalists: Sequence[TrialRecord]
 ) -> dict[int, dict[int, float]]:
-    """Each finalist's served relaunches by round: the relaunches queued together (the search's
-    re-measurement of a close challenger and its incumbent, or one round of the race). Relaunches
-    kept before rounds were recorded count by order: a configuration's n-th relaunch in round -n."""
+    """Each finalist's served relaunches by round: the relaunches queued together. Relaunches kept
+    before rounds were recorded count by order: a configuration's n-th relaunch in round -n."""
     launches: dict[int, dict[int, float]] = {f.number: {} for f in finalists}
     relaunches = {f.number: [r for r in records if r.confirm_of == f.number] for f in finalists}
     for number, runs in relaunches.items():

@@ -47,7 +47,6 @@ from autotune.study.confirm import (
     confirm,
     confirmation_launches,
     incumbent,
-    launched_values,
     measure_noise,
     standing,
 )
@@ -68,10 +67,6 @@ DUPLICATE_POLL_S = 2.0
 # ``--trials N`` counts launches; proposals answered without one (reused, skipped) are cheap, but a
 # space whose every proposal is already measured must still end: after this many per launch asked.
 PROPOSALS_PER_LAUNCH = 25
-# Intensification: a configuration is launched at most this often during the search (the race
-# relaunches the finalists after it), and re-measurement takes at most this share of the launches.
-INTENSIFY_LAUNCHES = 3
-INTENSIFY_SHARE = 1 / 3
 
 
 class TrialFault(Exception):
@@ -136,8 +131,6 @@ class StudyRunner:
         early_stop: stop measuring a trial that cannot plausibly reach the best (never a baseline or
             a finalist's confirmation).
         rules_off: names of pre-launch rules switched off (:data:`autotune.study.rules.RULE_NAMES`).
-        intensify: re-measure the incumbent and a challenger that comes within the noise of it
-            (:meth:`_intensify`); off, the search builds on single measurements.
     """
 
     def __init__(
@@ -153,7 +146,6 @@ class StudyRunner:
         events: StudyEvents | None = None,
         early_stop: bool = True,
         rules_off: Collection[str] = (),
-        intensify: bool = True,
     ) -> None:
         if checked.inventory is None:
             raise ValueError("a study needs the GPU inventory: run preflight with read_gpus=True")
@@ -166,7 +158,6 @@ class StudyRunner:
         self.events = events or StudyEvents()
         self.read_gpus = read_gpus
         self.early_stop = early_stop
-        self.intensify = intensify
         self.launched = 0  # by this runner, in this process: what --trials counts
         with exclusive(storage, paths):  # workers started at the same moment create it once
             self.study = optuna.create_study(
@@ -436,36 +427,6 @@ class StudyRunner:
         reap_orphans(self.paths.servers)
         self.events.trial_finished(attrs.trial_record(trial))
 
-    def _intensify(self, trial: FrozenTrial, *, room: int | None) -> None:
-        """A search trial that measured within the noise of the incumbent (or above it) is not
-        believed on one draw: it and the incumbent are queued for one fresh launch each, in one round
-        (as SMAC races a challenger), so the best the search builds on, and that the race starts
-        from, is a mean. A configuration is relaunched at most :data:`INTENSIFY_LAUNCHES` times in all,
-        and re-measurement takes at most :data:`INTENSIFY_SHARE` of the launches; nothing is queued
-        that ``room`` (the launches left to this run) cannot hold."""
-        record = attrs.trial_record(trial)
-        if record.confirm_of is not None or record.baseline is not None or not isinstance(record.decision, Launch):
-            return
-        records = self.records()
-        values = launched_values(records)
-        if record.number not in values:  # not served, or not feasible
-            return
-        launches = [r for r in records if isinstance(r.decision, Launch)]
-        relaunches = sum(1 for r in launches if r.confirm_of is not None)
-        if relaunches + 2 > INTENSIFY_SHARE * (len(launches) + 2):
-            return
-        best = incumbent([r for r in records if record.number not in (r.number, r.confirm_of)])
-        if best is None:
-            return
-        number, measured = best
-        noise = measure_noise(records, self.space.objective.metric).total
-        if (record.value or 0.0) < statistics.fmean(measured) * (1 - noise):
-            return
-        by_number = {r.number: r for r in records}
-        again = [by_number[n] for n in (number, record.number) if len(values[n]) < INTENSIFY_LAUNCHES]
-        if again and (room is None or len(again) <= room):
-            self._enqueue_round(again)
-
     # ---------------------------------------------------------------- confirmation
 
     def others_running(self) -> bool:
@@ -522,17 +483,14 @@ class StudyRunner:
         )
 
     def _relaunch(self, finalists: Sequence[TrialRecord]) -> None:
-        """One round: each finalist launched again, exactly as it first ran."""
-        self._enqueue_round(finalists)
-        self.study.optimize(self.objective, n_trials=len(finalists), catch=(TrialFault,), callbacks=[self._after_trial])
-
-    def _enqueue_round(self, measured: Sequence[TrialRecord]) -> None:
-        """Queue one fresh launch of each configuration, as one round (named by the next trial's number)."""
+        """One round: each finalist launched again, exactly as it first ran (the round is named by the
+        next trial's number)."""
         trials = self.study.get_trials(deepcopy=False)
         params = {t.number: t.params for t in trials}
         with exclusive(self.study._storage, self.paths):
-            for record in measured:
-                attrs.enqueue_confirmation(self.study, params[record.number], record, round_=len(trials))
+            for finalist in finalists:
+                attrs.enqueue_confirmation(self.study, params[finalist.number], finalist, round_=len(trials))
+        self.study.optimize(self.objective, n_trials=len(finalists), catch=(TrialFault,), callbacks=[self._after_trial])
 
     def _keep_importance(self) -> None:
         """Compute the parameter importance and keep it in the study, so ``show`` need not: once per run
@@ -592,8 +550,6 @@ class StudyRunner:
             if reason is not None:
                 self.stop_reason = reason
                 study.stop()
-            elif self.intensify:
-                self._intensify(trial, room=trials - (self.launched - started) if trials is not None else None)
 
         self.study.optimize(
             self.objective,

@@ -61,7 +61,6 @@ def study_runner(
     storage: optuna.storages.BaseStorage | None = None,
     early_stop: bool = True,
     rules_off: Collection[str] = (),
-    intensify: bool = True,
     name: str = "study",
 ) -> StudyRunner:
     """autotune's :class:`~autotune.study.StudyRunner` on ``space``, through its front door.
@@ -78,7 +77,6 @@ def study_runner(
         storage: a fresh in-memory storage unless given (the storage does not change what is sampled).
         early_stop: stop measuring hopeless trials (the launcher is handed the bar).
         rules_off: names of pre-launch rules switched off (:data:`autotune.study.rules.RULE_NAMES`).
-        intensify: re-measure a challenger that comes within the noise of the incumbent, and the incumbent.
         name: the study's name in the storage.
     """
     paths = StudyPaths(folder, name)
@@ -93,7 +91,6 @@ def study_runner(
         events=events,
         early_stop=early_stop,
         rules_off=rules_off,
-        intensify=intensify,
     )
 
 
