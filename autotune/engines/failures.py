@@ -97,6 +97,11 @@ _EXCEPTION = re.compile(
 _ERRORISH = re.compile(r"\w*(?:Error|Exception)\b|Fatal|Segmentation fault|Aborted|core dumped|\bfailed\b", re.I)
 
 
+# tqdm's "| 1/37 [00:02<01:39": items done of the total
+_PROGRESS = re.compile(r"\| *(?P<done>\d+)/(?P<total>\d+) \[")
+PROGRESS_LOOKAHEAD = 3
+
+
 def clean_line(line: str) -> str:
     """A log line without its decoration: colours, timestamps, rank tags, process and level prefixes."""
     return _DECORATION.sub("", _ANSI.sub("", line.strip())).strip()
@@ -149,13 +154,19 @@ class FailureRules:
         return None
 
     def stage_at(self, lines: Sequence[str], position: int) -> Stage:
-        """The last stage entered at or before line ``position``."""
+        """The last stage entered at or before line ``position``; or one whose progress bar, still
+        short of its total, follows within a few lines (a bar is redrawn on its own stream, so it can
+        land after the error it preceded)."""
         stage = STARTING
         compiled = [(self.pattern(p), s) for p, s in self.stages]
         for line in lines[: position + 1]:
             for pattern, entered in compiled:
                 if pattern.search(line):
                     stage = entered
+        for line in lines[position + 1 : position + 1 + PROGRESS_LOOKAHEAD]:
+            bar = _PROGRESS.search(line)
+            if bar is not None and int(bar["done"]) < int(bar["total"]):
+                stage = next((entered for pattern, entered in compiled if pattern.search(line)), stage)
         return stage
 
     def exception_in(self, line: str) -> tuple[str, str] | None:

@@ -45,7 +45,7 @@ DEFAULT_TRACK_INTERVAL = 256
 # means the fraction left too little; from graph capture on, that it left too little outside.
 FAILURES = FailureRules(
     stages=(
-        (r"Load weight begin|Loading safetensors checkpoint shards|, in load_model$", LOADING_WEIGHTS),
+        (r"Load weight begin|[Ll]oading (?:safetensors checkpoint )?shards|, in load_model$", LOADING_WEIGHTS),
         (r"Load weight end|Memory pool|KV Cache is allocated|Mamba Cache is allocated"
          r"|, in (?:init_memory_pool|profile_max_num_token)$", SIZING_POOLS),
         (r"Capture (?:piecewise )?cuda graph (?:begin|bs)|Capturing batches|, in (?:init_cuda_graphs|capture)$",
