@@ -397,11 +397,15 @@ def show(
 
 def _print_schedule(opened: StudyView, studies_dir: Path) -> None:
     """The speculation schedule's race, when ``confirm --schedule`` ran it."""
-    from autotune.report.console import schedule_table
     from autotune.study import StudyPaths
+
+    paths = StudyPaths(studies_dir, opened.name)
+    if not paths.schedule_verdict.is_file():  # most studies: the schedule's modules (engines, HTTP) stay unloaded
+        return
+    from autotune.report.console import schedule_table
     from autotune.study.schedule_race import load_verdict
 
-    verdict = load_verdict(StudyPaths(studies_dir, opened.name))
+    verdict = load_verdict(paths)
     if verdict is not None:
         console.print(schedule_table(verdict, metric=opened.info.objective_metric))
 
@@ -515,7 +519,7 @@ def export(
     schedule: Annotated[
         bool,
         typer.Option("--schedule", help="Export the speculation schedule that `confirm --schedule` recommended: "
-                     "its adaptive config file and the launch command reading it (refused when it was declined)."),
+                     "its adaptive config file (SGLang) and the launch command (refused when it was declined)."),
     ] = False,
     schedule_config: Annotated[
         Optional[Path],
@@ -537,7 +541,8 @@ def export(
             config_file = schedule_config or (output.parent if output else Path.cwd()) / f"{study_name}-adaptive.json"
             profile = _schedule_profile(opened, studies_dir, config_file)
             _write_export(render(profile, fmt.value, host=host, port=port), output, fmt)
-            console.print(f"wrote {config_file} (the adaptive config the command reads)", highlight=False)
+            if profile.adaptive_config is not None:  # vLLM's schedule is inside its --speculative-config
+                console.print(f"wrote {config_file} (the adaptive config the command reads)", highlight=False)
             return
         if concurrency is not None:
             chosen = _level_winner(opened, concurrency, trial)
@@ -628,8 +633,9 @@ def confirm(
     ] = None,
     schedule: Annotated[
         bool,
-        typer.Option("--schedule", help="A levels study on SGLang: race a speculation schedule instead (each "
-                     "level's best draft depth as a batch-size slot of --speculative-adaptive) against each level's "
+        typer.Option("--schedule", help="A levels study on SGLang or vLLM: race a speculation schedule instead "
+                     "(each level's best draft depth as a batch-size slot of --speculative-adaptive, or a range of "
+                     "vLLM's num_speculative_tokens_per_batch_size) against each level's "
                      "static winner; recommended only when it is significantly slower than no level's own winner "
                      "and each static winner is significantly slower than it at some level, else the output names "
                      "the static config to run. Then: export --schedule."),
@@ -643,7 +649,7 @@ def confirm(
 ) -> None:
     """Race the study's finalists and baselines on fresh, interleaved launches and state the verdict.
 
-    With --schedule (a levels study on SGLang): race a speculation schedule per load against every
+    With --schedule (a levels study on SGLang or vLLM): race a speculation schedule per load against every
     level's static winner instead, print it per level and keep the verdict for export --schedule
     (docs/speculation-schedule.md).
     """
@@ -730,6 +736,8 @@ def _confirm_schedule(
         verdict = race(checked, paths, built, opened.records(), launch=launch, rounds=rounds, read_gpus=read_gpus,
                        on_phase=lambda phase, detail: console.print(f"{phase}: {detail}", highlight=False))  # fmt: skip
         console.print(schedule_table(verdict, metric=opened.info.objective_metric))
+        if verdict.config is None:  # vLLM: the table's config line has no file to show
+            console.print(f"vLLM's {verdict.schedule.config_text()}", highlight=False)
 
 
 def _build_schedule(opened: StudyView) -> Schedule | NoSchedule:
@@ -742,11 +750,11 @@ def _build_schedule(opened: StudyView) -> Schedule | NoSchedule:
         raise UserError(f"--schedule: study {opened.name!r} has no objective.levels: a schedule needs a winner per "
                         "load level")  # fmt: skip
     engine = opened.info.space.engine if opened.info.space else None
-    if engine != "sglang":
-        # vLLM 0.33 has one (--speculative-config's num_speculative_tokens_per_batch_size); not built here yet.
-        raise UserError(f"--schedule: study {opened.name!r} runs {engine}; autotune builds a schedule per load for "
-                        "SGLang (--speculative-adaptive) only")  # fmt: skip
-    return build(opened.records(), levels, study=opened.name)
+    if engine not in ("sglang", "vllm"):
+        raise UserError(f"--schedule: study {opened.name!r} runs {engine}; autotune builds a schedule per load "
+                        "for SGLang (--speculative-adaptive) and vLLM (num_speculative_tokens_per_batch_size) "
+                        "only")  # fmt: skip
+    return build(opened.records(), levels, study=opened.name, engine=engine)
 
 
 @app.command()

@@ -205,3 +205,78 @@ def test_the_exported_profile_names_its_config_and_renders(tmp_path: Path) -> No
     assert load_profile(saved) == profile
     copy = profile.with_adaptive_config_in(tmp_path / "bench")
     assert json.loads(Path(str(copy.flags["speculative-adaptive-config"])).read_text()) == verdict.config
+
+
+# ---------------------------------------------------------------- vLLM 0.33
+
+
+VLLM_SHARED = {"tensor-parallel-size": 2, "speculative-method": "mtp", "max-num-seqs": 32,
+               "max-num-batched-tokens": 4096}  # fmt: skip
+
+
+def vllm_record(number: int, k: int, speeds: dict[int, float], **flags: object) -> TrialRecord:
+    levels = {
+        c: LevelRecord(concurrency=c, metrics={"decode_tok_s": MetricRecord(value=v, unit="tok/s", ci95=1.0, n=4)})
+        for c, v in speeds.items()
+    }
+    return TrialRecord(
+        number=number, state="COMPLETE", outcome="ok", value=speeds[1], feasible=True, baseline=f"mtp-{k}",
+        flags={**VLLM_SHARED, "num-speculative-tokens": k, **flags}, metrics=levels[1].metrics, levels=levels,
+    )  # fmt: skip
+
+
+def vllm_schedule_of(records: list[TrialRecord]) -> Schedule | NoSchedule:
+    best = max(records, key=lambda r: r.value or 0.0)
+    levels = load_levels(records, LEVELS, metric="decode_tok_s", primary_best=best, gpus=2)
+    return build(records, levels, study="s", engine="vllm")
+
+
+def test_vllm_schedule_is_batch_ranges_from_1_to_max_num_seqs_with_the_deepest_k_as_num_speculative_tokens() -> None:
+    records = [
+        vllm_record(0, 2, {1: 47.0, 4: 43.0, 16: 25.0}),
+        vllm_record(1, 5, {1: 57.0, 4: 45.0, 16: 20.0}),
+        vllm_record(2, 3, {1: 53.0, 4: 48.0, 16: 23.0}),
+    ]
+    schedule = vllm_schedule_of(records)
+    assert isinstance(schedule, Schedule)
+    assert schedule.adaptive_config() is None  # no file: the ranges travel in --speculative-config
+    # the same slots as SGLang's (halfway between levels), as inclusive ranges covering 1..max-num-seqs
+    assert schedule.batch_ranges() == [[1, 1, 5], [2, 7, 3], [8, 32, 2]]
+    plan = get_engine("vllm").normalise(schedule.launch_flags("unused"))
+    assert plan.flags["num-speculative-tokens"] == 5  # vLLM caps each range's k at it
+    argv = get_engine("vllm").build_argv(["vllm", "serve"], model="m", plan=plan, host="h", port=1)
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec == {"method": "mtp", "num_speculative_tokens": 5,
+                    "num_speculative_tokens_per_batch_size": [[1, 1, 5], [2, 7, 3], [8, 32, 2]]}  # fmt: skip
+    assert "5 tokens at 1" in schedule.text()
+
+
+def test_vllm_no_schedule_under_data_parallelism_or_for_a_method_v1_does_not_schedule() -> None:
+    dp = [vllm_record(0, 1, {1: 40.0, 4: 43.0, 16: 25.0}, **{"data-parallel-size": 2}),
+          vllm_record(1, 5, {1: 57.0, 4: 40.0, 16: 20.0}, **{"data-parallel-size": 2})]  # fmt: skip
+    built = vllm_schedule_of(dp)
+    assert isinstance(built, NoSchedule) and "data parallelism" in built.reason
+    suffix = [vllm_record(0, 1, {1: 40.0, 4: 43.0, 16: 25.0}, **{"speculative-method": "suffix"}),
+              vllm_record(1, 5, {1: 57.0, 4: 40.0, 16: 20.0}, **{"speculative-method": "suffix"})]  # fmt: skip
+    built = vllm_schedule_of(suffix)
+    assert isinstance(built, NoSchedule) and "suffix" in built.reason
+
+
+@pytest.mark.parametrize(
+    ("ranges", "says"),
+    [
+        ("[[2, 8, 3]]", "start at 1"),
+        ("[[1, 8, 3], [8, 16, 1]]", "non-overlapping"),
+        ("[[1, 0, 3]]", "positive"),
+        ("[[1, 8, -1]]", ">= 0"),
+        ("[[4, 2, 1]]", "start must be <= end"),
+        ("[]", "non-empty"),
+    ],
+)
+def test_the_vllm_adapter_refuses_the_batch_ranges_vllm_refuses(ranges: str, says: str) -> None:
+    from autotune.engines.base import InvalidConfig
+
+    flags = {**VLLM_SHARED, "num-speculative-tokens": 3,
+             "speculative-config.num_speculative_tokens_per_batch_size": ranges}  # fmt: skip
+    with pytest.raises(InvalidConfig, match=says):
+        get_engine("vllm").normalise(flags)

@@ -24,6 +24,12 @@ field (space spelling)        JSON key                     note
 ``speculative-config.KEY``    ``KEY``                      any other key (vLLM's own dotted syntax)
 ============================ ============================ =========================================
 
+``speculative-config.num_speculative_tokens_per_batch_size`` (a speculation schedule per load) is a
+list of inclusive batch ranges ``[start, end, k]``; the plan keeps it as compact JSON text (a flag
+value is a scalar) and the command line writes it as the list, checked by vLLM 0.33's rules
+(``vllm/v1/spec_decode/dynamic/utils.py``: positive, sorted without overlap, the first starting at
+1, k >= 0; a k above ``num_speculative_tokens`` is capped, a gap or the tail carries the k before it).
+
 vLLM's shorthands ``--spec-method``, ``--spec-model`` and ``--spec-tokens`` and a literal
 ``--speculative-config`` JSON are accepted too and folded the same way, so equal settings are one
 effective config; a key given twice (JSON and a field or shorthand) is refused, as vLLM refuses it,
@@ -141,6 +147,9 @@ MTP_ALIASES = frozenset(
 NEEDS_DRAFT_MODEL = frozenset({"draft_model", "eagle", "eagle3", "dflash"})
 NGRAM = frozenset({"ngram", "ngram_gpu"})
 DEFAULT_LOOKUP = 5
+PER_BATCH_KEY = "num_speculative_tokens_per_batch_size"
+# vllm/config/vllm.py _maybe_disable_dynamic_sd_for_v1: Model Runner V1 runs the per-batch k for these.
+PER_BATCH_METHODS = frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"})
 
 # What vLLM 0.33 prints on its way up and when it fails (the classifier is
 # autotune.engines.failures). The KV cache is what is left of utilization x total after the weights,
@@ -363,6 +372,41 @@ def parse_max_model_len(value: FlagValue) -> int | str:
     if length < 1:
         raise InvalidConfig(f"--{MAX_MODEL_LEN} must be positive (or -1 / auto)")
     return length
+
+
+def batch_ranges(value: object) -> list[list[int]]:
+    """``num_speculative_tokens_per_batch_size`` (a list, or its JSON text) checked as vLLM 0.33's
+    ``validate_and_normalize_dynamic_sd_schedule`` checks it, sorted by start.
+
+    Raises:
+        InvalidConfig: with vLLM's reason.
+    """
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise InvalidConfig(f"{PER_BATCH_KEY} is not valid JSON: {exc}") from None
+    if not isinstance(value, list) or not value:
+        raise InvalidConfig(f"{PER_BATCH_KEY} must be a non-empty list of [range_start, range_end, k] entries")
+    ranges: list[list[int]] = []
+    for entry in value:
+        if not isinstance(entry, list) or len(entry) != 3 or not all(type(v) is int for v in entry):
+            raise InvalidConfig(f"each {PER_BATCH_KEY} entry must be [range_start, range_end, k], got {entry!r}")
+        start, end, k = entry
+        if start <= 0 or end <= 0:
+            raise InvalidConfig(f"batch-size range ({start}, {end}) must be positive")
+        if start > end:
+            raise InvalidConfig(f"batch-size range start must be <= end for ({start}, {end}, {k})")
+        if k < 0:
+            raise InvalidConfig(f"{PER_BATCH_KEY} values must be >= 0")
+        ranges.append([start, end, k])
+    ranges.sort(key=lambda r: r[0])
+    for before, after in zip(ranges, ranges[1:], strict=False):
+        if after[0] <= before[1]:
+            raise InvalidConfig("batch-size ranges must be non-overlapping and sorted")
+    if ranges[0][0] != 1:
+        raise InvalidConfig("the first batch-size range must start at 1 so every batch size has a k")
+    return ranges
 
 
 def canonical_name(name: str) -> str:
@@ -621,6 +665,14 @@ class VLLMEngine(Engine):
             dropped = [key for key in ("prompt_lookup_min", "prompt_lookup_max") if spec.pop(key, None) is not None]
             if dropped:
                 notes.append(f"{', '.join(dropped)} dropped: vLLM ignores them for method {method}")
+        if spec.get(PER_BATCH_KEY) is not None:
+            spec[PER_BATCH_KEY] = json.dumps(batch_ranges(spec[PER_BATCH_KEY]), separators=(",", ":"))
+            if method not in PER_BATCH_METHODS:
+                notes.append(f"{PER_BATCH_KEY} runs with Model Runner V2 only for method {method}: "
+                             "on V1 vLLM falls back to static num_speculative_tokens")  # fmt: skip
+            dp = flags.get("data-parallel-size", 1)
+            if isinstance(dp, int) and dp > 1:
+                notes.append(f"{PER_BATCH_KEY} is off under data parallelism (vLLM falls back to static k)")
         draft_tp = spec.get("draft_tensor_parallel_size")
         target_tp = _int(flags.get(TP, 1), f"--{TP}")
         if draft_tp is not None and _int(draft_tp, "draft_tensor_parallel_size") not in (1, target_tp):
@@ -636,6 +688,8 @@ class VLLMEngine(Engine):
         for name, value in plan.flags.items():
             if name in SPEC_FIELDS:
                 spec[SPEC_FIELDS[name]] = value
+            elif name == DOTTED + PER_BATCH_KEY:  # kept as JSON text in the plan; vLLM reads the list
+                spec[PER_BATCH_KEY] = json.loads(str(value))
             elif name.startswith(DOTTED):
                 spec[name[len(DOTTED) :]] = value
             elif value is False:

@@ -1,16 +1,20 @@
 """A speculation schedule per load: the per-level winners' draft depths as one SGLang adaptive
-config, and the verdict of racing it against each level's static winner.
+config or one vLLM per-batch-size setting, and the verdict of racing it against each level's static
+winner.
 
 The arrow it owns: a levels study's records -> :func:`build` (a tier per level, the flags every tier
 shares, the config JSON SGLang 0.5.23 reads) -> fresh launches (:mod:`autotune.study.schedule_race`)
 -> :func:`judge` (per level, the schedule's gain over that level's static winner with the race's
 interval from :func:`autotune.study.confirm.fit`) -> a profile. Each slot of the config lists ONE
 candidate step, the depth measured best at that load, so SGLang's EMA controller has nothing to
-move: the schedule is the measured one, not a guess of the controller's. Pure functions.
+move: the schedule is the measured one, not a guess of the controller's. On vLLM 0.33 the same tiers
+become ``--speculative-config``'s ``num_speculative_tokens_per_batch_size`` (inclusive batch ranges
+``[start, end, k]``; vLLM looks the running batch's request count up in them every step). Pure functions.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Sequence
@@ -18,6 +22,7 @@ from itertools import pairwise
 
 from pydantic import Field
 
+from autotune.engines import vllm
 from autotune.engines.sglang import ADAPTIVE, ADAPTIVE_CONFIG, ALGORITHM, DRAFT, STEPS, TOPK
 from autotune.measure.client import t95
 from autotune.models import Frozen
@@ -30,10 +35,18 @@ from autotune.study.levels import LoadLevels, level_best, measured
 RUNS_ADAPTIVE = ("EAGLE", "EAGLE3", "NEXTN")
 # What differs between tiers; every other flag is one value for the whole server.
 PER_TIER = frozenset({STEPS, TOPK, DRAFT, ADAPTIVE, ADAPTIVE_CONFIG})
+# vllm/config/vllm.py (0.33) _maybe_disable_dynamic_sd_for_v1: the methods Model Runner V1 schedules
+# per batch size (others fall back to static k there, with a warning); ngram_gpu is not among them.
+VLLM_RUNS_PER_BATCH = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
+PER_BATCH = vllm.DOTTED + "num_speculative_tokens_per_batch_size"
+VLLM_PER_TIER = frozenset({vllm.TOKENS, PER_BATCH})
+DATA_PARALLEL = "data-parallel-size"
 SCHEDULE = -1
 """The schedule's key among the race's configurations (trial numbers are 0 or more)."""
 
 AdaptiveConfig = dict[str, dict[str, list[int]]]
+BatchRanges = list[list[int]]
+"""vLLM's ``num_speculative_tokens_per_batch_size``: ``[start, end, k]`` per inclusive batch range."""
 
 
 class Tier(Frozen):
@@ -50,6 +63,7 @@ class Schedule(Frozen):
     """What ``--speculative-adaptive`` runs: a tier per level and the flags the tiers share."""
 
     study: str
+    engine: str = Field(default="sglang", description="sglang: an adaptive config; vllm: batch ranges")
     primary: int = Field(description="the study's primary level: its tier's steps start the server")
     tiers: list[Tier] = Field(description="one per level, in the space's order")
     flags: dict[str, FlagValue] = Field(description="the shared flags, without the per-tier speculative ones")
@@ -73,18 +87,44 @@ class Schedule(Frozen):
                 slots[key] = tier
         return slots
 
-    def adaptive_config(self) -> AdaptiveConfig:
-        """``--speculative-adaptive-config``'s JSON: one slot per level, one candidate step each."""
+    def adaptive_config(self) -> AdaptiveConfig | None:
+        """``--speculative-adaptive-config``'s JSON: one slot per level, one candidate step each (None on
+        vLLM, whose schedule travels inside ``--speculative-config``)."""
+        if self.engine == "vllm":
+            return None
         return {str(key): {"candidate_steps": [tier.steps]} for key, tier in self.slots().items()}
 
+    def batch_ranges(self) -> BatchRanges:
+        """vLLM's ranges: a slot's range runs to the batch before the next slot's, the last to
+        ``max-num-seqs`` (vLLM would carry its k through the tail anyway; written out, the range says
+        what runs). vLLM 0.33's rules (v1/spec_decode/dynamic/utils.py): positive, sorted, not
+        overlapping, the first starting at 1, k >= 0; a k above num_speculative_tokens is capped."""
+        keys = list(self.slots().items())
+        top = self.flags.get(vllm.MAX_SEQS)
+        last = top if isinstance(top, int) and not isinstance(top, bool) else keys[-1][0]
+        ends = [key - 1 for key, _ in keys[1:]] + [max(last, keys[-1][0])]
+        return [[key, end, tier.steps] for (key, tier), end in zip(keys, ends, strict=True)]
+
     def launch_flags(self, config_path: str) -> dict[str, FlagValue]:
-        """The server's flags with the config at ``config_path`` (topk 1 and draft tokens = steps + 1,
-        as SGLang resolves them under adaptive; the start step is one of the candidates)."""
+        """The server's flags. SGLang: the config at ``config_path`` (topk 1 and draft tokens = steps + 1,
+        as SGLang resolves them under adaptive; the start step is one of the candidates). vLLM: the
+        ranges inline, num_speculative_tokens the deepest tier's k (vLLM caps every range's k at it and
+        sizes the per-request buffers for it)."""
+        if self.engine == "vllm":
+            deepest = max(t.steps for t in self.tiers)
+            return {**self.flags, vllm.TOKENS: deepest, PER_BATCH: json.dumps(self.batch_ranges())}
         start = self.start_steps
         return {**self.flags, ADAPTIVE: True, ADAPTIVE_CONFIG: config_path, STEPS: start, TOPK: 1, DRAFT: start + 1}
 
+    def config_text(self) -> str:
+        """What the engine reads, as the output shows it."""
+        if self.engine == "vllm":
+            return f"num_speculative_tokens_per_batch_size {json.dumps(self.batch_ranges())}"
+        return json.dumps(self.adaptive_config())
+
     def text(self) -> str:
-        return ", ".join(f"{t.steps} step{'' if t.steps == 1 else 's'} at {t.concurrency}" for t in self.tiers)
+        unit = "token" if self.engine == "vllm" else "step"  # vLLM's k counts draft tokens
+        return ", ".join(f"{t.steps} {unit}{'' if t.steps == 1 else 's'} at {t.concurrency}" for t in self.tiers)
 
 
 class NoSchedule(Frozen):
@@ -94,10 +134,13 @@ class NoSchedule(Frozen):
     run: int | None = Field(default=None, description="the trial to run instead")
 
 
-def tier_steps(record: TrialRecord) -> int | str:
+def tier_steps(record: TrialRecord, engine: str = "sglang") -> int | str:
     """The draft steps adaptive would run ``record`` at, or why it cannot: adaptive runs EAGLE/NEXTN
-    drafts with topk 1 only, and a run without drafting is the 0-step tier."""
+    drafts with topk 1 only, and a run without drafting is the 0-step tier. On vLLM: its
+    num_speculative_tokens, for a method the per-batch setting runs, without data parallelism."""
     flags = record.flags
+    if engine == "vllm":
+        return _vllm_tier(flags)
     algorithm = flags.get(ALGORITHM)
     if algorithm is None:
         return 0
@@ -111,11 +154,29 @@ def tier_steps(record: TrialRecord) -> int | str:
     return steps if isinstance(steps, int) and not isinstance(steps, bool) else "no explicit steps"
 
 
-def _shared(record: TrialRecord) -> dict[str, FlagValue]:
-    return {name: value for name, value in record.flags.items() if name not in PER_TIER}
+def _vllm_tier(flags: dict[str, FlagValue]) -> int | str:
+    dp = flags.get(DATA_PARALLEL, 1)
+    if isinstance(dp, int) and dp > 1:
+        return f"data-parallel-size {dp} (vLLM turns the per-batch setting off under data parallelism)"
+    method = flags.get(vllm.METHOD)
+    if method is None and flags.get(vllm.DRAFT_MODEL) is None:
+        return 0
+    if method not in VLLM_RUNS_PER_BATCH:
+        return f"method {method} (the per-batch setting runs {'/'.join(VLLM_RUNS_PER_BATCH)} only)"
+    if flags.get(PER_BATCH) is not None:
+        return "a per-batch setting itself"
+    k = flags.get(vllm.TOKENS)
+    return k if isinstance(k, int) and not isinstance(k, bool) else "no explicit num_speculative_tokens"
 
 
-def build(records: Sequence[TrialRecord], levels: LoadLevels, *, study: str) -> Schedule | NoSchedule:
+def _shared(record: TrialRecord, engine: str) -> dict[str, FlagValue]:
+    per_tier = VLLM_PER_TIER if engine == "vllm" else PER_TIER
+    return {name: value for name, value in record.flags.items() if name not in per_tier}
+
+
+def build(
+    records: Sequence[TrialRecord], levels: LoadLevels, *, study: str, engine: str = "sglang"
+) -> Schedule | NoSchedule:
     """The schedule of a levels study: each level's winner as its tier (else that level's best that
     adaptive can run, said so); the shared flags of the deepest tier's trial, whose launch held the
     deepest drafts' buffers (SGLang sizes them for the widest tier). Declined without a launch when
@@ -123,22 +184,23 @@ def build(records: Sequence[TrialRecord], levels: LoadLevels, *, study: str) -> 
     by_number = {r.number: r for r in records}
     primary = next((w for w in levels.winners if w.concurrency == levels.primary), None)
     run = primary.trial if primary is not None else None
-    runnable = [r for r in measured(records) if isinstance(tier_steps(r), int)]
+    runnable = [r for r in measured(records) if isinstance(tier_steps(r, engine), int)]
+    what = "vLLM's per-batch setting" if engine == "vllm" else "adaptive"
     tiers: list[Tier] = []
     decisions: list[str] = []
     for winner in levels.winners:
         record = by_number.get(winner.trial) if winner.trial is not None else None
         if record is None:
             return NoSchedule(reason=f"no trial keeps the SLO at concurrency {winner.concurrency}", run=run)
-        steps = tier_steps(record)
+        steps = tier_steps(record, engine)
         if isinstance(steps, str):
             substitute = level_best(runnable, winner.concurrency, metric=levels.metric)
             if substitute is None:
                 return NoSchedule(reason=f"the winner at concurrency {winner.concurrency} runs {steps}, and no "
-                                  "measured configuration adaptive can run keeps the SLO there", run=run)  # fmt: skip
+                                  f"measured configuration {what} can run keeps the SLO there", run=run)  # fmt: skip
             decisions.append(f"concurrency {winner.concurrency}: its winner ({_label(record)}) runs {steps}; the tier "
-                             f"is the best adaptive can run there, {_label(substitute)}")  # fmt: skip
-            record, steps = by_number[substitute.number], int(tier_steps(substitute))
+                             f"is the best {what} can run there, {_label(substitute)}")  # fmt: skip
+            record, steps = by_number[substitute.number], int(tier_steps(substitute, engine))
         level = record.levels.get(winner.concurrency)
         value = level.metric_value(levels.metric) if level is not None else None
         tiers.append(Tier(concurrency=winner.concurrency, trial=record.number, label=_label(record), steps=steps,
@@ -147,18 +209,19 @@ def build(records: Sequence[TrialRecord], levels: LoadLevels, *, study: str) -> 
         return NoSchedule(reason=f"every level's best drafts {tiers[0].steps} steps: one static configuration "
                           "serves them all", run=run)  # fmt: skip
     deepest = max(tiers, key=lambda t: (t.steps, t.concurrency == levels.primary))
-    shared = _shared(by_number[deepest.trial])
-    if not shared.get(ALGORITHM):
-        return NoSchedule(reason="no tier drafts: nothing for adaptive to schedule", run=run)
+    shared = _shared(by_number[deepest.trial], engine)
+    drafts = shared.get(vllm.METHOD) or shared.get(vllm.DRAFT_MODEL) if engine == "vllm" else shared.get(ALGORITHM)
+    if not drafts:
+        return NoSchedule(reason=f"no tier drafts: nothing for {what} to schedule", run=run)
     for tier in tiers:
-        theirs = _shared(by_number[tier.trial])
+        theirs = _shared(by_number[tier.trial], engine)
         differ = sorted(k for k in {*shared, *theirs} if shared.get(k) != theirs.get(k))
         if differ:
             ran = ", ".join(f"--{k} {theirs.get(k, 'unset')}" for k in differ)
             decisions.append(f"concurrency {tier.concurrency}: its tier ({tier.label}) ran {ran}; the schedule runs"
                              f" the deepest tier's ({deepest.label}): its launch held the deepest drafts")  # fmt: skip
-    return Schedule(study=study, primary=levels.primary, tiers=tiers, flags=shared, shared_from=deepest.trial,
-                    decisions=decisions)  # fmt: skip
+    return Schedule(study=study, engine=engine, primary=levels.primary, tiers=tiers, flags=shared,
+                    shared_from=deepest.trial, decisions=decisions)  # fmt: skip
 
 
 def _label(record: TrialRecord) -> str:
@@ -219,7 +282,7 @@ class ScheduleVerdict(Frozen):
     """Recommend the schedule, or say which static configuration to run and why."""
 
     schedule: Schedule
-    config: AdaptiveConfig
+    config: AdaptiveConfig | None = Field(description="SGLang's adaptive config; None on vLLM (its flags hold it)")
     rounds: int
     levels: list[LevelVerdict]
     failed: list[str] = Field(default_factory=list, description="launches that did not serve, and why")

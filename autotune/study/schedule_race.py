@@ -33,7 +33,6 @@ from autotune.study.preflight_checks import Preflight
 from autotune.study.schedule import SCHEDULE, Launches, Schedule, ScheduleVerdict, judge
 from autotune.trial import Phase
 
-VERDICT_FILE = "schedule.json"
 MAX_RUNNING = "max-running-requests"  # as the server resolved it: what the memory left room for
 CONFIG_FILE = "schedule-adaptive.json"
 
@@ -44,7 +43,7 @@ def config_path(paths: StudyPaths) -> Path:
 
 
 def verdict_path(paths: StudyPaths) -> Path:
-    return paths.folder / VERDICT_FILE
+    return paths.schedule_verdict
 
 
 def load_verdict(paths: StudyPaths) -> ScheduleVerdict | None:
@@ -75,9 +74,11 @@ def race(
     space = checked.space
     engine = checked.engines[space.engine].engine
     path = config_path(paths)
+    adaptive = schedule.adaptive_config()  # None on vLLM: its ranges travel in --speculative-config
     try:
         paths.folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(schedule.adaptive_config(), indent=2) + "\n", encoding="utf-8")
+        if adaptive is not None:
+            path.write_text(json.dumps(adaptive, indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
         raise StorageError(f"cannot write the adaptive config {path}: {exc.strerror}") from None
     by_number = {r.number: r for r in records}
@@ -150,15 +151,17 @@ def _wait_idle(checked: Preflight, read_gpus: ReadGpus | None) -> str | None:
 
 def schedule_profile(base: Profile, verdict: ScheduleVerdict, *, config_file: Path, metric: str, unit: str) -> Profile:
     """The schedule as a profile: ``base`` (the trial whose shared flags it runs) with the schedule's
-    flags reading ``config_file``, the race's figures per level, and its verdict. The config is
-    written to ``config_file`` first (the engine's rules read it).
+    flags reading ``config_file`` (SGLang; vLLM's flags hold the ranges themselves), the race's
+    figures per level, and its verdict. The config is written to ``config_file`` first (the engine's
+    rules read it).
 
     Raises:
         UserError: the file cannot be written, or the engine's rules refuse the schedule.
     """
     try:
-        config_file.parent.mkdir(parents=True, exist_ok=True)
-        config_file.write_text(json.dumps(verdict.config, indent=2) + "\n", encoding="utf-8")
+        if verdict.config is not None:  # vLLM's schedule has no file: its flags hold the ranges
+            config_file.parent.mkdir(parents=True, exist_ok=True)
+            config_file.write_text(json.dumps(verdict.config, indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
         raise UserError(f"cannot write the adaptive config {config_file}: {exc.strerror}") from None
     schedule = verdict.schedule

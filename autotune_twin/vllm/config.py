@@ -23,6 +23,7 @@ from autotune_twin import physics
 from autotune_twin.launch import LaunchConfig, LaunchError, SpecConfig
 from autotune_twin.physics import GIB, MIB, MemoryFailure
 from autotune_twin.profile import TwinProfile
+from autotune_twin.vllm import dynamic_sd
 from autotune_twin.vllm._flags import FLAGS
 
 # vLLM 0.33's MTPModelTypes: every name but "mtp" is rewritten to "mtp" with a warning.
@@ -81,6 +82,8 @@ class VllmConfig:
     per_request_spec_metrics: str
     log_stats: bool
     notes: tuple[str, ...] = ()
+    # num_speculative_tokens_per_batch_size expanded: batch size -> k (None: every batch drafts k).
+    spec_lookup: tuple[int, ...] | None = None
 
     @property
     def num_speculative_tokens(self) -> int:
@@ -176,6 +179,7 @@ def resolve_config(args: argparse.Namespace, profile: TwinProfile) -> VllmConfig
         notes.append(
             f"Setting attention block size to {block} tokens to ensure that attention page size is >= mamba page size."
         )
+    spec_lookup = _per_batch(args, speculative, max_num_seqs, notes)
     spec = (
         SpecConfig(kind="mtp", algorithm="MTP", num_steps=k, eagle_topk=1, num_draft_tokens=k + 1)
         if speculative
@@ -217,7 +221,22 @@ def resolve_config(args: argparse.Namespace, profile: TwinProfile) -> VllmConfig
         per_request_spec_metrics=args.per_request_spec_decode_metrics,
         log_stats=not args.disable_log_stats,
         notes=tuple(notes),
+        spec_lookup=spec_lookup,
     )
+
+
+def _per_batch(
+    args: argparse.Namespace, speculative: dict[str, Any] | None, max_num_seqs: int, notes: list[str]
+) -> tuple[int, ...] | None:
+    """The per-batch-size k table, or None: no schedule, or data parallelism turned it off."""
+    schedule = speculative.get(dynamic_sd.KEY) if speculative else None
+    if speculative is None or schedule is None:
+        return None
+    k = int(speculative["num_speculative_tokens"])
+    if int(getattr(args, "data_parallel_size", None) or 1) > 1:
+        notes.append(dynamic_sd.DP_WARNING.format(k=k))
+        return None
+    return dynamic_sd.lookup(schedule, max_num_seqs, k)
 
 
 def _max_model_len(requested: int | None, profile: TwinProfile) -> int | None:
@@ -256,6 +275,7 @@ def _speculative(args: argparse.Namespace, profile: TwinProfile, notes: list[str
     if given is None and not config:
         return None
     method, model, k = config.get("method"), config.get("model"), config.get("num_speculative_tokens")
+    dynamic_sd.check_type(config.get(dynamic_sd.KEY))
     if method is None:
         method = "ngram" if model in ("ngram", "[ngram]") else "draft_model"
     if method not in METHODS:

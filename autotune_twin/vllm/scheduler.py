@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from autotune_twin import physics
 from autotune_twin.launch import LaunchConfig
 from autotune_twin.profile import TwinProfile
 from autotune_twin.scheduler import Request, Scheduler
@@ -73,6 +74,7 @@ class VllmScheduler(Scheduler):
         self._histograms: dict[str, list[int]] = {}
         self._first_token_at: dict[str, float] = {}
         self._extra_pass_s = profile.vllm.extra_pass_ms * 1e-3
+        self._pass_k = k  # this decode pass's drafts: the per-batch-size table's k, else the launch's
 
     # -- requests --------------------------------------------------------------------------------
 
@@ -152,11 +154,19 @@ class VllmScheduler(Scheduler):
             self.prefix_queries += sum(r.prompt.prompt_tokens for r in batch)
             self.prefix_hits += cached
 
+    def _pass_config(self, batch: int) -> LaunchConfig:
+        """vLLM's dynamic speculation: the batch's request count looks its k up (dynamic_sd)."""
+        table = self.vc.spec_lookup
+        if table is None:
+            return super()._pass_config(batch)
+        self._pass_k = table[min(batch, len(table) - 1)]
+        return physics.tier_config(self.cfg, self._pass_k)
+
     def _pass_seconds(self, contexts: list[int], cfg: LaunchConfig) -> float:
         return super()._pass_seconds(contexts, cfg) + self._extra_pass_s
 
     def _on_accept(self, request: Request, accepted: int, seconds: float) -> None:
-        k = self.vc.num_speculative_tokens
+        k, width = self._pass_k, self.vc.num_speculative_tokens
         if not k:
             return
         drafted = max(accepted - 1, 0)
@@ -166,7 +176,7 @@ class VllmScheduler(Scheduler):
             self.spec.accepted_tokens += drafted
             for position in range(min(drafted, k)):
                 self.spec.accepted_per_pos[position] += 1
-            self._histograms.setdefault(request.rid, [0] * (k + 1))[min(drafted, k)] += 1
+            self._histograms.setdefault(request.rid, [0] * (width + 1))[min(drafted, k)] += 1
 
     def _advance(self, request: Request, tokens: int, now: float) -> None:
         first = request.generated == 0 and tokens > 0
