@@ -250,6 +250,7 @@ def check_vllm(argv: list[str], gpu: dict[str, Any]) -> dict[str, Any]:
     try:
         engine_args = EngineArgs.from_cli_args(namespace)
         _vllm_scheduler_rules(engine_args)
+        lookup = _vllm_dynamic_sd(engine_args)
     except Exception as exc:
         where = traceback.extract_tb(exc.__traceback__)[-1]
         return {
@@ -258,7 +259,20 @@ def check_vllm(argv: list[str], gpu: dict[str, Any]) -> dict[str, Any]:
             "error": _error_line(exc),
             "where": where.filename.split("site-packages/")[-1] + f":{where.lineno}",
         }
-    return {"accepted": True, "stage": None, "error": None}
+    resolved = {"dynamic_sd_lookup": lookup} if lookup is not None else {}
+    return {"accepted": True, "stage": None, "error": None, "resolved": resolved}
+
+
+def _vllm_dynamic_sd(engine_args: Any) -> list[int] | None:
+    """``num_speculative_tokens_per_batch_size`` through the real scheduler's own table builder (the
+    rules it enforces at engine start): batch size -> k, index 0 unused; None without the field."""
+    from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+    spec = engine_args.speculative_config or {}
+    schedule = spec.get("num_speculative_tokens_per_batch_size")
+    if schedule is None:
+        return None
+    return build_dynamic_sd_schedule_lookup(schedule, engine_args.max_num_seqs, spec["num_speculative_tokens"])
 
 
 def _vllm_scheduler_rules(engine_args: Any) -> None:

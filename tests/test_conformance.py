@@ -307,3 +307,34 @@ def test_an_exported_speculation_schedule_and_its_config_are_accepted_by_real_sg
     assert (resolved["speculative_num_steps"], resolved["speculative_num_draft_tokens"]) == (5, 6)
     # slots 1, 2 and 8 (batches between levels take the nearer level's depth)
     assert resolved["adaptive_slots"] == {"1": 5, "2": 3, "4": 3, "8": 2, "16": 2, "32": 2}
+
+
+def test_an_exported_vllm_speculation_schedule_is_accepted_by_real_vllm():
+    """``export --schedule`` on vLLM: the command line through vLLM 0.33's parser and the scheduler's own
+    per-batch-size table builder: each batch size runs the k autotune meant."""
+    from autotune.profile import Profile, render
+    from autotune.study.schedule import SCHEDULE, judge
+    from autotune.study.schedule_race import schedule_profile
+    from tests.test_schedule import race, vllm_record, vllm_schedule_of
+
+    schedule = vllm_schedule_of([
+        vllm_record(0, 2, {1: 47.0, 4: 43.0, 16: 25.0}),
+        vllm_record(1, 5, {1: 57.0, 4: 45.0, 16: 20.0}),
+        vllm_record(2, 3, {1: 53.0, 4: 48.0, 16: 23.0}),
+    ])  # fmt: skip
+    truth = {
+        1: {SCHEDULE: 57.0, 1: 57.0, 2: 53.0, 0: 47.0},
+        4: {SCHEDULE: 48.0, 1: 45.0, 2: 48.0, 0: 43.0},
+        16: {SCHEDULE: 25.0, 1: 20.0, 2: 23.0, 0: 25.0},
+    }
+    verdict = judge(schedule, race(truth), rounds=3)
+    assert verdict.recommended
+    base = Profile(study="s", trial=1, engine="vllm", model="Qwen/Qwen3.6-27B", launcher=LAUNCHERS["vllm"],
+                   flags={"max-model-len": 131072})  # fmt: skip
+    profile = schedule_profile(base, verdict, config_file=Path("unused.json"), metric="decode_tok_s", unit="tok/s")
+    assert profile.adaptive_config is None
+    argv = stand_in(exported_argv(render(profile, "sh")), "Qwen/Qwen3.6-27B")
+    [checked] = run_checker([{"id": "vllm-schedule", "engine": "vllm", "argv": argv, "gpu": GPUS["2xa6000"]}])
+    assert checked["accepted"], checked
+    # ranges [1,1,5], [2,7,3], [8,32,2]: batches between levels take the nearer level's k
+    assert checked["resolved"]["dynamic_sd_lookup"] == [0, 5, *[3] * 6, *[2] * 25]
