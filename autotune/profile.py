@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.engines import get_engine
 from autotune.engines.base import LaunchPlan
-from autotune.engines.sglang import ADAPTIVE_CONFIG
 from autotune.errors import UserError
 from autotune.measure.protocol import MeasureSettings
 from autotune.secrets import REDACTED, is_secret_flag, secret_env_name
@@ -101,6 +100,8 @@ class Profile(BaseModel):
         what the profile holds, whatever the deployment's copy says."""
         if self.adaptive_config is None:
             return self
+        from autotune.engines.sglang import ADAPTIVE_CONFIG  # the engines read HTTP: `show` stays light
+
         folder.mkdir(parents=True, exist_ok=True)
         path = (folder / f"{self.study}-adaptive.json").resolve()
         path.write_text(json.dumps(self.adaptive_config, indent=2) + "\n", encoding="utf-8")
@@ -132,6 +133,8 @@ class Profile(BaseModel):
         """What a rendered profile says of itself: its summary, then the study's verdict."""
         lines = [self.summary(), *([f"verdict: {self.verdict}"] if self.verdict else [])]
         if self.adaptive_config is not None:
+            from autotune.engines.sglang import ADAPTIVE_CONFIG
+
             where = self.flags.get(ADAPTIVE_CONFIG)
             lines.append(f"speculation schedule: {where} must hold {json.dumps(self.adaptive_config)}")
         return lines

@@ -46,7 +46,7 @@ def build_study(folder: Path, trials: int) -> str:
     storage = open_storage(f"sqlite:///{folder}/bench.db")
     runner = bench.make_runner(problem, folder, sampler=make_sampler("random", 1), launcher=launcher, storage=storage)
     runner.prepare()
-    runner.run(trials=trials, timeout_s=None)
+    runner.run(trials=None, timeout_s=None, total_trials=trials)  # a study of ``trials`` trials, launched or not
     return "bench"
 
 

@@ -166,8 +166,11 @@ def test_grid_honours_conditions_and_the_fast_optimum_is_the_exhaustive_one() ->
 @pytest.mark.slow
 def test_every_shipped_profile_has_a_twin_space_and_an_optimum() -> None:
     for name in builtin_profiles():
-        space = SPACES / f"{name}-twin.yaml"
-        assert space.is_file(), f"no search space for profile {name}"
+        # the profile's own space, else the shipped twin space whose launcher names it
+        named = [p for p in sorted(SPACES.glob("*-twin.yaml"))
+                 if name in yaml.safe_load(p.read_text()).get("launcher", [])]  # fmt: skip
+        space = SPACES / f"{name}-twin.yaml" if (SPACES / f"{name}-twin.yaml").is_file() else next(iter(named), None)
+        assert space is not None, f"no search space for profile {name}"
         launcher = yaml.safe_load(space.read_text())["launcher"]
         assert name in launcher or name == "qwen3.6-27b-2xa6000"
         problem = bench.load_problem(name, space)

@@ -11,8 +11,8 @@ import json
 import re
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.engines import base
@@ -22,6 +22,9 @@ from autotune.errors import MeasurementError
 from autotune.feasibility import MemoryRules
 from autotune.measure.suites import Prompt
 from autotune.space import FlagValue
+
+if TYPE_CHECKING:
+    import httpx
 
 STEPS = "speculative-num-steps"
 TOPK = "speculative-eagle-topk"
@@ -386,6 +389,8 @@ class SGLangEngine(Engine):
         return [*launcher, "--model-path", model, "--host", host, "--port", str(port), *flag_argv(plan.flags), *metrics]
 
     def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> base.EffectiveConfig:
+        import httpx  # here, not at import: reading a study loads the engines for their models only
+
         try:
             info = client.get(f"{base_url}/server_info", timeout=30.0).raise_for_status().json()
         except (httpx.HTTPError, ValueError) as exc:
@@ -430,7 +435,7 @@ class SGLangEngine(Engine):
         # SGLang refuses the flush (400) while any request runs or waits, as on a server that others
         # use (bench --url): nothing is reset then, and the measurement goes on; the figures read
         # (log lines, metric counter deltas) cover the measured window either way.
-        if response.status_code != httpx.codes.BAD_REQUEST:
+        if response.status_code != 400:  # Bad Request
             response.raise_for_status()
 
     def log_figures(self, log_window: str) -> base.LogFigures:

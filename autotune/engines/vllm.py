@@ -52,9 +52,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict
 
@@ -83,6 +82,9 @@ from autotune.errors import FlagError, LauncherError, MeasurementError
 from autotune.feasibility import MemoryRules
 from autotune.measure.suites import Prompt
 from autotune.space import FlagValue
+
+if TYPE_CHECKING:
+    import httpx
 
 SPEC_CONFIG = "speculative-config"
 DOTTED = SPEC_CONFIG + "."
@@ -714,6 +716,8 @@ class VLLMEngine(Engine):
     def effective_config(self, client: httpx.Client, base_url: str, plan: LaunchPlan) -> base.EffectiveConfig:
         """``max-model-len`` from ``/v1/models`` (auto-fit shrinks it silently), the cache config from
         the labels of ``vllm:cache_config_info``, the version from ``/version``."""
+        import httpx  # here, not at import: reading a study loads the engines for their models only
+
         try:
             models = client.get(f"{base_url}/v1/models", timeout=30.0).raise_for_status().json()
             metrics = client.get(f"{base_url}/metrics", timeout=30.0).raise_for_status().text

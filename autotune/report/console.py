@@ -5,7 +5,6 @@ Presentation only: every number shown was computed elsewhere and arrives in a mo
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -502,13 +501,14 @@ def schedule_table(verdict: ScheduleVerdict, *, metric: str = "decode_tok_s", un
                   f"{verdict.rounds} interleaved rounds", title_justify="left")  # fmt: skip
     for column in ("concurrency", "schedule", "± 95% CI", "static", "± 95% CI ", "schedule's gain (95%)", "verdict"):
         table.add_column(column, justify="left" if column in ("static", "verdict") else "right")
+    depth_unit = "token" if schedule.engine == "vllm" else "step"  # vLLM's k counts draft tokens
     for level in verdict.levels:
         for index, static in enumerate(level.statics):
             interval, said = schedule_comparison(level, static)
             first = index == 0
             table.add_row(
                 str(level.concurrency) if first else "",
-                f"{level.steps} step{'' if level.steps == 1 else 's'}" if first else "",
+                f"{level.steps} {depth_unit}{'' if level.steps == 1 else 's'}" if first else "",
                 _mean(level.schedule_mean, level.schedule_ci95) if first else "",
                 static.label + (" *" if static.trial == level.winner else ""),
                 _mean(static.mean, static.ci95),
@@ -520,7 +520,7 @@ def schedule_table(verdict: ScheduleVerdict, *, metric: str = "decode_tok_s", un
     lines = [Text(f"verdict: {verdict.note}", style=style)]
     lines += [Text(f"  decided: {decision}") for decision in schedule.decisions]
     lines += [Text(f"  launch failed: {reason}", style="red") for reason in verdict.failed]
-    lines.append(Text(f"adaptive config: {json.dumps(verdict.config)}", style="dim"))
+    lines.append(Text(("" if schedule.engine == "vllm" else "adaptive config: ") + schedule.config_text(), style="dim"))
     return Group(table, *lines)
 
 
@@ -543,7 +543,8 @@ def depths_table(records: Sequence[TrialRecord], levels: LoadLevels) -> Renderab
             mark = " *" if (record.number, winner.concurrency) in winners else ""
             cells.append(f"{value:.1f}{mark}" if value is not None else "-")
         label = f"baseline {record.baseline} (#{record.number})" if record.baseline else f"trial {record.number}"
-        table.add_row(label, str(record.flags.get("speculative-num-steps", "-")), *cells)
+        depth = record.flags.get("speculative-num-steps", record.flags.get("num-speculative-tokens", "-"))
+        table.add_row(label, str(depth), *cells)
     return table
 
 

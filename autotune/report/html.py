@@ -8,7 +8,6 @@ presents the summary and computes nothing of its own.
 from __future__ import annotations
 
 import html
-import json
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -378,7 +377,7 @@ def _schedule_html(s: StudySummary) -> str:
     export = f"<code>autotune export {e(s.study)} --schedule</code>" if s.schedule.recommended else "not exported"
     return (
         f"<p><b>{e(s.schedule.note)}</b></p>" + _table(head, rows)
-        + f"<p>Adaptive config: <code>{e(json.dumps(s.schedule.config))}</code>; {export}.</p>"
+        + f"<p>The engine reads: <code>{e(s.schedule.schedule.config_text())}</code>; {export}.</p>"
     )  # fmt: skip
 
 
