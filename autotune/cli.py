@@ -736,8 +736,6 @@ def _confirm_schedule(
         verdict = race(checked, paths, built, opened.records(), launch=launch, rounds=rounds, read_gpus=read_gpus,
                        on_phase=lambda phase, detail: console.print(f"{phase}: {detail}", highlight=False))  # fmt: skip
         console.print(schedule_table(verdict, metric=opened.info.objective_metric))
-        if verdict.config is None:  # vLLM: the table's config line has no file to show
-            console.print(f"vLLM's {verdict.schedule.config_text()}", highlight=False)
 
 
 def _build_schedule(opened: StudyView) -> Schedule | NoSchedule:

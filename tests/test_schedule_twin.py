@@ -19,6 +19,7 @@ from tests.conftest import ROOT, autotune_cmd
 pytestmark = [pytest.mark.twin, pytest.mark.slow]
 
 WINS = ROOT / "search_spaces" / "qwen3.6-27b-2xa6000-schedule-twin.yaml"
+VLLM_WINS = ROOT / "search_spaces" / "qwen3.6-27b-2xa6000-vllm-schedule-twin.yaml"
 FLAT = ROOT / "search_spaces" / "qwen3.6-27b-2xa6000-schedule-flat-twin.yaml"
 
 
@@ -32,7 +33,10 @@ def quick(space: Path, tmp_path: Path) -> Path:
     """The shipped space with a short measurement: two levels (1 and 16 users), two rounds of short
     answers (at one user, two prompts a round: a single short answer's rate swings by a third)."""
     data = yaml.safe_load(space.read_text())
-    data["launcher"] = [*data["launcher"], "--twin-load-seconds", "0"]
+    if data.get("engine") == "vllm":  # its launcher ends with serve: the twin's option goes with the flags
+        data["fixed"]["twin-load-seconds"] = 0
+    else:
+        data["launcher"] = [*data["launcher"], "--twin-load-seconds", "0"]
     data["measurement"].update(
         {"warmup_requests": 1, "prompts_per_round": 2, "max_tokens": 24, "min_rounds": 2, "max_rounds": 2,
          "concurrency": [1, 16]}
@@ -92,3 +96,21 @@ def test_a_schedule_where_one_depth_serves_every_load_is_declined_naming_the_sta
         assert "no schedule to race" in shown and "run trial" in shown
     refused = run("export", name, "--schedule", cwd=tmp_path, code=2)
     assert "export the static winner" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_on_vllm_the_schedule_is_its_per_batch_size_draft_tokens_raced_and_exported(tmp_path: Path) -> None:
+    space = quick(VLLM_WINS, tmp_path)
+    name = "vllm-wins"
+    run("study", str(space), "--trials", "2", "--confirm-top", "0", "--name", name, cwd=tmp_path)
+    shown = run("confirm", name, "--schedule", "--rounds", "2", cwd=tmp_path).stdout
+    print(shown)
+    verdict = json.loads((tmp_path / "studies" / name / "schedule.json").read_text())
+    tiers = {tier["concurrency"]: tier["steps"] for tier in verdict["schedule"]["tiers"]}
+    assert tiers == {1: 5, 16: 1} and verdict["config"] is None  # vLLM reads it from its flags, no file
+    assert "num_speculative_tokens_per_batch_size [[1, 3, 5], [4, 32, 1]]" in shown
+    if verdict["recommended"]:
+        script = run("export", name, "--schedule", "--format", "sh", cwd=tmp_path).stdout
+        assert '"num_speculative_tokens_per_batch_size":[[1,3,5],[4,32,1]]' in script
+    else:  # two rounds may leave it open: then it is not exported
+        assert run("export", name, "--schedule", "--format", "sh", cwd=tmp_path, code=2).stderr
+
