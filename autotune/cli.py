@@ -232,7 +232,7 @@ def _preflight_study(space: SearchSpace) -> tuple[Preflight, bool]:
     checked = preflight(space)
     simulated = checked.inventory is not None and checked.inventory.simulated
     if simulated:
-        console.print("[yellow]GPUs are simulated: this study runs on the autotune SGLang twin.[/yellow]")
+        console.print("[yellow]GPUs are simulated: this study runs on the autotune twin.[/yellow]")
     return checked, simulated
 
 

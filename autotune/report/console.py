@@ -457,7 +457,7 @@ def best_summary(record: TrialRecord | None, *, simulated: bool) -> RenderableTy
         "flags: " + " ".join(f"--{k} {_fmt(v)}" if v is not True else f"--{k}" for k, v in record.flags.items()),
     ]
     if simulated:
-        lines.append("(simulated: measured on the autotune SGLang twin, not on real GPUs)")
+        lines.append("(simulated: measured on the autotune twin, not on real GPUs)")
     return Panel("\n".join(lines), title="result", title_align="left", border_style="green", expand=False)
 
 

@@ -177,7 +177,7 @@ def _heading_html(s: StudySummary, figures: Sequence[ReportFigure]) -> list[str]
     ]
     if s.simulated:
         parts.append(
-            '<p class="banner">Simulated: these numbers were measured on the autotune SGLang twin, '
+            '<p class="banner">Simulated: these numbers were measured on the autotune twin, '
             "a performance model, not on real GPUs.</p>"
         )
     parts += _verdict_html(s, figures)
