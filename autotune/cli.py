@@ -659,18 +659,10 @@ def confirm(
     with error_funnel():
         from autotune.errors import UserError
         from autotune.report.console import LiveView, best_summary, confirmation_table
-        from autotune.space import load_space
         from autotune.study import StudyPaths, StudyRunner, StudyView, preflight
 
         opened = _open(study_name, storage, studies_dir)
-        space = load_space(space_file) if space_file else opened.info.space
-        if space is None:
-            raise UserError(f"study {study_name!r} does not record its search space", hint="pass --space FILE")
-        if space_file is None and any(value is None for value in opened.info.env.values()):
-            raise UserError(
-                f"study {study_name!r} launches with secret environment values, which are never stored",
-                hint="pass --space FILE (the space the study ran with)",
-            )
+        space = _space_to_launch(opened, space_file)
         paths = StudyPaths(studies_dir, study_name)
         checked = preflight(space)
         runner = StudyRunner.open(checked, name=study_name, storage_url=storage or paths.default_storage, paths=paths)
@@ -696,27 +688,35 @@ def confirm(
             raise typer.Exit(130)
 
 
+def _space_to_launch(opened: StudyView, space_file: Path | None) -> SearchSpace:
+    """The space a study's relaunches use: ``--space FILE``, else the one the study recorded (which
+    cannot hold secret environment values: they are never stored)."""
+    from autotune.errors import UserError
+    from autotune.space import load_space
+
+    space = load_space(space_file) if space_file else opened.info.space
+    if space is None:
+        raise UserError(f"study {opened.name!r} does not record its search space", hint="pass --space FILE")
+    if space_file is None and any(value is None for value in opened.info.env.values()):
+        raise UserError(f"study {opened.name!r} launches with secret environment values, which are never stored",
+                        hint="pass --space FILE (the space the study ran with)")  # fmt: skip
+    return space
+
+
 def _confirm_schedule(
     study_name: str, space_file: Path | None, *, rounds: int, storage: str | None, studies_dir: Path
 ) -> None:
     """``confirm --schedule``: build the schedule from the levels study, race it, print the table."""
     with error_funnel():
-        from autotune.errors import UserError
         from autotune.gpu import read_inventory
         from autotune.report.console import depths_table, schedule_table
-        from autotune.space import load_space
         from autotune.study import StudyPaths, preflight
         from autotune.study.launcher import trial_launcher
         from autotune.study.schedule import NoSchedule
         from autotune.study.schedule_race import race
 
         opened = _open(study_name, storage, studies_dir)
-        space = load_space(space_file) if space_file else opened.info.space
-        if space is None:
-            raise UserError(f"study {study_name!r} does not record its search space", hint="pass --space FILE")
-        if space_file is None and any(value is None for value in opened.info.env.values()):
-            raise UserError(f"study {study_name!r} launches with secret environment values, which are never stored",
-                            hint="pass --space FILE (the space the study ran with)")  # fmt: skip
+        space = _space_to_launch(opened, space_file)
         built = _build_schedule(opened)
         if isinstance(built, NoSchedule):
             levels = opened.load_levels()
