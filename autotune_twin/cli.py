@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -21,6 +22,8 @@ from typing import Any
 from autotune_twin.faults import FAULT_KINDS, Fault, resolve_fault
 from autotune_twin.gpu_state import holdings
 from autotune_twin.profile import DEFAULT_PROFILE, ProfileError, TwinProfile, inventory, load_profile
+
+PROFILE_ENV = "AUTOTUNE_TWIN_PROFILE"
 
 IGNORED_HELP = "(accepted; not simulated by the twin)"
 
@@ -121,8 +124,10 @@ def add_twin_options(
     group = parser.add_argument_group(f"autotune twin (simulation only; not {engine} flags)")
     group.add_argument(
         "--twin-profile",
-        default=DEFAULT_PROFILE,
-        help="Built-in twin profile name (autotune_twin/profiles/*.yaml without .yaml) or a YAML path.",
+        default=os.environ.get(PROFILE_ENV, DEFAULT_PROFILE),
+        help="Built-in twin profile name (autotune_twin/profiles/*.yaml without .yaml) or a YAML path "
+        f"(default: ${PROFILE_ENV}, else {DEFAULT_PROFILE}; the variable suits a launcher that must end "
+        "with the engine's own command, as vLLM's serve, whose flags the real engine would refuse).",
     )
     group.add_argument(
         "--twin-load-seconds",
@@ -187,7 +192,7 @@ def print_inventory(argv: Sequence[str], prog: str) -> int:
     """``--twin-inventory``: the simulated GPUs of the ``--twin-profile`` given next to it, as JSON
     on stdout (running twin servers show as processes holding memory); no other flag is checked."""
     pre = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
-    pre.add_argument("--twin-profile", default=DEFAULT_PROFILE)
+    pre.add_argument("--twin-profile", default=os.environ.get(PROFILE_ENV, DEFAULT_PROFILE))
     known, _ = pre.parse_known_args(list(argv))
     profile = profile_or_error(str(known.twin_profile), prog)
     if profile is None:
