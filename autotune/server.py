@@ -90,6 +90,25 @@ def _signal_group(pgid: int, sig: signal.Signals) -> bool:
     return True
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process under ``pid``, read from /proc (empty where there is none): a child that left
+    the process group (its own session) is still the server's."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+            parent = int(text[text.rindex(")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def _group_alive(pgid: int) -> bool:
     return _signal_reaches(os.killpg, pgid)
 
@@ -233,6 +252,7 @@ class ServerProcess:
             return proc.returncode if proc else None
         self.state = ServerState.STOPPING
         pgid = proc.pid
+        family = {pid: process_start_ticks(pid) for pid in _descendants(pgid)}
         if proc.poll() is None or _group_alive(pgid):
             _signal_group(pgid, signal.SIGTERM)
             try:
@@ -243,6 +263,10 @@ class ServerProcess:
             if _signal_group(pgid, signal.SIGKILL):
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=10)
+        for pid, started in family.items():  # those that left the group (the same process: not a reused pid)
+            if started is not None and process_start_ticks(pid) == started:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
         if self._relay is not None:
             self._relay.join(timeout=10)  # the group is gone: its output ends, the relay writes the rest
         if self._log is not None:

@@ -97,6 +97,29 @@ def test_a_healthy_start_is_not_taken_for_a_lost_port(tmp_path: Path) -> None:
     assert not _lost_its_port(get_engine("sglang"), served)
 
 
+def test_a_child_that_left_the_process_group_is_stopped_too(tmp_path: Path) -> None:
+    # a server's worker in a session of its own (start_new_session) is out of reach of the group kill
+    script = ("import subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', 'import time; "
+              "time.sleep(600)'], start_new_session=True); print(child.pid, flush=True); time.sleep(600)")
+    log = tmp_path / "s.log"
+    server = ServerProcess([sys.executable, "-c", script], env={}, log_path=log, records_dir=tmp_path / "rec")
+    with server:
+        assert server.wait_ready(lambda: log.read_text().strip().isdigit(), timeout_s=30).ready
+        child = int(log.read_text())
+        assert process_start_ticks(child) is not None
+    deadline = time.monotonic() + 10  # SIGKILL is delivered, not awaited
+    while process_start_ticks(child) is not None and not _zombie(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process_start_ticks(child) is None or _zombie(child), "the child that left the group still runs"
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def test_deadline_without_sleeping_through_it(tmp_path: Path) -> None:
     ticks = iter(range(0, 10_000, 50))  # each clock read advances 50 s
     server = ServerProcess(
