@@ -147,33 +147,29 @@ def best_first_measured(records: Sequence[TrialRecord]) -> TrialRecord | None:
     return max(feasible, key=lambda r: r.value or 0.0) if feasible else None
 
 
-def launched_values(records: Sequence[TrialRecord]) -> dict[int, list[float]]:
-    """Every served launch of each feasible configuration, keyed by the trial that first measured it:
-    that measurement, then each relaunch's."""
+def launched_means(records: Sequence[TrialRecord]) -> dict[int, float]:
+    """The mean over every served launch of each feasible configuration (its first measurement and
+    each relaunch's), keyed by the trial that first measured it."""
     values: dict[int, list[float]] = {}
     for record in sorted(_objective_runs(records), key=lambda r: r.number):
         if record.confirm_of is None and record.feasible:
             values.setdefault(record.number, []).append(record.value or 0.0)
         elif record.confirm_of is not None and record.confirm_of in values:
             values[record.confirm_of].append(record.value or 0.0)
-    return values
+    return {number: statistics.fmean(launches) for number, launches in values.items()}
 
 
-def incumbent(records: Sequence[TrialRecord]) -> tuple[int, list[float]] | None:
-    """The configuration with the highest mean over its launches, and those launches: a lucky first
-    draw that was measured again counts at its mean."""
-    values = launched_values(records)
-    if not values:
-        return None
-    best = max(values, key=lambda number: statistics.fmean(values[number]))
-    return best, values[best]
+def incumbent_mean(records: Sequence[TrialRecord]) -> float | None:
+    """The highest mean over a configuration's launches: a lucky first draw that was measured again
+    counts at its mean."""
+    return max(launched_means(records).values(), default=None)
 
 
 def choose_finalists(records: Sequence[TrialRecord], *, top: int) -> list[TrialRecord]:
     """The ``top`` best distinct configurations by the mean of their launches so far (the first
     measurement where there is no other), plus every baseline that served (each configuration once):
     the race decides among them and states the gain over each baseline."""
-    means = {number: statistics.fmean(values) for number, values in launched_values(records).items()}
+    means = launched_means(records)
     candidates = sorted(
         (r for r in _objective_runs(records) if r.confirm_of is None and r.feasible),
         key=lambda r: -means.get(r.number, r.value or 0.0),

@@ -46,7 +46,7 @@ from autotune.study.confirm import (
     choose_finalists,
     confirm,
     confirmation_launches,
-    incumbent,
+    incumbent_mean,
     measure_noise,
     standing,
 )
@@ -382,11 +382,11 @@ class StudyRunner:
         with the study's own measured noise (a prior until it has relaunched anything)."""
         if not self.early_stop:
             return None
-        best = incumbent(history.records)
-        if best is None or not statistics.fmean(best[1]):
+        bar = incumbent_mean(history.records)
+        if not bar:
             return None
         noise = measure_noise(history.records, self.space.objective.metric)
-        return EarlyStop(bar=statistics.fmean(best[1]), noise_rel=min(noise.total, 0.5))
+        return EarlyStop(bar=bar, noise_rel=min(noise.total, 0.5))
 
     def _wait_for_idle_gpus(self, trial: optuna.Trial, plan: LaunchPlan) -> None:
         """Never launch onto busy GPUs: wait (bounded), else record the trial as skipped-busy."""
