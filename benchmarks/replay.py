@@ -94,17 +94,21 @@ class RecordedLauncher:
         self._left: dict[str, list[RecordedLaunch]] = {}  # with cycle: each config's launches not yet drawn
 
     def draw(self, plan: LaunchPlan) -> RecordedLaunch:
-        launches = self.problem.launches.get(plan.config_key)
-        if not launches:
+        if plan.config_key not in self.problem.launches:
             raise KeyError(f"{plan.flags} is not a configuration of the recorded grid")
+        return self.draw_config(plan.config_key)
+
+    def draw_config(self, key: str) -> RecordedLaunch:
+        """One recorded launch of the configuration whose effective config key is ``key``."""
+        launches = self.problem.launches[key]
         if self.cycle:
-            left = self._left.get(plan.config_key)
+            left = self._left.get(key)
             if not left:
-                left = self._left[plan.config_key] = self.rng.sample(launches, len(launches))
+                left = self._left[key] = self.rng.sample(launches, len(launches))
             launch = left.pop()
         else:
             launch = self.rng.choice(launches)
-        self.drawn.append((launch, self.problem.true[plan.config_key]))
+        self.drawn.append((launch, self.problem.true[key]))
         return launch
 
     def __call__(

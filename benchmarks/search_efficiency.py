@@ -233,13 +233,16 @@ class Run:
         """Launches, trials and GPU-hours until the incumbent is within 2 %, memory deaths, final gap.
 
         The incumbent is the configuration with the highest mean over its launches so far (a study
-        launches one again to re-measure it), which a user would deploy."""
+        launches one again to re-measure it), which a user would deploy. ``launches_to_find_2pct``:
+        until any launched configuration is truly within 2 %, whatever it measured; the rest of the
+        way to the incumbent is selection under the launch noise, not search."""
         incumbent_true = 0.0
         measured: dict[str, list[float]] = {}
         truth: dict[str, float] = {}
         launches = trials = 0
         seconds = 0.0
         reached: dict[str, Any] | None = None
+        found: int | None = None
         memory = 0
         for number, step in enumerate(self.steps):
             trials += 1
@@ -253,10 +256,13 @@ class Run:
                     truth[key] = step.true or 0.0
                     best = max(measured, key=lambda k: statistics.fmean(measured[k]))
                     incumbent_true = truth[best]
+                    if found is None and truth[key] >= (1 - WITHIN) * optimum:
+                        found = launches
             if reached is None and incumbent_true >= (1 - WITHIN) * optimum:
                 reached = {"launches": launches, "trials": trials, "gpu_hours": seconds * gpus / 3600}
         return {
             "launches_to_2pct": reached["launches"] if reached else None,
+            "launches_to_find_2pct": found,
             "trials_to_2pct": reached["trials"] if reached else None,
             "gpu_hours_to_2pct": reached["gpu_hours"] if reached else None,
             "launches": launches,
@@ -910,6 +916,18 @@ def run_recorded_random(problem: replay.RecordedProblem, seed: int, budget: int)
         seconds = launch.launch_s + launch.measure_s + launch.stop_s
         run.steps.append(Step(launched=True, outcome=launch.outcome, measured=launch.value,
                               true=launcher.drawn[-1][1], seconds=seconds))  # fmt: skip
+    return run
+
+
+def run_recorded_grid_once(problem: replay.RecordedProblem, seed: int) -> Run:
+    """Every configuration of the recorded grid launched once, in a shuffled order: the launches to 2 %
+    that selection by one measurement each allows, however good the search."""
+    run = Run(method="every configuration once", seed=seed)
+    rng, launcher = random.Random(20_000 + seed), replay.RecordedLauncher(problem, random.Random(seed))
+    for key in rng.sample(sorted(problem.launches), len(problem.launches)):
+        launch = launcher.draw_config(key)
+        run.steps.append(Step(launched=True, outcome=launch.outcome, measured=launch.value, flags={"key": key},
+                              true=launcher.drawn[-1][1], seconds=launch.launch_s + launch.measure_s + launch.stop_s))  # fmt: skip
     return run
 
 
