@@ -42,9 +42,6 @@ class Launch(Frozen):
     kind: Literal["launch"] = "launch"
     plan: LaunchPlan
     adjusted: list[Adjusted] = Field(default_factory=list, description="rules that changed what is launched")
-    measures_again_of: int | None = Field(
-        default=None, description="a fresh launch of this trial's configuration, as it launched (rule measure-again)"
-    )
 
 
 class Reuse(Frozen):

@@ -99,11 +99,6 @@ class TrialRecord(Frozen):
         return self.decision.adjusted if isinstance(self.decision, Launch) else []
 
     @property
-    def measures_again_of(self) -> int | None:
-        """The trial whose configuration this search launch measured again (rule measure-again)."""
-        return self.decision.measures_again_of if isinstance(self.decision, Launch) else None
-
-    @property
     def served(self) -> bool:
         """Its own launch served and was measured (not a borrowed measurement)."""
         return self.outcome == "ok" and self.reused_from is None

@@ -926,8 +926,9 @@ def run_recorded_grid_once(problem: replay.RecordedProblem, seed: int) -> Run:
     rng, launcher = random.Random(20_000 + seed), replay.RecordedLauncher(problem, random.Random(seed))
     for key in rng.sample(sorted(problem.launches), len(problem.launches)):
         launch = launcher.draw_config(key)
+        seconds = launch.launch_s + launch.measure_s + launch.stop_s
         run.steps.append(Step(launched=True, outcome=launch.outcome, measured=launch.value, flags={"key": key},
-                              true=launcher.drawn[-1][1], seconds=launch.launch_s + launch.measure_s + launch.stop_s))  # fmt: skip
+                              true=launcher.drawn[-1][1], seconds=seconds))  # fmt: skip
     return run
 
 

@@ -75,3 +75,23 @@ def test_the_benchmark_replays_autotune_and_random_search(tmp_path: Path) -> Non
     study = report["methods"]["autotune (TPE, default)"]["runs"]
     assert all(r["confirm_launches"] > 0 and 0.0 <= r["confirmed_gap"] <= 1.0 for r in study)
     assert all(r["confirmed_gap"] is None for r in report["methods"]["random search"]["runs"])
+
+
+def test_the_reference_launches_every_configuration_of_the_grid_once(tmp_path: Path) -> None:
+    problem = replay.load_problem(_landscape(tmp_path))
+    run = bench.run_recorded_grid_once(problem, seed=2)
+    keys = [step.flags["key"] for step in run.steps if step.flags]
+    assert sorted(keys) == sorted(problem.launches) and len(run.steps) == 8
+    summary = run.summary(problem.optimum, 1)
+    assert summary["launches_to_find_2pct"] is not None and summary["launches_to_2pct"] is not None
+    assert summary["launches_to_find_2pct"] <= summary["launches_to_2pct"]
+
+
+def test_found_is_the_first_launch_within_2_percent_and_crowned_waits_for_its_mean_to_lead() -> None:
+    steps = [bench.Step(launched=True, outcome="ok", measured=99.0, true=95.0, flags={"a": 1}),
+             bench.Step(launched=True, outcome="ok", measured=92.0, true=100.0, flags={"a": 2}),
+             bench.Step(launched=True, outcome="ok", measured=50.0, true=50.0, flags={"a": 3}),
+             bench.Step(launched=True, outcome="ok", measured=108.0, true=100.0, flags={"a": 2})]  # fmt: skip
+    summary = bench.Run(method="hand-built", seed=0, steps=steps).summary(100.0, 1)
+    # the optimum was launched second, measured low, and led only once its mean (100) beat 99
+    assert summary["launches_to_find_2pct"] == 2 and summary["launches_to_2pct"] == 4

@@ -19,9 +19,7 @@ from autotune.study import attrs
 from autotune.study.history import History
 from autotune.study.rules import RULE_NAMES, build_rules, decide, one_stream_rate
 from autotune.study.rules.duplicate import Duplicate
-from autotune.study.confirm import launched_means
 from autotune.study.rules.fraction_inside import FractionInside
-from autotune.study.rules.measure_again import MEASURE_LAUNCHES, MeasureAgain
 from autotune.study.rules.memory import PredictedMemory
 from autotune.study.rules.named_failure import NamedFailure
 from autotune.study.rules.same_rate import SameRate
@@ -66,46 +64,6 @@ def test_duplicate_reuses_a_measured_config_and_waits_for_an_older_one_running()
     assert Duplicate().decide(plan(), History([crashed], number=1)) is None  # the set-up's fault: launched again
     reused = first.model_copy(update={"decision": Reuse(rule="duplicate", trial=7, same_config=True)})
     assert Duplicate().decide(plan(), History([reused], number=1)) is None  # only a launch is a source
-
-
-def again(number: int, of: TrialRecord, value: float) -> TrialRecord:
-    launched = LaunchPlan(engine="sglang", flags=of.flags)
-    return served(number, launched, value).model_copy(
-        update={"decision": Launch(plan=launched, measures_again_of=of.number)}
-    )
-
-
-def test_measure_again_launches_a_contender_proposed_again_exactly_as_it_launched() -> None:
-    sized = Launch(plan=plan(**{"mem-fraction-static": 0.8}), adjusted=[])
-    first = served(0, plan(**{"mem-fraction-static": 0.8}), value=48.0).model_copy(update={"decision": sized})
-    best = served(1, plan(**{"speculative-num-steps": 4}), value=50.0)
-    rule = MeasureAgain("decode_tok_s")
-    decision = rule.decide(plan(**{"mem-fraction-static": 0.8}), History([first, best], number=2))
-    assert isinstance(decision, Launch) and decision.measures_again_of == 0
-    assert decision.plan.flags == first.flags
-    # until it has MEASURE_LAUNCHES launches; then rule duplicate reuses
-    history = [first, best, *(again(2 + i, first, 49.0) for i in range(MEASURE_LAUNCHES - 1))]
-    assert rule.decide(plan(**{"mem-fraction-static": 0.8}), History(history, number=9)) is None
-    # significantly behind the best (the prior noise, 5 %): reused, not launched again
-    behind = first.model_copy(update={"value": 30.0})
-    assert rule.decide(plan(**{"mem-fraction-static": 0.8}), History([behind, best], number=2)) is None
-    assert rule.decide(plan(**{"speculative-num-steps": 2}), History([first, best], number=2)) is None  # new
-
-
-def test_measure_again_takes_the_same_rate_as_the_same_config_only_where_the_objective_is_that_rate() -> None:
-    first = served(0, plan(**{"mem-fraction-static": 0.8}))
-    resized = plan(**{"mem-fraction-static": 0.9})
-    decision = MeasureAgain("decode_tok_s", ENGINES).decide(resized, History([first], number=1))
-    assert isinstance(decision, Launch) and decision.plan.flags["mem-fraction-static"] == 0.8
-    assert MeasureAgain("decode_tok_s").decide(resized, History([first], number=1)) is None
-    chained = decide(build_rules(space(), ENGINES, models()), resized, History([first], number=1), baseline=False)
-    assert isinstance(chained, Launch) and chained.measures_again_of == 0  # not reused by rule same-rate
-
-
-def test_a_configurations_mean_takes_in_its_measurements_again() -> None:
-    first = served(0, plan(), value=50.0)
-    other = served(1, plan(**{"speculative-num-steps": 4}), value=51.0)
-    assert launched_means([first, other, again(2, first, 54.0)]) == {0: 52.0, 1: 51.0}
 
 
 def test_same_rate_reuses_a_config_differing_only_in_memory_sizing() -> None:
@@ -173,7 +131,7 @@ def test_the_sizing_rules_are_built_only_where_sizing_cannot_buy_the_objective()
     assert one_stream_rate(one_stream)
     assert [r.name for r in build_rules(one_stream, ENGINES, models())] == list(RULE_NAMES)
     levels = one_stream.model_copy(update={"objective": one_stream.objective.model_copy(update={"levels": [1, 8]})})
-    assert [r.name for r in build_rules(levels, ENGINES, models())] == ["measure-again", "duplicate", "named-failure", "memory"]
+    assert [r.name for r in build_rules(levels, ENGINES, models())] == ["duplicate", "named-failure", "memory"]
     assert "same-rate" not in [r.name for r in build_rules(one_stream, ENGINES, models(), off={"same-rate"})]
     with pytest.raises(ValueError, match="unknown rules"):
         build_rules(one_stream, ENGINES, models(), off={"sizing"})

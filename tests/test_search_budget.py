@@ -16,8 +16,6 @@ from autotune.engines.base import LaunchPlan
 from autotune.measure.protocol import EarlyStop
 from autotune.space import SearchSpace, parse_space
 from autotune.study import StudyRunner, make_sampler
-from autotune.study.confirm import launched_means
-from autotune.study.rules.measure_again import MEASURE_LAUNCHES
 from autotune.testing import simulated_outcome, study_runner
 from autotune.trial import TrialOutcome
 from tests.conftest import TWIN_SPACE, idle_gpus
@@ -53,10 +51,8 @@ def depth_space(tmp_path: Path) -> SearchSpace:
     return parse_space(data, path=tmp_path / "depth.yaml")
 
 
-def runner_for(space: SearchSpace, tmp_path: Path, servers: Servers, *, measure_again: bool = False) -> StudyRunner:
-    """The loop on ``servers``; rule measure-again off unless asked (these tests count reuses)."""
-    return study_runner(space, tmp_path, inventory=idle_gpus(2), launcher=servers, sampler=make_sampler("random", 3),
-                        rules_off=() if measure_again else ("measure-again",))  # fmt: skip
+def runner_for(space: SearchSpace, tmp_path: Path, servers: Servers) -> StudyRunner:
+    return study_runner(space, tmp_path, inventory=idle_gpus(2), launcher=servers, sampler=make_sampler("random", 3))
 
 
 def queue(runner: StudyRunner, *depths: int) -> None:
@@ -85,18 +81,3 @@ def test_a_space_with_nothing_left_to_launch_says_so_instead_of_running_forever(
     assert sorted(int(p.flags["speculative-num-steps"]) for p in servers.plans) == [1, 2, 3, 4]
     assert runner.stop_reason is not None
     assert "only 4 launched" in runner.stop_reason and "the space looks exhausted" in runner.stop_reason
-
-
-def test_a_contender_proposed_again_is_launched_again_and_counts_as_a_launch(tmp_path: Path) -> None:
-    space = depth_space(tmp_path)
-    servers = Servers(space)
-    runner = runner_for(space, tmp_path, servers, measure_again=True)
-    queue(runner, 4, 1, 4, 1, 4, 4, 2)  # 1 is far behind 4 (35.2 against 41.2): reused; 4 is the best
-    runner.run(trials=5, timeout_s=None)
-    records = runner.records()
-    depths = [int(p.flags["speculative-num-steps"]) for p in servers.plans]
-    assert depths == [4, 1, 4, 4, 2] and runner.stop_reason == "5 launches done"
-    assert isinstance(records[3].decision, Reuse) and records[3].reused_from == records[1].number
-    assert [r.measures_again_of for r in records[:7]] == [None, None, 0, None, 0, None, None]
-    assert MEASURE_LAUNCHES == 3 and isinstance(records[5].decision, Reuse)  # 4 has its three launches
-    assert launched_means(records) == {0: 41.2, 1: 35.2, 6: 38.8}

@@ -119,9 +119,8 @@ def _twin_problem(tmp_path: Path, concurrency: int):  # type: ignore[no-untyped-
 def _run_with_memory_variant(tmp_path: Path, concurrency: int = 1) -> tuple[Any, Counting]:
     problem = _twin_problem(tmp_path, concurrency)
     launcher = Counting(bench.LandscapeLauncher(problem, problem.landscape(0), random.Random(0)))
-    # rule measure-again off: the best proposed again would be launched again, not borrowed
     runner = bench.make_runner(problem, tmp_path, sampler=make_sampler("tpe", 0), launcher=launcher,
-                               storage=optuna.storages.InMemoryStorage(), rules_off=("measure-again",))  # fmt: skip
+                               storage=optuna.storages.InMemoryStorage())  # fmt: skip
     runner.enqueue_baselines()
     runner.run(trials=1, timeout_s=None)
     # not a baseline: the hand-found config with other memory sizing, as a sampler would propose it

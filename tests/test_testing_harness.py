@@ -64,9 +64,7 @@ class Servers:
 def test_a_runner_from_the_harness_runs_the_study_loop_and_launches_only_what_it_decided(tmp_path: Path) -> None:
     space = load_space(TWIN_SPACE)
     servers = Servers(space)
-    # rule measure-again off: the hand-found config proposed again would be launched again, not borrowed
-    runner = study_runner(space, tmp_path, inventory=idle_gpus(2), launcher=servers, sampler=make_sampler("random", 5),
-                          rules_off=("measure-again",))  # fmt: skip
+    runner = study_runner(space, tmp_path, inventory=idle_gpus(2), launcher=servers, sampler=make_sampler("random", 5))
     runner.enqueue_baselines()
     runner.run(trials=2, timeout_s=None)
     # Proposed as a sampler might: a start step SGLang's adaptive steps refuse, then the hand-found

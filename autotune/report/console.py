@@ -276,9 +276,6 @@ def decision_text(record: TrialRecord) -> str:
         return f"not launched: {decision.reason} (rule {decision.rule})"
     if record.confirm_of is not None:
         return f"launched exactly as trial {record.confirm_of} was, to measure it again"
-    if record.measures_again_of is not None:
-        return (f"launched exactly as trial {record.measures_again_of} was, to measure it again: proposed again while "
-                "not significantly behind the best (rule measure-again)")
     changes = "; ".join(f"{adjustment_text(change)} (rule {change.rule})" for change in record.adjusted)
     return changes or "launched as sampled"
 

@@ -27,8 +27,6 @@ from autotune.records import TrialRecord
 # Relaunching the same configuration moved a real H200's decode figure by 1-5 % (up to 19 % for long
 # drafts, llama.cpp): the prior for the between-launch noise until a study measures it.
 PRIOR_LAUNCH_NOISE = 0.05
-# A between-launch sd from fewer relaunches than this is too unsteady to act on (two equal values give 0).
-MIN_NOISE_RELAUNCHES = 3
 MEMORY_FLAG = "mem-fraction-static"
 
 
@@ -41,10 +39,8 @@ class Noise(Frozen):
 
     @property
     def total(self) -> float:
-        """Relative sd of one launch's value: both parts, the prior standing in for what is unmeasured
-        or rests on fewer than :data:`MIN_NOISE_RELAUNCHES` relaunches."""
-        measured = self.between_launches is not None and self.launches >= MIN_NOISE_RELAUNCHES
-        between = self.between_launches if measured and self.between_launches is not None else PRIOR_LAUNCH_NOISE
+        """Relative sd of one launch's value: both parts, the prior standing in for what is unmeasured."""
+        between = self.between_launches if self.between_launches is not None else PRIOR_LAUNCH_NOISE
         return math.hypot(self.within_launch or 0.0, between)
 
 
@@ -151,23 +147,16 @@ def best_first_measured(records: Sequence[TrialRecord]) -> TrialRecord | None:
     return max(feasible, key=lambda r: r.value or 0.0) if feasible else None
 
 
-def launched_values(records: Sequence[TrialRecord]) -> dict[int, list[float]]:
-    """Every served launch of each feasible configuration (its first measurement, the search's
-    re-measurements and the race's relaunches), keyed by the trial that first measured it."""
+def launched_means(records: Sequence[TrialRecord]) -> dict[int, float]:
+    """The mean over every served launch of each feasible configuration (its first measurement and
+    each relaunch's), keyed by the trial that first measured it."""
     values: dict[int, list[float]] = {}
     for record in sorted(_objective_runs(records), key=lambda r: r.number):
-        first = record.confirm_of if record.confirm_of is not None else record.measures_again_of
-        if first is None and record.feasible:
+        if record.confirm_of is None and record.feasible:
             values.setdefault(record.number, []).append(record.value or 0.0)
-        elif first is not None and first in values:
-            values[first].append(record.value or 0.0)
-    return values
-
-
-def launched_means(records: Sequence[TrialRecord]) -> dict[int, float]:
-    """The mean over every served launch of each feasible configuration, keyed by the trial that
-    first measured it."""
-    return {number: statistics.fmean(launches) for number, launches in launched_values(records).items()}
+        elif record.confirm_of is not None and record.confirm_of in values:
+            values[record.confirm_of].append(record.value or 0.0)
+    return {number: statistics.fmean(launches) for number, launches in values.items()}
 
 
 def incumbent_mean(records: Sequence[TrialRecord]) -> float | None:
@@ -182,7 +171,7 @@ def choose_finalists(records: Sequence[TrialRecord], *, top: int) -> list[TrialR
     the race decides among them and states the gain over each baseline."""
     means = launched_means(records)
     candidates = sorted(
-        (r for r in _objective_runs(records) if r.confirm_of is None and r.measures_again_of is None and r.feasible),
+        (r for r in _objective_runs(records) if r.confirm_of is None and r.feasible),
         key=lambda r: -means.get(r.number, r.value or 0.0),
     )
     chosen: list[TrialRecord] = []

@@ -262,10 +262,8 @@ class StudyRunner:
             set_constraints(trial, self.space.slo, memory=constraint == "memory", config=constraint == "config")
             return self._values(None)
         self.launched += 1
-        again = decision.measures_again_of
-        plan = self._launched_plan(history.records[again]) if again is not None else decision.plan
-        outcome = self._launch(trial, plan, history, measuring_again=again is not None)
-        return self._learn(trial, plan, outcome, history)
+        outcome = self._launch(trial, decision.plan, history)
+        return self._learn(trial, decision.plan, outcome, history)
 
     def _normalised(
         self, trial: optuna.Trial, engine: str, flags: Mapping[str, FlagValue], history: History
@@ -307,18 +305,15 @@ class StudyRunner:
         }
         return LaunchPlan(engine=record.engine or self.space.engine, flags={**record.flags, **secrets})
 
-    def _launch(
-        self, trial: optuna.Trial, plan: LaunchPlan, history: History, *, measuring_again: bool = False
-    ) -> TrialOutcome:
-        """Launch, measure, stop; an interruption or a bug is recorded before it propagates. Only a
-        search's first launch of a configuration may stop early (a re-measurement is wanted whole)."""
+    def _launch(self, trial: optuna.Trial, plan: LaunchPlan, history: History) -> TrialOutcome:
+        """Launch, measure, stop; an interruption or a bug is recorded before it propagates."""
         self._wait_for_idle_gpus(trial, plan)
         try:
             self.paths.logs.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageError(f"cannot create the log folder {self.paths.logs}: {exc.strerror}") from None
         log_path = self.paths.logs / f"trial-{trial.number:04d}.log"
-        searching = attrs.confirm_of(trial) is None and self._baseline(trial) is None and not measuring_again
+        searching = attrs.confirm_of(trial) is None and self._baseline(trial) is None
         try:
             return self.launch(plan, log_path, self.events.phase, self._early_stop(history) if searching else None)
         except BaseException as exc:  # Ctrl-C, SIGTERM, bugs: say so in storage, then let it go

@@ -2,8 +2,7 @@
 
 A rule looks at a normalised plan and the study's history and says nothing (``None``), or decides:
 launch an adjusted plan (the next rules see the adjusted one), reuse a measured result, or skip.
-The first reuse or skip ends the chain, and so does a launch that measures a configuration again
-(exactly as it first launched); a plan no rule stopped is launched with every adjustment
+The first reuse or skip ends the chain; a plan no rule stopped is launched with every adjustment
 recorded. Rules are built once per study from its space, engines and memory models
 (:func:`build_rules`); a rule that does not apply to a space is left out there, and any rule can be
 switched off by name (the search benchmark's ablation does). A baseline is measured as the user
@@ -23,7 +22,6 @@ from autotune.space import SearchSpace
 from autotune.study.history import History
 from autotune.study.rules.duplicate import Duplicate
 from autotune.study.rules.fraction_inside import FractionInside
-from autotune.study.rules.measure_again import MeasureAgain
 from autotune.study.rules.memory import PredictedMemory
 from autotune.study.rules.named_failure import NamedFailure
 from autotune.study.rules.same_rate import SameRate
@@ -39,7 +37,7 @@ class Rule(Protocol):
     def decide(self, plan: LaunchPlan, history: History) -> Decision | Wait | None: ...
 
 
-RULE_NAMES = ("measure-again", "duplicate", "same-rate", "served-sizing", "fraction-inside", "named-failure", "memory")
+RULE_NAMES = ("duplicate", "same-rate", "served-sizing", "fraction-inside", "named-failure", "memory")
 
 
 def one_stream_rate(space: SearchSpace) -> bool:
@@ -60,9 +58,8 @@ def build_rules(
     unknown = set(off) - set(RULE_NAMES)
     if unknown:
         raise ValueError(f"unknown rules {sorted(unknown)}; known: {', '.join(RULE_NAMES)}")
-    rate = one_stream_rate(space)
-    rules: list[Rule] = [MeasureAgain(space.objective.metric, engines if rate else None), Duplicate()]
-    if rate:  # sizing cannot change the objective: the sizing rules apply
+    rules: list[Rule] = [Duplicate()]
+    if one_stream_rate(space):  # sizing cannot change the objective: the sizing rules apply
         rules += [SameRate(engines), ServedSizing(engines, feasibility), FractionInside(space, engines, feasibility)]
     rules += [NamedFailure(), PredictedMemory(feasibility)]
     return [rule for rule in rules if rule.name not in off]
@@ -76,8 +73,6 @@ def decide(rules: Sequence[Rule], plan: LaunchPlan, history: History, *, baselin
         if baseline and not rule.for_baselines:
             continue
         decision = rule.decide(plan, history)
-        if isinstance(decision, Launch) and decision.measures_again_of is not None:
-            return decision
         if isinstance(decision, Launch):
             plan = decision.plan
             adjusted += decision.adjusted
