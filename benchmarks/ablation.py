@@ -69,6 +69,7 @@ class Outcome:
     launches_to_2pct: int | None
     memory_death_share: float
     launches_to_find_2pct: int | None = None  # a configuration truly within 2 % launched (crowned or not)
+    raced_within_2pct: bool | None = None  # after the budget, the race's best is truly within 2 % (--full-budget)
 
 
 @dataclass
@@ -99,7 +100,8 @@ def family_member(args: tuple[int, int, Sequence[Row], bool]) -> tuple[int, str,
             run = bench.run_candidates(problem, seed, budget, row.name, bench.random_candidates(problem, seed))
         else:
             run = bench.run_study(problem, seed, budget, sampler=row.sampler, rules_off=row.rules_off,
-                                  name=row.name, until=None if full_budget else optimum)  # fmt: skip
+                                  name=row.name, until=None if full_budget else optimum,
+                                  confirm=full_budget)  # fmt: skip
         out[row.name] = outcome_of(run, optimum)
     return seed, member.case, member.summary, out
 
@@ -126,7 +128,9 @@ def recorded_seed(args: tuple[Path, int, Sequence[Row]]) -> tuple[str, int, dict
 
 def outcome_of(run: bench.Run, optimum: float) -> Outcome:
     summary = run.summary(optimum, 1)
-    return Outcome(summary["launches_to_2pct"], summary["memory_death_rate"], summary["launches_to_find_2pct"])
+    gap = summary["confirmed_gap"]
+    return Outcome(summary["launches_to_2pct"], summary["memory_death_rate"], summary["launches_to_find_2pct"],
+                   None if gap is None else gap <= bench.WITHIN)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,6 +176,8 @@ def family_table(results: Results, budget: int, *, seed: int = 0) -> list[dict[s
                                 "p90": quantile(values, 0.9), "reached": sum(v <= budget for v in values),
                                 "found_median": quantile(found, 0.5), "found_p90": quantile(found, 0.9),
                                 "deaths_median": quantile(deaths, 0.5), "deaths_worst": max(deaths)}  # fmt: skip
+        raced = [o.raced_within_2pct for o in outcomes if o.raced_within_2pct is not None]
+        line["raced"] = sum(raced) if raced else None
         if name != FULL.name:
             line["median_minus_full"] = paired_interval(values, full, 0.5, rng)
             line["p90_minus_full"] = paired_interval(values, full, 0.9, rng)
@@ -207,21 +213,27 @@ def print_tables(report: dict[str, Any]) -> None:
         title=f"Ablation on family members {first}..{last} ({last - first + 1}, held out), budget {budget} launches, "
         f"launch-to-launch sd as each profile's",
         caption="launches to 2 %: until the incumbent (highest mean over its launches) is truly within 2 % of the "
-        "optimum, >N: not reached; found: median / p90 launches until one truly within 2 % was launched, crowned "
-        "or not (the rest is selection under the launch noise); deaths: share of the run's launches that died of "
+        "optimum, >N: not reached; raced (--full-budget): members whose race of the finalists after the budget "
+        "named a configuration truly within 2 %; found: median / p90 launches until one truly within 2 % was "
+        "launched, crowned or not (the rest is selection under the launch noise); deaths: share of the run's "
+        "launches that died of "
         f"memory (median / worst; the run {'spends the whole budget' if report.get('full_budget') else 'stops at 2 %'}"
         "); Δ: 95 % "
         "paired bootstrap interval of the row's quantile minus the shipped loop's (members resampled; above 0: the "
         "row is worse). SIMULATED on generated twin profiles.",
     )
-    for header in ("row", "median", "p90", "reached", "found", "deaths", "Δ median", "Δ p90", "verdict"):
+    raced = any(line.get("raced") is not None for line in report["family"])
+    headers = ("row", "median", "p90", "reached", *(("raced",) if raced else ()), "found", "deaths", "Δ median",
+               "Δ p90", "verdict")  # fmt: skip
+    for header in headers:
         table.add_column(header, justify="left" if header in ("row", "verdict") else "right")
     for line in report["family"]:
         verdict = ""
         if "median_minus_full" in line and line["row"].startswith("-"):
             verdict = "earns its keep" if earns_its_keep(line) else "no better than without"
+        race = [f"{line['raced']}/{line['members']}" if line.get("raced") is not None else ""] if raced else []
         table.add_row(line["row"], _launches(line["median"], budget), _launches(line["p90"], budget),
-                      f"{line['reached']}/{line['members']}",
+                      f"{line['reached']}/{line['members']}", *race,
                       f"{_launches(line['found_median'], budget)} / {_launches(line['found_p90'], budget)}",
                       f"{line['deaths_median']:.0%} / {line['deaths_worst']:.0%}",
                       _interval(line["median_minus_full"]) if "median_minus_full" in line else "",

@@ -408,10 +408,12 @@ def run_study(
     early_stop: bool = True,
     rules_off: Collection[str] = (),
     until: float | None = None,
+    confirm: bool = False,
 ) -> Run:
     """autotune's study loop with the landscape in place of launches, until ``budget`` launches;
     ``rules_off`` names pre-launch rules switched off; ``until`` (the
-    optimum): stop once the incumbent is within 2 % of it, the rest of the run being unread."""
+    optimum): stop once the incumbent is within 2 % of it, the rest of the run being unread;
+    ``confirm``: then race the finalists as a study does (those launches are not the search's)."""
     started = time.monotonic()
     run = Run(method=name, seed=seed)
     with tempfile.TemporaryDirectory(prefix="autotune-bench-") as tmp:
@@ -433,6 +435,12 @@ def run_study(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             runner.run(trials=budget, timeout_s=None, rules=[launch_budget])
+            searched = len(run.steps)
+            confirmation = runner.confirm() if confirm else None
+        if confirmation is not None and confirmation.best is not None:
+            run.confirmed_true = run.steps[confirmation.best].true or 0.0
+        run.confirm_launches = sum(s.launched for s in run.steps[searched:])
+        del run.steps[searched:]
     run.wall_s = time.monotonic() - started
     return run
 

@@ -39,3 +39,15 @@ def test_a_row_worse_on_every_member_earns_its_keep_and_one_within_the_noise_doe
     alike = ablation.family_table(_results(full, shuffled), 60)[1]
     assert alike["median_minus_full"][0] <= 0 <= alike["median_minus_full"][1]
     assert not ablation.earns_its_keep(alike)
+
+
+def test_a_full_budget_run_spends_the_budget_and_races_its_finalists() -> None:
+    seed, case, _, stopped = ablation.family_member((9902, 12, (FULL,), False))
+    assert stopped[FULL.name].raced_within_2pct is None  # stopping at 2 %, nothing is raced
+    _, _, _, full = ablation.family_member((9902, 12, (FULL,), True))
+    outcome = full[FULL.name]
+    assert outcome.raced_within_2pct is not None
+    found = outcome.launches_to_find_2pct
+    assert found is not None and found <= 12 and case in ("base", "wide-trees", "flat-top", "huge")
+    # one run, two stopping rules: the path to 2 % is the same draw
+    assert stopped[FULL.name].launches_to_find_2pct == found
