@@ -71,15 +71,20 @@ def find_free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
-def process_start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (Linux), to tell a reused pid apart."""
+def _stat_fields(path: Path) -> list[str] | None:
+    """A /proc ``stat`` file's fields after the command name (field 3 on), None if it is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        text = path.read_text()
     except OSError:
         return None
     # The command name (field 2) may contain spaces and parentheses: split after its last ')'.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[19])
+    return text[text.rindex(")") + 2 :].split()
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (Linux), to tell a reused pid apart."""
+    fields = _stat_fields(Path(f"/proc/{pid}/stat"))
+    return int(fields[19]) if fields else None
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> bool:
@@ -95,12 +100,9 @@ def _descendants(pid: int) -> list[int]:
     the process group (its own session) is still the server's."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-            parent = int(text[text.rindex(")") + 2 :].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(stat.parent.name))
+        fields = _stat_fields(stat)
+        if fields:
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
     found, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
