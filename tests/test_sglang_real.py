@@ -287,9 +287,10 @@ def interrupted(
     """A study whose server is up: bench --url measures it, then Ctrl-C stops the study."""
     cwd = tmp_path_factory.mktemp("interrupt")
     # a measurement far longer than the tests take (Ctrl-C ends it), so the server is still up while
-    # bench --url measures it and when Ctrl-C comes, however loaded the machine
+    # bench --url measures it and when Ctrl-C comes, however loaded the machine: rounds and seconds both
+    # (the protocol's time cap, 120 s by default, ended it before Ctrl-C on a loaded machine)
     measurement = {**yaml.safe_load(SPACE.read_text())["measurement"], "max_tokens": 256, "min_rounds": 200,
-                   "max_rounds": 400}  # fmt: skip
+                   "max_rounds": 400, "max_seconds": 3600}  # fmt: skip
     space = cpu_space(cwd, sglang_python, model, study="sglang-ctrl-c", measurement=measurement,
                       baselines=[{"name": "served", "flags": SERVED}])  # fmt: skip
     proc = subprocess.Popen(autotune_cmd("study", str(space), "--trials", "1", "--confirm-top", "0"), cwd=cwd,
