@@ -49,6 +49,7 @@ from autotune.space import (  # noqa: E402
     load_space,
 )
 from autotune.study import Launcher, StudyEvents, StudyRunner, make_sampler  # noqa: E402
+from autotune.study.confirm import Confirmation  # noqa: E402
 from autotune.study.rules import RULE_NAMES  # noqa: E402
 from autotune.study.sampler import SamplerName  # noqa: E402
 from autotune.testing import memory_as_logged, simulated_outcome, study_runner  # noqa: E402
@@ -66,6 +67,7 @@ from benchmarks.landscape import (  # noqa: E402
     _random_candidate,
     grid,
 )
+from benchmarks.recorded import RecordedLaunch  # noqa: E402
 
 WITHIN = 0.02  # "reached": the incumbent's true value is within 2 % of the optimum
 FLOAT_POINTS = 11  # a float without a step is discretised into this many points (log-spaced if log)
@@ -435,14 +437,22 @@ def run_study(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             runner.run(trials=budget, timeout_s=None, rules=[launch_budget])
-            searched = len(run.steps)
-            confirmation = runner.confirm() if confirm else None
+            confirmation = race_after_search(runner, run) if confirm else None
         if confirmation is not None and confirmation.best is not None:
+            # a step per trial, in trial order (every finished trial reaches the recorder)
             run.confirmed_true = run.steps[confirmation.best].true or 0.0
-        run.confirm_launches = sum(s.launched for s in run.steps[searched:])
-        del run.steps[searched:]
     run.wall_s = time.monotonic() - started
     return run
+
+
+def race_after_search(runner: StudyRunner, run: Run) -> Confirmation | None:
+    """The study's race of its finalists after the budget, as ``autotune study`` runs it: its launches
+    are counted in ``run.confirm_launches``, not kept as search steps."""
+    searched = len(run.steps)
+    confirmation = runner.confirm()
+    run.confirm_launches = sum(step.launched for step in run.steps[searched:])
+    del run.steps[searched:]
+    return confirmation
 
 
 def _launch_candidate(problem: Problem, landscape: Landscape, rng: random.Random, candidate: dict[str, Any]) -> Step:
@@ -903,10 +913,7 @@ def run_recorded_study(
             runner.run(trials=budget, timeout_s=None, rules=[launch_budget])
             # The study's answer is its confirmed best (finalists launched again, as `autotune study`
             # does after its trials); those launches come after the budget and are not the search's.
-            searched, drawn = len(run.steps), len(launcher.drawn)
-            confirmation = runner.confirm() if confirm else None
-        del run.steps[searched:]
-        run.confirm_launches = len(launcher.drawn) - drawn
+            confirmation = race_after_search(runner, run) if confirm else None
         if confirmation is not None:
             best = next(f for f in confirmation.finalists if f.trial == confirmation.best)
             run.confirmed_true = problem.true.get(best.config_key or "", 0.0)
@@ -920,10 +927,7 @@ def run_recorded_random(problem: replay.RecordedProblem, seed: int, budget: int)
     while len(run.steps) < budget:
         flags = _random_candidate(problem.axes, problem.space.fixed, rng)
         plan = problem.engine.normalise({k: v for k, v in flags.items() if v is not False})
-        launch = launcher.draw(plan)
-        seconds = launch.launch_s + launch.measure_s + launch.stop_s
-        run.steps.append(Step(launched=True, outcome=launch.outcome, measured=launch.value,
-                              true=launcher.drawn[-1][1], seconds=seconds))  # fmt: skip
+        run.steps.append(replayed_step(launcher, launcher.draw(plan)))
     return run
 
 
@@ -933,11 +937,17 @@ def run_recorded_grid_once(problem: replay.RecordedProblem, seed: int) -> Run:
     run = Run(method="every configuration once", seed=seed)
     rng, launcher = random.Random(20_000 + seed), replay.RecordedLauncher(problem, random.Random(seed))
     for key in rng.sample(sorted(problem.launches), len(problem.launches)):
-        launch = launcher.draw_config(key)
-        seconds = launch.launch_s + launch.measure_s + launch.stop_s
-        run.steps.append(Step(launched=True, outcome=launch.outcome, measured=launch.value, flags={"key": key},
-                              true=launcher.drawn[-1][1], seconds=seconds))  # fmt: skip
+        run.steps.append(replayed_step(launcher, launcher.draw_config(key), flags={"key": key}))
     return run
+
+
+def replayed_step(
+    launcher: replay.RecordedLauncher, launch: RecordedLaunch, *, flags: dict[str, Any] | None = None
+) -> Step:
+    """One recorded launch the launcher just drew, as a launched step with its configuration's true value."""
+    seconds = launch.launch_s + launch.measure_s + launch.stop_s
+    return Step(launched=True, outcome=launch.outcome, measured=launch.value, true=launcher.drawn[-1][1],
+                seconds=seconds, flags=flags)  # fmt: skip
 
 
 def recorded_benchmark(path: Path, *, seeds: int, budget: int | None = None) -> dict[str, Any]:
