@@ -392,22 +392,17 @@ def show(
             print(json.dumps(_overview_json(opened, study_name, overview), indent=2))
             return
         _print_overview(opened, overview)
-        _print_schedule(opened, studies_dir)
+        _print_schedule(opened)
 
 
-def _print_schedule(opened: StudyView, studies_dir: Path) -> None:
+def _print_schedule(opened: StudyView) -> None:
     """The speculation schedule's race, when ``confirm --schedule`` ran it."""
-    from autotune.study import StudyPaths
-
-    paths = StudyPaths(studies_dir, opened.name)
-    if not paths.schedule_verdict.is_file():  # most studies: the schedule's modules (engines, HTTP) stay unloaded
+    verdict = opened.schedule_verdict()
+    if verdict is None:  # most studies: the schedule's modules (engines, HTTP) stay unloaded
         return
     from autotune.report.console import schedule_table
-    from autotune.study.schedule_race import load_verdict
 
-    verdict = load_verdict(paths)
-    if verdict is not None:
-        console.print(schedule_table(verdict, metric=opened.info.objective_metric))
+    console.print(schedule_table(verdict, metric=opened.info.objective_metric))
 
 
 @dataclass(frozen=True)
@@ -456,6 +451,7 @@ def _overview_json(opened: StudyView, study_name: str, overview: _Overview) -> d
         "simulated": opened.info.simulated,
         "best_trial": best.number if best else None,
         "confirmation": opened.info.confirmation.model_dump(mode="json") if opened.info.confirmation else None,
+        "schedule": schedule.model_dump(mode="json") if (schedule := opened.schedule_verdict()) else None,
         "trials": [r.model_dump(mode="json") for r in overview.records],
         "importance": overview.importance.model_dump(mode="json"),
         "best_categories": [c.model_dump(mode="json") for c in per_category.categories] if per_category else [],
@@ -539,7 +535,7 @@ def export(
             if trial is not None or concurrency is not None:
                 raise UserError("--schedule exports the schedule: leave out --trial and --concurrency")
             config_file = schedule_config or (output.parent if output else Path.cwd()) / f"{study_name}-adaptive.json"
-            profile = _schedule_profile(opened, studies_dir, config_file)
+            profile = _schedule_profile(opened, config_file)
             _write_export(render(profile, fmt.value, host=host, port=port), output, fmt)
             if profile.adaptive_config is not None:  # vLLM's schedule is inside its --speculative-config
                 console.print(f"wrote {config_file} (the adaptive config the command reads)", highlight=False)
@@ -568,16 +564,15 @@ def _write_export(text: str, output: Path | None, fmt: Format) -> None:
     console.print(f"wrote {output}")
 
 
-def _schedule_profile(opened: StudyView, studies_dir: Path, config_file: Path) -> Profile:
+def _schedule_profile(opened: StudyView, config_file: Path) -> Profile:
     """The recommended schedule's profile (its config written to ``config_file``); a user error when
     the study has none, it was never raced, or the race declined it."""
     from autotune.errors import UserError
-    from autotune.study import StudyPaths
     from autotune.study.schedule import NoSchedule
-    from autotune.study.schedule_race import load_verdict, schedule_profile
+    from autotune.study.schedule_race import schedule_profile
 
     name = opened.name
-    verdict = load_verdict(StudyPaths(studies_dir, name))
+    verdict = opened.schedule_verdict()
     if verdict is None:
         built = _build_schedule(opened)
         if isinstance(built, NoSchedule):
@@ -711,9 +706,11 @@ def _confirm_schedule(
         from autotune.gpu import read_inventory
         from autotune.report.console import depths_table, schedule_table
         from autotune.study import StudyPaths, preflight
+        from autotune.study.attrs import record_schedule_verdict
         from autotune.study.launcher import trial_launcher
         from autotune.study.schedule import NoSchedule
         from autotune.study.schedule_race import race
+        from autotune.study.storage import load_existing_study
 
         opened = _open(study_name, storage, studies_dir)
         space = _space_to_launch(opened, space_file)
@@ -735,6 +732,8 @@ def _confirm_schedule(
         launch = trial_launcher(checked, paths, read_gpus, lambda: None)
         verdict = race(checked, paths, built, opened.records(), launch=launch, rounds=rounds, read_gpus=read_gpus,
                        on_phase=lambda phase, detail: console.print(f"{phase}: {detail}", highlight=False))  # fmt: skip
+        # in the database, not the folder: every host of a shared study exports and reports it
+        record_schedule_verdict(load_existing_study(study_name, storage or paths.default_storage), verdict)
         console.print(schedule_table(verdict, metric=opened.info.objective_metric))
 
 
@@ -1047,11 +1046,10 @@ def report(
     with error_funnel():
         from autotune.report.html import build_report
         from autotune.study import StudyPaths
-        from autotune.study.schedule_race import load_verdict
 
         opened = _open(study_name, storage, studies_dir, artifacts)
         paths = StudyPaths(studies_dir, study_name, artifacts_dir=artifacts)
-        files = build_report(opened, folder=output or paths.folder / "report", schedule=load_verdict(paths))
+        files = build_report(opened, folder=output or paths.folder / "report", schedule=opened.schedule_verdict())
         console.print(f"wrote {files.page}  ({len(files.images)} figures)", highlight=False)
         for skipped in files.skipped:
             console.print(f"  not drawn: {skipped}", highlight=False)

@@ -280,3 +280,23 @@ def test_the_vllm_adapter_refuses_the_batch_ranges_vllm_refuses(ranges: str, say
              "speculative-config.num_speculative_tokens_per_batch_size": ranges}  # fmt: skip
     with pytest.raises(InvalidConfig, match=says):
         get_engine("vllm").normalise(flags)
+
+
+def test_the_verdict_is_kept_in_the_study_database_and_withdrawn_by_none(tmp_path: Path) -> None:
+    import optuna
+
+    from autotune.study import StudyView
+    from autotune.study.attrs import record_schedule_verdict
+
+    schedule = schedule_of(deep_alone_shallow_loaded())
+    assert isinstance(schedule, Schedule)
+    verdict = judge(schedule, race({1: {SCHEDULE: 57.0, 1: 57.0, 2: 53.0, 0: 47.0},
+                                    4: {SCHEDULE: 48.0, 1: 45.0, 2: 48.0, 0: 43.0},
+                                    16: {SCHEDULE: 25.0, 1: 20.0, 2: 23.0, 0: 25.0}}), rounds=3)  # fmt: skip
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(study_name="s", storage=url)
+    assert StudyView.open("s", url).schedule_verdict() is None  # never raced
+    record_schedule_verdict(study, verdict)
+    assert StudyView.open("s", url).schedule_verdict() == verdict  # read back from the database
+    record_schedule_verdict(study, None)
+    assert StudyView.open("s", url).schedule_verdict() is None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -27,6 +28,12 @@ def run(*args: str, cwd: Path, code: int = 0) -> subprocess.CompletedProcess[str
     proc = subprocess.run(autotune_cmd(*args), cwd=cwd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == code, f"autotune {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc
+
+
+def kept_verdict(name: str, cwd: Path, *args: str) -> dict[str, Any] | None:
+    """The schedule's verdict as the study's database keeps it (``show --json``)."""
+    verdict: dict[str, Any] | None = json.loads(run("show", name, "--json", *args, cwd=cwd).stdout)["schedule"]
+    return verdict
 
 
 def quick(space: Path, tmp_path: Path, *, prompts_per_round: int = 2) -> Path:
@@ -56,8 +63,8 @@ def test_a_schedule_that_beats_every_static_depth_is_recommended_exported_and_re
     run("study", str(space), "--trials", "2", "--confirm-top", "0", "--name", name, cwd=tmp_path)
     shown = run("confirm", name, "--schedule", "--rounds", "3", cwd=tmp_path).stdout
     print(shown)  # the per-level table, shown with -s
-    verdict = json.loads((tmp_path / "studies" / name / "schedule.json").read_text())
-    assert verdict["recommended"], verdict["note"]
+    verdict = kept_verdict(name, tmp_path)
+    assert verdict is not None and verdict["recommended"], verdict
     assert verdict["config"] == {"1": {"candidate_steps": [5]}, "4": {"candidate_steps": [1]}}
     assert "run the schedule" in shown and "faster" in shown
 
@@ -66,10 +73,13 @@ def test_a_schedule_that_beats_every_static_depth_is_recommended_exported_and_re
     assert (report / "schedule.png").stat().st_size > 0
     assert "Speculation schedule" in (report / "index.html").read_text()
 
+    # exported where the study's folder is not (another host of a shared study): the verdict is in its database
     out = tmp_path / "deploy"
     out.mkdir()
+    storage = f"sqlite:///{tmp_path / 'studies' / (name + '.db')}"
     for fmt in ("yaml", "sh", "systemd"):
-        run("export", name, "--schedule", "--format", fmt, "--output", str(out / f"server.{fmt}"), cwd=tmp_path)
+        run("export", name, "--schedule", "--storage", storage, "--format", fmt, "--output", str(out / f"server.{fmt}"),
+            cwd=out)  # fmt: skip
     config = out / f"{name}-adaptive.json"
     assert json.loads(config.read_text()) == verdict["config"]
     script = (out / "server.sh").read_text()
@@ -92,9 +102,8 @@ def test_a_schedule_where_one_depth_serves_every_load_is_declined_naming_the_sta
     run("study", str(space), "--trials", "2", "--confirm-top", "0", "--name", name, cwd=tmp_path)
     shown = run("confirm", name, "--schedule", "--rounds", "2", cwd=tmp_path).stdout
     print(shown)
-    kept = tmp_path / "studies" / name / "schedule.json"
-    if kept.exists():  # the levels' winners differed: raced, and declined on the race
-        verdict = json.loads(kept.read_text())
+    verdict = kept_verdict(name, tmp_path)
+    if verdict is not None:  # the levels' winners differed: raced, and declined on the race
         assert not verdict["recommended"] and verdict["run_trial"] is not None, verdict["note"]
         assert "declined" in shown
     else:  # every level's winner drafts the same depth: nothing to race
@@ -109,7 +118,8 @@ def test_on_vllm_the_schedule_is_its_per_batch_size_draft_tokens_raced_and_expor
     run("study", str(space), "--trials", "2", "--confirm-top", "0", "--name", name, cwd=tmp_path)
     shown = run("confirm", name, "--schedule", "--rounds", "2", cwd=tmp_path).stdout
     print(shown)
-    verdict = json.loads((tmp_path / "studies" / name / "schedule.json").read_text())
+    verdict = kept_verdict(name, tmp_path)
+    assert verdict is not None
     tiers = {tier["concurrency"]: tier["steps"] for tier in verdict["schedule"]["tiers"]}
     assert tiers == {1: 5, 16: 1} and verdict["config"] is None  # vLLM reads it from its flags, no file
     assert "num_speculative_tokens_per_batch_size [[1, 3, 5], [4, 32, 1]]" in shown
@@ -118,4 +128,10 @@ def test_on_vllm_the_schedule_is_its_per_batch_size_draft_tokens_raced_and_expor
         assert '"num_speculative_tokens_per_batch_size":[[1,3,5],[4,32,1]]' in script
     else:  # two rounds may leave it open: then it is not exported
         assert run("export", name, "--schedule", "--format", "sh", cwd=tmp_path, code=2).stderr
+
+    # more trials: the levels' winners may change, so the race no longer holds (as a confirmation does not)
+    run("study", str(space), "--trials", "1", "--confirm-top", "0", "--name", name, cwd=tmp_path)
+    assert kept_verdict(name, tmp_path) is None
+    refused = run("export", name, "--schedule", cwd=tmp_path, code=2).stderr
+    assert "never raced" in refused or "has no schedule" in refused, refused
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, TypeAdapter, ValidationError
 
 from autotune.decision import Decision, Reuse, Skip
+from autotune.errors import StorageError
 from autotune.feasibility import MemoryLesson
 from autotune.measure.agreement import Agreement, Reference, compare
 from autotune.models import Frozen
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
     from autotune.gpu import GpuInventory, Roofline
     from autotune.measure.client import Measurement
+    from autotune.study.schedule import ScheduleVerdict
     from autotune.trial import TrialOutcome
 
 # Optuna, and the trial module with its HTTP client, are for writing: reading a study (show,
@@ -49,6 +51,7 @@ NOT_COPIED = frozenset(
      "config_key"}
 )
 CONFIRMATION = "confirmation"
+SCHEDULE_VERDICT = "schedule_verdict"
 BY_CONCURRENCY = "by_concurrency"
 AGREEMENT = "agreement"
 REFERENCE = "agreement_reference"
@@ -119,6 +122,26 @@ def record_stop_reason(study: optuna.Study, reason: str) -> None:
 def record_confirmation(study: optuna.Study, confirmation: Confirmation | None) -> None:
     """The finalists' confirmed figures; None withdraws an old one (the study has changed since)."""
     study.set_user_attr(CONFIRMATION, confirmation.model_dump(mode="json") if confirmation else None)
+
+
+def record_schedule_verdict(study: optuna.Study, verdict: ScheduleVerdict | None) -> None:
+    """The speculation schedule's race, kept in the study's database (every host of a PostgreSQL study
+    exports and reports it); None withdraws an old one (the study has changed since)."""
+    study.set_user_attr(SCHEDULE_VERDICT, verdict.model_dump(mode="json") if verdict else None)
+
+
+def schedule_verdict(study: StoredStudy) -> ScheduleVerdict | None:
+    """The kept race; None when the schedule was never raced since the study last ran."""
+    stored = study.user_attrs.get(SCHEDULE_VERDICT)
+    if stored is None:
+        return None  # most studies: the schedule's modules (engines, HTTP) stay unloaded
+    from autotune.study.schedule import ScheduleVerdict
+
+    try:
+        return ScheduleVerdict.model_validate(stored)
+    except ValidationError as exc:
+        raise StorageError(f"study {study.study_name!r}: cannot read the schedule's verdict: {exc}",
+                           hint=f"run `autotune confirm {study.study_name} --schedule` again") from None  # fmt: skip
 
 
 def study_info(study: StoredStudy) -> StudyInfo:

@@ -35,11 +35,6 @@ class StudyPaths:
     def servers(self) -> Path:
         return self.folder / "servers"
 
-    @property
-    def schedule_verdict(self) -> Path:
-        """The speculation schedule's race, kept by ``confirm --schedule``."""
-        return self.folder / "schedule.json"
-
 
 def sqlite_path(url: str) -> Path | None:
     """The database file of an SQLite URL (None for other databases and in-memory SQLite)."""

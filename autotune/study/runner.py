@@ -534,7 +534,9 @@ class StudyRunner:
         predicted failures do not count), the time budget, the patience rule, the study's total
         (counted across every worker) or one of ``rules`` says stop."""
         self._describe_study()
-        attrs.record_confirmation(self.study, None)  # more trials: an earlier confirmation no longer holds
+        # more trials: an earlier confirmation, or schedule race, no longer holds
+        attrs.record_confirmation(self.study, None)
+        attrs.record_schedule_verdict(self.study, None)
         active: list[StopRule] = [*rules, RepeatedFailure()]
         if timeout_s is not None:
             active.append(TimeBudget(timeout_s))

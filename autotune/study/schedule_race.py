@@ -4,9 +4,8 @@ the verdict judged by :func:`autotune.study.schedule.judge` with the race's inte
 
 The arrow it owns: a :class:`~autotune.study.schedule.Schedule` -> fresh launches through a
 :class:`~autotune.study.launcher.Launcher` (injected, as the study runner's is) -> a
-:class:`~autotune.study.schedule.ScheduleVerdict`, kept as JSON in the study's folder beside the
-adaptive config the launches read (the export and the report read it back from there) -> the
-schedule's profile (:func:`schedule_profile`).
+:class:`~autotune.study.schedule.ScheduleVerdict` (the caller keeps it in the study's database,
+:func:`autotune.study.attrs.record_schedule_verdict`) -> the schedule's profile (:func:`schedule_profile`).
 """
 
 from __future__ import annotations
@@ -15,8 +14,6 @@ import json
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-
-from pydantic import ValidationError
 
 from autotune.engines import get_engine
 from autotune.engines.base import InvalidConfig, LaunchPlan
@@ -42,22 +39,6 @@ def config_path(paths: StudyPaths) -> Path:
     return paths.folder / CONFIG_FILE
 
 
-def verdict_path(paths: StudyPaths) -> Path:
-    return paths.schedule_verdict
-
-
-def load_verdict(paths: StudyPaths) -> ScheduleVerdict | None:
-    """The kept verdict; None when the study's schedule was never raced."""
-    path = verdict_path(paths)
-    try:
-        return ScheduleVerdict.model_validate_json(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValidationError) as exc:
-        raise StorageError(f"{path}: cannot read the schedule's verdict: {exc}",
-                           hint="run `autotune confirm STUDY --schedule` again") from None  # fmt: skip
-
-
 def race(
     checked: Preflight,
     paths: StudyPaths,
@@ -69,8 +50,8 @@ def race(
     read_gpus: ReadGpus | None = None,
     on_phase: Phase | None = None,
 ) -> ScheduleVerdict:
-    """Launch the schedule and the distinct static winners ``rounds`` times each, interleaved, judge
-    and keep the verdict. A schedule the engine's rules refuse is judged on no launch of its own."""
+    """Launch the schedule and the distinct static winners ``rounds`` times each, interleaved, and
+    judge. A schedule the engine's rules refuse is judged on no launch of its own."""
     space = checked.space
     engine = checked.engines[space.engine].engine
     path = config_path(paths)
@@ -91,7 +72,7 @@ def race(
     try:
         plans[SCHEDULE] = engine.normalise(_with_secrets(schedule.launch_flags(str(path.resolve())), space.fixed))
     except InvalidConfig as exc:  # nothing to race: judged on no launch at all
-        return _kept(paths, judge(schedule, {}, rounds=0, failed=[f"the schedule: engine rule: {exc}"]))
+        return judge(schedule, {}, rounds=0, failed=[f"the schedule: engine rule: {exc}"])
     launches: Launches = {level: {config: {} for config in plans} for level in levels}
     slo_broken: dict[int, list[str]] = {}
     slots: dict[int, int] = {}
@@ -123,16 +104,7 @@ def race(
                     slo_broken.setdefault(measurement.concurrency, []).extend(broken)
                 if not broken and measurement.value > 0:
                     launches[measurement.concurrency][config][round_index] = measurement.value
-    return _kept(paths, judge(schedule, launches, rounds=rounds, failed=failed, slo_broken=slo_broken, slots=slots))
-
-
-def _kept(paths: StudyPaths, verdict: ScheduleVerdict) -> ScheduleVerdict:
-    """The verdict, written to the study's folder first."""
-    try:
-        verdict_path(paths).write_text(verdict.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise StorageError(f"cannot keep the schedule's verdict in {verdict_path(paths)}: {exc.strerror}") from None
-    return verdict
+    return judge(schedule, launches, rounds=rounds, failed=failed, slo_broken=slo_broken, slots=slots)
 
 
 def _with_secrets(flags: Mapping[str, FlagValue], fixed: Mapping[str, FlagValue]) -> dict[str, FlagValue]:

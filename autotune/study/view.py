@@ -22,6 +22,8 @@ from autotune.study.snapshot import StoredStudy, from_optuna, read_sqlite_study
 if TYPE_CHECKING:
     import optuna
 
+    from autotune.study.schedule import ScheduleVerdict
+
 
 class ParetoPoint(Frozen):
     trial: int
@@ -102,6 +104,10 @@ class StudyView:
         gpus = len(space.gpus.devices) if space.gpus.devices else max(len(self.info.gpus), 1)
         return load_levels(self.records(), levels, metric=self.info.objective_metric, primary_best=self.best(),
                            gpus=gpus)  # fmt: skip
+
+    def schedule_verdict(self) -> ScheduleVerdict | None:
+        """The speculation schedule's race as ``confirm --schedule`` kept it; None if never raced."""
+        return attrs.schedule_verdict(self._study)
 
     def best_at(self, concurrency: int) -> TrialRecord | None:
         """The winner at one load level: the study's best at the primary level, else by first measurement."""
