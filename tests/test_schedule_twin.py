@@ -46,8 +46,8 @@ def quick(space: Path, tmp_path: Path, *, prompts_per_round: int = 2) -> Path:
     else:
         data["launcher"] = [*data["launcher"], "--twin-load-seconds", "0"]
     data["measurement"].update(
-        {"warmup_requests": 1, "prompts_per_round": prompts_per_round, "max_tokens": 24, "min_rounds": 2, "max_rounds": 2,
-         "concurrency": [1, 16]}
+        {"warmup_requests": 1, "prompts_per_round": prompts_per_round, "max_tokens": 24, "min_rounds": 2,
+         "max_rounds": 2, "concurrency": [1, 16]}
     )  # fmt: skip
     data["objective"]["levels"] = [1, 16]
     path = tmp_path / space.name
