@@ -30,9 +30,9 @@ def run(*args: str, cwd: Path, code: int = 0) -> subprocess.CompletedProcess[str
     return proc
 
 
-def kept_verdict(name: str, cwd: Path, *args: str) -> dict[str, Any] | None:
+def kept_verdict(name: str, cwd: Path) -> dict[str, Any] | None:
     """The schedule's verdict as the study's database keeps it (``show --json``)."""
-    verdict: dict[str, Any] | None = json.loads(run("show", name, "--json", *args, cwd=cwd).stdout)["schedule"]
+    verdict: dict[str, Any] | None = json.loads(run("show", name, "--json", cwd=cwd).stdout)["schedule"]
     return verdict
 
 
@@ -134,4 +134,3 @@ def test_on_vllm_the_schedule_is_its_per_batch_size_draft_tokens_raced_and_expor
     assert kept_verdict(name, tmp_path) is None
     refused = run("export", name, "--schedule", cwd=tmp_path, code=2).stderr
     assert "never raced" in refused or "has no schedule" in refused, refused
-
