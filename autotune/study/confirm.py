@@ -279,7 +279,7 @@ def _claims(effects: Collection[int], baselines: Collection[int]) -> int:
 
 def standing(
     launches: dict[int, dict[int, float]], *, margin: float, baselines: Collection[int] = (),
-    until: RaceStop = RACE_STOP,
+    until: RaceStop | None = None,
 ) -> Standing:  # fmt: skip
     """After a round, each configuration against the leader: significantly behind (decided, no longer
     relaunched), equivalent (both ends of the interval within ``margin``: decided), or open. The
@@ -288,6 +288,7 @@ def standing(
     decided: with ``until="all"`` every comparison with the leader; with ``until="baseline"`` the leader
     against the best baseline (or, when the leader is a baseline, against every other configuration that
     could beat it)."""
+    until = until or RACE_STOP
     served = {c: v for c, v in launches.items() if v}
     if not served:
         return Standing(racing=[], leader=None, settled=True)
