@@ -197,6 +197,8 @@ def paired_interval(
 
 def family_table(results: Results, budget: int, *, seed: int = 0) -> list[dict[str, Any]]:
     """One line per row: quantiles, memory deaths, and the paired intervals against the shipped loop."""
+    if not any(results.rows.values()):  # no family members (--family 0): the recordings alone
+        return []
     rng = random.Random(seed)
     full = reached(results.rows[FULL.name], budget)
     lines = []
@@ -245,6 +247,9 @@ def print_tables(report: dict[str, Any]) -> None:
 
     console = Console(width=max(Console().width, 160))
     budget, first, last = report["budget"], *report["family_seeds"]
+    if not report["family"]:
+        print_recorded(console, report)
+        return
     ends = "the run spends the whole budget" if report.get("full_budget") else "the run stops at 2 %"
     table = Table(
         title=f"Ablation on family members {first}..{last} ({last - first + 1}, held out), budget {budget} launches, "
@@ -279,6 +284,12 @@ def print_tables(report: dict[str, Any]) -> None:
     for case, lines in report.get("family_by_case", {}).items():
         console.print(f"{case}: " + ", ".join(f"{ln['row']} {_launches(ln['median'], budget)}/"
                                                 f"{_launches(ln['p90'], budget)}" for ln in lines))  # fmt: skip
+    print_recorded(console, report)
+
+
+def print_recorded(console: Any, report: dict[str, Any]) -> None:
+    from rich.table import Table
+
     if not report["recorded"]:
         return
     names = list(report["recorded"])
