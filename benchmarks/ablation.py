@@ -7,7 +7,8 @@ until they were judged and removed (benchmarks/results/ablation-2026-12-02/, mad
 On the family members (one run each, the member's seed seeding the sampler and the
 noise, the profile's launch-to-launch spread applied) a loop run stops once its incumbent is truly
 within 2 % of the optimum or at the budget (``--full-budget``: always at the budget, then it races
-its finalists as a study does, and "raced" counts the members whose race named one within 2 %). Columns:
+its finalists inside the budget as a study does, and "raced" counts the members whose race named one
+within 2 %). Columns:
 median and 90th percentile of launches to 2 %, of launches until one within 2 % was launched
 (found, crowned or not), the share of the run's launches that died of memory (median and worst),
 and the paired bootstrap interval of each row's median and p90 minus the shipped loop's (members
@@ -255,8 +256,10 @@ def print_tables(report: dict[str, Any]) -> None:
         title=f"Ablation on family members {first}..{last} ({last - first + 1}, held out), budget {budget} launches, "
         f"launch-to-launch sd as each profile's",
         caption="launches to 2 %: until the incumbent (highest mean over its launches) is truly within 2 % of the "
-        "optimum, >N: not reached; raced (--full-budget): members whose race of the finalists after the budget "
-        "named a configuration truly within 2 %; found: median / p90 launches until one truly within 2 % was "
+        "optimum, >N: not reached; raced (--full-budget): members whose race, inside the budget, "
+        "named a configuration truly within 2 % (false claims: members with a gain over a baseline marked "
+        "significant whose sign the truth does not have; night: the most launches, search + race); found: median / "
+        "p90 launches until one truly within 2 % was "
         "launched, crowned or not (the rest is selection under the launch noise); deaths: share of the run's "
         f"launches that died of memory (median / worst; {ends}); Δ: 95 % "
         "paired bootstrap interval of the row's quantile minus the shipped loop's (members resampled; above 0: the "
