@@ -7,6 +7,7 @@ a traceback only with ``--debug``. Heavy imports stay inside the commands so ``-
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -98,8 +99,19 @@ ConfirmLaunches = Annotated[
     typer.Option(
         "--confirm-launches",
         min=1,
-        help="At most N fresh launches per finalist, in interleaved rounds (A B C, A B C); the race stops once "
-        "settled, and never relaunches more often than the search launched (two rounds at least).",
+        help="At most N fresh launches per finalist, in interleaved rounds (A B C, then A C: a configuration "
+        "whose comparison with the leader is decided is dropped); the race stops once settled.",
+    ),
+]
+RaceShare = Annotated[
+    float,
+    typer.Option(
+        "--race-share",
+        min=0.05,
+        max=0.5,
+        help="Share of the night kept for the race: --timeout covers search and race (the search stops at "
+        "1 - share of it); after --trials N launches the race may relaunch N x share / (1 - share) times, and "
+        "at least two rounds of every finalist plus three of a pair.",
     ),
 ]
 
@@ -136,7 +148,9 @@ def study(
         typer.Option("--trials", min=1, help="Server launches to run in this invocation (a proposal answered from a "
                      "measurement already made, or skipped as predicted to fail, does not count)."),
     ] = None,
-    timeout: Annotated[Optional[str], typer.Option("--timeout", help="Time budget, e.g. 45m or 8h.")] = None,
+    timeout: Annotated[
+        Optional[str], typer.Option("--timeout", help="The night, search and race, e.g. 45m or 8h.")
+    ] = None,
     sampler: Annotated[Sampler, typer.Option("--sampler", help="Search strategy.")] = Sampler.tpe,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Sampler seed, for a reproducible search.")] = None,
     patience: Annotated[
@@ -161,7 +175,8 @@ def study(
         typer.Option("--artifacts", help="Artifact folder (logs, measurements); on several hosts, a shared one."),
     ] = None,
     confirm_top: ConfirmTop = 3,
-    confirm_launches: ConfirmLaunches = 4,
+    confirm_launches: ConfirmLaunches = 8,
+    race_share: RaceShare = 0.3,
     early_stop: Annotated[
         bool,
         typer.Option(
@@ -195,7 +210,8 @@ def study(
                                   early_stop=early_stop)  # fmt: skip
             interrupted = _run_and_confirm(runner, simulated=simulated, trials=trials, timeout_s=timeout_s,
                                            patience=patience, total_trials=total_trials, confirm_top=confirm_top,
-                                           confirm_launches=confirm_launches, study_name=study_name)  # fmt: skip
+                                           confirm_launches=confirm_launches, race_share=race_share,
+                                           study_name=study_name)  # fmt: skip
             _print_study_result(runner, space, paths, simulated=simulated, storage=storage)
             _exit_after_study(runner, interrupted=interrupted)
 
@@ -282,11 +298,21 @@ def _run_and_confirm(
     total_trials: int | None,
     confirm_top: int,
     confirm_launches: int,
+    race_share: float,
     study_name: str,
 ) -> bool:
-    """Run the trials under the live view, then confirm the finalists; whether Ctrl-C (or SIGTERM) stopped it."""
+    """Run the trials under the live view, then confirm the finalists; whether Ctrl-C (or SIGTERM) stopped it.
+    A --timeout covers both: the search stops at its share, the race runs to the end."""
     from autotune.report.console import LiveView
     from autotune.stopping import REPEATED_FAILURE
+    from autotune.study.runner import split_timeout
+
+    deadline = runner.clock() + timeout_s if timeout_s is not None else None
+    search_s = split_timeout(timeout_s, share=race_share) if timeout_s is not None else None
+    race = functools.partial(runner.confirm, top=confirm_top, launches=confirm_launches, deadline=deadline,
+                             share=race_share)  # fmt: skip
+    plan_race = functools.partial(runner.confirmation_plan, top=confirm_top, launches=confirm_launches,
+                                  deadline=deadline, share=race_share)  # fmt: skip
 
     view = LiveView(console, total=trials, timeout_s=timeout_s, simulated=simulated)
     runner.events = view
@@ -295,11 +321,11 @@ def _run_and_confirm(
     try:
         with view:
             try:
-                runner.run(trials=trials, timeout_s=timeout_s, patience=patience, total_trials=total_trials)
+                runner.run(trials=trials, timeout_s=search_s, patience=patience, total_trials=total_trials)
             except KeyboardInterrupt:
                 interrupted = True
                 runner.stop_reason = "interrupted"
-                plan = runner.confirmation_plan(top=confirm_top, launches=confirm_launches)
+                plan = plan_race()
                 console.print(f"interrupted: {plan.text()} before reporting (Ctrl-C again to skip)", highlight=False)
             repeated = bool(runner.stop_reason and runner.stop_reason.startswith(REPEATED_FAILURE))
             if confirm_top > 0 and not repeated and runner.others_running():
@@ -310,9 +336,9 @@ def _run_and_confirm(
                 )
             elif confirm_top > 0 and not repeated:
                 if not interrupted:
-                    plan = runner.confirmation_plan(top=confirm_top, launches=confirm_launches)
+                    plan = plan_race()
                     console.print(f"search done ({runner.stop_reason}); confirmation: {plan.text()}", highlight=False)
-                runner.confirm(top=confirm_top, launches=confirm_launches)
+                race()
     except KeyboardInterrupt:
         interrupted = True
         runner.stop_reason = "interrupted"
@@ -619,12 +645,13 @@ def confirm(
     launches: Annotated[
         int,
         typer.Option("--launches", min=1, help="At most N fresh launches per finalist, in interleaved rounds "
-                     "(A B C, A B C); the race stops once settled."),
-    ] = 4,
+                     "(A B C, then A C: one whose comparison with the leader is decided is dropped); the race stops "
+                     "once settled."),
+    ] = 8,
     budget: Annotated[
         Optional[int],
-        typer.Option("--budget", min=2, help="At most this many relaunches in all (default: as many as the search "
-                     "launched, two rounds at least)."),
+        typer.Option("--budget", min=2, help="At most this many relaunches in all (default: the search's launches "
+                     "x 0.3 / 0.7, and two rounds of every finalist plus three of a pair at least)."),
     ] = None,
     schedule: Annotated[
         bool,

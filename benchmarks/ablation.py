@@ -7,7 +7,8 @@ until they were judged and removed (benchmarks/results/ablation-2026-12-02/, mad
 On the family members (one run each, the member's seed seeding the sampler and the
 noise, the profile's launch-to-launch spread applied) a loop run stops once its incumbent is truly
 within 2 % of the optimum or at the budget (``--full-budget``: always at the budget, then it races
-its finalists as a study does, and "raced" counts the members whose race named one within 2 %). Columns:
+its finalists inside the budget as a study does, and "raced" counts the members whose race named one
+within 2 %). Columns:
 median and 90th percentile of launches to 2 %, of launches until one within 2 % was launched
 (found, crowned or not), the share of the run's launches that died of memory (median and worst),
 and the paired bootstrap interval of each row's median and p90 minus the shipped loop's (members
@@ -22,13 +23,14 @@ configuration once.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import multiprocessing
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
+from autotune.study import confirm as confirm_module  # noqa: E402
+from autotune.study.confirm import RACE_STOP, RaceStop  # noqa: E402
 from autotune.study.rules import RULE_NAMES  # noqa: E402
+from autotune.study.runner import RACE_SHARE  # noqa: E402
 from autotune.study.sampler import SamplerName  # noqa: E402
 from benchmarks import family, replay  # noqa: E402
 from benchmarks import search_efficiency as bench  # noqa: E402
@@ -54,6 +59,8 @@ class Row:
     sampler: SamplerName = "tpe"
     rules_off: tuple[str, ...] = ()
     plain: bool = False  # plain random search, outside the loop
+    race_share: float = RACE_SHARE  # --full-budget: the race's share of the budget
+    race_stop: RaceStop = RACE_STOP  # --full-budget: what the race waits for (confirm.standing)
 
 
 FULL = Row("study loop (TPE)")
@@ -62,6 +69,10 @@ ROWS: tuple[Row, ...] = (
     *(Row(f"- rule {name}", rules_off=(name,)) for name in RULE_NAMES),
     Row("random sampler, same loop", sampler="random"),
     Row("plain random search", plain=True),
+    # The race's choices, tried on the dev slice (--full-budget only).
+    Row("race stops on the baseline", race_stop="baseline"),
+    Row("race share 0.2", race_share=0.2),
+    Row("race share 0.4", race_share=0.4),
 )
 
 
@@ -70,7 +81,10 @@ class Outcome:
     launches_to_2pct: int | None
     memory_death_share: float
     launches_to_find_2pct: int | None = None  # a configuration truly within 2 % launched (crowned or not)
-    raced_within_2pct: bool | None = None  # after the budget, the race's best is truly within 2 % (--full-budget)
+    raced_within_2pct: bool | None = None  # the race's answer is truly within 2 % (--full-budget)
+    claims: int = 0  # significant gains over a baseline the race stated (--full-budget)
+    false_claims: int = 0  # of those, with a sign the truth does not have
+    night_launches: int | None = None  # search + race (--full-budget)
 
 
 @dataclass
@@ -101,9 +115,10 @@ def family_member(args: tuple[int, int, Sequence[Row], bool]) -> tuple[int, str,
         if row.plain:
             run = bench.run_candidates(problem, seed, budget, row.name, bench.random_candidates(problem, seed))
         else:
-            run = bench.run_study(problem, seed, budget, sampler=row.sampler, rules_off=row.rules_off,
-                                  name=row.name, until=None if full_budget else optimum,
-                                  confirm=full_budget)  # fmt: skip
+            with race_stop(row.race_stop):
+                run = bench.run_study(problem, seed, budget, sampler=row.sampler, rules_off=row.rules_off,
+                                      name=row.name, until=None if full_budget else optimum,
+                                      confirm=full_budget, race_share=row.race_share)  # fmt: skip
         out[row.name] = outcome_of(run, optimum)
     return seed, member.case, member.summary, out
 
@@ -111,10 +126,22 @@ def family_member(args: tuple[int, int, Sequence[Row], bool]) -> tuple[int, str,
 GRID_ONCE = "every configuration once (reference)"
 
 
-def recorded_seed(args: tuple[Path, int, Sequence[Row]]) -> tuple[str, int, dict[str, Outcome]]:
-    """Every row once on a recorded landscape with one seed, the grid's size as the budget; and the
-    reference: the grid itself, each configuration launched once in a shuffled order."""
-    path, seed, rows = args
+@contextlib.contextmanager
+def race_stop(until: RaceStop) -> Iterator[None]:
+    """The race's stopping rule for one row (a module setting, as the product has one)."""
+    before = confirm_module.RACE_STOP
+    confirm_module.RACE_STOP = until
+    try:
+        yield
+    finally:
+        confirm_module.RACE_STOP = before
+
+
+def recorded_seed(args: tuple[Path, int, Sequence[Row], bool]) -> tuple[str, int, dict[str, Outcome]]:
+    """Every row once on a recorded landscape with one seed, the grid's size as the budget (with
+    ``full_budget``: search and race together); and the reference: the grid itself, each configuration
+    launched once in a shuffled order."""
+    path, seed, rows, full_budget = args
     problem = replay.load_problem(path)
     budget = len(problem.launches)
     out = {GRID_ONCE: outcome_of(bench.run_recorded_grid_once(problem, seed), problem.optimum)}
@@ -122,8 +149,10 @@ def recorded_seed(args: tuple[Path, int, Sequence[Row]]) -> tuple[str, int, dict
         if row.plain:
             run = bench.run_recorded_random(problem, seed, budget)
         else:
-            run = bench.run_recorded_study(problem, seed, budget, sampler=row.sampler,
-                                           rules_off=row.rules_off, confirm=False)  # fmt: skip
+            with race_stop(row.race_stop):
+                run = bench.run_recorded_study(problem, seed, budget, sampler=row.sampler, rules_off=row.rules_off,
+                                               confirm=full_budget, race_in_budget=True,
+                                               race_share=row.race_share)  # fmt: skip
         out[row.name] = outcome_of(run, problem.optimum)
     return path.stem, budget, out
 
@@ -131,8 +160,9 @@ def recorded_seed(args: tuple[Path, int, Sequence[Row]]) -> tuple[str, int, dict
 def outcome_of(run: bench.Run, optimum: float) -> Outcome:
     summary = run.summary(optimum, 1)
     gap = summary["confirmed_gap"]
+    night = summary["launches"] + run.confirm_launches if gap is not None else None
     return Outcome(summary["launches_to_2pct"], summary["memory_death_rate"], summary["launches_to_find_2pct"],
-                   None if gap is None else gap <= bench.WITHIN)  # fmt: skip
+                   None if gap is None else gap <= bench.WITHIN, run.claims, run.false_claims, night)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,6 +198,8 @@ def paired_interval(
 
 def family_table(results: Results, budget: int, *, seed: int = 0) -> list[dict[str, Any]]:
     """One line per row: quantiles, memory deaths, and the paired intervals against the shipped loop."""
+    if not any(results.rows.values()):  # no family members (--family 0): the recordings alone
+        return []
     rng = random.Random(seed)
     full = reached(results.rows[FULL.name], budget)
     lines = []
@@ -180,6 +212,11 @@ def family_table(results: Results, budget: int, *, seed: int = 0) -> list[dict[s
                                 "deaths_median": quantile(deaths, 0.5), "deaths_worst": max(deaths)}  # fmt: skip
         raced = [o.raced_within_2pct for o in outcomes if o.raced_within_2pct is not None]
         line["raced"] = sum(raced) if raced else None
+        line["claims"] = sum(o.claims for o in outcomes)
+        line["false_claims"] = sum(o.false_claims for o in outcomes)
+        line["false_claim_members"] = sum(o.false_claims > 0 for o in outcomes)
+        nights = [o.night_launches for o in outcomes if o.night_launches is not None]
+        line["night_max"] = max(nights) if nights else None
         if name != FULL.name:
             line["median_minus_full"] = paired_interval(values, full, 0.5, rng)
             line["p90_minus_full"] = paired_interval(values, full, 0.9, rng)
@@ -211,30 +248,37 @@ def print_tables(report: dict[str, Any]) -> None:
 
     console = Console(width=max(Console().width, 160))
     budget, first, last = report["budget"], *report["family_seeds"]
+    if not report["family"]:
+        print_recorded(console, report)
+        return
     ends = "the run spends the whole budget" if report.get("full_budget") else "the run stops at 2 %"
     table = Table(
         title=f"Ablation on family members {first}..{last} ({last - first + 1}, held out), budget {budget} launches, "
         f"launch-to-launch sd as each profile's",
         caption="launches to 2 %: until the incumbent (highest mean over its launches) is truly within 2 % of the "
-        "optimum, >N: not reached; raced (--full-budget): members whose race of the finalists after the budget "
-        "named a configuration truly within 2 %; found: median / p90 launches until one truly within 2 % was "
+        "optimum, >N: not reached; raced (--full-budget): members whose race, inside the budget, "
+        "named a configuration truly within 2 % (false claims: members with a gain over a baseline marked "
+        "significant whose sign the truth does not have; night: the most launches, search + race); found: median / "
+        "p90 launches until one truly within 2 % was "
         "launched, crowned or not (the rest is selection under the launch noise); deaths: share of the run's "
         f"launches that died of memory (median / worst; {ends}); Δ: 95 % "
         "paired bootstrap interval of the row's quantile minus the shipped loop's (members resampled; above 0: the "
         "row is worse). SIMULATED on generated twin profiles.",
     )
     raced = any(line.get("raced") is not None for line in report["family"])
-    headers = ("row", "median", "p90", "reached", *(("raced",) if raced else ()), "found", "deaths", "Δ median",
-               "Δ p90", "verdict")  # fmt: skip
+    headers = ("row", *(("raced", "false claims", "night") if raced else ()), "median", "p90", "reached", "found",
+               "deaths", "Δ median", "Δ p90", "verdict")  # fmt: skip
     for header in headers:
         table.add_column(header, justify="left" if header in ("row", "verdict") else "right")
     for line in report["family"]:
         verdict = ""
         if "median_minus_full" in line and line["row"].startswith("-"):
             verdict = "earns its keep" if earns_its_keep(line) else "no better than without"
-        race = [f"{line['raced']}/{line['members']}" if line.get("raced") is not None else ""] if raced else []
-        table.add_row(line["row"], _launches(line["median"], budget), _launches(line["p90"], budget),
-                      f"{line['reached']}/{line['members']}", *race,
+        race = [f"{line['raced']}/{line['members']}" if line.get("raced") is not None else "",
+                f"{line['false_claim_members']}/{line['members']} ({line['false_claims']} of {line['claims']})",
+                f"<= {line['night_max']}" if line.get("night_max") is not None else ""] if raced else []  # fmt: skip
+        table.add_row(line["row"], *race, _launches(line["median"], budget), _launches(line["p90"], budget),
+                      f"{line['reached']}/{line['members']}",
                       f"{_launches(line['found_median'], budget)} / {_launches(line['found_p90'], budget)}",
                       f"{line['deaths_median']:.0%} / {line['deaths_worst']:.0%}",
                       _interval(line["median_minus_full"]) if "median_minus_full" in line else "",
@@ -243,6 +287,12 @@ def print_tables(report: dict[str, Any]) -> None:
     for case, lines in report.get("family_by_case", {}).items():
         console.print(f"{case}: " + ", ".join(f"{ln['row']} {_launches(ln['median'], budget)}/"
                                                 f"{_launches(ln['p90'], budget)}" for ln in lines))  # fmt: skip
+    print_recorded(console, report)
+
+
+def print_recorded(console: Any, report: dict[str, Any]) -> None:
+    from rich.table import Table
+
     if not report["recorded"]:
         return
     names = list(report["recorded"])
@@ -262,7 +312,9 @@ def print_tables(report: dict[str, Any]) -> None:
             outcomes = [Outcome(**o) for o in rec["runs"][row]]
             crowned = quantile(reached(outcomes, rec["grid"]), 0.5)
             found = quantile(reached(outcomes, rec["grid"], found=True), 0.5)
-            cells.append(f"{_launches(crowned, rec['grid'])} ({_launches(found, rec['grid'])})")
+            raced = [o.raced_within_2pct for o in outcomes if o.raced_within_2pct is not None]
+            race = f"; raced {sum(raced)}/{len(raced)}" if raced else ""
+            cells.append(f"{_launches(crowned, rec['grid'])} ({_launches(found, rec['grid'])}){race}")
         table.add_row(row, *cells)
     console.print(table)
 
@@ -271,13 +323,15 @@ def print_tables(report: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace, progress: Callable[[str], None]) -> dict[str, Any]:
-    rows = [row for row in ROWS if not args.rows or row.name in args.rows]
+    shipped = [row for row in ROWS if (row.race_share, row.race_stop) == (RACE_SHARE, RACE_STOP)]
+    rows = [row for row in ROWS if row.name in args.rows] if args.rows else shipped
     seeds = range(args.family_seed, args.family_seed + args.family)
     recordings = sorted(LANDSCAPES.glob("*.json")) if args.recorded is None else args.recorded
     family_results, cases, summaries = Results(), {}, {}
     recorded: dict[str, dict[str, Any]] = {}
     tasks_family = [(seed, args.budget, rows, args.full_budget) for seed in seeds]
-    tasks_recorded = [(path, seed, rows) for path in recordings for seed in range(args.recorded_seeds)]
+    tasks_recorded = [(path, seed, rows, args.full_budget) for path in recordings
+                      for seed in range(args.recorded_seeds)]  # fmt: skip
     with multiprocessing.Pool(args.workers) as pool:
         for seed, case, summary, out in pool.imap(family_member, tasks_family):
             cases[seed], summaries[seed] = case, summary

@@ -51,6 +51,7 @@ from autotune.space import (  # noqa: E402
 from autotune.study import Launcher, StudyEvents, StudyRunner, make_sampler  # noqa: E402
 from autotune.study.confirm import Confirmation  # noqa: E402
 from autotune.study.rules import RULE_NAMES  # noqa: E402
+from autotune.study.runner import RACE_SHARE, race_budget, split_launches  # noqa: E402
 from autotune.study.sampler import SamplerName  # noqa: E402
 from autotune.testing import memory_as_logged, simulated_outcome, study_runner  # noqa: E402
 from autotune.trial import TrialOutcome  # noqa: E402
@@ -73,6 +74,7 @@ WITHIN = 0.02  # "reached": the incumbent's true value is within 2 % of the opti
 FLOAT_POINTS = 11  # a float without a step is discretised into this many points (log-spaced if log)
 TIER_LEVELS = 4  # values per key a tiered grid tries (a user lists a few per key)
 TRIAL_CAP_FACTOR = 5  # a sampled method stops after budget x this many trials, launched or not
+FINALISTS = 3  # the race's top configurations (``autotune study --confirm-top``), besides every baseline
 
 # A sampler factory: seed -> sampler (None: the product's own make_sampler).
 SamplerFactory = Callable[[int], optuna.samplers.BaseSampler] | None
@@ -230,6 +232,8 @@ class Run:
     wall_s: float = 0.0
     confirmed_true: float | None = None  # the true value of the study's confirmed best (recorded replays)
     confirm_launches: int = 0
+    claims: int = 0  # gains over a baseline the race marked significant
+    false_claims: int = 0  # of those, the ones whose sign the truth does not have (as verdicts.py counts)
 
     def summary(self, optimum: float, gpus: int) -> dict[str, Any]:
         """Launches, trials and GPU-hours until the incumbent is within 2 %, memory deaths, final gap.
@@ -276,6 +280,8 @@ class Run:
             "final_true_tok_s": incumbent_true,
             "confirmed_gap": None if self.confirmed_true is None else 1 - self.confirmed_true / optimum,
             "confirm_launches": self.confirm_launches,
+            "claims": self.claims,
+            "false_claims": self.false_claims,
         }
 
 
@@ -411,13 +417,19 @@ def run_study(
     rules_off: Collection[str] = (),
     until: float | None = None,
     confirm: bool = False,
+    race_share: float = RACE_SHARE,
 ) -> Run:
     """autotune's study loop with the landscape in place of launches, until ``budget`` launches;
     ``rules_off`` names pre-launch rules switched off; ``until`` (the
     optimum): stop once the incumbent is within 2 % of it, the rest of the run being unread;
-    ``confirm``: then race the finalists as a study does (those launches are not the search's)."""
+    ``confirm``: the budget is the night, search and race: the search spends its share
+    (:func:`~autotune.study.runner.split_launches`), then the finalists race on the rest as a study does
+    (those launches are not kept as search steps; ``run.confirm_launches`` counts them)."""
     started = time.monotonic()
     run = Run(method=name, seed=seed)
+    race = 0
+    if confirm:
+        budget, race = split_launches(budget, FINALISTS + len(problem.space.baselines), share=race_share)
     with tempfile.TemporaryDirectory(prefix="autotune-bench-") as tmp:
         launcher = LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed),
                                      launch_sd=problem.launch_sd, launch_rng=random.Random(20_000 + seed))  # fmt: skip
@@ -437,22 +449,34 @@ def run_study(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             runner.run(trials=budget, timeout_s=None, rules=[launch_budget])
-            confirmation = race_after_search(runner, run) if confirm else None
+            confirmation = race_after_search(runner, run, budget=race) if confirm else None
         if confirmation is not None and confirmation.best is not None:
             # a step per trial, in trial order (every finished trial reaches the recorder)
             run.confirmed_true = run.steps[confirmation.best].true or 0.0
+            count_claims(run, confirmation, lambda trial: run.steps[trial].true or 0.0)
     run.wall_s = time.monotonic() - started
     return run
 
 
-def race_after_search(runner: StudyRunner, run: Run) -> Confirmation | None:
-    """The study's race of its finalists after the budget, as ``autotune study`` runs it: its launches
-    are counted in ``run.confirm_launches``, not kept as search steps."""
+def race_after_search(runner: StudyRunner, run: Run, *, budget: int) -> Confirmation | None:
+    """The study's race of its finalists after the search, as ``autotune study`` runs it, on at most
+    ``budget`` relaunches: its launches are counted in ``run.confirm_launches``, not kept as search steps."""
     searched = len(run.steps)
-    confirmation = runner.confirm()
+    confirmation = runner.confirm(top=FINALISTS, budget=budget)
     run.confirm_launches = sum(step.launched for step in run.steps[searched:])
     del run.steps[searched:]
     return confirmation
+
+
+def count_claims(run: Run, confirmation: Confirmation, true: Callable[[int], float]) -> None:
+    """The race's significant gains over a baseline, and the false ones: a sign the truth does not have
+    (the leader called faster than a baseline truly as fast or faster, or slower than one truly as slow
+    or slower; no tolerance), as ``verdicts.py`` judges them."""
+    for gain in confirmation.gains:
+        if gain.significant and gain.low is not None:
+            leader, baseline = true(gain.trial), true(gain.baseline_trial)
+            run.claims += 1
+            run.false_claims += not (leader > baseline if gain.low > 0 else leader < baseline)
 
 
 def _launch_candidate(problem: Problem, landscape: Landscape, rng: random.Random, candidate: dict[str, Any]) -> Step:
@@ -890,12 +914,17 @@ class RecordedSteps(StudyEvents):
 
 def run_recorded_study(
     problem: replay.RecordedProblem, seed: int, budget: int, *, sampler: SamplerName,
-    rules_off: Collection[str] = (), confirm: bool = True,
+    rules_off: Collection[str] = (), confirm: bool = True, race_in_budget: bool = False,
+    race_share: float = RACE_SHARE,
 ) -> Run:  # fmt: skip
     """autotune's study loop (no baselines) on a recorded landscape, until ``budget`` launches;
     ``rules_off`` names pre-launch rules switched off; ``confirm``: race
-    the finalists after the budget as a study does."""
+    the finalists after the search as a study does, on a race budget of its own (the old replay's way)
+    or, ``race_in_budget``, on the race's share of ``budget`` (the search spends the rest)."""
     run = Run(method=f"autotune ({sampler})", seed=seed)
+    race = race_budget(budget, FINALISTS, share=race_share)
+    if confirm and race_in_budget:
+        budget, race = split_launches(budget, FINALISTS, share=race_share)
     launcher = replay.RecordedLauncher(problem, random.Random(seed))
     with tempfile.TemporaryDirectory(prefix="autotune-replay-") as tmp:
         events = RecordedSteps(run, launcher)
@@ -913,10 +942,12 @@ def run_recorded_study(
             runner.run(trials=budget, timeout_s=None, rules=[launch_budget])
             # The study's answer is its confirmed best (finalists launched again, as `autotune study`
             # does after its trials); those launches come after the budget and are not the search's.
-            confirmation = race_after_search(runner, run) if confirm else None
+            confirmation = race_after_search(runner, run, budget=race) if confirm else None
         if confirmation is not None:
             best = next(f for f in confirmation.finalists if f.trial == confirmation.best)
             run.confirmed_true = problem.true.get(best.config_key or "", 0.0)
+            keys = {f.trial: f.config_key or "" for f in confirmation.finalists}
+            count_claims(run, confirmation, lambda trial: problem.true.get(keys[trial], 0.0))
     return run
 
 

@@ -11,7 +11,16 @@ import pytest
 from autotune.decision import Launch
 from autotune.engines.base import LaunchPlan
 from autotune.records import TrialRecord
-from autotune.study.confirm import choose_finalists, confirm, confirmation_launches, fit, standing
+from autotune.study.confirm import (
+    PRIOR_LAUNCH_NOISE,
+    choose_finalists,
+    confirm,
+    confirmation_launches,
+    fit,
+    launches_to_settle,
+    planning_sd,
+    standing,
+)
 
 FIXED = ["tp-size"]
 
@@ -101,3 +110,84 @@ def test_a_finalist_whose_relaunches_fail_is_not_confirmed_and_the_verdict_says_
     failed = next(f for f in result.finalists if f.trial == 1)
     assert not failed.confirmed and failed.values == [] and len(failed.failed) == 2
     assert "trial 1: no relaunch served, not confirmed" in result.note
+
+
+# ---------------------------------------------------------------- elimination, stopping, the estimate
+
+
+def _launches(values: dict[int, list[float]]) -> dict[int, dict[int, float]]:
+    """Configuration -> round -> value, rounds numbered from 0."""
+    return {c: dict(enumerate(v)) for c, v in values.items()}
+
+
+def test_a_decided_configuration_is_not_relaunched_and_the_open_ones_race_on() -> None:
+    # 0 leads; 1 is 30 % behind (decided); 2 is about 1 % behind with launches 2-3 % apart (open).
+    launches = _launches({0: [100.0, 104.0, 97.0], 1: [70.0, 71.0, 69.5], 2: [98.0, 99.0, 101.0]})
+    now = standing(launches, margin=0.02)
+    assert now.leader == 0 and now.racing == [0, 2] and now.decisive == [2] and not now.settled
+
+
+def test_the_best_baseline_significantly_behind_is_decided_too() -> None:
+    # The old race relaunched the best baseline whatever it showed; a decided comparison is not run again.
+    launches = _launches({0: [100.0, 101.0, 99.0], 5: [60.0, 61.0, 59.5]})
+    now = standing(launches, margin=0.02, baselines={5})
+    assert now.settled and now.racing == [0]
+
+
+def test_stopping_on_the_baseline_ignores_an_open_finalist_stopping_on_all_waits_for_it() -> None:
+    # Leader 0 well clear of baseline 5; finalist 2 about 1 % behind the leader, still open.
+    launches = _launches({0: [100.0, 104.0, 97.0], 2: [98.0, 99.0, 101.0], 5: [60.0, 61.0, 59.5]})
+    assert standing(launches, margin=0.02, baselines={5}, until="baseline").settled
+    waiting = standing(launches, margin=0.02, baselines={5}, until="all")
+    assert not waiting.settled and waiting.decisive == [2]
+
+
+def test_the_estimate_is_planned_with_a_normal_quantile_and_a_shrunk_sd() -> None:
+    # Two rounds of two configurations: one degree of freedom. With t(1) = 12.7 the old estimate asked
+    # for hundreds of launches; the planning one uses 1.96 and the sd shrunk toward the 5 % prior.
+    launches = _launches({0: [110.0, 118.0], 1: [100.0, 100.0]})
+    model = fit(launches)
+    assert model.dof == 1 and model.sd is not None
+    sd = planning_sd(model)
+    assert min(model.sd, PRIOR_LAUNCH_NOISE) <= sd <= max(model.sd, PRIOR_LAUNCH_NOISE)
+    difference = model.effects[0] - model.effects[1]
+    expected = math.ceil(2 * (1.959964 * sd / difference) ** 2)
+    assert launches_to_settle(model, 0, [1], margin=0.02) == max(expected, 3)
+    old = 2 * (12.706 * model.sd / difference) ** 2
+    assert launches_to_settle(model, 0, [1], margin=0.02) < old  # type: ignore[operator]
+
+
+def test_the_estimate_asks_for_one_more_launch_at_least() -> None:
+    launches = _launches({0: [150.0, 151.0, 149.0, 150.5], 1: [100.0, 100.5, 99.5, 100.2]})
+    model = fit(launches)
+    assert launches_to_settle(model, 0, [1], margin=0.02) == 5
+
+
+def test_an_open_gap_inside_the_margin_is_called_equivalent_and_the_fewer_flags_win() -> None:
+    # A gain of about 1 % with launches 6 % apart: no test decides it in a night; within ±2 % it does not
+    # matter, so the baseline (fewer changed flags) is kept without asking for hundreds of launches.
+    hand = searched(0, 100.0, baseline="hand-found", flags=2)
+    best = searched(1, 104.0, flags=7)
+    records = [hand, best]
+    for index, (a, b) in enumerate([(100.0, 107.0), (108.0, 103.0), (95.0, 97.0)]):
+        records += [relaunched(100 + 2 * index, hand, a), relaunched(101 + 2 * index, best, b)]
+    result = confirm(records, [best, hand], objective="decode_tok_s", fixed=FIXED, margin=0.02)
+    assert result is not None and not result.settled
+    (gain,) = result.gains
+    assert abs(gain.gain) < 0.02 and not gain.significant
+    assert result.best == 0 and result.more_launches is None
+    assert "equivalent" in result.note and "would settle it" not in result.note
+    assert result.note.startswith("keep baseline hand-found: trial 1 is ")
+    assert result.note.count(". ") == 0 and "\n" not in result.note  # one sentence
+
+
+def test_an_open_gap_beyond_the_margin_still_says_what_would_settle_it() -> None:
+    hand = searched(0, 100.0, baseline="hand-found", flags=2)
+    best = searched(1, 110.0, flags=7)
+    records = [hand, best]
+    for index, (a, b) in enumerate([(100.0, 115.0), (108.0, 103.0)]):
+        records += [relaunched(100 + 2 * index, hand, a), relaunched(101 + 2 * index, best, b)]
+    result = confirm(records, [best, hand], objective="decode_tok_s", fixed=FIXED, margin=0.02)
+    assert result is not None and not result.settled and result.best == 0
+    assert result.more_launches is not None and result.more_launches > 2
+    assert f"about {result.more_launches} launches of each, in all, would settle it" in result.note

@@ -16,6 +16,7 @@ import math
 import statistics
 from collections.abc import Collection, Sequence
 from statistics import NormalDist
+from typing import Literal
 
 from pydantic import Field
 
@@ -254,54 +255,98 @@ def confirmation_launches(
 
 
 class Standing(Frozen):
-    """Where the race stands after a round: who still races, and whether the verdict is decided."""
+    """Where the race stands after a round: who is still relaunched, and whether the verdict is decided."""
 
-    racing: list[int]
+    racing: list[int] = Field(description="the leader, then the configurations whose comparison with it is open "
+                              "(the decisive ones first); a configuration whose comparisons are decided is not "
+                              "relaunched")
     leader: int | None
     equivalent: list[int] = Field(default_factory=list, description="within the margin of the leader")
+    decisive: list[int] = Field(default_factory=list, description="open comparisons the verdict waits for")
     settled: bool
 
 
-def standing(launches: dict[int, dict[int, float]], *, margin: float, baselines: Collection[int] = ()) -> Standing:
-    """After a round: what is significantly behind the leader drops out, except the best baseline
-    (dropped on a few unlucky launches, it would be judged on them); settled when nothing is open:
-    every other configuration significantly behind, or within ``margin`` of the leader (equivalent,
-    both ends of the interval inside it)."""
+RaceStop = Literal["baseline", "all"]
+# Stop once the leader is decided against the best baseline ("baseline"), or against every configuration
+# it could still lose to ("all"); chosen on the dev slice (benchmarks/results/race-2026-12-04/).
+RACE_STOP: RaceStop = "all"
+
+
+def _claims(effects: Collection[int], baselines: Collection[int]) -> int:
+    """How many configurations the leader was picked from: its gain is judged as one of that many claims."""
+    return max(sum(1 for c in effects if c not in baselines), 1)
+
+
+def standing(
+    launches: dict[int, dict[int, float]], *, margin: float, baselines: Collection[int] = (),
+    until: RaceStop | None = None,
+) -> Standing:  # fmt: skip
+    """After a round, each configuration against the leader: significantly behind (decided, no longer
+    relaunched), equivalent (both ends of the interval within ``margin``: decided), or open. The
+    comparison with the best baseline is judged as the verdict judges it (widened for the number of
+    configurations the leader was picked from). Settled when the comparisons the verdict rests on are
+    decided: with ``until="all"`` every comparison with the leader; with ``until="baseline"`` the leader
+    against the best baseline (or, when the leader is a baseline, against every other configuration that
+    could beat it)."""
+    until = until or RACE_STOP
     served = {c: v for c, v in launches.items() if v}
     if not served:
         return Standing(racing=[], leader=None, settled=True)
     model = fit(served)
     leader = max(model.effects, key=lambda c: model.effects[c])
     best_baseline = max((c for c in model.effects if c in baselines), key=lambda c: model.effects[c], default=None)
-    racing, equivalent, open_ = [leader], [leader], 0
+    claims = _claims(model.effects, baselines)
+    equivalent, open_ = [leader], []
     bound = math.log(1 + margin)
-    for config in model.effects:
+    for config in sorted(model.effects, key=lambda c: -model.effects[c]):
         if config == leader:
             continue
-        behind, half = model.interval(leader, config)
+        behind, half = model.interval(leader, config, comparisons=claims if config == best_baseline else 1)
         if half is not None and behind + half < bound:  # behind by less than the margin: an equal
             equivalent.append(config)
-            racing.append(config)
         elif half is None or behind - half <= 0:
-            open_ += 1
-            racing.append(config)
-        elif config == best_baseline:  # significantly behind: decided, and still relaunched
-            racing.append(config)
-    settled = model.sd is not None and not open_
-    return Standing(racing=racing, leader=leader, equivalent=equivalent, settled=settled)
+            open_.append(config)
+    if until == "all" or best_baseline is None:
+        decisive = list(open_)
+    elif leader in baselines:  # the verdict keeps it unless something beats it
+        decisive = [c for c in open_ if c not in baselines]
+    else:
+        decisive = [c for c in open_ if c == best_baseline]
+    settled = model.sd is not None and not decisive
+    others = [c for c in open_ if c not in decisive]
+    return Standing(racing=[leader, *decisive, *others], leader=leader, equivalent=equivalent, decisive=decisive,
+                    settled=settled)  # fmt: skip
 
 
-def launches_to_settle(model: Fit, leader: int, others: Sequence[int], *, margin: float) -> int | None:
-    """Launches per configuration at which each open comparison's interval would decide it (the
-    current difference and noise held): clear of zero, or inside the margin."""
-    if model.sd is None or not others:
+# Degrees of freedom the prior launch noise counts as when the planning estimate shrinks the race's sd.
+PRIOR_DOF = 4
+
+
+def planning_sd(model: Fit) -> float:
+    """The race's sd shrunk toward :data:`PRIOR_LAUNCH_NOISE` (as if measured on :data:`PRIOR_DOF` degrees
+    of freedom): two rounds give a sd that may be far too small or large to plan with."""
+    sd = model.sd if model.sd is not None else PRIOR_LAUNCH_NOISE
+    return math.sqrt((model.dof * sd**2 + PRIOR_DOF * PRIOR_LAUNCH_NOISE**2) / (model.dof + PRIOR_DOF))
+
+
+def launches_to_settle(
+    model: Fit, leader: int, others: Sequence[int], *, margin: float, comparisons: int = 1
+) -> int | None:
+    """Launches of each configuration, in all, at which each open comparison would be decided if the
+    observed difference held: clear of zero, or inside the margin. Planned with a normal quantile
+    (widened for ``comparisons`` claims) and the sd shrunk toward the prior (:func:`planning_sd`), at
+    least one launch more than the race gave it."""
+    if not others:
         return None
-    needed = 0.0
+    z = NormalDist().inv_cdf(1 - 0.025 / max(comparisons, 1))
+    sd = planning_sd(model)
+    needed = 0
     for other in others:
         difference = abs(model.effects[leader] - model.effects[other])
         room = max(difference, math.log(1 + margin) - difference)
-        needed = max(needed, 2 * (t95(model.dof) * model.sd / max(room, 1e-9)) ** 2)
-    return math.ceil(needed)
+        per_config = math.ceil(2 * (z * sd / max(room, 1e-9)) ** 2)
+        needed = max(needed, per_config, model.counts[leader] + 1, model.counts[other] + 1)
+    return needed
 
 
 def confirm(
@@ -339,15 +384,20 @@ def confirm(
              if b.trial != leader.trial and model is not None]  # fmt: skip
     best_baseline = max(baselines, key=lambda f: f.mean, default=None)
     beats = next((g for g in gains if best_baseline is not None and g.baseline_trial == best_baseline.trial), None)
+    within = beats is not None and abs(math.log1p(beats.gain)) < math.log1p(margin)
     if now.settled and len(now.equivalent) > 1:  # equals within the margin: the nearest the engine's defaults
-        group = [by_trial[t] for t in now.equivalent]
-        chosen = min(group, key=lambda f: (f.changed_flags, f.memory if f.memory is not None else math.inf, -f.mean))
+        chosen = min([by_trial[t] for t in now.equivalent], key=_nearest_defaults)
     elif leader.baseline or best_baseline is None or (beats is not None and beats.significant and beats.gain > 0):
         chosen = leader
+    elif within and best_baseline is not None:  # open, but the gap is inside the margin: equivalent in practice
+        chosen = min([leader, best_baseline], key=_nearest_defaults)
     else:  # nothing beat the best baseline significantly
         chosen = best_baseline
-    open_ = [t for t in now.racing if t != leader.trial] if not now.settled else []
-    more = launches_to_settle(model, leader.trial, open_, margin=margin) if model is not None else None
+    decisive = [t for t in now.decisive if t != leader.trial] if not now.settled else []
+    widen = picked_from if best_baseline is not None and best_baseline.trial in decisive else 1
+    more = None
+    if model is not None and not (within and not now.settled):
+        more = launches_to_settle(model, leader.trial, decisive, margin=margin, comparisons=widen)
     first = best_first_measured(records)
     return Confirmation(
         rounds=rounds,
@@ -360,7 +410,7 @@ def confirm(
         settled=now.settled,
         more_launches=more,
         margin=margin,
-        note=_verdict(chosen, leader, beats, best_baseline, built, now, more),
+        note=_verdict(chosen, leader, beats, best_baseline, built, now, more, within=within, margin=margin),
         noise=measure_noise(records, objective),
     )
 
@@ -393,6 +443,11 @@ def _finalist(
     )
 
 
+def _nearest_defaults(finalist: Finalist) -> tuple[int, float, float]:
+    """Among equals: fewest changed flags, then least memory, then the higher mean."""
+    return finalist.changed_flags, finalist.memory if finalist.memory is not None else math.inf, -finalist.mean
+
+
 def _gain(
     leader: Finalist, baseline: Finalist, model: Fit | None, launches: dict[int, dict[int, float]], *, comparisons: int
 ) -> Gain:
@@ -410,12 +465,17 @@ def _gain(
 
 def _verdict(
     chosen: Finalist, leader: Finalist, beats: Gain | None, best_baseline: Finalist | None,
-    built: Sequence[Finalist], now: Standing, more: int | None,
+    built: Sequence[Finalist], now: Standing, more: int | None, *, within: bool = False, margin: float = 0.02,
 ) -> str:  # fmt: skip
     """The study's answer in one sentence."""
     unconfirmed = [f.label for f in built if not f.confirmed]
     tail = f" ({', '.join(unconfirmed)}: no relaunch served, not confirmed)" if unconfirmed else ""
     settle = f"; about {more} launches of each, in all, would settle it" if not now.settled and more else ""
+    if within and not now.settled and beats is not None and best_baseline is not None and not beats.significant:
+        other = best_baseline if chosen.trial == leader.trial else leader
+        head = f"keep {chosen.label}: {leader.label} is" if chosen.baseline else f"{chosen.label} is the best:"
+        return (f"{head} {beats.text()}, a gap inside the ±{margin:.0%} margin: equivalent, and {chosen.label} "
+                f"changes fewer flags ({chosen.changed_flags} against {other.changed_flags}){tail}")  # fmt: skip
     if chosen.baseline and chosen.trial != leader.trial and beats is not None:
         return f"keep {chosen.label}: the best, {leader.label}, is {beats.text()}{settle}{tail}"
     if chosen.baseline and best_baseline is not None and chosen.trial == leader.trial:

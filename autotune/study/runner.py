@@ -15,12 +15,14 @@ anything propagates.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import statistics
 import time
 import warnings
-from collections.abc import Collection, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import optuna
@@ -73,6 +75,17 @@ class TrialFault(Exception):
     """A trial failed for a reason that says nothing about its configuration (becomes FAIL)."""
 
 
+# The share of a night (launches, or --timeout) kept for the race; chosen on the dev slice
+# (benchmarks/results/race-2026-12-04/).
+RACE_SHARE = 0.3
+# The race's least budget: two rounds of every finalist (a paired noise needs them), then three more
+# rounds of a pair, so a leader has five launches against the best baseline.
+PAIR_ROUNDS = 3
+# The most launches of one configuration in a race (``--confirm-launches``): a pair that is still open
+# after this many is not decided by the night.
+RACE_LAUNCHES = 8
+
+
 @dataclass(frozen=True)
 class RacePlan:
     """What the confirmation will race, and the most it will spend."""
@@ -81,18 +94,36 @@ class RacePlan:
     baselines: int
     launches: int
     seconds: float | None
+    deadline_s: float | None = None
 
     def text(self) -> str:
         took = f", about {self.seconds / 60:.0f} min" if self.seconds else ""
+        until = f", until the night's end in {self.deadline_s / 60:.0f} min" if self.deadline_s is not None else ""
         return (f"racing {self.configurations} configurations ({self.baselines} of them baselines) on at most "
-                f"{self.launches} fresh launches{took}")  # fmt: skip
+                f"{self.launches} fresh launches{took}{until}, dropping each as soon as it is decided")  # fmt: skip
 
 
-def default_budget(records: Sequence[TrialRecord], finalists: Sequence[TrialRecord]) -> int:
-    """Relaunches the confirmation may spend: as many as the search launched, and two rounds at least
-    (a paired noise needs them)."""
-    launched = sum(1 for r in records if isinstance(r.decision, Launch) and r.confirm_of is None)
-    return max(launched, 2 * len(finalists))
+def race_floor(finalists: int) -> int:
+    """The fewest relaunches a race is given: two rounds of every finalist, then :data:`PAIR_ROUNDS` of a pair."""
+    return 2 * finalists + 2 * PAIR_ROUNDS
+
+
+def race_budget(search_launches: int, finalists: int, *, share: float = RACE_SHARE) -> int:
+    """Relaunches the race may spend after a search of ``search_launches`` (``--trials N``): ``share``
+    of the whole night, search and race (N x share / (1 - share)), and :func:`race_floor` at least."""
+    return max(math.ceil(search_launches * share / (1 - share) - 1e-9), race_floor(finalists))
+
+
+def split_launches(total: int, finalists: int, *, share: float = RACE_SHARE) -> tuple[int, int]:
+    """A night of ``total`` launches, search and race together: (the search's, the race's). The race
+    gets ``share`` of it and :func:`race_floor` at least, never more than half."""
+    race = min(max(round(total * share), race_floor(finalists)), total // 2)
+    return total - race, race
+
+
+def split_timeout(timeout_s: float, *, share: float = RACE_SHARE) -> float:
+    """The search's part of a ``--timeout`` that covers search and race: the race runs to the end."""
+    return timeout_s * (1 - share)
 
 
 def set_constraints(
@@ -159,6 +190,7 @@ class StudyRunner:
         self.read_gpus = read_gpus
         self.early_stop = early_stop
         self.launched = 0  # by this runner, in this process: what --trials counts
+        self.clock: Callable[[], float] = time.monotonic  # the race's deadline is on this clock
         with exclusive(storage, paths):  # workers started at the same moment create it once
             self.study = optuna.create_study(
                 study_name=name,
@@ -437,27 +469,38 @@ class StudyRunner:
         running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         return any((r.host, r.worker_pid) != (host, pid) for r in map(attrs.trial_record, running))
 
-    def confirm(self, *, top: int = 3, launches: int = 4, budget: int | None = None) -> Confirmation | None:
-        """Race the finalists and baselines on fresh launches in interleaved rounds (A B C, A B C):
-        after each round what is significantly behind drops out, and the race ends when the verdict
-        is settled, after ``launches`` rounds, or after ``budget`` relaunches (default: as many as the
-        search launched, at least two rounds: a paired noise needs them). The verdict is stored; None
-        when nothing feasible was measured. Ctrl-C stops it with what it has."""
+    def confirm(
+        self, *, top: int = 3, launches: int = RACE_LAUNCHES, budget: int | None = None,
+        deadline: float | None = None, share: float = RACE_SHARE,
+    ) -> Confirmation | None:  # fmt: skip
+        """Race the finalists and baselines on fresh launches in interleaved rounds (A B C, then A C):
+        after each round a configuration whose comparison with the leader is decided (significantly
+        behind, or equivalent within the margin) is no longer relaunched, and the race ends when the
+        verdict is settled, when fewer than two configurations are left to relaunch (the fit removes a
+        round's effect), when a round would pass ``budget`` relaunches (default :func:`race_budget` of
+        the search's launches) or the ``deadline`` (on :attr:`clock`), or at ``launches`` launches of
+        a configuration. The verdict is stored; None when nothing feasible was measured. Ctrl-C stops it
+        with what it has."""
         records = self.records()
         finalists = choose_finalists(records, top=top)
         if not finalists:
             return None
         margin = self.space.measurement.target_rel_ci
         if budget is None:
-            budget = default_budget(records, finalists)
+            budget = race_budget(self._search_launches(records), len(finalists), share=share)
+        baselines = {f.number for f in finalists if f.baseline is not None}
+        round_s = self._launch_seconds(records)
         racing, spent = [f.number for f in finalists], 0
         try:
-            for _ in range(launches):
-                if spent + len(racing) > budget or not racing:
+            while True:
+                tried = Counter(r.confirm_of for r in self.records() if r.confirm_of is not None)
+                racing = [n for n in racing if tried[n] < launches][: budget - spent]
+                if deadline is not None and round_s is not None:  # only as many as finish before the end
+                    racing = racing[: max(int((deadline - self.clock()) // round_s), 0)]
+                if len(racing) < 2:
                     break
                 self._relaunch([f for f in finalists if f.number in racing])
                 spent += len(racing)
-                baselines = {f.number for f in finalists if f.baseline is not None}
                 now = standing(confirmation_launches(self.records(), finalists), margin=margin, baselines=baselines)
                 if now.settled:
                     break
@@ -471,17 +514,33 @@ class StudyRunner:
             self._keep_importance()  # the finalists' launches are completed trials too
         return result
 
-    def confirmation_plan(self, *, top: int, launches: int) -> RacePlan:
+    @staticmethod
+    def _search_launches(records: Sequence[TrialRecord]) -> int:
+        return sum(1 for r in records if isinstance(r.decision, Launch) and r.confirm_of is None)
+
+    @staticmethod
+    def _launch_seconds(records: Sequence[TrialRecord]) -> float | None:
+        """The median seconds of one served launch (start and measurement), None before any."""
+        spent = [(r.launch_s or 0.0) + (r.measure_s or 0.0) for r in records if r.served and r.launch_s is not None]
+        return statistics.median(spent) if spent else None
+
+    def confirmation_plan(
+        self, *, top: int, launches: int, budget: int | None = None, deadline: float | None = None,
+        share: float = RACE_SHARE,
+    ) -> RacePlan:  # fmt: skip
         """What :meth:`confirm` will race and spend at most, before it starts (to say so)."""
         records = self.records()
         finalists = choose_finalists(records, top=top)
-        most = min(launches * len(finalists), default_budget(records, finalists))
-        spent = [(r.launch_s or 0.0) + (r.measure_s or 0.0) for r in records if r.served and r.launch_s is not None]
+        if budget is None:
+            budget = race_budget(self._search_launches(records), len(finalists), share=share)
+        most = min(launches * len(finalists), budget)
+        seconds = self._launch_seconds(records)
         return RacePlan(
             configurations=len(finalists),
             baselines=sum(1 for f in finalists if f.baseline),
             launches=most,
-            seconds=most * statistics.median(spent) if spent else None,
+            seconds=most * seconds if seconds else None,
+            deadline_s=max(deadline - self.clock(), 0.0) if deadline is not None else None,
         )
 
     def _relaunch(self, finalists: Sequence[TrialRecord]) -> None:
