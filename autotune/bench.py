@@ -1,9 +1,10 @@
 """``autotune bench``: measure a running server, or re-launch an exported profile and check it.
 
 Reuses the trial (launch -> measure -> stop) without Optuna; a profile is checked against the
-figure it recorded, as an equivalence test: the same within a margin when the whole 95 % interval
-of the difference lies inside it, a regression when the whole interval lies below zero. A speculation
-schedule's profile is checked at every load level it recorded, on one launch.
+figure it recorded, as a non-inferiority test (did the server get slower?): not slower by more than
+a margin when the 95 % interval of the change lies above minus the margin, slower when the whole
+interval lies below it, and not yet told when the interval holds it. A speculation schedule's
+profile is checked at every load level it recorded, on one launch.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from autotune.engines import get_engine
 from autotune.engines.base import LaunchPlan
@@ -31,8 +33,23 @@ from autotune.study.confirm import PRIOR_LAUNCH_NOISE
 from autotune.trial import TrialSetup, measure_with_server_stats, run_trial
 
 
+class VerdictCategory(str, Enum):
+    """What a relaunch says about the recorded figure, one-sided: did the server get slower?"""
+
+    NOT_SLOWER = "not-slower"
+    SLOWER = "slower"
+    CANNOT_TELL = "cannot-tell"
+
+    @property
+    def exit_code(self) -> int:
+        """``bench --profile``'s exit code: 0 not slower, 1 slower, 3 cannot tell yet (2 is a user error)."""
+        return {VerdictCategory.NOT_SLOWER: 0, VerdictCategory.SLOWER: 1, VerdictCategory.CANNOT_TELL: 3}[self]
+
+
 class Verdict(BaseModel):
-    """Does a fresh measurement still meet what the profile recorded?"""
+    """Does a fresh measurement still meet what the profile recorded? A non-inferiority test: not
+    slower by more than ``margin`` when the 95 % interval of the change lies at or above ``-margin``,
+    slower when the whole interval lies below it, and not yet told when the interval holds it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -41,33 +58,48 @@ class Verdict(BaseModel):
     recorded_ci95: float | None
     measured: float
     measured_ci95: float | None
-    margin: float = Field(description="relative: differences inside it are the same")
+    launch_ci95: float = Field(description="what one launch varies from the next (95 %, the metric's unit)")
+    launches: int | None = Field(description="the confirmed launches it was read off; None: the prior")
+    margin: float = Field(description="relative: a drop within it is not slower")
     change: float = Field(description="measured / recorded - 1")
     low: float = Field(description="95 % interval of the change, low end")
     high: float
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
-    def same(self) -> bool:
-        return -self.margin <= self.low and self.high <= self.margin
-
-    @property
-    def slower(self) -> bool:
-        """Significantly slower, and not the same within the margin: a regression."""
-        return not self.same and self.high < 0
-
-    @property
-    def meets(self) -> bool:
-        return not self.slower
+    def category(self) -> VerdictCategory:
+        if self.low >= -self.margin:
+            return VerdictCategory.NOT_SLOWER
+        if self.high < -self.margin:
+            return VerdictCategory.SLOWER
+        return VerdictCategory.CANNOT_TELL
 
     def text(self) -> str:
+        """The verdict in one sentence."""
         interval = f"{self.change:+.1%} ({self.low:+.1%} to {self.high:+.1%})"
-        if self.same:
-            return f"same within ±{self.margin:.0%}: {interval}"
-        if self.slower:
-            return f"slower by {-self.change:.1%} (significant): {interval}"
+        margin = f"{self.margin * 100:g}%"
+        if self.category is VerdictCategory.SLOWER:
+            return f"slower by {-self.change:.1%} (significant, beyond the {margin} margin): {interval}"
+        if self.category is VerdictCategory.CANNOT_TELL:
+            below = ", significantly slower but perhaps by less" if self.high < 0 else ""
+            return f"cannot tell yet whether it is slower by more than {margin}: {interval}{below}; {self._settle()}"
         if self.low > 0:
-            return f"faster by {self.change:.1%} (significant): {interval}"
-        return f"cannot tell apart from the recorded figure: {interval}; more rounds or launches would settle it"
+            return f"not slower: faster by {self.change:.1%} (significant): {interval}"
+        return f"not slower than recorded by more than {margin}: {interval}"
+
+    def _settle(self) -> str:
+        """What would narrow the interval enough: the largest of its three parts."""
+        rounds, recorded = self.measured_ci95 or 0.0, self.recorded_ci95 or 0.0
+        if rounds >= max(recorded, self.launch_ci95):
+            return "more rounds (--max-rounds) would settle it"
+        if recorded >= self.launch_ci95:
+            return "confirming the profile over more launches (autotune confirm, then export) would settle it"
+        noise = f"±{self.launch_ci95 / self.recorded:.1%}"
+        if self.launches is None:
+            return (f"confirming the profile (autotune confirm, then export) could settle it, measuring what one "
+                    f"launch varies by (taken as {noise} until then)")  # fmt: skip
+        narrow = "which more rounds do not narrow: only a wider --margin would settle it"
+        return f"one launch varies by {noise} here, {narrow}"
 
 
 def bench_url(
@@ -112,8 +144,9 @@ def compare(profile: Profile, measurement: Measurement, *, margin: float) -> Ver
     if recorded is None or measured is None or not recorded.value:
         return None
     change = measured.value / recorded.value - 1
-    if profile.confirmed_launches and recorded.ci95 and recorded.n:
-        launch_sd = recorded.ci95 * math.sqrt(recorded.n) / 1.96
+    launches = recorded.n if profile.confirmed_launches and recorded.ci95 else None
+    if launches and recorded.ci95:
+        launch_sd = recorded.ci95 * math.sqrt(launches) / 1.96
     else:
         launch_sd = PRIOR_LAUNCH_NOISE * recorded.value
     half = math.hypot(recorded.ci95 or 0.0, 1.96 * launch_sd, measured.ci95 or 0.0) / recorded.value
@@ -123,6 +156,8 @@ def compare(profile: Profile, measurement: Measurement, *, margin: float) -> Ver
         recorded_ci95=recorded.ci95,
         measured=measured.value,
         measured_ci95=measured.ci95,
+        launch_ci95=1.96 * launch_sd,
+        launches=launches or None,
         margin=margin,
         change=change,
         low=change - half,
@@ -139,6 +174,13 @@ def compare_levels(profile: Profile, measurements: list[Measurement], *, margin:
         at_level = profile.model_copy(update={"metrics": level.metrics})
         verdicts[level.concurrency] = compare(at_level, measured, margin=margin) if measured is not None else None
     return verdicts
+
+
+def levels_exit_code(verdicts: Iterable[Verdict | None]) -> int:
+    """``bench --profile``'s exit code over a schedule's levels, the worst: 1 when any is slower or was
+    not measured (None), else 3 when any cannot tell yet, else 0."""
+    codes = {v.category.exit_code if v is not None else 1 for v in verdicts}
+    return 1 if 1 in codes else max(codes, default=0)
 
 
 def bench_profile(

@@ -129,6 +129,8 @@ class Format(str, Enum):
 
 # ``autotune bench`` without a profile's settings: a few minutes, not the study protocol's 10 rounds.
 BENCH_DEFAULTS: dict[str, Any] = {"max_tokens": 128, "max_seconds": 180.0, "max_rounds": 5}
+# bench --profile's verdict categories (autotune.bench.VerdictCategory), as Rich styles
+VERDICT_STYLES = {"not-slower": "green", "slower": "red", "cannot-tell": "yellow"}
 
 
 def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -858,8 +860,8 @@ def bench(
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
     margin: Annotated[
         float,
-        typer.Option("--margin", min=0.0, max=0.5, help="With --profile: a fresh figure within this relative margin "
-                     "of the recorded one is the same (0.03 = ±3%); exit 1 on a significant regression beyond it."),
+        typer.Option("--margin", min=0.0, max=0.5, help="With --profile: a drop of at most this much (relative, "
+                     "0.03 = 3%) from the recorded figure is not slower; exit 1 when it is significantly beyond it."),
     ] = 0.03,
     api_key: Annotated[
         Optional[str],
@@ -869,8 +871,14 @@ def bench(
 ) -> None:
     """Measure a running server (--url), or re-launch an exported profile (--profile) and check its numbers.
 
-    With --profile it prints "same within ±X %", "slower by Y % (significant)" (exit 1: a cron job or a
-    systemd timer can run it after every engine upgrade), "faster", or that it cannot tell yet.
+    With --profile it asks whether the server got slower than the profile recorded, on the 95 %
+    interval of the change: "not slower" (exit 0; "faster" when the whole interval is above 0) when
+    its low end is at or above -margin; "slower by Y % (significant)" (exit 1: a cron job or a
+    systemd timer can run it after every engine upgrade) when the whole interval is below -margin;
+    otherwise "cannot tell yet" (exit 3) and what would settle it. A speculation schedule's profile
+    is checked at every level, the worst deciding the exit (1, then 3). --json gives each verdict's
+    category: not-slower, slower or cannot-tell.
+
     Without a profile's own settings, bench caps each answer at 128 tokens and the measurement at
     3 minutes (a few minutes in all); progress goes to stderr, also with --json.
     """
@@ -905,15 +913,16 @@ def bench(
             measurement, verdict = _bench_profile(profile, profile_file, settings, suite_ref, workdir, api_key,
                                                   margin=margin)  # fmt: skip
         _print_bench(measurement, verdict, suite_ref=suite_ref, as_json=as_json)
-        if verdict is not None and verdict.slower:
-            raise typer.Exit(1)
+        if verdict is not None and verdict.category.exit_code:
+            raise typer.Exit(verdict.category.exit_code)
 
 
 def _bench_levels(
     profile: Profile, settings: MeasureSettings, suite_ref: str, workdir: Path, *, margin: float, as_json: bool
 ) -> None:
-    """Launch a profile that recorded several load levels, check each; exit 1 on a regression at any."""
-    from autotune.bench import bench_profile_levels, compare_levels
+    """Launch a profile that recorded several load levels, check each; exit with the worst: 1 when any level
+    is slower or was not measured, else 3 when any cannot tell yet."""
+    from autotune.bench import bench_profile_levels, compare_levels, levels_exit_code
     from autotune.report.console import measurement_table
 
     levels = [level.concurrency for level in profile.levels]
@@ -935,11 +944,12 @@ def _bench_levels(
             if verdict is None:
                 console.print(f"[yellow]concurrency {concurrency}: not measured[/yellow]")
                 continue
-            style = "red" if verdict.slower else "green" if verdict.same or verdict.low > 0 else "yellow"
+            style = VERDICT_STYLES[verdict.category.value]
             console.print(f"concurrency {concurrency}: [{style}]{verdict.text()}[/{style}] (measured "
                           f"{verdict.measured:.1f}, recorded {verdict.recorded:.1f})", highlight=False)  # fmt: skip
-    if any(v is None or v.slower for v in verdicts.values()):
-        raise typer.Exit(1)
+    code = levels_exit_code(verdicts.values())
+    if code:
+        raise typer.Exit(code)
 
 
 def _bench_settings(profile: Profile | None, **overrides: float | None) -> MeasureSettings:
@@ -990,7 +1000,7 @@ def _print_bench(measurement: Measurement, verdict: Verdict | None, *, suite_ref
     else:
         console.print(measurement_table(measurement, title=f"bench ({suite_ref})"))
         if verdict is not None:
-            style = "red" if verdict.slower else "green" if verdict.same or verdict.low > 0 else "yellow"
+            style = VERDICT_STYLES[verdict.category.value]
             console.print(
                 f"[{style}]{verdict.text()}[/{style}] — the profile's {verdict.metric}: measured "
                 f"{verdict.measured:.1f} ± {verdict.measured_ci95 or 0:.1f}, recorded {verdict.recorded:.1f} "

@@ -211,7 +211,7 @@ def test_bench_profile_relaunches_and_checks_the_recorded_numbers(tmp_path: Path
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr  # a coding prompt does not give 70 tok/s
     verdict = json.loads(proc.stdout)["verdict"]
-    assert verdict["high"] < 0 and verdict["change"] < -verdict["margin"]
+    assert verdict["category"] == "slower" and verdict["high"] < -verdict["margin"]
     measured = next(m for m in json.loads(proc.stdout)["measurement"]["metrics"] if m["name"] == "decode_tok_s")
     # The next morning: the figure it measured, recorded as a profile's, checked on a fresh launch.
     honest = profile.model_copy(update={"metrics": {"decode_tok_s": ProfileMetric(
@@ -224,7 +224,9 @@ def test_bench_profile_relaunches_and_checks_the_recorded_numbers(tmp_path: Path
         text=True,
         timeout=300,
     )
-    assert proc.returncode == 0 and "same within ±12%" in proc.stdout, proc.stdout + proc.stderr
+    # not slower by more than 12 %: the twin's launches are alike, its interval the 5 % prior's ±9.8 % and the rounds'
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "not slower than recorded by more than 12%" in proc.stdout, proc.stdout
     path.write_text(render_yaml(profile))
     proc = subprocess.run(
         autotune_cmd("bench", "--profile", str(path), "--workdir", str(tmp_path / "bench")),
@@ -233,4 +235,4 @@ def test_bench_profile_relaunches_and_checks_the_recorded_numbers(tmp_path: Path
         text=True,
         timeout=300,
     )
-    assert proc.returncode == 1 and "slower by" in proc.stdout and "(significant)" in proc.stdout
+    assert proc.returncode == 1 and "slower by" in proc.stdout and "(significant, beyond the 3% margin)" in proc.stdout

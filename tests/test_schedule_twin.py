@@ -88,12 +88,17 @@ def test_a_schedule_that_beats_every_static_depth_is_recommended_exported_and_re
     profile = load_profile(out / "server.yaml")
     assert [level.concurrency for level in profile.levels] == [1, 16] and profile.adaptive_config
 
-    bench = run("bench", "--profile", str(out / "server.yaml"), "--json", "--workdir", str(tmp_path / "b"),
-                "--margin", "0.3", cwd=tmp_path).stdout  # fmt: skip
-    checked = json.loads(bench)["verdicts"]
-    # a verdict at every level (how wide its interval is depends on how loaded the machine is)
+    bench = subprocess.run(autotune_cmd("bench", "--profile", str(out / "server.yaml"), "--json", "--workdir",
+                                        str(tmp_path / "b"), "--margin", "0.3"),
+                           cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
+    checked = json.loads(bench.stdout)["verdicts"]
+    # a verdict at every level, none slower by more than 30 %; how wide an interval is depends on how
+    # loaded the machine is, so a level may not be told yet (exit 3, the worst level's)
     assert set(checked) == {"1", "16"} and all(v is not None and v["low"] <= v["change"] <= v["high"]
                                                for v in checked.values())  # fmt: skip
+    categories = {v["category"] for v in checked.values()}
+    assert "slower" not in categories, checked
+    assert bench.returncode == (3 if "cannot-tell" in categories else 0), bench.stdout + bench.stderr
 
 
 def test_a_schedule_where_one_depth_serves_every_load_is_declined_naming_the_static(tmp_path: Path) -> None:
