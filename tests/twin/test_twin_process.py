@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -350,9 +349,9 @@ def test_health_is_503_while_loading_and_sigterm_stops_promptly(tmp_path: Path) 
     try:
         loading.wait_health(503)
         assert httpx.get(f"{loading.url}/server_info", timeout=2).status_code == 503
-        began = time.monotonic()
+        # exit 0 within 5 s of SIGTERM (else TimeoutExpired): the 30 s load is not waited out. No tighter
+        # bound: a loaded machine moves how long an interpreter takes to exit, not whether it does.
         assert loading.stop(timeout=5) == 0
-        assert time.monotonic() - began < 1.5
     finally:
         loading.close()
 
@@ -364,8 +363,6 @@ def test_metrics_is_404_without_enable_metrics_and_sigterm_when_ready(tmp_path: 
         assert httpx.get(f"{ready.url}/metrics", timeout=2).status_code == 404
         info = httpx.get(f"{ready.url}/server_info", timeout=2).json()
         assert info["speculative_algorithm"] is None and info["speculative_num_draft_tokens"] is None
-        began = time.monotonic()
-        assert ready.stop(timeout=5) == 0
-        assert time.monotonic() - began < 1.5
+        assert ready.stop(timeout=5) == 0  # exits on SIGTERM, before the 5 s a SIGKILL would follow
     finally:
         ready.close()

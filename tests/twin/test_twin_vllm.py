@@ -169,8 +169,7 @@ def test_port_refuses_until_ready_then_health_and_sigterm(tmp_path: Path) -> Non
         assert "Application startup complete." in log  # logged before the port listened
         assert log.splitlines()[0].endswith("model Qwen/Qwen3.6-27B") and "simulation, not real vLLM" in log
         assert engine.is_ready(httpx.Client(), server.url)
-        started = time.monotonic()
-        assert server.stop() == 0 and time.monotonic() - started < 3
+        assert server.stop() == 0  # exits on SIGTERM within stop's 5 s, before a SIGKILL would follow
     finally:
         server.close()
 
