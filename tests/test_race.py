@@ -191,3 +191,17 @@ def test_an_open_gap_beyond_the_margin_still_says_what_would_settle_it() -> None
     assert result is not None and not result.settled and result.best == 0
     assert result.more_launches is not None and result.more_launches > 2
     assert f"about {result.more_launches} launches of each, in all, would settle it" in result.note
+
+
+def test_a_significant_gain_with_a_rival_still_open_names_the_rival_not_the_gain() -> None:
+    hand = searched(0, 100.0, baseline="hand-found", flags=2)
+    best = searched(1, 130.0, flags=7)
+    rival = searched(2, 128.0, flags=6)
+    records = [hand, best, rival]
+    for index, (a, b, c) in enumerate([(100.0, 131.0, 124.0), (101.0, 128.0, 131.0), (99.0, 132.0, 126.0)]):
+        records += [relaunched(100 + 3 * index, hand, a), relaunched(101 + 3 * index, best, b),
+                    relaunched(102 + 3 * index, rival, c)]  # fmt: skip
+    result = confirm(records, [best, rival, hand], objective="decode_tok_s", fixed=FIXED, margin=0.02)
+    assert result is not None and not result.settled and result.best == 1
+    assert "significant" in result.note and "not significant" not in result.note
+    assert f"about {result.more_launches} launches of each, in all, would tell it from trial 2" in result.note

@@ -471,6 +471,10 @@ def _verdict(
     unconfirmed = [f.label for f in built if not f.confirmed]
     tail = f" ({', '.join(unconfirmed)}: no relaunch served, not confirmed)" if unconfirmed else ""
     settle = f"; about {more} launches of each, in all, would settle it" if not now.settled and more else ""
+    if settle and beats is not None and beats.significant and chosen.trial == leader.trial:
+        # the gain over the baseline is decided: what is open is which finalist is best
+        rivals = [f.label for f in built if f.trial in now.decisive and f.trial != leader.trial]
+        settle = f"; about {more} launches of each, in all, would tell it from {', '.join(rivals)}" if rivals else ""
     if within and not now.settled and beats is not None and best_baseline is not None and not beats.significant:
         other = best_baseline if chosen.trial == leader.trial else leader
         head = f"keep {chosen.label}: {leader.label} is" if chosen.baseline else f"{chosen.label} is the best:"
