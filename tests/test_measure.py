@@ -246,9 +246,11 @@ def test_a_decode_rate_far_above_the_servers_own_fails_the_integrity_check() -> 
     server = FakeServer(steady, accept={"coding": 1, "chat": 1})
     result = measure(server, MeasureSettings(warmup_requests=0, min_rounds=2))
     # an interval average with idle gaps in it (vLLM's log line) is well below the decode rate
-    assert failed_check(result.model_copy(update={"server": ServerStats(gen_tok_s=15.0)})) is None
-    failed = failed_check(result.model_copy(update={"server": ServerStats(gen_tok_s=4.0)}))  # a flush's rate
+    assert failed_check(result.model_copy(update={"server": ServerStats(gen_tok_s=15.0, log_lines=5)})) is None
+    failed = failed_check(result.model_copy(update={"server": ServerStats(gen_tok_s=4.0, log_lines=5)}))  # a flush's
     assert failed is not None and "more than 10x the 4 tok/s the server logged" in failed
+    # one or two lines are mostly their interval's idle edges: not held against the client
+    assert failed_check(result.model_copy(update={"server": ServerStats(gen_tok_s=4.0, log_lines=2)})) is None
 
 
 def test_accept_length_is_the_ratio_of_sums_as_engines_report_it() -> None:
