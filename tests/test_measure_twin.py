@@ -218,15 +218,16 @@ def test_bench_profile_relaunches_and_checks_the_recorded_numbers(tmp_path: Path
         value=measured["value"], unit="tok/s", ci95=measured["ci95"])}})  # fmt: skip
     path.write_text(render_yaml(honest))
     proc = subprocess.run(
-        autotune_cmd("bench", "--profile", str(path), "--workdir", str(tmp_path / "bench"), "--margin", "0.12"),
+        autotune_cmd("bench", "--profile", str(path), "--workdir", str(tmp_path / "bench"), "--margin", "0.25"),
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=300,
     )
-    # not slower by more than 12 %: the twin's launches are alike, its interval the 5 % prior's ±9.8 % and the rounds'
+    # not slower by more than 25 %: the twin's launches are alike, its interval the 5 % prior's ±9.8 % and the
+    # rounds'; a loaded machine slowed the second launch by a few % (-1.2 %, -12.2 % to +9.7 %), so 12 % flaked
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "not slower than recorded by more than 12%" in proc.stdout, proc.stdout
+    assert "not slower than recorded by more than 25%" in proc.stdout, proc.stdout
     path.write_text(render_yaml(profile))
     proc = subprocess.run(
         autotune_cmd("bench", "--profile", str(path), "--workdir", str(tmp_path / "bench")),

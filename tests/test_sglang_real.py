@@ -168,7 +168,11 @@ def study(sglang_python: str, model: Path, tmp_path_factory: pytest.TempPathFact
     ]
     tuned = yaml.safe_load(SPACE.read_text())["tuned"]
     tuned["mem-fraction-static"] = {"type": "float", "low": 0.0001, "high": 0.5}  # room for the starved baseline
-    space = cpu_space(cwd, sglang_python, model, study="sglang-real", baselines=baselines, tuned=tuned)
+    # Answers of 96 tokens, not the space's 32: a 32-token answer lasts 0.2 s on this CPU, and a client
+    # descheduled that long on a loaded machine reads it in one burst it cannot time (the measurement fails).
+    measurement = {**yaml.safe_load(SPACE.read_text())["measurement"], "max_tokens": 96}
+    space = cpu_space(cwd, sglang_python, model, study="sglang-real", baselines=baselines, tuned=tuned,
+                      measurement=measurement)  # fmt: skip
     proc = cli(cwd, "study", str(space), "--trials", "3", "--seed", "0", "--confirm-top", "0", timeout=900)
     assert proc.returncode == 0, f"autotune study exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     shown = cli(cwd, "show", "sglang-real", "--json")
