@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -13,6 +14,7 @@ import pytest
 
 # The hooks that provide the selected tests' tiers (tests/tiers.py).
 from tests.tiers import (  # noqa: F401
+    path_of,
     pytest_collection_finish,
     pytest_collection_modifyitems,
     pytest_configure,
@@ -87,3 +89,31 @@ def _no_color(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "200")
     os.environ.pop("FORCE_COLOR", None)
+
+
+# ---------------------------------------------------------------- a real llama-server's tests
+
+
+@pytest.fixture(scope="module")
+def server_binary() -> str:
+    path = path_of("llama-server")
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"AUTOTUNE_LLAMA_SERVER={path} is not an executable")
+    return path
+
+
+@pytest.fixture(scope="module")
+def models(server_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The target and draft models: made by scripts/make-test-models.py (or AUTOTUNE_LLAMA_MODELS); per
+    module, so a module's tests share them (and a worker under xdist)."""
+    given = os.environ.get("AUTOTUNE_LLAMA_MODELS")
+    if given and (Path(given) / "target.gguf").exists() and (Path(given) / "draft.gguf").exists():
+        return Path(given)
+    folder = tmp_path_factory.mktemp("models")
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "make-test-models.py"), str(folder)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return folder

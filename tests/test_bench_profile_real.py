@@ -9,9 +9,7 @@ the tiny models of ``scripts/make-test-models.py``, made once for the module).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,34 +17,13 @@ import pytest
 import yaml
 
 from autotune.profile import Profile, load_profile, render_yaml
-from tests.conftest import ROOT, autotune_cmd
+from tests.conftest import autotune_cmd
 from tests.test_llamacpp import cpu_space, real
-from tests.tiers import path_of
 
 # Ten rounds of two 64-token answers (the shipped space measures two or three): on 2 shared cores a
 # round's rate swings by a third, and with three rounds one launch's own interval reached ±45 %
 # (±10-15 % with ten, about 8 s a launch).
 ROUNDS = 10
-
-
-@pytest.fixture(scope="module")
-def server_binary() -> str:
-    path = path_of("llama-server")
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"AUTOTUNE_LLAMA_SERVER={path} is not an executable")
-    return path
-
-
-@pytest.fixture(scope="module")
-def models(server_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The target and draft models: made by scripts/make-test-models.py (or AUTOTUNE_LLAMA_MODELS)."""
-    given = os.environ.get("AUTOTUNE_LLAMA_MODELS")
-    if given and (Path(given) / "target.gguf").exists() and (Path(given) / "draft.gguf").exists():
-        return Path(given)
-    folder = tmp_path_factory.mktemp("models")
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "make-test-models.py"), str(folder)], check=True,
-                   capture_output=True, timeout=300)  # fmt: skip
-    return folder
 
 
 def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,8 +39,7 @@ from autotune.outcomes import OutcomeKind
 from autotune.server import ServerProcess, find_free_port
 from autotune.space import FlagValue
 from autotune.trial import LogWindow, TrialSetup, measure_with_server_stats, run_trial
-from tests.conftest import ROOT, SPACES, autotune_cmd
-from tests.tiers import path_of
+from tests.conftest import SPACES, autotune_cmd
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
 HELP = (FIXTURES / "llama-server-0.3.36-help.txt").read_text()
@@ -231,34 +228,9 @@ def test_accept_length_is_tokens_per_target_step() -> None:
 # ---------------------------------------------------------------- a real llama-server
 
 
-
 def real(test: Callable[..., None]) -> Callable[..., None]:
     """A test on a real llama-server: slow; the server is built before the run (:mod:`tests.tiers`)."""
     return pytest.mark.slow(pytest.mark.real_engine(pytest.mark.tier("llama-server")(test)))
-
-
-@pytest.fixture(scope="module")
-def server_binary() -> str:
-    path = path_of("llama-server")
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"AUTOTUNE_LLAMA_SERVER={path} is not an executable")
-    return path
-
-
-@pytest.fixture(scope="module")
-def models(server_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The target and draft models: made by scripts/make-test-models.py (or AUTOTUNE_LLAMA_MODELS)."""
-    given = os.environ.get("AUTOTUNE_LLAMA_MODELS")
-    if given and (Path(given) / "target.gguf").exists() and (Path(given) / "draft.gguf").exists():
-        return Path(given)
-    folder = tmp_path_factory.mktemp("models")
-    subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "make-test-models.py"), str(folder)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    return folder
 
 
 def cpu_space(tmp_path: Path, binary: str, models: Path, **changes: object) -> Path:
