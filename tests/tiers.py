@@ -128,9 +128,10 @@ def _ready_at_start() -> set[str]:
 
 
 def _order(items: list[pytest.Item]) -> None:
-    """Slow tests first (the longest start first, so no worker is left with one at the end), tests
-    waiting for a tier still to build last; otherwise collection order. Tests sharing a module-scoped
-    fixture stay together under xdist (``--dist loadgroup``), so its server or study is made once."""
+    """Slow tests first (the longest start first, so no worker is left with one at the end), then the
+    real engines', then tests waiting for a tier still to build; otherwise collection order. Tests
+    sharing a module-scoped fixture stay together under xdist (``--dist loadgroup``), so its server or
+    study is made once."""
     ready = _ready_at_start() | {name for name, tier in TIERS.items() if tier.env and os.environ.get(tier.env)}
     scripted = {name for name, tier in TIERS.items() if tier.script}
 
@@ -141,7 +142,10 @@ def _order(items: list[pytest.Item]) -> None:
         fixtures = item._fixtureinfo.name2fixturedefs.values() if isinstance(item, pytest.Function) else []
         if any(d.scope in ("module", "class") for defs in fixtures for d in defs):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-    items.sort(key=lambda item: (waits(item), item.get_closest_marker("slow") is None))
+    # Real engines last, when the twin tests' workers are done: a real SGLang on a CPU shared with seven
+    # busy workers held its stream back and flushed it in one burst the client cannot time.
+    items.sort(key=lambda item: (waits(item), item.get_closest_marker("real_engine") is not None,
+                                 item.get_closest_marker("slow") is None))  # fmt: skip
 
 
 # ---------------------------------------------------------------- providing
