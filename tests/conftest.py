@@ -14,7 +14,7 @@ import pytest
 
 # The hooks that provide the selected tests' tiers (tests/tiers.py).
 from tests.tiers import (  # noqa: F401
-    path_of,
+    executable_of,
     pytest_collection_finish,
     pytest_collection_modifyitems,
     pytest_configure,
@@ -96,10 +96,7 @@ def _no_color(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def server_binary() -> str:
-    path = path_of("llama-server")
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"AUTOTUNE_LLAMA_SERVER={path} is not an executable")
-    return path
+    return executable_of("llama-server")
 
 
 @pytest.fixture(scope="module")

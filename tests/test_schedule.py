@@ -155,6 +155,23 @@ def test_a_schedule_slower_than_a_level_s_own_winner_is_declined() -> None:
     assert "loses to the level's own winner at 1" in verdict.note
 
 
+def test_a_schedule_slower_than_a_level_s_winner_by_less_than_the_margin_still_serves() -> None:
+    """Where the schedule runs the winner's own depth, a significant shortfall inside the practical
+    margin is launch noise or a cost no deployment would notice: not a loss."""
+    schedule = schedule_of(deep_alone_shallow_loaded())
+    assert isinstance(schedule, Schedule)
+    truth = {
+        1: {SCHEDULE: 56.2, 1: 57.0, 2: 53.0, 0: 47.0},  # -1.4 %, clear of zero at this small noise
+        4: {SCHEDULE: 48.0, 1: 45.0, 2: 48.0, 0: 43.0},
+        16: {SCHEDULE: 25.0, 1: 20.0, 2: 23.0, 0: 25.0},
+    }
+    launches = race(truth, noise=0.001)
+    at_1 = judge(schedule, launches, rounds=3).levels[0].against_winner
+    assert at_1.gain is not None and at_1.gain.high is not None and at_1.gain.high < 0  # significant ...
+    assert not at_1.worse and judge(schedule, launches, rounds=3).recommended  # ... but inside 2 %
+    assert judge(schedule, launches, rounds=3, margin=0.005).levels[0].worse  # beyond a tighter margin
+
+
 def test_a_schedule_that_runs_fewer_of_a_level_s_users_at_once_loses_that_level() -> None:
     """Its buffers are sized for the deepest tier: fewer request slots, and the users left waiting are
     not in a per-user decode rate, which then flatters it."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -32,7 +31,7 @@ from autotune.engines.sglang import SGLangEngine
 from autotune.outcomes import OutcomeKind
 from autotune.server import ServerProcess
 from tests.conftest import ROOT, SPACES, autotune_cmd
-from tests.tiers import path_of
+from tests.tiers import executable_of
 
 SPACE = SPACES / "sglang-cpu.yaml"
 SHIM = ROOT / "tests" / "sglang_cpu"
@@ -121,10 +120,7 @@ def real(test: Callable[..., None]) -> Callable[..., None]:
 
 @pytest.fixture(scope="module")
 def sglang_python() -> str:
-    path = path_of("conformance")
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"AUTOTUNE_CONFORMANCE_PYTHON={path} is not an executable")
-    return path
+    return executable_of("conformance")
 
 
 @pytest.fixture(scope="module")

@@ -271,6 +271,15 @@ def path_of(name: str) -> str:
     return path
 
 
+def executable_of(name: str) -> str:
+    """A tier's path that must be a program (llama-server, the conformance venv's Python): fails the
+    test with the variable's name when it is not one."""
+    path = path_of(name)
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"{TIERS[name].env}={path} is not an executable", pytrace=False)
+    return path
+
+
 # ---------------------------------------------------------------- the hooks
 
 

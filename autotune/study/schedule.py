@@ -244,7 +244,9 @@ class Comparison(Frozen):
     better: bool = Field(
         default=False, description="the schedule significantly faster (interval widened for the levels)"
     )
-    worse: bool = Field(default=False, description="the schedule significantly slower at 95 %")
+    worse: bool = Field(
+        default=False, description="the schedule significantly slower at 95 %, by more than the practical margin"
+    )
 
 
 class LevelVerdict(Frozen):
@@ -303,18 +305,21 @@ def judge(
     failed: Sequence[str] = (),
     slo_broken: dict[int, list[str]] | None = None,
     slots: dict[int, int] | None = None,
+    margin: float = 0.02,
 ) -> ScheduleVerdict:
     """The verdict. The schedule runs each level's winning depth, so at each level it must not be
-    significantly slower than that level's winner (else the engine's switching costs what the depth
-    gains); and a deployment runs one configuration for every load, so each static winner must be
-    significantly slower than the schedule at some level (that interval widened for picking the
-    level), else that static configuration serves as well and is the one to run."""
+    significantly slower than that level's winner by more than ``margin`` (else the engine's
+    switching costs what the depth gains; at the winner's own depth a bare 95 % test would decline
+    it on launch noise one race in forty); and a deployment runs one configuration for every load,
+    so each static winner must be significantly slower than the schedule at some level (that
+    interval widened for picking the level), else that static configuration serves as well and is
+    the one to run."""
     broken = slo_broken or {}
     statics = list(dict.fromkeys(t.trial for t in schedule.tiers))
     labels = {t.trial: t.label for t in schedule.tiers}
     verdicts = [
         _level(tier, launches.get(tier.concurrency, {}), statics, labels, comparisons=len(schedule.tiers),
-               slo_broken=broken.get(tier.concurrency, []), slots=slots or {})
+               slo_broken=broken.get(tier.concurrency, []), slots=slots or {}, margin=margin)
         for tier in schedule.tiers
     ]  # fmt: skip
     primary = next(t for t in schedule.tiers if t.concurrency == schedule.primary)
@@ -335,7 +340,7 @@ def judge(
 
 def _level(
     tier: Tier, launches: dict[int, dict[int, float]], statics: Sequence[int], labels: dict[int, str], *,
-    comparisons: int, slo_broken: list[str], slots: dict[int, int],
+    comparisons: int, slo_broken: list[str], slots: dict[int, int], margin: float,
 ) -> LevelVerdict:  # fmt: skip
     mine = launches.get(SCHEDULE, {})
     served = {c: v for c, v in launches.items() if v}
@@ -363,7 +368,7 @@ def _level(
             )  # fmt: skip
             comparison = comparison.model_copy(
                 update={"gain": gain, "better": widened is not None and difference - widened > 0 and not slo_broken,
-                        "worse": half is not None and difference + half < 0}
+                        "worse": half is not None and difference + half < math.log(1 - margin)}
             )  # fmt: skip
         compared.append(comparison)
     values = [mine[r] for r in sorted(mine)]

@@ -104,7 +104,8 @@ def race(
                     slo_broken.setdefault(measurement.concurrency, []).extend(broken)
                 if not broken and measurement.value > 0:
                     launches[measurement.concurrency][config][round_index] = measurement.value
-    return judge(schedule, launches, rounds=rounds, failed=failed, slo_broken=slo_broken, slots=slots)
+    return judge(schedule, launches, rounds=rounds, failed=failed, slo_broken=slo_broken, slots=slots,
+                 margin=space.measurement.target_rel_ci)  # fmt: skip
 
 
 def _with_secrets(flags: Mapping[str, FlagValue], fixed: Mapping[str, FlagValue]) -> dict[str, FlagValue]:
