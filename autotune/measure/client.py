@@ -169,14 +169,18 @@ def steadiness(round_values: Sequence[float], *, tolerance: float) -> Steadiness
     return Steadiness(early=early, late=late, drift=drift, steady=not (significant and abs(drift) > tolerance))
 
 
-def round_value(objective: ObjectiveMetric, records: Sequence[RequestRecord], wall_s: float) -> float:
+def round_value(objective: ObjectiveMetric, records: Sequence[RequestRecord], wall_s: float) -> float | None:
+    """The round's figure; None when no request of it gave a decode rate (every stream untimed)."""
     if objective == "output_tok_s":
         return sum(r.completion_tokens for r in records) / wall_s
     rates = [r.decode_tok_s for r in records if r.decode_tok_s is not None]
-    if not rates:
-        reasons = sorted({r.dropped for r in records if r.dropped}) or ["one streamed update each"]
-        raise MeasurementError(f"no request of the round gave a decode rate: {reasons[0]}")
-    return statistics.fmean(rates)
+    return statistics.fmean(rates) if rates else None
+
+
+def untimed_reason(records: Sequence[RequestRecord]) -> str:
+    """Why a round's requests gave no decode rate, as the first of them says."""
+    reasons = sorted({r.dropped for r in records if r.dropped}) or ["one streamed update each"]
+    return reasons[0]
 
 
 def accept_length(records: Sequence[RequestRecord]) -> Metric | None:
@@ -391,6 +395,8 @@ async def run_measurement(
     finally:
         if own_client:
             await client.aclose()
+    if not rounds.values:
+        raise MeasurementError(f"no round of {len(rounds.untimed)} gave a decode rate: {rounds.untimed[0]}")
     return summarise(
         rounds.records, rounds.values, settings, stop_reason=rounds.stop_reason, duration_s=clock() - started,
         early_stopped=rounds.early_stopped, round_output_tok_s=rounds.output,
@@ -439,6 +445,7 @@ class _Rounds:
         self.records: list[RequestRecord] = []
         self.values: list[float] = []
         self.output: list[float] = []
+        self.untimed: list[str] = []  # why each round without a decode rate had none
         self.stop_reason = ""
         self.early_stopped = False
 
@@ -460,8 +467,18 @@ async def _run_rounds(
         batch = await sender.send(round_prompts, round_index)
         rounds.records += batch
         round_s = clock() - round_started
-        rounds.values.append(round_value(settings.objective, batch, round_s))
-        rounds.output.append(round_value("output_tok_s", batch, round_s))
+        output = round_value("output_tok_s", batch, round_s)
+        assert output is not None  # a throughput needs no stream timing
+        rounds.output.append(output)
+        value = round_value(settings.objective, batch, round_s)
+        if value is None:  # one stalled round (a flush on a loaded host) is not the measurement's end ...
+            rounds.untimed.append(untimed_reason(batch))
+            _report(on_progress, f"round {round_index + 1}: no decode rate: {rounds.untimed[-1]}")
+            if len(rounds.untimed) > max(len(rounds.values), 1):  # ... but most rounds stalled is the server's way
+                rounds.stop_reason = f"{len(rounds.untimed)} rounds without a decode rate"
+                return
+            continue
+        rounds.values.append(value)
         so_far = statistics.fmean(rounds.values)
         if settings.early_stop is not None and settings.early_stop.hopeless(so_far):
             rounds.early_stopped = True
