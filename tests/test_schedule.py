@@ -172,6 +172,32 @@ def test_a_schedule_slower_than_a_level_s_winner_by_less_than_the_margin_still_s
     assert judge(schedule, launches, rounds=3, margin=0.005).levels[0].worse  # beyond a tighter margin
 
 
+def test_each_comparison_rests_on_its_own_pair_s_scatter() -> None:
+    """A deep draft's launches scatter far more than a shallow one's at one user (a loaded CI race:
+    8 % against 1.5 % sd). The schedule, which runs the deep winner's own depth there, is held against
+    that winner on their own paired rounds (a level-wide pooled sd declined it at -14.6 %, -23.4 % to
+    -4.6 %, on the schedule's, the winner's and the shallow draft's launches here)."""
+    schedule = schedule_of(deep_alone_shallow_loaded())
+    assert isinstance(schedule, Schedule)
+    truth = {
+        4: {SCHEDULE: 48.0, 1: 45.0, 2: 48.0, 0: 43.0},
+        16: {SCHEDULE: 25.0, 1: 20.0, 2: 23.0, 0: 25.0},
+    }
+    launches = race(truth)
+    launches[1] = {
+        SCHEDULE: dict(enumerate([50.9, 48.8, 50.9])),
+        1: dict(enumerate([60.7, 60.3, 55.4])),  # the level's winner, as deep as the schedule here
+        2: dict(enumerate([52.0, 53.5, 52.5])),
+        0: dict(enumerate([38.3, 34.9, 38.7])),  # the shallow draft: steady
+    }
+    at_1 = judge(schedule, launches, rounds=3).levels[0]
+    winner = at_1.against_winner.gain
+    assert winner is not None and winner.low is not None and winner.high is not None
+    assert winner.low < 0 < winner.high and not at_1.worse  # not told apart from its winner on 3 rounds
+    shallow = next(c for c in at_1.statics if c.trial == 0)
+    assert shallow.better  # +30 %, told apart on their own steady rounds
+
+
 def test_a_schedule_that_runs_fewer_of_a_level_s_users_at_once_loses_that_level() -> None:
     """Its buffers are sized for the deepest tier: fewer request slots, and the users left waiting are
     not in a per-user decode rate, which then flatters it."""

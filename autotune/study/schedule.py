@@ -358,8 +358,12 @@ def _level(
         comparison = Comparison(trial=trial, label=labels[trial], values=values, slots=slots.get(trial),
                                 mean=statistics.fmean(values) if values else None, ci95=ci(values))  # fmt: skip
         if model is not None and trial in served:
-            difference, half = model.interval(SCHEDULE, trial)
-            _, widened = model.interval(SCHEDULE, trial, comparisons=comparisons)
+            # The pair's own fit, not the level's pooled one: a shallow draft's launches scatter far less
+            # than a deep one's (1.5 % against 8 % sd at one user), so a pooled sd made the schedule's
+            # interval against its deep winner too narrow and declined it on noise.
+            pair = fit({SCHEDULE: mine, trial: theirs})
+            difference, half = pair.interval(SCHEDULE, trial)
+            _, widened = pair.interval(SCHEDULE, trial, comparisons=comparisons)
             gain = Gain(
                 trial=SCHEDULE, baseline=labels[trial], baseline_trial=trial, gain=math.exp(difference) - 1,
                 low=math.exp(difference - half) - 1 if half is not None else None,
