@@ -147,7 +147,8 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
             **yaml.safe_load(TWIN_SPACE.read_text())["measurement"],
             "warmup_requests": 0,
             "prompts_per_round": 1,
-            "max_tokens": 200,
+            "max_tokens": 400,  # the second trial serves long enough to be killed on a loaded machine
+            "ignore_eos": True,
             "min_rounds": 2,
             "max_rounds": 2,
         },
@@ -167,6 +168,7 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
         )
     records = tmp_path / "studies" / STUDY / "servers"
     seen: list[list[str]] = []
+    serving: list[dict[str, object]] = []
 
     def second_trial_serving() -> bool:
         if len(list(records.glob("server-*.json"))) != 1:
@@ -174,15 +176,22 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
         states = [t.state.name for t in trials_so_far(tmp_path)]
         if not seen or seen[-1] != states:
             seen.append(states)
-        return states == ["COMPLETE", "RUNNING"]
+        if states != ["COMPLETE", "RUNNING"]:
+            return False
+        # the server's record is read after the database: on a loaded machine the read took long enough
+        # for the trial to end and its record to go before the test looked again
+        try:
+            serving.append(json.loads(next(records.glob("server-*.json")).read_text()))
+        except (StopIteration, OSError, ValueError):
+            return False
+        return True
 
     try:
         # one trial measured, the next one's server up (generous for a loaded machine: the condition is
         # what the test waits on; a tuner that ends first fails at once, with what it printed)
         wait_until(lambda: second_trial_serving() or tuner.poll() is not None, timeout=600)
         assert tuner.poll() is None, f"trial states seen {seen}; the tuner printed:\n{output.read_text()}"
-        record = json.loads(next(records.glob("server-*.json")).read_text())
-        orphan = record["pid"]
+        orphan = serving[-1]["pid"]
         before = {t.number: t.value for t in load(tmp_path).trials if t.state.name == "COMPLETE"}
         os.kill(tuner.pid, signal.SIGKILL)
         tuner.wait(timeout=10)
