@@ -162,11 +162,12 @@ def study(sglang_python: str, model: Path, tmp_path_factory: pytest.TempPathFact
         {"name": "refused", "flags": {**SERVED, "chunked-prefill-size": 1024, "page-size": 48}},
         {"name": "served", "flags": SERVED},
     ]
-    tuned = yaml.safe_load(SPACE.read_text())["tuned"]
+    shipped = yaml.safe_load(SPACE.read_text())
+    tuned = shipped["tuned"]
     tuned["mem-fraction-static"] = {"type": "float", "low": 0.0001, "high": 0.5}  # room for the starved baseline
     # Answers of 128 tokens, not the space's 32: a 32-token answer lasts 0.2 s on this CPU, and a loaded
     # machine that stalls SGLang's HTTP process that long flushes it in one burst no client can time.
-    measurement = {**yaml.safe_load(SPACE.read_text())["measurement"], "max_tokens": 128}
+    measurement = {**shipped["measurement"], "max_tokens": 128}
     space = cpu_space(cwd, sglang_python, model, study="sglang-real", baselines=baselines, tuned=tuned,
                       measurement=measurement)  # fmt: skip
     proc = cli(cwd, "study", str(space), "--trials", "3", "--seed", "0", "--confirm-top", "0", timeout=900)

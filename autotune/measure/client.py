@@ -169,10 +169,15 @@ def steadiness(round_values: Sequence[float], *, tolerance: float) -> Steadiness
     return Steadiness(early=early, late=late, drift=drift, steady=not (significant and abs(drift) > tolerance))
 
 
+def round_throughput(records: Sequence[RequestRecord], wall_s: float) -> float:
+    """The round's aggregate output tok/s: it needs no stream timing."""
+    return sum(r.completion_tokens for r in records) / wall_s
+
+
 def round_value(objective: ObjectiveMetric, records: Sequence[RequestRecord], wall_s: float) -> float | None:
     """The round's figure; None when no request of it gave a decode rate (every stream untimed)."""
     if objective == "output_tok_s":
-        return sum(r.completion_tokens for r in records) / wall_s
+        return round_throughput(records, wall_s)
     rates = [r.decode_tok_s for r in records if r.decode_tok_s is not None]
     return statistics.fmean(rates) if rates else None
 
@@ -467,9 +472,7 @@ async def _run_rounds(
         batch = await sender.send(round_prompts, round_index)
         rounds.records += batch
         round_s = clock() - round_started
-        output = round_value("output_tok_s", batch, round_s)
-        assert output is not None  # a throughput needs no stream timing
-        rounds.output.append(output)
+        rounds.output.append(round_throughput(batch, round_s))
         value = round_value(settings.objective, batch, round_s)
         if value is None:  # one stalled round (a flush on a loaded host) is not the measurement's end ...
             rounds.untimed.append(untimed_reason(batch))
