@@ -63,6 +63,9 @@ FAILURES = FailureRules(
         r"Not enough GPU memory for hybrid \(mamba/linear-attention\) state cache",
         r"Hybrid \(mamba/linear-attention\) state cache is too small to serve any requests",
         r"larger than the profiled value -\d",  # the pool profile came out negative
+        # the pool holds less than one request: SGLang cuts the request slots to 0, then asserts
+        r"max_running_requests was reduced from the requested \d+ to 0 ",
+        r"max_running_request is zero",
     ),
     wrappers=(
         r"Initialization failed\. (?:Please )?see the error messages above",
