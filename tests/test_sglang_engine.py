@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 
+import httpx
 import pytest
 
-from autotune.engines.base import InvalidConfig, LaunchPlan, parse_help_flags
+from autotune.engines.base import InvalidConfig, LaunchPlan, StreamChunk, parse_help_flags
 from autotune.engines.sglang import SGLangEngine
 from autotune.errors import FlagError
+from autotune.measure.suites import Prompt
 
 LOGS = Path(__file__).parent / "fixtures" / "sglang_logs"
 engine = SGLangEngine()
@@ -303,3 +307,32 @@ def test_decode_lines_read_by_field_whatever_the_prefix_order_or_extra_fields() 
         assert parsed is not None, line
         assert (parsed.running_req, parsed.gen_throughput, parsed.accept_len, parsed.queue_req) == (8, 171.01, 2.90, 0)
     assert parse_decode_line(variants[1]).rank == "PP1 TP0"  # type: ignore[union-attr]
+
+
+# The last two events of a real SGLang 0.5.23 stream (--enable-metrics, CPU, 2026-12-04), ids and text cut.
+REAL_LAST_EVENTS = [
+    {"text": "...", "meta_info": {"id": "b2e6", "finish_reason": None, "prompt_tokens": 7, "completion_tokens": 63}},
+    {"text": "...", "meta_info": {
+        "id": "b2e6", "finish_reason": {"type": "length", "length": 64}, "prompt_tokens": 7, "completion_tokens": 64,
+        "cached_tokens": 0, "e2e_latency": 0.26582496099945274, "first_token_latency": 0.015017387999250786,
+        "request_finished_ts": 1796399930.7392964, "decode_throughput": 251.1885875150559}},
+]  # fmt: skip
+
+
+def test_the_last_event_carries_sglang_s_own_decode_rate() -> None:
+    """A host that stalls SGLang's HTTP process flushes a whole answer at once; the rate SGLang sends with
+    the last event (timed from the scheduler's first token) is what the measurement then reads."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = "".join(f"data: {json.dumps(event)}\n\n" for event in REAL_LAST_EVENTS) + "data: [DONE]\n\n"
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body.encode())
+
+    async def chunks() -> list[StreamChunk]:
+        prompt = Prompt(id="c1", category="coding", prompt="def f(x):")
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            stream = SGLangEngine().stream_generate(client, "http://s", prompt, max_tokens=64, ignore_eos=True)
+            return [chunk async for chunk in stream]
+
+    streamed = asyncio.run(chunks())
+    assert [c.server_decode_tok_s for c in streamed] == [None, pytest.approx(251.19, abs=0.01)]
+    assert streamed[-1].finished and streamed[-1].completion_tokens == 64

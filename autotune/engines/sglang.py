@@ -469,10 +469,15 @@ class SGLangEngine(Engine):
             meta = event.get("meta_info", {})
             finish = meta.get("finish_reason")
             accept = meta.get("spec_accept_length")
+            # With --enable-metrics the last event carries the request's own rate, timed from the
+            # scheduler's first token: a loaded host that stalls the HTTP process flushes the whole answer
+            # at once, which no client can time, while this figure still holds.
+            rate = meta.get("decode_throughput") if finish is not None else None
             yield base.StreamChunk(
                 completion_tokens=int(meta.get("completion_tokens", 0)),
                 prompt_tokens=meta.get("prompt_tokens"),
                 finished=finish is not None,
                 accept_length=float(accept) if accept is not None else None,
                 finish_reason=finish.get("type") if isinstance(finish, dict) else finish,
+                server_decode_tok_s=float(rate) if isinstance(rate, (int, float)) and rate > 0 else None,
             )
