@@ -61,6 +61,7 @@ class Row:
     plain: bool = False  # plain random search, outside the loop
     race_share: float = RACE_SHARE  # --full-budget: the race's share of the budget
     race_stop: RaceStop = RACE_STOP  # --full-budget: what the race waits for (confirm.standing)
+    finalists: int = bench.FINALISTS  # --full-budget: the race's top configurations, besides the baselines
 
 
 FULL = Row("study loop (TPE)")
@@ -73,6 +74,8 @@ ROWS: tuple[Row, ...] = (
     Row("race stops on the baseline", race_stop="baseline"),
     Row("race share 0.2", race_share=0.2),
     Row("race share 0.4", race_share=0.4),
+    Row("race top 4", finalists=4),
+    Row("race top 5", finalists=5),
 )
 
 
@@ -118,7 +121,8 @@ def family_member(args: tuple[int, int, Sequence[Row], bool]) -> tuple[int, str,
             with race_stop(row.race_stop):
                 run = bench.run_study(problem, seed, budget, sampler=row.sampler, rules_off=row.rules_off,
                                       name=row.name, until=None if full_budget else optimum,
-                                      confirm=full_budget, race_share=row.race_share)  # fmt: skip
+                                      confirm=full_budget, race_share=row.race_share,
+                                      finalists=row.finalists)  # fmt: skip
         out[row.name] = outcome_of(run, optimum)
     return seed, member.case, member.summary, out
 
@@ -152,7 +156,7 @@ def recorded_seed(args: tuple[Path, int, Sequence[Row], bool]) -> tuple[str, int
             with race_stop(row.race_stop):
                 run = bench.run_recorded_study(problem, seed, budget, sampler=row.sampler, rules_off=row.rules_off,
                                                confirm=full_budget, race_in_budget=True,
-                                               race_share=row.race_share)  # fmt: skip
+                                               race_share=row.race_share, finalists=row.finalists)  # fmt: skip
         out[row.name] = outcome_of(run, problem.optimum)
     return path.stem, budget, out
 
@@ -323,7 +327,8 @@ def print_recorded(console: Any, report: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace, progress: Callable[[str], None]) -> dict[str, Any]:
-    shipped = [row for row in ROWS if (row.race_share, row.race_stop) == (RACE_SHARE, RACE_STOP)]
+    shipped = [row for row in ROWS if (row.race_share, row.race_stop, row.finalists)
+               == (RACE_SHARE, RACE_STOP, bench.FINALISTS)]
     rows = [row for row in ROWS if row.name in args.rows] if args.rows else shipped
     seeds = range(args.family_seed, args.family_seed + args.family)
     recordings = sorted(LANDSCAPES.glob("*.json")) if args.recorded is None else args.recorded

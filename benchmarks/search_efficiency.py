@@ -418,18 +418,20 @@ def run_study(
     until: float | None = None,
     confirm: bool = False,
     race_share: float = RACE_SHARE,
+    finalists: int = FINALISTS,
 ) -> Run:
     """autotune's study loop with the landscape in place of launches, until ``budget`` launches;
     ``rules_off`` names pre-launch rules switched off; ``until`` (the
     optimum): stop once the incumbent is within 2 % of it, the rest of the run being unread;
     ``confirm``: the budget is the night, search and race: the search spends its share
     (:func:`~autotune.study.runner.split_launches`), then the finalists race on the rest as a study does
-    (those launches are not kept as search steps; ``run.confirm_launches`` counts them)."""
+    (those launches are not kept as search steps; ``run.confirm_launches`` counts them) among the
+    ``finalists`` best and the baselines."""
     started = time.monotonic()
     run = Run(method=name, seed=seed)
     race = 0
     if confirm:
-        budget, race = split_launches(budget, FINALISTS + len(problem.space.baselines), share=race_share)
+        budget, race = split_launches(budget, finalists + len(problem.space.baselines), share=race_share)
     with tempfile.TemporaryDirectory(prefix="autotune-bench-") as tmp:
         launcher = LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed),
                                      launch_sd=problem.launch_sd, launch_rng=random.Random(20_000 + seed))  # fmt: skip
@@ -449,7 +451,7 @@ def run_study(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             runner.run(trials=budget, timeout_s=None, rules=[launch_budget])
-            confirmation = race_after_search(runner, run, budget=race) if confirm else None
+            confirmation = race_after_search(runner, run, budget=race, top=finalists) if confirm else None
         if confirmation is not None and confirmation.best is not None:
             # a step per trial, in trial order (every finished trial reaches the recorder)
             run.confirmed_true = run.steps[confirmation.best].true or 0.0
@@ -458,11 +460,11 @@ def run_study(
     return run
 
 
-def race_after_search(runner: StudyRunner, run: Run, *, budget: int) -> Confirmation | None:
+def race_after_search(runner: StudyRunner, run: Run, *, budget: int, top: int = FINALISTS) -> Confirmation | None:
     """The study's race of its finalists after the search, as ``autotune study`` runs it, on at most
     ``budget`` relaunches: its launches are counted in ``run.confirm_launches``, not kept as search steps."""
     searched = len(run.steps)
-    confirmation = runner.confirm(top=FINALISTS, budget=budget)
+    confirmation = runner.confirm(top=top, budget=budget)
     run.confirm_launches = sum(step.launched for step in run.steps[searched:])
     del run.steps[searched:]
     return confirmation
@@ -915,16 +917,16 @@ class RecordedSteps(StudyEvents):
 def run_recorded_study(
     problem: replay.RecordedProblem, seed: int, budget: int, *, sampler: SamplerName,
     rules_off: Collection[str] = (), confirm: bool = True, race_in_budget: bool = False,
-    race_share: float = RACE_SHARE,
+    race_share: float = RACE_SHARE, finalists: int = FINALISTS,
 ) -> Run:  # fmt: skip
     """autotune's study loop (no baselines) on a recorded landscape, until ``budget`` launches;
     ``rules_off`` names pre-launch rules switched off; ``confirm``: race
     the finalists after the search as a study does, on a race budget of its own (the old replay's way)
     or, ``race_in_budget``, on the race's share of ``budget`` (the search spends the rest)."""
     run = Run(method=f"autotune ({sampler})", seed=seed)
-    race = race_budget(budget, FINALISTS, share=race_share)
+    race = race_budget(budget, finalists, share=race_share)
     if confirm and race_in_budget:
-        budget, race = split_launches(budget, FINALISTS, share=race_share)
+        budget, race = split_launches(budget, finalists, share=race_share)
     launcher = replay.RecordedLauncher(problem, random.Random(seed))
     with tempfile.TemporaryDirectory(prefix="autotune-replay-") as tmp:
         events = RecordedSteps(run, launcher)
@@ -942,7 +944,7 @@ def run_recorded_study(
             runner.run(trials=budget, timeout_s=None, rules=[launch_budget])
             # The study's answer is its confirmed best (finalists launched again, as `autotune study`
             # does after its trials); those launches come after the budget and are not the search's.
-            confirmation = race_after_search(runner, run, budget=race) if confirm else None
+            confirmation = race_after_search(runner, run, budget=race, top=finalists) if confirm else None
         if confirmation is not None:
             best = next(f for f in confirmation.finalists if f.trial == confirmation.best)
             run.confirmed_true = problem.true.get(best.config_key or "", 0.0)
