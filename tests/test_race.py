@@ -205,3 +205,27 @@ def test_a_significant_gain_with_a_rival_still_open_names_the_rival_not_the_gain
     assert result is not None and not result.settled and result.best == 1
     assert "significant" in result.note and "not significant" not in result.note
     assert f"about {result.more_launches} launches of each, in all, would tell it from trial 2" in result.note
+
+
+def test_the_estimate_is_for_the_gain_the_sentence_states_not_a_rival_inside_the_margin() -> None:
+    # README's demo under load (2026-12-04): trial 2 leads trial 6 by 0.9 % (open, inside the margin) and
+    # hand-found by 10.5 % (open). The sentence states the gain over hand-found; its estimate had been the
+    # 306 launches that telling trial 2 from trial 6 would take.
+    hand, cautious = searched(1, 52.0, baseline="hand-found", flags=7), searched(0, 37.0, baseline="cautious", flags=4)
+    best, rival, third = searched(2, 58.0, flags=9), searched(6, 57.0, flags=9), searched(3, 50.0, flags=9)
+    finalists = [best, rival, third, hand, cautious]
+    relaunches = [[53.46, 55.60, 64.99, 53.68], [58.90, 54.34, 52.50, 59.97], [45.68, 46.70],
+                  [48.86, 54.44, 51.85, 50.46], [35.93, 38.30]]  # fmt: skip
+    records = list(finalists)
+    for round_index in range(4):
+        for finalist, values in zip(finalists, relaunches, strict=True):
+            if round_index < len(values):
+                records.append(relaunched(100 + len(records), finalist, values[round_index]))
+    result = confirm(records, finalists, objective="decode_tok_s", fixed=FIXED, margin=0.02)
+    assert result is not None and not result.settled and result.leader == 2 and result.best == 1
+    model = fit({c: v for c, v in confirmation_launches(records, finalists).items() if v})
+    stated = launches_to_settle(model, 2, [1], margin=0.02, comparisons=3)  # three configurations raced
+    assert result.more_launches == stated and stated is not None and stated < 50
+    assert launches_to_settle(model, 2, [6], margin=0.02) > 100  # what the sentence had named
+    assert result.note.startswith("keep baseline hand-found: the best, trial 2, is +10.")
+    assert result.note.endswith(f"not significant; about {stated} launches of each, in all, would settle it")

@@ -394,10 +394,15 @@ def confirm(
     else:  # nothing beat the best baseline significantly
         chosen = best_baseline
     decisive = [t for t in now.decisive if t != leader.trial] if not now.settled else []
-    widen = picked_from if best_baseline is not None and best_baseline.trial in decisive else 1
+    # The estimate is for the comparison the sentence states: the gain over the best baseline while that
+    # is open (not a rival 1 % behind the leader, whose "hundreds of launches" the sentence never names).
+    if best_baseline is not None and best_baseline.trial in decisive:
+        stated, widen = [best_baseline.trial], picked_from
+    else:
+        stated, widen = decisive, 1
     more = None
     if model is not None and not (within and not now.settled):
-        more = launches_to_settle(model, leader.trial, decisive, margin=margin, comparisons=widen)
+        more = launches_to_settle(model, leader.trial, stated, margin=margin, comparisons=widen)
     first = best_first_measured(records)
     return Confirmation(
         rounds=rounds,
