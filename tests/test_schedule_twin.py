@@ -55,6 +55,7 @@ def quick(space: Path, tmp_path: Path, *, prompts_per_round: int = 2) -> Path:
     return path
 
 
+@pytest.mark.longest  # about 9 minutes
 def test_a_schedule_that_beats_every_static_depth_is_recommended_exported_and_rechecked(tmp_path: Path) -> None:
     # Six answers a round alone: with two, one user's interval in a three-round race was ±20 % on a
     # loaded CI machine and hid the deep draft's +40 % over the shallow one (declined, a flaky failure).
@@ -120,6 +121,7 @@ def test_a_schedule_where_one_depth_serves_every_load_is_declined_naming_the_sta
     assert "export the static winner" in refused.stderr and "Traceback" not in refused.stderr
 
 
+@pytest.mark.longest  # 2-3 minutes
 def test_on_vllm_the_schedule_is_its_per_batch_size_draft_tokens_raced_and_exported(tmp_path: Path) -> None:
     space = quick(VLLM_WINS, tmp_path)
     name = "vllm-wins"

@@ -128,8 +128,8 @@ def _ready_at_start() -> set[str]:
 
 
 def _order(items: list[pytest.Item]) -> None:
-    """Slow tests first (the longest start first, so no worker is left with one at the end), then the
-    real engines', then tests waiting for a tier still to build; otherwise collection order. Tests
+    """Slow tests first (those marked ``longest`` before the rest, so no worker is left with one at the
+    end), then the real engines', then tests waiting for a tier still to build; otherwise collection order. Tests
     sharing a module-scoped fixture stay together under xdist (``--dist loadgroup``), so its server or
     study is made once."""
     ready = _ready_at_start() | {name for name, tier in TIERS.items() if tier.env and os.environ.get(tier.env)}
@@ -145,7 +145,8 @@ def _order(items: list[pytest.Item]) -> None:
     # Real engines last, when the twin tests' workers are done: a real SGLang on a CPU shared with seven
     # busy workers held its stream back and flushed it in one burst the client cannot time.
     items.sort(key=lambda item: (waits(item), item.get_closest_marker("real_engine") is not None,
-                                 item.get_closest_marker("slow") is None))  # fmt: skip
+                                 item.get_closest_marker("slow") is None,
+                                 item.get_closest_marker("longest") is None))  # fmt: skip
 
 
 # ---------------------------------------------------------------- providing
