@@ -87,7 +87,7 @@ def show(cwd: Path) -> dict[str, object]:
     return json.loads(run("show", "qwen3.6-27b-2xa6000-twin", "--json", cwd=cwd).stdout)
 
 
-@pytest.mark.longest  # the demo study: about 6 minutes
+@pytest.mark.longest  # the demo study (this module's fixture, so the whole module): about 6 minutes
 def test_demo_study_beats_the_cautious_baseline(demo: Path) -> None:
     assert (demo / "studies" / "qwen3.6-27b-2xa6000-twin.db").is_file()
     data = show(demo)
@@ -125,7 +125,6 @@ def without_port(argv: list[str]) -> list[str]:
     return argv[:at] + argv[at + 2 :]
 
 
-@pytest.mark.longest  # the demo study: about 6 minutes
 def test_demo_confirmation_relaunches_each_finalist_exactly_as_it_ran(demo: Path) -> None:
     trials = {t["number"]: t for t in show_json(demo)["trials"]}
     confirming = [t for t in trials.values() if t["confirm_of"] is not None]
@@ -136,14 +135,12 @@ def test_demo_confirmation_relaunches_each_finalist_exactly_as_it_ran(demo: Path
         assert relaunch["flags"] == finalist["flags"]
 
 
-@pytest.mark.longest  # the demo study: about 6 minutes
 def test_demo_show_table(demo: Path) -> None:
     out = run("show", "qwen3.6-27b-2xa6000-twin", cwd=demo).stdout
     assert "decode tok/s" in out and "cautious" in out and "hand-found" in out
     assert "simulated" in out
 
 
-@pytest.mark.longest  # the demo study: about 6 minutes
 def test_exported_command_is_runnable(demo: Path, tmp_path: Path) -> None:
     port = find_free_port()
     script = tmp_path / "serve.sh"
@@ -166,7 +163,6 @@ def test_exported_command_is_runnable(demo: Path, tmp_path: Path) -> None:
         proc.wait(timeout=30)
 
 
-@pytest.mark.longest  # the demo study: about 6 minutes
 def test_export_yaml_and_systemd(demo: Path, tmp_path: Path) -> None:
     path = tmp_path / "best.yaml"
     run("export", "qwen3.6-27b-2xa6000-twin", "-o", str(path), cwd=demo)
@@ -177,7 +173,6 @@ def test_export_yaml_and_systemd(demo: Path, tmp_path: Path) -> None:
     assert "Environment=CUDA_VISIBLE_DEVICES=0,1" in unit
 
 
-@pytest.mark.longest  # the demo study: about 6 minutes
 def test_resume_keeps_trials_and_does_not_repeat_baselines(demo: Path) -> None:
     before = show(demo)["trials"]
     run("study", str(TWIN_SPACE), "--trials", "1", "--seed", "8", "--confirm-top", "0", cwd=demo)

@@ -128,25 +128,31 @@ def _ready_at_start() -> set[str]:
 
 
 def _order(items: list[pytest.Item]) -> None:
-    """Slow tests first (those marked ``longest`` before the rest, so no worker is left with one at the
-    end), then the real engines', then tests waiting for a tier still to build; otherwise collection order. Tests
-    sharing a module-scoped fixture stay together under xdist (``--dist loadgroup``), so its server or
-    study is made once."""
+    """Slow tests first (those marked ``longest``, and the tests sharing a module fixture with one, before
+    the rest, so no worker is left with one at the end), then the real engines', then tests waiting for a
+    tier still to build; otherwise collection order. Tests sharing a module-scoped fixture stay together
+    under xdist (``--dist loadgroup``), so its server or study is made once."""
     ready = _ready_at_start() | {name for name, tier in TIERS.items() if tier.env and os.environ.get(tier.env)}
     scripted = {name for name, tier in TIERS.items() if tier.script}
 
     def waits(item: pytest.Item) -> bool:
         return bool((_tiers_of(item) & scripted) - ready)
 
+    groups: dict[str, str] = {}
     for item in items:
         fixtures = item._fixtureinfo.name2fixturedefs.values() if isinstance(item, pytest.Function) else []
         if any(d.scope in ("module", "class") for defs in fixtures for d in defs):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+            groups[item.nodeid] = item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    long_groups = {groups[i.nodeid] for i in items if i.get_closest_marker("longest") and i.nodeid in groups}
+
+    def longest(item: pytest.Item) -> bool:
+        return item.get_closest_marker("longest") is not None or groups.get(item.nodeid) in long_groups
+
     # Real engines last, when the twin tests' workers are done: a real SGLang on a CPU shared with seven
     # busy workers held its stream back and flushed it in one burst the client cannot time.
     items.sort(key=lambda item: (waits(item), item.get_closest_marker("real_engine") is not None,
-                                 item.get_closest_marker("slow") is None,
-                                 item.get_closest_marker("longest") is None))  # fmt: skip
+                                 item.get_closest_marker("slow") is None, not longest(item)))  # fmt: skip
 
 
 # ---------------------------------------------------------------- providing
