@@ -718,13 +718,18 @@ def _space_to_launch(opened: StudyView, space_file: Path | None) -> SearchSpace:
     from autotune.errors import UserError
     from autotune.space import load_space
 
-    space = load_space(space_file) if space_file else opened.info.space
+    if space_file is not None:
+        return load_space(space_file)
+    space = opened.info.space
     if space is None:
         raise UserError(f"study {opened.name!r} does not record its search space", hint="pass --space FILE")
-    if space_file is None and any(value is None for value in opened.info.env.values()):
+    env = {name: value for name, value in opened.info.env.items() if value is not None}
+    if len(env) < len(opened.info.env):
         raise UserError(f"study {opened.name!r} launches with secret environment values, which are never stored",
                         hint="pass --space FILE (the space the study ran with)")  # fmt: skip
-    return space
+    # the record keeps the env apart from the space (secrets redacted): without it put back, a race
+    # relaunched another server than the study measured (a vLLM twin its default profile)
+    return space.model_copy(update={"env": env})
 
 
 def _confirm_schedule(

@@ -187,7 +187,9 @@ def test_resume_keeps_trials_and_does_not_repeat_baselines(demo: Path) -> None:
 
 
 def test_an_unconfirmed_best_says_so_until_autotune_confirm_measures_the_finalists(tmp_path: Path) -> None:
-    space = small_space(tmp_path, study="confirm-me")
+    # a profile the twin takes from the space's env only: the race's launches must run what the study did
+    env = {"AUTOTUNE_TWIN_PROFILE": "qwen3.6-27b-2xa6000-compute-bound"}
+    space = small_space(tmp_path, study="confirm-me", env=env)
     out = run("study", str(space), "--trials", "4", "--seed", "3", "--confirm-top", "0", cwd=tmp_path).stdout
     assert "UNCONFIRMED" in out
     assert load_profile_from(tmp_path, "confirm-me").confirmed_launches is None
@@ -200,6 +202,8 @@ def test_an_unconfirmed_best_says_so_until_autotune_confirm_measures_the_finalis
     best = next(f for f in data["confirmation"]["finalists"] if f["trial"] == data["best_trial"])
     assert profile.metrics["decode_tok_s"].value == pytest.approx(best["mean"])
     assert len(best["values"]) == 2
+    logs = sorted((tmp_path / "studies" / "confirm-me" / "logs").glob("*.log"))
+    assert len(logs) > 4 and all("profile qwen3.6-27b-2xa6000-compute-bound," in log.read_text() for log in logs)
 
 
 def load_profile_from(cwd: Path, study: str):  # type: ignore[no-untyped-def]
