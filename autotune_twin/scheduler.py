@@ -123,6 +123,8 @@ class Scheduler(threading.Thread):
         self._seen_prompts: dict[int, int] = {}
         self._drift = drift
         self._ready_at: float | None = None
+        # When the last pass ended on the twin's schedule; None while idle (the next pass starts on arrival).
+        self._pass_end: float | None = None
         tiers = cfg.spec.adaptive
         graphs = None if cfg.disable_cuda_graph else physics.capture_sizes(cfg.cuda_graph_max_bs_decode)
         self._steps = StepController(tiers, cfg.spec.num_steps or 0, graphs) if tiers is not None else None
@@ -184,6 +186,8 @@ class Scheduler(threading.Thread):
     def run(self) -> None:
         while not self._stop_event.is_set():
             with self._wake:
+                if not self._waiting and not self._running:
+                    self._pass_end = None
                 while not self._waiting and not self._running and not self._stop_event.is_set():
                     self._wake.wait(timeout=0.5)
                 self._drop_aborted()
@@ -196,8 +200,16 @@ class Scheduler(threading.Thread):
                 self._decode()
 
     def _sleep(self, seconds: float) -> bool:
-        """Wait out a pass; False when stopping (so a SIGTERM ends the thread promptly)."""
-        return not self._stop_event.wait(max(seconds, 0.0))
+        """Wait out a pass on a deadline, ``seconds`` after the previous pass ended, so the twin's own
+        work between passes (streaming the last pass's tokens, the adaptive controller's bookkeeping) is
+        inside the pass, as a GPU overlaps the host's work, not added to it: on a loaded CPU that work
+        grew with the batch and the configuration, and slowed one configuration more than another. A
+        pass that began late ends now at the earliest: it never catches up. False when stopping (so a
+        SIGTERM ends the thread promptly)."""
+        now = self._clock()
+        start = now if self._pass_end is None else self._pass_end
+        self._pass_end = max(start + max(seconds, 0.0), now)
+        return not self._stop_event.wait(self._pass_end - now)
 
     def _drop_aborted(self) -> None:
         self._waiting = deque(r for r in self._waiting if not r.aborted)
