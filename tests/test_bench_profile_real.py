@@ -1,6 +1,7 @@
 """``bench --profile`` against a real llama-server: a profile as a user gets one (a one-launch study of
 the shipped CPU space, exported as YAML), relaunched once per verdict: with the figure it recorded
-(not slower, exit 0), with a quarter of it (faster, exit 0) and with four times it (slower, exit 1).
+(never slower: not slower, exit 0, or on a loaded machine cannot tell, exit 3), with a quarter of it
+(faster, exit 0) and with four times it (slower, exit 1).
 
 Needs the llama-server tier, as the real tests of ``test_llamacpp.py`` (``AUTOTUNE_LLAMA_SERVER``;
 the tiny models of ``scripts/make-test-models.py``, made once for the module).
@@ -66,15 +67,17 @@ def bench(cwd: Path, profile: Profile, name: str, *, scale: float = 1.0, margin:
 
 
 @real
-def test_the_figure_it_recorded_is_not_slower(exported: tuple[Path, Profile]) -> None:
+def test_the_figure_it_recorded_is_never_called_slower(exported: tuple[Path, Profile]) -> None:
     # The study's own figure, seconds later. On 2 shared cores one launch differs from the next by up
     # to a third as the load of others comes and goes (a second copy of this module alongside: the
-    # study at 83 tok/s, the relaunches at 118-165), so the margin is the widest bench takes, 50 %: with
-    # this interval (the 5 % prior's ±9.8 % and both launches' rounds) it holds a relaunch about a
-    # third slower than the study (seen, under load 3-5: low ends -9 % to -25 %).
+    # study at 83 tok/s, the relaunches at 118-165; on a loaded CI run the study at 145, the relaunch at
+    # 90), so the margin is the widest bench takes, 50 %, and the verdict may be "not slower" (exit 0)
+    # or, when load pushed the relaunch's interval past the margin, "cannot tell" (exit 3); "slower"
+    # needs the whole interval more than 50 % below the figure, which load alone did not reach.
     verdict = bench(*exported, "same", margin=0.5)
-    assert verdict["category"] == "not-slower" and verdict["exit_code"] == 0, verdict
-    assert verdict["low"] >= -0.5
+    assert verdict["category"] in ("not-slower", "cannot-tell"), verdict
+    assert verdict["exit_code"] == (0 if verdict["category"] == "not-slower" else 3), verdict
+    assert verdict["high"] > -0.5, verdict
 
 
 @real

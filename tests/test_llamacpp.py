@@ -246,7 +246,9 @@ def cpu_space(tmp_path: Path, binary: str, models: Path, **changes: object) -> P
 
 @pytest.fixture(scope="module")
 def study(server_binary: str, models: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
-    """A short real study: the no-draft baseline, three draft lengths, then sampled trials."""
+    """A short real study: the no-draft baseline, three draft lengths, then sampled trials; its best raced
+    against every baseline on fresh, interleaved launches (one measurement each, at different moments,
+    is what load moves: on a loaded CI run the no-draft trial measured fastest)."""
     cwd = tmp_path_factory.mktemp("study")
     draft = {"spec-type": "draft-simple", "spec-draft-p-min": 0.0}
     baselines = [
@@ -257,7 +259,8 @@ def study(server_binary: str, models: Path, tmp_path_factory: pytest.TempPathFac
     ]
     space = cpu_space(cwd, server_binary, models, study="llamacpp-real", baselines=baselines)
     proc = subprocess.run(
-        autotune_cmd("study", str(space), "--trials", "8", "--seed", "3", "--sampler", "random", "--confirm-top", "0"),
+        autotune_cmd("study", str(space), "--trials", "8", "--seed", "3", "--sampler", "random", "--confirm-top", "1",
+                     "--confirm-launches", "3"),
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -282,23 +285,28 @@ def draft_acceptance(cwd: Path, trial: int) -> float:
 def test_study_finds_a_draft_config_faster_than_no_draft(study: tuple[Path, dict[str, object]]) -> None:
     cwd, data = study
     trials = data["trials"]
-    assert isinstance(trials, list) and len(trials) == 8
-    measured = [t for t in trials if t["outcome"] == "ok"]
-    assert len(measured) >= 6, [(t["number"], t["outcome"], t.get("reason")) for t in trials]
-    by_baseline = {t["baseline"]: t for t in trials if t["baseline"]}
-    no_draft = by_baseline["no-draft"]["value"]
-    best = next(t for t in trials if t["number"] == data["best_trial"])
-    worst = min(t["value"] for t in measured)
-    assert best["flags"]["spec-type"] == "draft-simple"
-    assert best["value"] > no_draft, f"best {best['value']:.1f} tok/s vs no draft {no_draft:.1f}"
-    assert best["value"] > worst
-    assert best["metrics"]["decode_tok_s"]["unit"] == "tok/s"
+    assert isinstance(trials, list) and len(trials) >= 8
+    searched = [t for t in trials if t["confirm_of"] is None]
+    assert len(searched) == 8
+    measured = [t for t in searched if t["outcome"] == "ok"]
+    assert len(measured) >= 6, [(t["number"], t["outcome"], t.get("reason")) for t in searched]
+    by_baseline = {t["baseline"]: t for t in searched if t["baseline"]}
+    # Judged by the race, where every finalist is launched in each round (a load that comes and goes
+    # falls on all of them), not by the single first measurements.
+    race = data["confirmation"]
+    assert isinstance(race, dict)
+    means = {f["trial"]: f["mean"] for f in race["finalists"]}
+    leader = next(t for t in trials if t["number"] == race["leader"])
+    no_draft = means[by_baseline["no-draft"]["number"]]
+    assert leader["flags"]["spec-type"] == "draft-simple"
+    assert means[leader["number"]] > no_draft, f"leader {means[leader['number']]:.1f} tok/s vs no draft {no_draft:.1f}"
+    assert leader["metrics"]["decode_tok_s"]["unit"] == "tok/s"
     # Every rate recorded passed the integrity checks: no request was dropped, none failed them.
-    assert all(t["dropped_requests"] == [] for t in measured)
+    assert all(t["dropped_requests"] == [] for t in trials if t["outcome"] == "ok")
     assert not [t for t in trials if t["outcome"] == "measurement-failed"], trials
-    assert best["metrics"]["accept_length"]["value"] > 1.5, best["metrics"]
+    assert leader["metrics"]["accept_length"]["value"] > 1.5, leader["metrics"]
     assert by_baseline["no-draft"]["effective"]["speculative"] is False
-    assert best["effective"]["speculative"] is True
+    assert leader["effective"]["speculative"] is True
 
 
 @real

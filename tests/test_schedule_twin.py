@@ -36,18 +36,36 @@ def kept_verdict(name: str, cwd: Path) -> dict[str, Any] | None:
     return verdict
 
 
-def quick(space: Path, tmp_path: Path, *, prompts_per_round: int = 2) -> Path:
+SHORT_CODE = (
+    "Write a Python function that reverses a linked list in place.",
+    "Implement binary search in Python and return the index or -1.",
+)
+
+
+def quick(space: Path, tmp_path: Path, *, prompts_per_round: int = 2, short_prompts: bool = True) -> Path:
     """The shipped space with a short measurement: two levels (1 and 16 users), two rounds of short
     answers (at one user, ``prompts_per_round`` a round: a single short answer's rate swings by a
-    third; at sixteen a round is sixteen answers whatever the number)."""
+    third; at sixteen a round is sixteen answers whatever the number), to short coding prompts unless
+    ``short_prompts`` is False. With the shipped suite's prompts (150-440 tokens, 0.6 s each to prefill
+    on the compute-bound profile) sixteen users waited 6-9 s for their first token and fell into two
+    groups, those decoding beside the others' prefill (4 tok/s) and those after it (13 tok/s): a
+    level's mean was set by where the split fell, and the two depths measured 9.4 and 9.3 tok/s at
+    sixteen (on a loaded CI run the deep one came out ahead and there was no schedule to race).
+    Fifteen-token prompts prefill in under a second, so the level measures sixteen users decoding
+    together."""
     data = yaml.safe_load(space.read_text())
     if data.get("engine") == "vllm":  # its launcher ends with serve: the twin's option goes with the flags
         data["fixed"]["twin-load-seconds"] = 0
     else:
         data["launcher"] = [*data["launcher"], "--twin-load-seconds", "0"]
+    if short_prompts:
+        suite = tmp_path / "short-code.jsonl"
+        suite.write_text("".join(json.dumps({"id": f"code-{i}", "category": "coding", "prompt": prompt}) + "\n"
+                                 for i, prompt in enumerate(SHORT_CODE, 1)))  # fmt: skip
+        data["measurement"]["suite"] = str(suite)
     data["measurement"].update(
-        {"warmup_requests": 1, "prompts_per_round": prompts_per_round, "max_tokens": 24, "min_rounds": 2,
-         "max_rounds": 2, "concurrency": [1, 16]}
+        {"warmup_requests": 1, "prompts_per_round": prompts_per_round, "max_tokens": 24,
+         "min_rounds": 2, "max_rounds": 2, "concurrency": [1, 16]}
     )  # fmt: skip
     data["objective"]["levels"] = [1, 16]
     path = tmp_path / space.name
@@ -59,9 +77,10 @@ def quick(space: Path, tmp_path: Path, *, prompts_per_round: int = 2) -> Path:
 def test_a_schedule_that_beats_every_static_depth_is_recommended_exported_and_rechecked(tmp_path: Path) -> None:
     # Six answers a round alone: with two, one user's interval in a three-round race was ±20 % on a
     # loaded CI machine and hid the deep draft's +40 % over the shallow one (declined, a flaky failure).
-    # Five rounds: each comparison rests on its own pair's rounds, and a deep draft's launches scatter
-    # 8-12 % here (steps-5 at 16 users: 11.1, 9.3, 8.8 tok/s on a loaded run), so three rounds (2 degrees
-    # of freedom) missed its true +35 % about two times in five; five miss it about once in fifty.
+    # Five rounds: each comparison rests on its own pair's rounds. With the shipped prompts a deep
+    # draft's launches scattered 8-12 % at 16 users (11.1, 9.3, 8.8 tok/s on a loaded run), so three
+    # rounds (2 degrees of freedom) missed its true +35 % about two times in five and five about once
+    # in fifty; short prompts narrowed the 16-user interval to +23 % .. +41 % (an idle run).
     space = quick(WINS, tmp_path, prompts_per_round=6)
     name = "wins"
     run("study", str(space), "--trials", "2", "--confirm-top", "0", "--name", name, cwd=tmp_path)
@@ -106,7 +125,7 @@ def test_a_schedule_that_beats_every_static_depth_is_recommended_exported_and_re
 
 
 def test_a_schedule_where_one_depth_serves_every_load_is_declined_naming_the_static(tmp_path: Path) -> None:
-    space = quick(FLAT, tmp_path)
+    space = quick(FLAT, tmp_path, short_prompts=False)  # the seed's depths stay close with the shipped prompts
     name = "flat"
     run("study", str(space), "--trials", "2", "--confirm-top", "0", "--name", name, cwd=tmp_path)
     shown = run("confirm", name, "--schedule", "--rounds", "2", cwd=tmp_path).stdout
@@ -133,6 +152,9 @@ def test_on_vllm_the_schedule_is_its_per_batch_size_draft_tokens_raced_and_expor
     tiers = {tier["concurrency"]: tier["steps"] for tier in verdict["schedule"]["tiers"]}
     assert tiers == {1: 5, 16: 1} and verdict["config"] is None  # vLLM reads it from its flags, no file
     assert "num_speculative_tokens_per_batch_size [[1, 3, 5], [4, 32, 1]]" in shown
+    # the race ran the server the study measured: the twin's profile comes from the space's env alone
+    logs = list((tmp_path / "studies" / name / "logs").glob("schedule-race-*.log"))
+    assert logs and all("profile qwen3.6-27b-2xa6000-compute-bound," in log.read_text() for log in logs)
     if verdict["recommended"]:
         script = run("export", name, "--schedule", "--format", "sh", cwd=tmp_path).stdout
         assert '"num_speculative_tokens_per_batch_size":[[1,3,5],[4,32,1]]' in script
