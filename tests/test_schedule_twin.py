@@ -73,7 +73,7 @@ def quick(space: Path, tmp_path: Path, *, prompts_per_round: int = 2, short_prom
     return path
 
 
-@pytest.mark.longest  # about 9 minutes
+@pytest.mark.longest  # about 4 minutes
 def test_a_schedule_that_beats_every_static_depth_is_recommended_exported_and_rechecked(tmp_path: Path) -> None:
     # Six answers a round alone: with two, one user's interval in a three-round race was ±20 % on a
     # loaded CI machine and hid the deep draft's +40 % over the shallow one (declined, a flaky failure).
