@@ -186,9 +186,8 @@ class Scheduler(threading.Thread):
     def run(self) -> None:
         while not self._stop_event.is_set():
             with self._wake:
-                if not self._waiting and not self._running:
-                    self._pass_end = None
                 while not self._waiting and not self._running and not self._stop_event.is_set():
+                    self._pass_end = None
                     self._wake.wait(timeout=0.5)
                 self._drop_aborted()
                 admitted = self._admit()
