@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from autotune.measure.suites import Prompt
 from autotune.profile import load_profile
 from tests.conftest import ROOT, autotune_cmd
 
@@ -60,8 +61,8 @@ def quick(space: Path, tmp_path: Path, *, prompts_per_round: int = 2, short_prom
         data["launcher"] = [*data["launcher"], "--twin-load-seconds", "0"]
     if short_prompts:
         suite = tmp_path / "short-code.jsonl"
-        suite.write_text("".join(json.dumps({"id": f"code-{i}", "category": "coding", "prompt": prompt}) + "\n"
-                                 for i, prompt in enumerate(SHORT_CODE, 1)))  # fmt: skip
+        prompts = [Prompt(id=f"code-{i}", category="coding", prompt=text) for i, text in enumerate(SHORT_CODE, 1)]
+        suite.write_text("".join(prompt.model_dump_json(exclude_none=True) + "\n" for prompt in prompts))
         data["measurement"]["suite"] = str(suite)
     data["measurement"].update(
         {"warmup_requests": 1, "prompts_per_round": prompts_per_round, "max_tokens": 24,
