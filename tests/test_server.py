@@ -215,7 +215,10 @@ def test_the_record_holds_no_secret_flag_value(tmp_path: Path) -> None:
     with server:
         (record,) = (tmp_path / "rec").glob("server-*.json")
         text = record.read_text()
-        running = (Path("/proc") / record.stem.removeprefix("server-") / "cmdline").read_bytes().split(b"\0")
+        cmdline = Path("/proc") / record.stem.removeprefix("server-") / "cmdline"
+        # the record is written before the child has exec'd: its cmdline is empty (or the parent's) until then
+        assert server.wait_ready(lambda: b"k-123" in cmdline.read_bytes(), timeout_s=30).ready
+        running = cmdline.read_bytes().split(b"\0")
     assert json.loads(text)["argv"][-3:] == ["--api-key", "***", "--ssl-keyfile-password=***"]
     assert "k-123" not in text and "pw-456" not in text
     assert b"k-123" in running and b"--ssl-keyfile-password=pw-456" in running  # the server itself gets the key
