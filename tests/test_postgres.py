@@ -19,8 +19,8 @@ import yaml
 
 from autotune.server import find_free_port
 from autotune.study import StudyPaths
-from autotune.study.storage import exclusive, open_storage
 from autotune.study.attrs import trial_record
+from autotune.study.storage import exclusive, open_storage
 from tests.conftest import TWIN_SPACE, autotune_cmd
 from tests.tiers import pg_bin
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import optuna
 
 from autotune.errors import StorageError
-from autotune.study.paths import StudyPaths, sqlite_path
+from autotune.study.paths import StudyPaths, shown_url, sqlite_path
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -59,13 +59,13 @@ def _creation_lock(url: str) -> Iterator[None]:
             fd = os.open(folder, os.O_RDONLY)
         except OSError as exc:
             raise StorageError(
-                f"cannot open storage {url!r}: cannot create folder {str(folder)!r}: {exc.strerror}",
+                f"cannot open storage {shown_url(url)!r}: cannot create folder {str(folder)!r}: {exc.strerror}",
                 hint="pass --storage sqlite:///PATH or --studies-dir DIR on a folder you can write",
             ) from None
         if not os.access(folder, os.W_OK):
             os.close(fd)
             raise StorageError(
-                f"cannot open storage {url!r}: folder {str(folder)!r} is not writable",
+                f"cannot open storage {shown_url(url)!r}: folder {str(folder)!r} is not writable",
                 hint="pass --storage sqlite:///PATH or --studies-dir DIR on a folder you can write",
             )
         try:
@@ -207,11 +207,11 @@ def open_storage(url: str, *, heartbeat_s: int | None = None) -> optuna.storages
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as exc:
             # Another database (MySQL) without a creation lock: the loser of the race finds the tables made.
             if attempt == 4 or "already exists" not in str(exc) and "duplicate" not in str(exc).lower():
-                raise StorageError(f"cannot open storage {url!r}: {_first_line(exc)}") from None
+                raise StorageError(f"cannot open storage {shown_url(url)!r}: {_first_line(exc)}") from None
             time.sleep(0.5 + attempt)
         except Exception as exc:  # SQLAlchemy and its drivers raise many types; all mean "cannot open"
-            raise StorageError(f"cannot open storage {url!r}: {_first_line(exc)}") from None
-    raise StorageError(f"cannot open storage {url!r}: its tables could not be created")
+            raise StorageError(f"cannot open storage {shown_url(url)!r}: {_first_line(exc)}") from None
+    raise StorageError(f"cannot open storage {shown_url(url)!r}: its tables could not be created")
 
 
 @contextlib.contextmanager
@@ -234,7 +234,7 @@ def storage_errors(url: str) -> Iterator[None]:
             hint = "free some space on the disk that holds the study, then run the same command to resume"
         else:
             hint = "the measured trials are kept; run the same command again to resume"
-        raise StorageError(f"cannot write to storage {url!r}: {cause}", hint=hint) from None
+        raise StorageError(f"cannot write to storage {shown_url(url)!r}: {cause}", hint=hint) from None
 
 
 def heartbeat_enabled(storage: optuna.storages.BaseStorage) -> bool:
@@ -251,7 +251,7 @@ def load_existing_study(name: str, storage_url: str) -> optuna.Study:
     except KeyError:
         names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
         known = f"; studies there: {', '.join(names)}" if names else "; it holds no studies"
-        raise StorageError(f"no study named {name!r} in {storage_url}{known}") from None
+        raise StorageError(f"no study named {name!r} in {shown_url(storage_url)}{known}") from None
 
 
 def _sql_engine(storage: optuna.storages.BaseStorage) -> sqlalchemy.engine.Engine | None:
