@@ -1,14 +1,15 @@
 """HTTP connections to a server: kept alive for less time than the engines' servers keep them, and a
 request that got no response resent once on a fresh connection.
 
-An engine's server closes a connection that has been idle for 5 s (SGLang's ``uvicorn.run(...,
-timeout_keep_alive=5)`` in ``sglang/srt/entrypoints/http_server.py``; vLLM's ``VLLM_HTTP_TIMEOUT_KEEP_ALIVE``,
-5 by default in ``vllm/envs.py``; llama-server's cpp-httplib, ``CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND`` 5 in
-``httplib.h``), and httpx keeps one for 5 s too: a request sent after a pause of about 5 s (a loaded
-host, a pause between rounds) could go out on a connection the server was closing, and fail with
-nothing received. The client here drops idle connections well before the servers do, and a request
-that still fails before any of its response arrived (reset, closed, refused) is sent once more on a
-connection opened for it. A failure after the response began is not resent: the server saw it.
+An engine's server closes a connection that has been idle for 5 s: SGLang's uvicorn, by
+``SGLANG_TIMEOUT_KEEP_ALIVE`` (5 by default in ``sglang/srt/environ.py``, 0.5.23); vLLM's, by
+``VLLM_HTTP_TIMEOUT_KEEP_ALIVE`` (5 by default in ``vllm/envs.py``, 0.33.0); llama-server keeps cpp-httplib's
+``CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND``, 5 in llama.cpp's ``vendor/cpp-httplib/httplib.h``. httpx keeps
+one for 5 s too: a request sent after a pause of about 5 s (a loaded host, a pause between requests)
+could go out on a connection the server was closing, and fail with nothing received. The client here
+drops idle connections well before the servers do, and a request that still fails before any of its
+response arrived (reset, closed, refused) is sent once more on a connection opened for it. A failure
+after the response began is not resent: the server saw it.
 """
 
 from __future__ import annotations
