@@ -23,6 +23,10 @@ import httpx
 # Shorter than the servers' 5 s by more than a loaded host's delay in reading the end of a response
 # (the server's idle clock starts when it wrote it, the client's when it read it).
 KEEPALIVE_S = 2.0
+# Every concurrent user on a connection of its own: httpx's default limits (100 connections) would
+# queue the users of a higher level behind the others, measuring fewer at once than asked.
+POOLED = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=KEEPALIVE_S)
+FRESH = httpx.Limits(max_connections=None, max_keepalive_connections=0)
 
 # What a request that got no response fails with: the pooled connection was closed or reset under it,
 # or the server refused the connection.
@@ -54,8 +58,8 @@ class ResendOnce(httpx.AsyncBaseTransport):
     through a pool that keeps no connection, so on a connection of its own."""
 
     def __init__(self) -> None:
-        self.pooled = httpx.AsyncHTTPTransport(limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S))
-        self.fresh = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_keepalive_connections=0))
+        self.pooled = httpx.AsyncHTTPTransport(limits=POOLED)
+        self.fresh = httpx.AsyncHTTPTransport(limits=FRESH)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         try:
@@ -73,8 +77,8 @@ class SyncResendOnce(httpx.BaseTransport):
     """:class:`ResendOnce` for the blocking client (readiness, effective config)."""
 
     def __init__(self) -> None:
-        self.pooled = httpx.HTTPTransport(limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S))
-        self.fresh = httpx.HTTPTransport(limits=httpx.Limits(max_keepalive_connections=0))
+        self.pooled = httpx.HTTPTransport(limits=POOLED)
+        self.fresh = httpx.HTTPTransport(limits=FRESH)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         try:

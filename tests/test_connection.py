@@ -40,10 +40,14 @@ class Server:
     dropped unanswered, the connection reset. ``mode`` ``drop`` drops every generation, ``cut``
     resets every stream after its first event."""
 
-    def __init__(self, mode: str = "idle") -> None:
+    def __init__(self, mode: str = "idle", *, gather: int = 1) -> None:
         self.mode = mode
         self.answered = 0
         self.dropped = 0
+        self.gather = gather  # each generation waits (up to a minute) until this many are in flight
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.arrived = threading.Condition()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -64,6 +68,11 @@ class Server:
                 if self.path == "/flush_cache":
                     self.answer(b"Cache flushed.\n", "text/plain")
                     return
+                with outer.arrived:
+                    outer.in_flight += 1
+                    outer.most_in_flight = max(outer.most_in_flight, outer.in_flight)
+                    outer.arrived.notify_all()
+                    outer.arrived.wait_for(lambda: outer.most_in_flight >= outer.gather, timeout=60)
                 tokens = json.loads(body)["sampling_params"]["max_new_tokens"]
                 events = []
                 for n in range(1, tokens + 1):
@@ -77,6 +86,8 @@ class Server:
                     return
                 outer.answered += 1
                 self.answer(b"".join(events), "text/event-stream")
+                with outer.arrived:
+                    outer.in_flight -= 1
 
             def answer(self, content: bytes, kind: str, *, cut_after: int | None = None) -> None:
                 self.send_response(200)
@@ -93,7 +104,10 @@ class Server:
                 self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 self.close_connection = True
 
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Listening(ThreadingHTTPServer):
+            request_queue_size = 256  # every user of a level connects at once
+
+        self.http = Listening(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.http.server_port}"
 
     def __enter__(self) -> Server:
@@ -105,11 +119,13 @@ class Server:
         self.http.server_close()
 
 
-def measure(server: Server, *, pause: float = 0.0) -> Measurement:
-    """A measurement of one request, sent ``pause`` after the server's counters were reset (the client
-    is idle meanwhile: the pause blocks its event loop). A streamed request ends its connection (the
-    client stops reading at ``[DONE]``), so the reset's kept-alive connection is the one reused."""
-    settings = MeasureSettings(warmup_requests=0, min_rounds=1, max_rounds=1, request_timeout_s=30)
+def measure(server: Server, *, pause: float = 0.0, users: int = 1) -> Measurement:
+    """A measurement of one round (one request per user), sent ``pause`` after the server's counters
+    were reset (the client is idle meanwhile: the pause blocks its event loop). A streamed request ends
+    its connection (the client stops reading at ``[DONE]``), so the reset's kept-alive connection is
+    the one reused."""
+    settings = MeasureSettings(warmup_requests=0, min_rounds=1, max_rounds=1, request_timeout_s=120,
+                               concurrency=users)  # fmt: skip
 
     def paused(text: str) -> None:
         if text.startswith("round 1"):
@@ -162,3 +178,11 @@ def test_a_stream_cut_after_its_first_event_is_not_resent() -> None:
     assert server.dropped == 0  # /flush_cache answered, /generate sent once
     assert failed.value.message.startswith("prompt 'c1': ")
     assert "sent twice" not in failed.value.message
+
+
+def test_every_user_of_a_level_has_a_connection_of_its_own() -> None:
+    users = 120  # beyond httpx's default of 100 connections, which would queue the rest
+    with Server(gather=users) as server:
+        measurement = measure(server, users=users)
+    assert server.most_in_flight == users
+    assert len(measurement.requests) == server.answered == users
