@@ -29,8 +29,14 @@ POOLED = httpx.Limits(max_connections=None, max_keepalive_connections=None, keep
 FRESH = httpx.Limits(max_connections=None, max_keepalive_connections=0)
 
 # What a request that got no response fails with: the pooled connection was closed or reset under it,
-# or the server refused the connection.
+# or the server refused the connection. A protocol error is one only when nothing came (httpcore's
+# words for it); an answer that came garbled is not sent again.
 NO_RESPONSE = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.ConnectError)
+_NOTHING_CAME = "Server disconnected without sending a response"
+
+
+def _got_no_response(exc: Exception) -> bool:
+    return not isinstance(exc, httpx.RemoteProtocolError) or str(exc).startswith(_NOTHING_CAME)
 
 _resent: ContextVar[list[str] | None] = ContextVar("autotune_resent", default=None)
 
@@ -65,6 +71,8 @@ class ResendOnce(httpx.AsyncBaseTransport):
         try:
             return await self.pooled.handle_async_request(request)
         except NO_RESPONSE as exc:
+            if not _got_no_response(exc):
+                raise
             _note_resend(request, exc)
             return await self.fresh.handle_async_request(request)
 
@@ -84,6 +92,8 @@ class SyncResendOnce(httpx.BaseTransport):
         try:
             return self.pooled.handle_request(request)
         except NO_RESPONSE as exc:
+            if not _got_no_response(exc):
+                raise
             _note_resend(request, exc)
             return self.fresh.handle_request(request)
 

@@ -37,8 +37,8 @@ CROSSING_S = 0.5
 class Server:
     """SGLang's /generate (streamed) and /flush_cache over HTTP/1.1 keep-alive. A connection idle for
     :data:`KEEPALIVE_S` (the client's own expiry) is closed; a request that crosses that close is
-    dropped unanswered, the connection reset. ``mode`` ``drop`` drops every generation, ``cut``
-    resets every stream after its first event."""
+    dropped unanswered, the connection reset. ``mode`` ``drop`` drops every generation, ``garble``
+    answers it with bytes that are not HTTP, ``cut`` resets every stream after its first event."""
 
     def __init__(self, mode: str = "idle", *, gather: int = 1) -> None:
         self.mode = mode
@@ -81,6 +81,11 @@ class Server:
                         meta.update(finish_reason={"type": "length"}, decode_throughput=100.0)
                     events.append(f"data: {json.dumps({'text': 'x' * n, 'meta_info': meta})}\n\n".encode())
                 events.append(b"data: [DONE]\n\n")
+                if outer.mode == "garble":
+                    outer.dropped += 1
+                    self.wfile.write(b"NOT HTTP AT ALL\r\n\r\n")
+                    self.close_connection = True
+                    return
                 if outer.mode == "cut":
                     self.answer(b"".join(events), "text/event-stream", cut_after=len(events[0]))
                     return
@@ -170,6 +175,14 @@ def test_a_request_that_fails_on_its_fresh_connection_too_fails_the_measurement_
     assert message.startswith("prompt 'c1': ")
     assert "(sent twice: the first got no response: POST /generate: " in message
     assert "\n" not in message
+
+
+def test_an_answer_that_came_garbled_is_not_resent() -> None:
+    with Server(mode="garble") as server, pytest.raises(MeasurementError) as failed:
+        measure(server)
+    assert server.dropped == 1
+    assert failed.value.message.startswith("prompt 'c1': RemoteProtocolError: ")
+    assert "sent twice" not in failed.value.message
 
 
 def test_a_stream_cut_after_its_first_event_is_not_resent() -> None:
