@@ -38,6 +38,7 @@ _NOTHING_CAME = "Server disconnected without sending a response"
 def _got_no_response(exc: Exception) -> bool:
     return not isinstance(exc, httpx.RemoteProtocolError) or str(exc).startswith(_NOTHING_CAME)
 
+
 _resent: ContextVar[list[str] | None] = ContextVar("autotune_resent", default=None)
 
 
