@@ -17,9 +17,9 @@ from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
+from autotune.connection import sync_server_client
 from autotune.engines import get_engine
 from autotune.engines.base import LaunchPlan
 from autotune.errors import AutotuneError, UserError
@@ -110,7 +110,7 @@ def bench_url(
     engine = get_engine(engine_name)
     base_url = server_url(url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-    with httpx.Client(headers=headers) as client:
+    with sync_server_client(headers=headers) as client:
         if not engine.is_ready(client, base_url):
             raise UserError(
                 f"cannot reach a ready {engine_name} server at {base_url}", hint="is it running and healthy?"

@@ -199,13 +199,14 @@ def study(
     """
     with error_funnel():
         from autotune.space import load_space
+        from autotune.study.paths import shown_url
         from autotune.study.storage import storage_errors
 
         space = load_space(space_file)
         timeout_s = _stop_budget(trials=trials, timeout=timeout, patience=patience, total_trials=total_trials)
         study_name = name or space.study or space_file.stem
         paths, storage_url = _study_storage(studies_dir, study_name, artifacts, storage)
-        console.print(f"[bold]autotune study[/bold] {study_name}  ({storage_url})", highlight=False)
+        console.print(f"[bold]autotune study[/bold] {study_name}  ({shown_url(storage_url)})", highlight=False)
         checked, simulated = _preflight_study(space)
         with storage_errors(storage_url):
             runner = _open_runner(checked, paths, storage_url, sampler=sampler, seed=seed, heartbeat=heartbeat,
@@ -355,6 +356,7 @@ def _print_study_result(
     """Print the trials, per-engine and confirmation tables, the best, and why the study stopped."""
     from autotune.report.console import best_summary, confirmation_table, engines_table, trials_table
     from autotune.study import StudyView
+    from autotune.study.paths import shown_url
 
     opened = StudyView(runner.study, artifacts_dir=paths.artifacts)
     all_records = opened.records()
@@ -369,7 +371,7 @@ def _print_study_result(
     console.print(best_summary(best, simulated=simulated))
     console.print(
         f"stopped: {runner.stop_reason}.  Export the best: autotune export {paths.name} --format sh"
-        + (f" --storage {storage}" if storage else ""),
+        + (f" --storage {shown_url(storage)}" if storage else ""),
         highlight=False,
     )
 

@@ -62,6 +62,9 @@ class TrialRecord(Frozen):
     )
     early_stopped: bool = Field(default=False, description="measuring stopped as hopeless after a round")
     dropped_requests: list[str] = Field(default_factory=list, description="requests whose decode rate did not count")
+    resent_requests: list[str] = Field(
+        default_factory=list, description="requests sent again on a fresh connection (the first got no response)"
+    )
     confirmed_launches: int | None = Field(
         default=None, description="set on a confirmed best: its value and CI are the mean over this many launches"
     )

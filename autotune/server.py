@@ -27,7 +27,7 @@ from typing import IO, AnyStr
 
 from pydantic import BaseModel, ConfigDict
 
-from autotune.errors import LauncherError, ServerError
+from autotune.errors import LauncherError, ServerError, StorageError
 from autotune.secrets import REDACTED, is_secret_flag
 
 
@@ -171,9 +171,12 @@ class ServerProcess:
     def start(self) -> None:
         if self.state is not ServerState.NEW:
             raise ServerError(f"server already {self.state.value}")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.records_dir.mkdir(parents=True, exist_ok=True)
-        self._log = self.log_path.open("wb")
+        try:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self.records_dir.mkdir(parents=True, exist_ok=True)
+            self._log = self.log_path.open("wb")
+        except OSError as exc:
+            raise StorageError(f"cannot write the server's log {self.log_path}: {exc.strerror or exc}") from None
         try:
             self._proc = subprocess.Popen(
                 self.argv,
@@ -206,8 +209,15 @@ class ServerProcess:
             log_path=str(self.log_path),
             started_at=datetime.now(timezone.utc),
         )
-        self._record_path = self.records_dir / f"server-{self._proc.pid}.json"
-        self._record_path.write_text(record.model_dump_json(indent=2))
+        record_path = self.records_dir / f"server-{self._proc.pid}.json"
+        try:
+            record_path.write_text(record.model_dump_json(indent=2))
+        except OSError as exc:  # a server nobody could find again after a crash is not left running
+            self.stop(grace_s=0)
+            with contextlib.suppress(OSError):
+                record_path.unlink(missing_ok=True)
+            raise StorageError(f"cannot write the server's record {record_path}: {exc.strerror or exc}") from None
+        self._record_path = record_path
 
     def poll(self) -> int | None:
         """The exit code if the server has exited, else None."""

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from autotune.connection import server_client, sync_server_client
 from autotune.engines.base import EffectiveConfig, Engine, LaunchPlan, MemoryFacts
 from autotune.errors import MeasurementError
 from autotune.gpu import IDLE_TOLERANCE_BYTES, Busy, GpuInventory, used_bytes, wait_for
@@ -146,7 +147,7 @@ def _run_once(
     headers = auth_headers(plan.flags)  # a server launched with --api-key wants it on every request
     launched = TrialOutcome(kind=OutcomeKind.OK, plan=plan, argv=argv, log_path=log_path,
                             objective_concurrency=setup.objective_concurrency)  # fmt: skip
-    with server, httpx.Client(headers=headers) as client:
+    with server, sync_server_client(headers=headers) as client:
         ready = server.wait_ready(lambda: engine.is_ready(client, base_url), timeout_s=setup.launch_timeout_s,
                                   failed=lambda: _lost_its_port(engine, log_path))  # fmt: skip
         launched = launched.model_copy(update={"launch_s": time.monotonic() - launch_started})
@@ -228,8 +229,7 @@ def _check_outputs(setup: TrialSetup, base_url: str, headers: dict[str, str], ph
     phase("measuring", f"output check ({spec.prompts} prompts x {spec.tokens} tokens)")
 
     async def sample() -> list[str]:
-        timeout = httpx.Timeout(setup.measure.request_timeout_s, connect=10.0)
-        async with httpx.AsyncClient(timeout=timeout, headers=headers) as client:
+        async with server_client(timeout_s=setup.measure.request_timeout_s, headers=headers) as client:
             return await greedy_texts(client, base_url, PROMPTS[: spec.prompts], tokens=spec.tokens)
 
     try:
@@ -274,8 +274,7 @@ async def measure_with_server_stats(
     headers: dict[str, str] | None = None,
 ) -> Measurement:
     """Measure, and attach the server's own figures over the same window (log lines and /metrics)."""
-    timeout = httpx.Timeout(settings.request_timeout_s, connect=10.0)
-    async with httpx.AsyncClient(timeout=timeout, headers=headers) as client:
+    async with server_client(timeout_s=settings.request_timeout_s, headers=headers) as client:
         if log is not None:
             log.mark()
         try:

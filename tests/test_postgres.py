@@ -18,7 +18,9 @@ import pytest
 import yaml
 
 from autotune.server import find_free_port
+from autotune.study import StudyPaths
 from autotune.study.attrs import trial_record
+from autotune.study.storage import exclusive, open_storage
 from tests.conftest import TWIN_SPACE, autotune_cmd
 from tests.tiers import pg_bin
 
@@ -177,3 +179,36 @@ def test_a_database_server_that_goes_away_mid_study_is_waited_for(postgres: str,
     # the trial in flight when the server went away kept its measurement
     assert sum(1 for t in trials if t.user_attrs.get("outcome") == "ok") >= 3, [t.user_attrs.get("outcome")
                                                                                 for t in trials]  # fmt: skip
+
+
+def test_the_study_lock_rides_out_a_database_server_that_goes_away(
+    postgres: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    storage = open_storage(postgres)
+    paths = StudyPaths(tmp_path, "lock-outage")
+    with exclusive(storage, paths):  # held while the server goes away and comes back: released without an error
+        subprocess.run([*SERVER["pg_ctl"], "-m", "fast", "stop"], check=True, capture_output=True)
+        subprocess.run([*SERVER["pg_ctl"], "start"], check=True, capture_output=True)
+    subprocess.run([*SERVER["pg_ctl"], "-m", "fast", "stop"], check=True, capture_output=True)
+    taken = threading.Event()
+
+    def take() -> None:
+        with exclusive(storage, paths):
+            taken.set()
+
+    taker = threading.Thread(target=take, daemon=True)
+    said = ""
+    try:
+        taker.start()
+        deadline = time.monotonic() + 120
+        while "storage unreachable" not in said:  # waiting for the lock, it met the outage and said so
+            assert time.monotonic() < deadline and taker.is_alive(), said
+            said += capfd.readouterr().err
+            time.sleep(0.1)
+        assert not taken.is_set()
+    finally:
+        subprocess.run([*SERVER["pg_ctl"], "start"], check=True, capture_output=True)
+    taker.join(timeout=120)
+    storage.engine.dispose()
+    assert taken.is_set()  # taken once the server was back (the lock held across the outage was not left taken)
+    assert said.count("\n") == 1, said

@@ -9,7 +9,10 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from autotune.engines import get_engine
+from autotune.errors import StorageError
 from autotune.outcomes import OutcomeKind
 from autotune.server import ServerProcess, ServerState, find_free_port, process_start_ticks, reap_orphans
 from autotune.trial import _lost_its_port
@@ -263,3 +266,16 @@ def test_free_port_is_bindable() -> None:
     port = find_free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_a_log_that_cannot_be_written_is_one_line_and_nothing_is_started(tmp_path: Path) -> None:
+    taken = tmp_path / "artifacts"
+    taken.write_text("a file where the log folder should be (a shared mount gone wrong)")
+    marker = tmp_path / "started"
+    server = ServerProcess([sys.executable, "-c", f"open({str(marker)!r}, 'w')"], env={},
+                           log_path=taken / "logs" / "s.log", records_dir=tmp_path / "rec")  # fmt: skip
+    with pytest.raises(StorageError) as failed:
+        server.start()
+    assert failed.value.message.startswith(f"cannot write the server's log {taken / 'logs' / 's.log'}: ")
+    assert "\n" not in failed.value.message
+    assert server.pid is None and not marker.exists()

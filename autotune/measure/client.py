@@ -66,6 +66,9 @@ class RequestRecord(Frozen):
     itl_s: list[float] = Field(default_factory=list, description="inter-token latency, one entry per token")
     accept_length: float | None
     finish_reason: str | None
+    resent: str | None = Field(
+        default=None, description="why it was sent a second time (its first send got no response)"
+    )
 
     def describe(self) -> str:
         return f"prompt {self.prompt_id!r}" + (f" (round {self.round + 1})" if self.round >= 0 else " (warm-up)")
@@ -106,6 +109,9 @@ class Measurement(Frozen):
     requests: list[RequestRecord]
     early_stopped: bool = Field(default=False, description="stopped as hopeless against the best so far")
     dropped: list[str] = Field(default_factory=list, description="requests whose decode rate did not count, and why")
+    resent: list[str] = Field(
+        default_factory=list, description="requests sent a second time on a fresh connection, and why"
+    )
 
     def metric(self, name: str) -> Metric | None:
         return next((m for m in self.metrics if m.name == name), None)
@@ -267,6 +273,7 @@ def summarise(
         requests=list(records),
         early_stopped=early_stopped,
         dropped=[f"{r.describe()}: {r.dropped}" for r in measured if r.dropped],
+        resent=[f"{r.describe()}: {r.resent}" for r in records if r.resent],
     )
 
 
@@ -284,8 +291,11 @@ async def measure_request(
     round_index: int,
     clock: Callable[[], float] = time.perf_counter,
 ) -> RequestRecord:
-    """Stream one prompt and time every update."""
+    """Stream one prompt and time every update; sent once more on a fresh connection when the first
+    send got no response (see :mod:`autotune.connection`)."""
     import httpx
+
+    from autotune.connection import counting_resends
 
     started = clock()
     first_at: float | None = None
@@ -297,28 +307,31 @@ async def measure_request(
     accept: float | None = None
     finish: str | None = None
     server_rate: float | None = None
+    resent: list[str] = []
     try:
-        stream = engine.stream_generate(client, base_url, prompt, max_tokens=max_tokens, ignore_eos=ignore_eos)
-        async for chunk in stream:
-            now = clock()
-            if chunk.completion_tokens > tokens:  # a chunk may carry several tokens (a verify step's)
-                if first_at is None:
-                    first_at, first_tokens = now, chunk.completion_tokens
-                else:
-                    new = chunk.completion_tokens - tokens
-                    itl.extend([(now - last_at) / new] * new)
-                last_at = now
-                tokens = chunk.completion_tokens
-            prompt_tokens = chunk.prompt_tokens if chunk.prompt_tokens is not None else prompt_tokens
-            accept = chunk.accept_length if chunk.accept_length is not None else accept
-            finish = chunk.finish_reason or finish
-            server_rate = chunk.server_decode_tok_s if chunk.server_decode_tok_s is not None else server_rate
+        with counting_resends() as resent:
+            stream = engine.stream_generate(client, base_url, prompt, max_tokens=max_tokens, ignore_eos=ignore_eos)
+            async for chunk in stream:
+                now = clock()
+                if chunk.completion_tokens > tokens:  # a chunk may carry several tokens (a verify step's)
+                    if first_at is None:
+                        first_at, first_tokens = now, chunk.completion_tokens
+                    else:
+                        new = chunk.completion_tokens - tokens
+                        itl.extend([(now - last_at) / new] * new)
+                    last_at = now
+                    tokens = chunk.completion_tokens
+                prompt_tokens = chunk.prompt_tokens if chunk.prompt_tokens is not None else prompt_tokens
+                accept = chunk.accept_length if chunk.accept_length is not None else accept
+                finish = chunk.finish_reason or finish
+                server_rate = chunk.server_decode_tok_s if chunk.server_decode_tok_s is not None else server_rate
     except httpx.TimeoutException:
         raise MeasurementError(f"request for prompt {prompt.id!r} timed out") from None
     except httpx.HTTPStatusError as exc:
         raise MeasurementError(f"prompt {prompt.id!r}: server answered HTTP {exc.response.status_code}") from None
     except httpx.HTTPError as exc:
-        raise MeasurementError(f"prompt {prompt.id!r}: {type(exc).__name__}: {exc}") from None
+        again = f" (sent twice: the first got no response: {resent[0]})" if resent else ""
+        raise MeasurementError(f"prompt {prompt.id!r}: {type(exc).__name__}: {exc}{again}") from None
     except MeasurementError as exc:  # the server refused it: which prompt matters (a long one may not fit)
         raise MeasurementError(f"prompt {prompt.id!r}: {exc.message}") from None
     if first_at is None:
@@ -339,6 +352,7 @@ async def measure_request(
         itl_s=itl,
         accept_length=accept,
         finish_reason=finish,
+        resent=resent[0] if resent else None,
     )
 
 
@@ -381,8 +395,10 @@ async def run_measurement(
     """Reset the server's counters, warm up, then run rounds until precise, or until a cap."""
     import httpx
 
+    from autotune.connection import server_client
+
     own_client = client is None
-    client = client or httpx.AsyncClient(timeout=httpx.Timeout(settings.request_timeout_s, connect=10.0))
+    client = client or server_client(timeout_s=settings.request_timeout_s)
     prompts = suite.prompts[: settings.prompts_per_round] if settings.prompts_per_round else suite.prompts
     sender = _Sender(engine, client, base_url, settings, clock)
     started = clock()

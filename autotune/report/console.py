@@ -297,6 +297,8 @@ def trial_detail(record: TrialRecord) -> Group:
         rows.add_row("decided", decision_text(record))
     for dropped in record.dropped_requests:
         rows.add_row("dropped", dropped)
+    for resent in record.resent_requests:
+        rows.add_row("resent", resent)
     if record.value is not None:
         rows.add_row("value", f"{record.value:g} ({'feasible' if record.feasible else 'infeasible'})")
     for name, metric in record.metrics.items():

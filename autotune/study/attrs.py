@@ -361,6 +361,8 @@ def _record_measurement(trial: optuna.Trial, measurement: Measurement) -> None:
     trial.set_user_attr("measurement_stop", measurement.stop_reason)
     if measurement.dropped:
         trial.set_user_attr("dropped_requests", measurement.dropped)
+    if measurement.resent:
+        trial.set_user_attr("resent_requests", measurement.resent)
     trial.set_user_attr("rounds", measurement.rounds)
     if measurement.steadiness is not None:
         trial.set_user_attr("steady", measurement.steadiness.steady)
@@ -490,6 +492,7 @@ def trial_record(trial: FrozenTrial | StoredTrial) -> TrialRecord:
         launch_round=attrs.get("launch_round"),
         early_stopped=bool(attrs.get("early_stopped", False)),
         dropped_requests=list(attrs.get("dropped_requests") or []),
+        resent_requests=list(attrs.get("resent_requests") or []),
         config_key=attrs.get("config_key"),
         failure_names=attrs.get("failure_names") or {},
         flags=attrs.get("flags", {}),

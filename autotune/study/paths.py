@@ -42,3 +42,21 @@ def sqlite_path(url: str) -> Path | None:
         return None
     path = url.removeprefix("sqlite:///").split("?", 1)[0]
     return Path(path) if path and path != ":memory:" else None
+
+
+def shown_url(url: str) -> str:
+    """A storage URL as it may be printed, logged or stored: its password masked (``alice:***@db``).
+    A URL without one is kept as written (an SQLite path is not re-encoded)."""
+    if "@" not in url:  # no user, so no password (SQLite): SQLAlchemy is not imported for it
+        return url
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:  # not a URL SQLAlchemy reads: whatever sits between "user:" and "@" goes
+        scheme, sep, rest = url.rpartition("://")
+        userinfo, at, host = rest.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        return f"{scheme}{sep}{user}:***@{host}" if at and colon else url
+    return parsed.render_as_string(hide_password=True) if parsed.password is not None else url

@@ -16,13 +16,13 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import optuna
 
 from autotune.errors import StorageError
-from autotune.study.paths import StudyPaths, sqlite_path
+from autotune.study.paths import StudyPaths, shown_url, sqlite_path
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -59,13 +59,13 @@ def _creation_lock(url: str) -> Iterator[None]:
             fd = os.open(folder, os.O_RDONLY)
         except OSError as exc:
             raise StorageError(
-                f"cannot open storage {url!r}: cannot create folder {str(folder)!r}: {exc.strerror}",
+                f"cannot open storage {shown_url(url)!r}: cannot create folder {str(folder)!r}: {exc.strerror}",
                 hint="pass --storage sqlite:///PATH or --studies-dir DIR on a folder you can write",
             ) from None
         if not os.access(folder, os.W_OK):
             os.close(fd)
             raise StorageError(
-                f"cannot open storage {url!r}: folder {str(folder)!r} is not writable",
+                f"cannot open storage {shown_url(url)!r}: folder {str(folder)!r} is not writable",
                 hint="pass --storage sqlite:///PATH or --studies-dir DIR on a folder you can write",
             )
         try:
@@ -92,6 +92,8 @@ def _creation_lock(url: str) -> Iterator[None]:
         return
     yield
 
+
+_T = TypeVar("_T")
 
 # A database server that goes away (restart, failover, network) is waited for this long before the
 # study stops; the trial in progress keeps its measurement and is recorded once the server is back.
@@ -123,30 +125,34 @@ class _OutageTolerantStorage(optuna.storages.RDBStorage):
     outage_s = OUTAGE_S
 
 
+def ride_out(action: Callable[[], _T], *, outage_s: float = OUTAGE_S) -> _T:
+    """``action()``, called again every few seconds while the database server is unreachable, for up
+    to ``outage_s`` (one line on stderr), then its error propagates."""
+    import sqlalchemy
+
+    deadline: float | None = None
+    while True:
+        try:
+            return action()
+        except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as exc:
+            if not _is_disconnect(exc):
+                raise
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + outage_s
+                sys.stderr.write(f"storage unreachable ({_first_line(exc)}); retrying for up to {outage_s:.0f} s\n")
+                sys.stderr.flush()
+            elif now >= deadline:
+                raise
+            time.sleep(OUTAGE_POLL_S)
+
+
 def _riding_out(name: str) -> Any:
     method = getattr(optuna.storages.RDBStorage, name)
 
     @functools.wraps(method)
     def call(self: _OutageTolerantStorage, *args: Any, **kwargs: Any) -> Any:
-        import sqlalchemy
-
-        deadline: float | None = None
-        while True:
-            try:
-                return method(self, *args, **kwargs)
-            except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as exc:
-                if not _is_disconnect(exc):
-                    raise
-                now = time.monotonic()
-                if deadline is None:
-                    deadline = now + self.outage_s
-                    sys.stderr.write(
-                        f"storage unreachable ({_first_line(exc)}); retrying for up to {self.outage_s:.0f} s\n"
-                    )
-                    sys.stderr.flush()
-                elif now >= deadline:
-                    raise
-                time.sleep(OUTAGE_POLL_S)
+        return ride_out(lambda: method(self, *args, **kwargs), outage_s=self.outage_s)
 
     return call
 
@@ -201,11 +207,11 @@ def open_storage(url: str, *, heartbeat_s: int | None = None) -> optuna.storages
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as exc:
             # Another database (MySQL) without a creation lock: the loser of the race finds the tables made.
             if attempt == 4 or "already exists" not in str(exc) and "duplicate" not in str(exc).lower():
-                raise StorageError(f"cannot open storage {url!r}: {_first_line(exc)}") from None
+                raise StorageError(f"cannot open storage {shown_url(url)!r}: {_first_line(exc)}") from None
             time.sleep(0.5 + attempt)
         except Exception as exc:  # SQLAlchemy and its drivers raise many types; all mean "cannot open"
-            raise StorageError(f"cannot open storage {url!r}: {_first_line(exc)}") from None
-    raise StorageError(f"cannot open storage {url!r}: its tables could not be created")
+            raise StorageError(f"cannot open storage {shown_url(url)!r}: {_first_line(exc)}") from None
+    raise StorageError(f"cannot open storage {shown_url(url)!r}: its tables could not be created")
 
 
 @contextlib.contextmanager
@@ -228,7 +234,7 @@ def storage_errors(url: str) -> Iterator[None]:
             hint = "free some space on the disk that holds the study, then run the same command to resume"
         else:
             hint = "the measured trials are kept; run the same command again to resume"
-        raise StorageError(f"cannot write to storage {url!r}: {cause}", hint=hint) from None
+        raise StorageError(f"cannot write to storage {shown_url(url)!r}: {cause}", hint=hint) from None
 
 
 def heartbeat_enabled(storage: optuna.storages.BaseStorage) -> bool:
@@ -245,7 +251,7 @@ def load_existing_study(name: str, storage_url: str) -> optuna.Study:
     except KeyError:
         names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
         known = f"; studies there: {', '.join(names)}" if names else "; it holds no studies"
-        raise StorageError(f"no study named {name!r} in {storage_url}{known}") from None
+        raise StorageError(f"no study named {name!r} in {shown_url(storage_url)}{known}") from None
 
 
 def _sql_engine(storage: optuna.storages.BaseStorage) -> sqlalchemy.engine.Engine | None:
@@ -258,6 +264,20 @@ def _sql_engine(storage: optuna.storages.BaseStorage) -> sqlalchemy.engine.Engin
 _IN_PROCESS = threading.Lock()
 
 
+def _advisory_locked(engine: sqlalchemy.engine.Engine, key: int) -> sqlalchemy.engine.Connection:
+    """A connection holding the session-level advisory lock ``key`` (waiting for it)."""
+    import sqlalchemy
+
+    conn = engine.connect()
+    try:
+        conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": key})
+    except BaseException:
+        conn.invalidate()
+        conn.close()
+        raise
+    return conn
+
+
 @contextlib.contextmanager
 def exclusive(storage: optuna.storages.BaseStorage, paths: StudyPaths) -> Iterator[None]:
     """One worker at a time: a PostgreSQL advisory lock for several hosts, a file lock on one host,
@@ -267,12 +287,16 @@ def exclusive(storage: optuna.storages.BaseStorage, paths: StudyPaths) -> Iterat
     engine = _sql_engine(storage)
     if engine is not None and engine.dialect.name == "postgresql":
         key = int(hashlib.sha256(paths.name.encode()).hexdigest()[:15], 16)
-        with engine.connect() as conn:
-            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": key})
+        outage_s = getattr(getattr(storage, "_backend", storage), "outage_s", OUTAGE_S)
+        conn = ride_out(lambda: _advisory_locked(engine, key), outage_s=outage_s)
+        try:
+            yield
+        finally:
             try:
-                yield
-            finally:
                 conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+            except sqlalchemy.exc.SQLAlchemyError:
+                conn.invalidate()  # its session ends, and the lock with it (a lost one released it already)
+            conn.close()
         return
     if engine is None:
         with _IN_PROCESS:
