@@ -73,7 +73,7 @@ class Profile(BaseModel):
     verdict: str | None = Field(default=None, description="the study's verdict in one line (e.g. keep a baseline)")
     levels: list[ProfileLevel] = Field(default_factory=list, description="per load level: bench checks each")
     adaptive_config: dict[str, dict[str, list[int]]] | None = Field(
-        default=None, description="the --speculative-adaptive-config JSON its flags name (a speculation schedule)"
+        default=None, description="the schedule's config file its flags name (SGLang's adaptive config)"
     )
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 

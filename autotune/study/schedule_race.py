@@ -55,7 +55,7 @@ def race(
     space = checked.space
     engine = checked.engines[space.engine].engine
     path = config_path(paths)
-    adaptive = schedule.adaptive_config()  # None on vLLM: its ranges travel in --speculative-config
+    adaptive = schedule.adaptive_config()  # None where the schedule travels in the engine's flags
     try:
         paths.folder.mkdir(parents=True, exist_ok=True)
         if adaptive is not None:
