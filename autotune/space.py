@@ -68,9 +68,7 @@ class Condition(_Strict):
     def parse(cls, text: str) -> Condition:
         match = _CONDITION.match(text)
         if match is None:
-            raise ValueError(
-                f"cannot read condition {text!r}; write it as '<flag> <op> <value>', e.g. 'tp-size > 1'"
-            )
+            raise ValueError(f"cannot read condition {text!r}; write it as '<flag> <op> <value>', e.g. 'tp-size > 1'")
         value: FlagValue = yaml.safe_load(match["value"])
         return cls(flag=flag_name(match["flag"]), op=match["op"], value=value)
 
