@@ -317,6 +317,7 @@ class AdaptiveSchedule(ScheduleForm):
     what = "adaptive"
     config_label = "adaptive config: "
     per_tier = frozenset({STEPS, TOPK, DRAFT, ADAPTIVE, ADAPTIVE_CONFIG})
+    running_flag = "max-running-requests"  # as the server resolved it: what the memory left room for
 
     def tier_depth(self, flags: Mapping[str, FlagValue]) -> int | str:
         """Adaptive runs EAGLE/NEXTN drafts with topk 1 only; a run without drafting is the 0-step tier."""
