@@ -783,8 +783,10 @@ def _build_schedule(opened: StudyView) -> Schedule | NoSchedule:
                         "load level")  # fmt: skip
     engine = opened.info.space.engine if opened.info.space else None
     if engine not in schedule_engines():
-        raise UserError(f"--schedule: study {opened.name!r} runs {engine}; autotune builds a schedule per load "
-                        f"for {' and '.join(schedule_engines())} only")  # fmt: skip
+        able = " and ".join(schedule_engines())
+        raise UserError(
+            f"--schedule: study {opened.name!r} runs {engine}; autotune builds a schedule per load for {able} only"
+        )
     return build(opened.records(), levels, study=opened.name, engine=engine)
 
 

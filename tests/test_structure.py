@@ -177,10 +177,13 @@ def engine_flags() -> set[str]:
 def engine_knowledge(source: str, names: Collection[str], flags: Collection[str]) -> list[str]:
     """What a module says that only an engine should: a string that is an engine's name, and an
     engine's flag (or any ``speculative-`` flag) in a string or a comment."""
-    flag = re.compile(r"(?<![\w-])(?:" + "|".join(map(re.escape, sorted(flags, key=len, reverse=True)))
-                      + r"|speculative-[a-z][\w.-]*)(?![\w-])")  # fmt: skip
-    found = [f"line {node.lineno}: engine name {node.value!r}" for node in ast.walk(ast.parse(source))
-             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names]  # fmt: skip
+    spelled = "|".join(map(re.escape, sorted(flags, key=len, reverse=True)))
+    flag = re.compile(rf"(?<![\w-])(?:{spelled}|speculative-[a-z][\w.-]*)(?![\w-])")
+    found = [
+        f"line {node.lineno}: engine name {node.value!r}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+    ]
     texts = {tokenize.STRING, tokenize.COMMENT, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type in texts:
@@ -191,8 +194,11 @@ def engine_knowledge(source: str, names: Collection[str], flags: Collection[str]
 def test_the_engine_scan_finds_a_name_and_a_flag() -> None:
     source = 'x = "sglang"\ny = f"--{a} mem-fraction-static"  # speculative-num-steps\nz = "SGLang"\n'
     found = engine_knowledge(source, {"sglang"}, {"mem-fraction-static"})
-    assert found == ["line 1: engine name 'sglang'", "line 2: flag mem-fraction-static",
-                     "line 2: flag speculative-num-steps"]  # fmt: skip
+    assert found == [
+        "line 1: engine name 'sglang'",
+        "line 2: flag mem-fraction-static",
+        "line 2: flag speculative-num-steps",
+    ]
 
 
 def test_no_module_outside_the_engines_names_an_engine_or_one_of_its_flags() -> None:
@@ -211,6 +217,18 @@ def test_no_module_outside_the_engines_names_an_engine_or_one_of_its_flags() -> 
         if found:
             offending[str(path.relative_to(ROOT))] = found
     assert not offending, f"engine knowledge outside autotune/engines/: {offending}"
+
+
+def test_no_module_outside_the_engines_imports_one_engine() -> None:
+    """The study reaches an engine through the registry (:func:`autotune.engines.get_engine`) only."""
+    from autotune.engines import engine_names
+
+    own = {f"autotune.engines.{name}" for name in engine_names()}
+    outside = [p for p in sorted(PACKAGE.rglob("*.py")) if ENGINES not in p.parents]
+    assert len(outside) > 50
+    assert own & imported_modules("from autotune.engines.sglang import STEPS\n"), "the scan sees such an import"
+    for path in outside:
+        assert not own & imported_modules(path.read_text()), f"{path} imports an engine's module"
 
 
 # ---------------------------------------------------------------- public Optuna only
@@ -239,8 +257,10 @@ def optuna_private_uses(source: str, private: Collection[str], own: Collection[s
             modules = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             modules = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
-        found += [f"line {node.lineno}: imports {m}" for m in modules
-                  if top_package(m) == "optuna" and any(part.startswith("_") for part in m.split("."))]  # fmt: skip
+        private_modules = [
+            m for m in modules if top_package(m) == "optuna" and any(p.startswith("_") for p in m.split("."))
+        ]
+        found += [f"line {node.lineno}: imports {m}" for m in private_modules]
         if isinstance(node, ast.Attribute) and node.attr in private and node.attr not in own:
             found.append(f"line {node.lineno}: .{node.attr}")
         elif isinstance(node, ast.Constant) and node.value in private and node.value not in own:  # getattr(x, "_y")
@@ -266,8 +286,12 @@ def test_the_optuna_scan_finds_a_private_attribute_and_module() -> None:
         "y = getattr(x, '_backend', x)\n"
     )
     found = optuna_private_uses(source, {"_storage", "_backend"}, set())
-    assert found == ["line 1: imports optuna.storages._rdb.models", "line 2: imports optuna.storages._heartbeat",
-                     "line 3: ._storage", "line 4: '_backend'"]  # fmt: skip
+    assert found == [
+        "line 1: imports optuna.storages._rdb.models",
+        "line 2: imports optuna.storages._heartbeat",
+        "line 3: ._storage",
+        "line 4: '_backend'",
+    ]
 
 
 def test_the_product_uses_public_optuna_only() -> None:

@@ -317,6 +317,7 @@ class AdaptiveSchedule(ScheduleForm):
     what = "adaptive"
     config_label = "adaptive config: "
     per_tier = frozenset({STEPS, TOPK, DRAFT, ADAPTIVE, ADAPTIVE_CONFIG})
+    config_flag = ADAPTIVE_CONFIG
     running_flag = "max-running-requests"  # as the server resolved it: what the memory left room for
 
     def tier_depth(self, flags: Mapping[str, FlagValue]) -> int | str:
@@ -352,8 +353,9 @@ class AdaptiveSchedule(ScheduleForm):
 
 class SGLangEngine(Engine):
     name = "sglang"
-    speculation = SpeculationFlags(method=ALGORITHM, depth=STEPS, draft_model=DRAFT_MODEL, draft_tokens=DRAFT,
-                                   width=TOPK)  # fmt: skip
+    speculation = SpeculationFlags(
+        method=ALGORITHM, depth=STEPS, draft_model=DRAFT_MODEL, draft_tokens=DRAFT, width=TOPK
+    )
     schedule_form = AdaptiveSchedule()
     verdict_memory_flag = "mem-fraction-static"
     # In SGLang 0.5.23 these size the KV/mamba pools, the request pool, prefill chunks and the

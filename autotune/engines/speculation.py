@@ -44,6 +44,8 @@ class ScheduleForm(ABC):
     """How the output introduces :meth:`config_text`."""
     per_tier: ClassVar[frozenset[str]]
     """Flags that differ between tiers; every other flag is one value for the whole server."""
+    config_flag: ClassVar[str | None] = None
+    """The flag naming the file of :meth:`config` (None: no file)."""
     running_flag: ClassVar[str | None] = None
     """The flag whose resolved value is how many requests the server runs at once (None: not read)."""
 

@@ -44,8 +44,12 @@ def figure_flags(engine: str | None) -> FigureFlags:
     speculation = chosen.speculation
     if speculation is None:
         return FigureFlags(memory=chosen.verdict_memory_flag or "")
-    return FigureFlags(memory=chosen.verdict_memory_flag or "", depth=speculation.depth,
-                       draft_tokens=speculation.draft_tokens or "", width=speculation.width or "")  # fmt: skip
+    return FigureFlags(
+        memory=chosen.verdict_memory_flag or "",
+        depth=speculation.depth,
+        draft_tokens=speculation.draft_tokens or "",
+        width=speculation.width or "",
+    )
 
 
 class TrialCategories(Frozen):

@@ -42,8 +42,8 @@ def schedule_form(engine: str) -> ScheduleForm:
     """How ``engine`` runs a schedule; a user error for an engine that runs none."""
     form = get_engine(engine).schedule_form
     if form is None:
-        raise UserError(f"{engine} runs no speculation schedule per load; autotune builds one for "
-                        f"{' and '.join(schedule_engines())} only")  # fmt: skip
+        able = " and ".join(schedule_engines())
+        raise UserError(f"{engine} runs no speculation schedule per load; autotune builds one for {able} only")
     return form
 
 
