@@ -1,7 +1,10 @@
 """Inference engines behind one interface (see :mod:`autotune.engines.base`), found by name.
 
 The registry names each engine's module and class; a module is imported only when its engine is
-asked for, so reading a study or printing ``--help`` imports none."""
+asked for, so reading a study or printing ``--help`` imports none. An engine is added here alone:
+its module, a line below, and its case in ``tests/engines/cases.py`` (the contract suite runs it).
+What the study needs of it beyond launching (its draft spelling, its schedule, the memory flag the
+race reports) it declares on its class (:mod:`autotune.engines.speculation`)."""
 
 from __future__ import annotations
 
