@@ -490,7 +490,7 @@ def _configuration_figures(s: StudySummary) -> list[FigurePlan]:
         _plan(
             ReportFigure(
                 "speed-vs-mem-fraction.png",
-                f"{s.objective_metric} vs {mem_fraction}",
+                f"{s.objective_metric} vs {mem_fraction or 'the memory fraction'}",
                 "Share of GPU memory SGLang reserves for weights and KV cache. Too low and the pools do not fit; "
                 "too high and CUDA graphs run out of memory.",
             ),
@@ -500,7 +500,7 @@ def _configuration_figures(s: StudySummary) -> list[FigurePlan]:
         _plan(
             ReportFigure(
                 "speed-vs-draft-depth.png",
-                f"{s.objective_metric} vs draft depth ({draft_depth})",
+                f"{s.objective_metric} vs draft depth" + (f" ({draft_depth})" if draft_depth else ""),
                 "Deeper drafts propose more tokens per verify step but each further token is accepted less "
                 "often and costs a draft pass. Labels give the trial and its tree width (topk).",
             ),
