@@ -24,6 +24,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from autotune.engines import DEFAULT_ENGINE
 from autotune.errors import AutotuneError
 
 if TYPE_CHECKING:
@@ -567,7 +568,7 @@ def export(
             config_file = schedule_config or (output.parent if output else Path.cwd()) / f"{study_name}-adaptive.json"
             profile = _schedule_profile(opened, config_file)
             _write_export(render(profile, fmt.value, host=host, port=port), output, fmt)
-            if profile.adaptive_config is not None:  # vLLM's schedule is inside its --speculative-config
+            if profile.adaptive_config is not None:  # else the schedule travels in the engine's flags
                 console.print(f"wrote {config_file} (the adaptive config the command reads)", highlight=False)
             return
         if concurrency is not None:
@@ -660,8 +661,8 @@ def confirm(
     schedule: Annotated[
         bool,
         typer.Option("--schedule", help="A levels study on SGLang or vLLM: race a speculation schedule instead "
-                     "(each level's best draft depth as a batch-size slot of --speculative-adaptive, or a range of "
-                     "vLLM's num_speculative_tokens_per_batch_size) against each level's "
+                     "(each level's best draft depth as a batch-size slot of SGLang's adaptive config, or a range "
+                     "of vLLM's per-batch-size draft tokens) against each level's "
                      "static winner; recommended only when it is significantly slower than no level's own winner "
                      "and each static winner is significantly slower than it at some level, else the output names "
                      "the static config to run. Then: export --schedule."),
@@ -776,17 +777,18 @@ def _confirm_schedule(
 def _build_schedule(opened: StudyView) -> Schedule | NoSchedule:
     """The study's speculation schedule (or why it has none); a user error for a study that cannot have one."""
     from autotune.errors import UserError
-    from autotune.study.schedule import build
+    from autotune.study.schedule import build, schedule_engines
 
     levels = opened.load_levels()
     if levels is None:
         raise UserError(f"--schedule: study {opened.name!r} has no objective.levels: a schedule needs a winner per "
                         "load level")  # fmt: skip
     engine = opened.info.space.engine if opened.info.space else None
-    if engine not in ("sglang", "vllm"):
-        raise UserError(f"--schedule: study {opened.name!r} runs {engine}; autotune builds a schedule per load "
-                        "for SGLang (--speculative-adaptive) and vLLM (num_speculative_tokens_per_batch_size) "
-                        "only")  # fmt: skip
+    if engine not in schedule_engines():
+        able = " and ".join(schedule_engines())
+        raise UserError(
+            f"--schedule: study {opened.name!r} runs {engine}; autotune builds a schedule per load for {able} only"
+        )
     return build(opened.records(), levels, study=opened.name, engine=engine)
 
 
@@ -851,7 +853,7 @@ def bench(
     profile_file: Annotated[
         Optional[Path], typer.Option("--profile", help="Launch this exported profile (YAML), measure it, compare.")
     ] = None,
-    engine: Annotated[str, typer.Option("--engine", help="Protocol of the server behind --url.")] = "sglang",
+    engine: Annotated[str, typer.Option("--engine", help="Protocol of the server behind --url.")] = DEFAULT_ENGINE,
     suite: Annotated[Optional[str], typer.Option("--suite", help="builtin:NAME or a JSONL file.")] = None,
     concurrency: Annotated[Optional[int], typer.Option("--concurrency", min=1, help="Parallel requests.")] = None,
     max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", min=1, help="Cap per request.")] = None,

@@ -73,7 +73,7 @@ class Profile(BaseModel):
     verdict: str | None = Field(default=None, description="the study's verdict in one line (e.g. keep a baseline)")
     levels: list[ProfileLevel] = Field(default_factory=list, description="per load level: bench checks each")
     adaptive_config: dict[str, dict[str, list[int]]] | None = Field(
-        default=None, description="the --speculative-adaptive-config JSON its flags name (a speculation schedule)"
+        default=None, description="the schedule's config file its flags name (SGLang's adaptive config)"
     )
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 
@@ -98,14 +98,18 @@ class Profile(BaseModel):
     def with_adaptive_config_in(self, folder: Path) -> Profile:
         """The profile reading its own adaptive config, written into ``folder``: a re-check launches
         what the profile holds, whatever the deployment's copy says."""
-        if self.adaptive_config is None:
+        flag = self._config_flag()
+        if self.adaptive_config is None or flag is None:
             return self
-        from autotune.engines.sglang import ADAPTIVE_CONFIG  # the engines read HTTP: `show` stays light
-
         folder.mkdir(parents=True, exist_ok=True)
         path = (folder / f"{self.study}-adaptive.json").resolve()
         path.write_text(json.dumps(self.adaptive_config, indent=2) + "\n", encoding="utf-8")
-        return self.model_copy(update={"flags": {**self.flags, ADAPTIVE_CONFIG: str(path)}})
+        return self.model_copy(update={"flags": {**self.flags, flag: str(path)}})
+
+    def _config_flag(self) -> str | None:
+        """The flag naming the schedule's config file, on this profile's engine."""
+        form = get_engine(self.engine).schedule_form
+        return form.config_flag if form is not None else None
 
     def argv(self, *, host: str, port: int) -> list[str]:
         plan = LaunchPlan(engine=self.engine, flags=self.flags)
@@ -133,9 +137,8 @@ class Profile(BaseModel):
         """What a rendered profile says of itself: its summary, then the study's verdict."""
         lines = [self.summary(), *([f"verdict: {self.verdict}"] if self.verdict else [])]
         if self.adaptive_config is not None:
-            from autotune.engines.sglang import ADAPTIVE_CONFIG
-
-            where = self.flags.get(ADAPTIVE_CONFIG)
+            flag = self._config_flag()
+            where = self.flags.get(flag) if flag is not None else None
             lines.append(f"speculation schedule: {where} must hold {json.dumps(self.adaptive_config)}")
         return lines
 

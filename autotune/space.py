@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Protocol, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from autotune.engines import DEFAULT_ENGINE
 from autotune.errors import SpaceError
 from autotune.measure.agreement import AgreementSpec
 from autotune.measure.protocol import MeasureProtocol, MeasureSettings, ObjectiveMetric
@@ -57,7 +58,7 @@ _CONDITION = re.compile(r"^\s*(?P<flag>-{0,2}[A-Za-z0-9][\w-]*)\s*(?P<op>==|!=|>
 
 
 class Condition(_Strict):
-    """``when: "speculative-eagle-topk > 1"``: the parameter is sampled only when this holds."""
+    """``when: "tp-size > 1"``: the parameter is sampled only when this holds."""
 
     flag: str
     op: str
@@ -67,9 +68,7 @@ class Condition(_Strict):
     def parse(cls, text: str) -> Condition:
         match = _CONDITION.match(text)
         if match is None:
-            raise ValueError(
-                f"cannot read condition {text!r}; write it as '<flag> <op> <value>', e.g. 'speculative-eagle-topk > 1'"
-            )
+            raise ValueError(f"cannot read condition {text!r}; write it as '<flag> <op> <value>', e.g. 'tp-size > 1'")
         value: FlagValue = yaml.safe_load(match["value"])
         return cls(flag=flag_name(match["flag"]), op=match["op"], value=value)
 
@@ -248,7 +247,7 @@ class SearchSpace(_Strict):
 
     version: Literal[1]
     study: str | None = Field(default=None, pattern=r"^[\w.-]+$", description="default study name")
-    engine: str = "sglang"
+    engine: str = DEFAULT_ENGINE
     engines: dict[str, EngineSpec] | None = Field(
         default=None, description="several engines; the tuned categorical 'engine' chooses among them"
     )

@@ -70,6 +70,21 @@ def test_every_engine_has_a_case_and_unknown_names_are_listed() -> None:
 # ---------------------------------------------------------------- 1. valid flags
 
 
+def test_the_flags_an_engine_declares_for_the_study_are_flags_its_launcher_accepts(
+    case: EngineCase, engine_and_flags: tuple[Engine, FlagSet, list[str]]
+) -> None:
+    """What the study reads through the engine (its draft spelling, its schedule's flags, the memory
+    flag of the race's verdict) is spelled as the engine's own --help spells it."""
+    engine, flags, _ = engine_and_flags
+    declared = set(engine.speculation.flags()) if engine.speculation is not None else set()
+    if engine.schedule_form is not None:
+        declared |= engine.schedule_form.per_tier | {engine.schedule_form.running_flag or ""}
+    declared |= {engine.verdict_memory_flag or ""}
+    declared.discard("")
+    assert declared or engine.speculation is None
+    engine.check_flags(sorted(declared | set(case.valid)), flags)  # beside a valid config: flags that go in pairs
+
+
 def test_valid_flags_come_from_the_recorded_help(
     case: EngineCase, engine_and_flags: tuple[Engine, FlagSet, list[str]]
 ) -> None:

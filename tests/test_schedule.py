@@ -284,7 +284,8 @@ def test_vllm_schedule_is_batch_ranges_from_1_to_max_num_seqs_with_the_deepest_k
     assert isinstance(schedule, Schedule)
     assert schedule.adaptive_config() is None  # no file: the ranges travel in --speculative-config
     # the same slots as SGLang's (halfway between levels), as inclusive ranges covering 1..max-num-seqs
-    assert schedule.batch_ranges() == [[1, 1, 5], [2, 7, 3], [8, 32, 2]]
+    ranges = schedule.launch_flags("unused")["speculative-config.num_speculative_tokens_per_batch_size"]
+    assert json.loads(str(ranges)) == [[1, 1, 5], [2, 7, 3], [8, 32, 2]]
     plan = get_engine("vllm").normalise(schedule.launch_flags("unused"))
     assert plan.flags["num-speculative-tokens"] == 5  # vLLM caps each range's k at it
     argv = get_engine("vllm").build_argv(["vllm", "serve"], model="m", plan=plan, host="h", port=1)

@@ -4,6 +4,10 @@ study's attrs module touches Optuna's user attrs."""
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import autotune
@@ -145,3 +149,175 @@ def test_the_product_never_imports_the_benchmarks() -> None:
     for path in PACKAGE.rglob("*.py"):
         offending = {m for m in imported_modules(path.read_text()) if top_package(m) == "benchmarks"}
         assert not offending, f"{path} imports {offending}"
+
+
+# ---------------------------------------------------------------- engines own their knowledge
+
+ENGINES = PACKAGE / "engines"
+
+
+def engine_flags() -> set[str]:
+    """Every flag an engine declares as its own knowledge: its draft spelling, its schedule's flags,
+    the flags that size its memory."""
+    from autotune.engines import engine_names, get_engine
+
+    flags: set[str] = set()
+    for name in engine_names():
+        engine = get_engine(name)
+        if engine.speculation is not None:
+            flags |= engine.speculation.flags()
+        if engine.schedule_form is not None:
+            flags |= engine.schedule_form.per_tier | {engine.schedule_form.running_flag or ""}
+        if engine.memory_rules is not None:
+            flags.add(engine.memory_rules.fraction_flag)
+        flags |= {engine.verdict_memory_flag or "", *engine.memory_sizing_flags}
+    return flags - {""}
+
+
+def engine_knowledge(source: str, names: Collection[str], flags: Collection[str]) -> list[str]:
+    """What a module says that only an engine should: a string that is an engine's name, and an
+    engine's flag (or any ``speculative-`` flag) in a string or a comment."""
+    spelled = "|".join(map(re.escape, sorted(flags, key=len, reverse=True)))
+    flag = re.compile(rf"(?<![\w-])(?:{spelled}|speculative-[a-z][\w.-]*)(?![\w-])")
+    found = [
+        f"line {node.lineno}: engine name {node.value!r}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+    ]
+    texts = {tokenize.STRING, tokenize.COMMENT, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type in texts:
+            found += [f"line {token.start[0]}: flag {m.group(0)}" for m in flag.finditer(token.string)]
+    return sorted(found, key=lambda f: int(f.split(":")[0].removeprefix("line ")))
+
+
+def test_the_engine_scan_finds_a_name_and_a_flag() -> None:
+    source = 'x = "sglang"\ny = f"--{a} mem-fraction-static"  # speculative-num-steps\nz = "SGLang"\n'
+    found = engine_knowledge(source, {"sglang"}, {"mem-fraction-static"})
+    assert found == [
+        "line 1: engine name 'sglang'",
+        "line 2: flag mem-fraction-static",
+        "line 2: flag speculative-num-steps",
+    ]
+
+
+def test_no_module_outside_the_engines_names_an_engine_or_one_of_its_flags() -> None:
+    from autotune.engines import engine_names
+
+    names, flags = engine_names(), engine_flags()
+    assert {"sglang", "vllm", "llamacpp"} <= set(names)
+    assert {"mem-fraction-static", "speculative-num-steps", "num-speculative-tokens", "spec-draft-n-max"} <= flags
+    for name in names:  # the scan sees what each engine's own module says
+        assert engine_knowledge((ENGINES / f"{name}.py").read_text(), names, flags), name
+    outside = [p for p in sorted(PACKAGE.rglob("*.py")) if ENGINES not in p.parents]
+    assert len(outside) > 50  # the scan reads the product, not an empty folder
+    offending = {}
+    for path in outside:
+        found = engine_knowledge(path.read_text(), names, flags)
+        if found:
+            offending[str(path.relative_to(ROOT))] = found
+    assert not offending, f"engine knowledge outside autotune/engines/: {offending}"
+
+
+def test_no_module_outside_the_engines_imports_one_engine() -> None:
+    """The study reaches an engine through the registry (:func:`autotune.engines.get_engine`) only."""
+    from autotune.engines import engine_names
+
+    own = {f"autotune.engines.{name}" for name in engine_names()}
+    outside = [p for p in sorted(PACKAGE.rglob("*.py")) if ENGINES not in p.parents]
+    assert len(outside) > 50
+    assert own & imported_modules("from autotune.engines.sglang import STEPS\n"), "the scan sees such an import"
+    for path in outside:
+        assert not own & imported_modules(path.read_text()), f"{path} imports an engine's module"
+
+
+# ---------------------------------------------------------------- public Optuna only
+
+
+def optuna_private_names() -> set[str]:
+    """The private attributes and methods Optuna's own classes define (``self._x``, ``def _x``)."""
+    import optuna
+
+    names: set[str] = set()
+    for path in Path(optuna.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+                names.add(node.attr)
+            elif isinstance(node, ast.ClassDef):
+                names |= {f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return {n for n in names if n.startswith("_") and not n.endswith("__")}
+
+
+def optuna_private_uses(source: str, private: Collection[str], own: Collection[str]) -> list[str]:
+    """A private Optuna module imported, or an attribute that only Optuna defines privately read."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        modules: list[str] = []
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            modules = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        private_modules = [
+            m for m in modules if top_package(m) == "optuna" and any(p.startswith("_") for p in m.split("."))
+        ]
+        found += [f"line {node.lineno}: imports {m}" for m in private_modules]
+        if isinstance(node, ast.Attribute) and node.attr in private and node.attr not in own:
+            found.append(f"line {node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Constant) and node.value in private and node.value not in own:  # getattr(x, "_y")
+            found.append(f"line {node.lineno}: {node.value!r}")
+    return found
+
+
+def own_private_names(paths: Sequence[Path]) -> set[str]:
+    """The private names autotune defines itself (its own ``self._x`` and ``def _x``)."""
+    names: set[str] = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+                names.add(node.attr)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.add(node.name)
+    return names
+
+
+def test_the_optuna_scan_finds_a_private_attribute_and_module() -> None:
+    source = (
+        "import optuna.storages._rdb.models\nfrom optuna.storages import _heartbeat\nx = study._storage\n"
+        "y = getattr(x, '_backend', x)\n"
+    )
+    found = optuna_private_uses(source, {"_storage", "_backend"}, set())
+    assert found == [
+        "line 1: imports optuna.storages._rdb.models",
+        "line 2: imports optuna.storages._heartbeat",
+        "line 3: ._storage",
+        "line 4: '_backend'",
+    ]
+
+
+def test_the_product_uses_public_optuna_only() -> None:
+    private = optuna_private_names()
+    assert {"_storage", "_trial_id", "_backend", "_get_stale_trial_ids", "_study_id"} <= private
+    paths = sorted(PACKAGE.rglob("*.py"))
+    assert len(paths) > 50
+    own = own_private_names(paths)
+    assert not {"_storage", "_trial_id", "_backend"} & own  # autotune's own private names are its business
+    offending = {}
+    for path in paths:
+        found = optuna_private_uses(path.read_text(), private, own)
+        if found:
+            offending[str(path.relative_to(ROOT))] = found
+    assert not offending, f"Optuna's private parts used: {offending}"
+
+
+def test_only_the_snapshot_reads_optuna_s_tables() -> None:
+    """The one declared exception: study/snapshot.py reads Optuna's SQLite tables directly (``show``
+    in well under a second on a large study); test_study_snapshot.py fails when Optuna's schema moves."""
+    from optuna.storages._rdb import models
+
+    tables = {t for t in models.BaseModel.metadata.tables if "_" in t}  # "trials", "studies" are words too
+    table = re.compile(r"\b(?:" + "|".join(sorted(tables)) + r")\b")
+    snapshot = PACKAGE / "study" / "snapshot.py"
+    assert table.search(snapshot.read_text()), "the scan sees the snapshot's SQL"
+    for path in PACKAGE.rglob("*.py"):
+        if path != snapshot:
+            assert not table.search(path.read_text()), f"{path} reads Optuna's tables: only snapshot.py may"

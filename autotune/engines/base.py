@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import Field
 
 from autotune.engines.failures import FailureRules, classify, failure_in
+from autotune.engines.speculation import ScheduleForm, SpeculationFlags
 from autotune.errors import FlagError, LauncherError, MeasurementError
 from autotune.feasibility import MemoryRules
 from autotune.measure.suites import Prompt
@@ -309,6 +310,13 @@ class Engine(ABC):
     """What the engine prints when it fails (see :mod:`autotune.engines.failures`)."""
     metric_names: ClassVar[MetricNames | None] = None
     """Where its ``/metrics`` keep generated tokens and acceptance (None: not read)."""
+    speculation: ClassVar[SpeculationFlags | None] = None
+    """How it spells a draft (None: it does not speculate)."""
+    schedule_form: ClassVar[ScheduleForm | None] = None
+    """How it runs a speculation schedule per load (None: it cannot)."""
+    verdict_memory_flag: ClassVar[str | None] = None
+    """The flag whose value the race reports as a finalist's memory where no peak was logged (less
+    memory wins among equals; None: peak GiB only)."""
 
     def read_flag_set(self, launcher: list[str], *, env: Mapping[str, str] | None = None) -> FlagSet:
         return parse_help_flags(run_help([*launcher, "--help"], env=env))

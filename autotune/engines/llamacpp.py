@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from autotune.engines import base
 from autotune.engines.base import Engine, FlagSet, InvalidConfig, LaunchPlan, flag_argv, run_help, sse_events
 from autotune.engines.failures import FailureRules
+from autotune.engines.speculation import SpeculationFlags
 from autotune.errors import MeasurementError
 from autotune.measure.suites import Prompt
 from autotune.space import FlagValue
@@ -276,6 +277,7 @@ def canonical_names(entries: list[HelpEntry]) -> dict[str, str]:
 
 class LlamaCppEngine(Engine):
     name = "llamacpp"
+    speculation = SpeculationFlags(method=SPEC_TYPE, depth=DRAFT_N_MAX, draft_model=DRAFT_MODEL, unit="token")
     renamed_flags = _REMOVED
     reserved_flags = frozenset({"model", "m", "host", "port"})
     failure_rules = FAILURES

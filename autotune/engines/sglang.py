@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autotune.engines import base
 from autotune.engines.base import Engine, InvalidConfig, LaunchPlan, first_rank_search, flag_argv, sse_events
 from autotune.engines.failures import CAPTURING, LOADING_WEIGHTS, SERVING, SIZING_POOLS, FailureRules
+from autotune.engines.speculation import ScheduleConfig, ScheduleForm, SpeculationFlags
 from autotune.errors import MeasurementError
 from autotune.feasibility import MemoryRules
 from autotune.measure.suites import Prompt
@@ -303,8 +304,60 @@ def _mamba_rules(out: Mapping[str, FlagValue], algorithm: str | None) -> None:
             )
 
 
+# speculative/adaptive_spec_params.py (0.5.23): adaptive runs EAGLE and EAGLE3 (NEXTN becomes EAGLE).
+RUNS_ADAPTIVE = ("EAGLE", "EAGLE3", "NEXTN")
+
+
+class AdaptiveSchedule(ScheduleForm):
+    """SGLang's ``--speculative-adaptive``: a config file with one slot per level and ONE candidate
+    step each (the depth measured best at that load), so SGLang's EMA controller has nothing to move:
+    the schedule is the measured one, not a guess of the controller's. SGLang routes a batch to the
+    largest slot at or below its size."""
+
+    what = "adaptive"
+    config_label = "adaptive config: "
+    per_tier = frozenset({STEPS, TOPK, DRAFT, ADAPTIVE, ADAPTIVE_CONFIG})
+    config_flag = ADAPTIVE_CONFIG
+    running_flag = "max-running-requests"  # as the server resolved it: what the memory left room for
+
+    def tier_depth(self, flags: Mapping[str, FlagValue]) -> int | str:
+        """Adaptive runs EAGLE/NEXTN drafts with topk 1 only; a run without drafting is the 0-step tier."""
+        algorithm = flags.get(ALGORITHM)
+        if algorithm is None:
+            return 0
+        if algorithm not in RUNS_ADAPTIVE:
+            return f"{algorithm} (adaptive runs {'/'.join(RUNS_ADAPTIVE)} only)"
+        if flags.get(TOPK, 1) != 1:
+            return f"topk {flags.get(TOPK)} (adaptive runs topk 1 only)"
+        if flags.get(ADAPTIVE) is True:
+            return "adaptive itself (its depth moves at run time)"
+        steps = flags.get(STEPS)
+        return steps if isinstance(steps, int) and not isinstance(steps, bool) else "no explicit steps"
+
+    def drafts(self, shared: Mapping[str, FlagValue]) -> bool:
+        return bool(shared.get(ALGORITHM))
+
+    def config(self, slots: Mapping[int, int]) -> ScheduleConfig:
+        return {str(key): {"candidate_steps": [steps]} for key, steps in slots.items()}
+
+    def launch_flags(
+        self, shared: Mapping[str, FlagValue], slots: Mapping[int, int], *, start: int, config_path: str
+    ) -> dict[str, FlagValue]:
+        """Topk 1 and draft tokens = steps + 1, as SGLang resolves them under adaptive; the start step
+        is one of the candidates."""
+        return {**shared, ADAPTIVE: True, ADAPTIVE_CONFIG: config_path, STEPS: start, TOPK: 1, DRAFT: start + 1}
+
+    def config_text(self, shared: Mapping[str, FlagValue], slots: Mapping[int, int]) -> str:
+        return json.dumps(self.config(slots))
+
+
 class SGLangEngine(Engine):
     name = "sglang"
+    speculation = SpeculationFlags(
+        method=ALGORITHM, depth=STEPS, draft_model=DRAFT_MODEL, draft_tokens=DRAFT, width=TOPK
+    )
+    schedule_form = AdaptiveSchedule()
+    verdict_memory_flag = "mem-fraction-static"
     # In SGLang 0.5.23 these size the KV/mamba pools, the request pool, prefill chunks and the
     # CUDA-graph batches; one stream decodes alike under any of them that still admits it (a
     # prompt longer than the context is a failure, not a rate: context-length is not among them).

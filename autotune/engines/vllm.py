@@ -78,6 +78,7 @@ from autotune.engines.failures import (
     SERVING,
     FailureRules,
 )
+from autotune.engines.speculation import ScheduleForm, SpeculationFlags
 from autotune.errors import FlagError, LauncherError, MeasurementError
 from autotune.feasibility import MemoryRules
 from autotune.measure.suites import Prompt
@@ -151,7 +152,10 @@ NGRAM = frozenset({"ngram", "ngram_gpu"})
 DEFAULT_LOOKUP = 5
 PER_BATCH_KEY = "num_speculative_tokens_per_batch_size"
 # vllm/config/vllm.py _maybe_disable_dynamic_sd_for_v1: Model Runner V1 runs the per-batch k for these.
-PER_BATCH_METHODS = frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"})
+# ngram_gpu is not among them (others fall back to static k there, with a warning).
+PER_BATCH_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
+PER_BATCH = DOTTED + PER_BATCH_KEY
+DATA_PARALLEL = "data-parallel-size"
 
 # What vLLM 0.33 prints on its way up and when it fails (the classifier is
 # autotune.engines.failures). The KV cache is what is left of utilization x total after the weights,
@@ -428,8 +432,57 @@ def _int(value: FlagValue, what: str) -> int:
         raise InvalidConfig(f"{what} must be an integer, not {value!r}") from None
 
 
+class PerBatchSchedule(ScheduleForm):
+    """vLLM's ``num_speculative_tokens_per_batch_size`` inside ``--speculative-config``: inclusive batch
+    ranges ``[start, end, k]``; vLLM looks the running batch's request count up in them every step."""
+
+    what = "vLLM's per-batch setting"
+    per_tier = frozenset({TOKENS, PER_BATCH})
+
+    def tier_depth(self, flags: Mapping[str, FlagValue]) -> int | str:
+        """Its num_speculative_tokens, for a method the per-batch setting runs, without data parallelism."""
+        dp = flags.get(DATA_PARALLEL, 1)
+        if isinstance(dp, int) and dp > 1:
+            return f"data-parallel-size {dp} (vLLM turns the per-batch setting off under data parallelism)"
+        method = flags.get(METHOD)
+        if method is None and flags.get(DRAFT_MODEL) is None:
+            return 0
+        if method not in PER_BATCH_METHODS:
+            return f"method {method} (the per-batch setting runs {'/'.join(PER_BATCH_METHODS)} only)"
+        if flags.get(PER_BATCH) is not None:
+            return "a per-batch setting itself"
+        k = flags.get(TOKENS)
+        return k if isinstance(k, int) and not isinstance(k, bool) else "no explicit num_speculative_tokens"
+
+    def drafts(self, shared: Mapping[str, FlagValue]) -> bool:
+        return bool(shared.get(METHOD) or shared.get(DRAFT_MODEL))
+
+    def batch_ranges(self, shared: Mapping[str, FlagValue], slots: Mapping[int, int]) -> list[list[int]]:
+        """A slot's range runs to the batch before the next slot's, the last to ``max-num-seqs`` (vLLM
+        would carry its k through the tail anyway; written out, the range says what runs). vLLM 0.33's
+        rules (v1/spec_decode/dynamic/utils.py): positive, sorted, not overlapping, the first starting
+        at 1, k >= 0; a k above num_speculative_tokens is capped."""
+        keys = list(slots.items())
+        top = shared.get(MAX_SEQS)
+        last = top if isinstance(top, int) and not isinstance(top, bool) else keys[-1][0]
+        ends = [key - 1 for key, _ in keys[1:]] + [max(last, keys[-1][0])]
+        return [[key, end, k] for (key, k), end in zip(keys, ends, strict=True)]
+
+    def launch_flags(
+        self, shared: Mapping[str, FlagValue], slots: Mapping[int, int], *, start: int, config_path: str
+    ) -> dict[str, FlagValue]:
+        """The ranges inline; num_speculative_tokens the deepest tier's k (vLLM caps every range's k at
+        it and sizes the per-request buffers for it)."""
+        return {**shared, TOKENS: max(slots.values()), PER_BATCH: json.dumps(self.batch_ranges(shared, slots))}
+
+    def config_text(self, shared: Mapping[str, FlagValue], slots: Mapping[int, int]) -> str:
+        return f"{PER_BATCH_KEY} {json.dumps(self.batch_ranges(shared, slots))}"
+
+
 class VLLMEngine(Engine):
     name = "vllm"
+    speculation = SpeculationFlags(method=METHOD, depth=TOKENS, draft_model=DRAFT_MODEL, unit="token")
+    schedule_form = PerBatchSchedule()
     # In vLLM 0.33 these size the KV budget, the sequence pool and the prefill batch; one
     # stream decodes alike under any of them that still admits it (max-model-len is not among them:
     # a prompt beyond it is refused).

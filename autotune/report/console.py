@@ -19,6 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune.decision import Adjusted, Launch, Reuse, Skip
+from autotune.engines import DEFAULT_ENGINE, get_engine
+from autotune.engines.names import short_flag
 from autotune.measure.client import CategoryStats, Measurement
 from autotune.records import TrialRecord
 from autotune.space import ENGINE_PARAM, Candidate, FlagValue
@@ -55,16 +57,6 @@ def _speed(record: TrialRecord) -> str:
         return "-"
     ci = record.metric_ci95("decode_tok_s")
     return f"{value:.1f}" + (f" ± {ci:.1f}" if isinstance(ci, (int, float)) else "")
-
-
-_SHORT = {"speculative-": "", "num-": "", "eagle-": "", "-memory": "", "-requests": "-reqs", "cuda-graph-": "graph-"}
-
-
-def short_flag(name: str) -> str:
-    """A column header short enough for a table: ``speculative-num-draft-tokens`` -> ``draft-tokens``."""
-    for long, short in _SHORT.items():
-        name = name.replace(long, short)
-    return name
 
 
 # Outcomes as the trial table spells them (the stored spelling is in `show --json` and `show --trial N`).
@@ -503,7 +495,8 @@ def schedule_table(verdict: ScheduleVerdict, *, metric: str = "decode_tok_s", un
                   f"{verdict.rounds} interleaved rounds", title_justify="left")  # fmt: skip
     for column in ("concurrency", "schedule", "± 95% CI", "static", "± 95% CI ", "schedule's gain (95%)", "verdict"):
         table.add_column(column, justify="left" if column in ("static", "verdict") else "right")
-    depth_unit = "token" if schedule.engine == "vllm" else "step"  # vLLM's k counts draft tokens
+    speculation = get_engine(schedule.engine).speculation
+    depth_unit = speculation.unit if speculation is not None else "step"
     for level in verdict.levels:
         for index, static in enumerate(level.statics):
             interval, said = schedule_comparison(level, static)
@@ -522,7 +515,7 @@ def schedule_table(verdict: ScheduleVerdict, *, metric: str = "decode_tok_s", un
     lines = [Text(f"verdict: {verdict.note}", style=style)]
     lines += [Text(f"  decided: {decision}") for decision in schedule.decisions]
     lines += [Text(f"  launch failed: {reason}", style="red") for reason in verdict.failed]
-    lines.append(Text(("" if schedule.engine == "vllm" else "adaptive config: ") + schedule.config_text(), style="dim"))
+    lines.append(Text(schedule.config_label() + schedule.config_text(), style="dim"))
     return Group(table, *lines)
 
 
@@ -545,7 +538,8 @@ def depths_table(records: Sequence[TrialRecord], levels: LoadLevels) -> Renderab
             mark = " *" if (record.number, winner.concurrency) in winners else ""
             cells.append(f"{value:.1f}{mark}" if value is not None else "-")
         label = f"baseline {record.baseline} (#{record.number})" if record.baseline else f"trial {record.number}"
-        depth = record.flags.get("speculative-num-steps", record.flags.get("num-speculative-tokens", "-"))
+        speculation = get_engine(record.engine or DEFAULT_ENGINE).speculation
+        depth = record.flags.get(speculation.depth, "-") if speculation is not None else "-"
         table.add_row(label, str(depth), *cells)
     return table
 

@@ -7,8 +7,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
+from autotune.engines.names import short_name
 from autotune.records import TrialRecord
-from autotune.report.summary import DRAFT_DEPTH, DRAFT_TOKENS, MEM_FRACTION, TOPK, StudySummary
+from autotune.report.summary import StudySummary, figure_flags
 from autotune.space import FlagValue
 
 if TYPE_CHECKING:
@@ -388,6 +389,8 @@ def _draw_break_even(s: StudySummary) -> Figure:
 
 
 def _tuned(s: StudySummary, flag: str) -> str | None:
+    if not flag:
+        return f"{s.engine} has no such flag"
     if flag not in s.tuned:
         return f"--{flag} is not tuned in this study"
     if sum(1 for r in s.trials if _flag(r, flag) is not None) < 2:
@@ -476,31 +479,33 @@ def _search_figures(s: StudySummary) -> list[FigurePlan]:
 
 def _configuration_figures(s: StudySummary) -> list[FigurePlan]:
     """What the configurations did: speed against two flags, accept length per category, the feasibility map."""
-    feasibility_skip = _tuned(s, MEM_FRACTION) or (
+    knobs = figure_flags(s.engine)
+    mem_fraction, draft_depth, draft_tokens, topk = knobs.memory, knobs.depth, knobs.draft_tokens, knobs.width
+    feasibility_skip = _tuned(s, mem_fraction) or (
         None
-        if sum(1 for r in s.trials if _flag(r, MEM_FRACTION) is not None and _flag(r, DRAFT_TOKENS) is not None) >= 2
-        else f"fewer than 2 trials with both --{MEM_FRACTION} and --{DRAFT_TOKENS} known"
+        if sum(1 for r in s.trials if _flag(r, mem_fraction) is not None and _flag(r, draft_tokens) is not None) >= 2
+        else f"fewer than 2 trials with both --{mem_fraction} and --{draft_tokens} known"
     )
     return [
         _plan(
             ReportFigure(
                 "speed-vs-mem-fraction.png",
-                f"{s.objective_metric} vs {MEM_FRACTION}",
+                f"{s.objective_metric} vs {mem_fraction or 'the memory fraction'}",
                 "Share of GPU memory SGLang reserves for weights and KV cache. Too low and the pools do not fit; "
                 "too high and CUDA graphs run out of memory.",
             ),
-            lambda: _draw_versus(s, MEM_FRACTION),
-            _tuned(s, MEM_FRACTION),
+            lambda: _draw_versus(s, mem_fraction),
+            _tuned(s, mem_fraction),
         ),
         _plan(
             ReportFigure(
                 "speed-vs-draft-depth.png",
-                f"{s.objective_metric} vs draft depth ({DRAFT_DEPTH})",
+                f"{s.objective_metric} vs draft depth" + (f" ({draft_depth})" if draft_depth else ""),
                 "Deeper drafts propose more tokens per verify step but each further token is accepted less "
                 "often and costs a draft pass. Labels give the trial and its tree width (topk).",
             ),
-            lambda: _draw_versus(s, DRAFT_DEPTH, colour_by=TOPK),
-            _tuned(s, DRAFT_DEPTH),
+            lambda: _draw_versus(s, draft_depth, colour_by=topk),
+            _tuned(s, draft_depth),
         ),
         _plan(
             ReportFigure(
@@ -516,10 +521,10 @@ def _configuration_figures(s: StudySummary) -> list[FigurePlan]:
             ReportFigure(
                 "feasibility.png",
                 "Feasibility map",
-                f"Every tried configuration by --{MEM_FRACTION} and --{DRAFT_TOKENS}, coloured by outcome: where "
+                f"Every tried configuration by --{mem_fraction} and --{draft_tokens}, coloured by outcome: where "
                 "the memory boundary lies and which draft sizes ran.",
             ),
-            lambda: _draw_feasibility(s, MEM_FRACTION, DRAFT_TOKENS),
+            lambda: _draw_feasibility(s, mem_fraction, draft_tokens),
             feasibility_skip,
         ),
     ]
@@ -588,7 +593,3 @@ def _trade_off_figures(s: StudySummary) -> list[FigurePlan]:
         )
     )
     return plans
-
-
-def short_name(flag: str) -> str:
-    return flag.removeprefix("speculative-").replace("num-", "")

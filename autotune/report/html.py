@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from autotune.engines.names import short_name
 from autotune.errors import UserError
 from autotune.profile import render_yaml
 from autotune.report.console import break_even_text, schedule_comparison, trial_note
-from autotune.report.figures import VERDICT_FIGURE, ReportFigure, outcome_look, plan_figures, short_name
+from autotune.report.figures import VERDICT_FIGURE, ReportFigure, outcome_look, plan_figures
 from autotune.report.summary import StudySummary, summarise
 from autotune.study.schedule import ScheduleVerdict
 from autotune.study.view import StudyView

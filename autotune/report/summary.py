@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 from pydantic import Field
 
+from autotune.engines import DEFAULT_ENGINE, engine_names, get_engine
 from autotune.errors import AutotuneError
 from autotune.measure.client import OBJECTIVE_UNITS, CategoryStats, Measurement
 from autotune.models import Frozen
@@ -25,11 +26,30 @@ from autotune.study.levels import LoadLevels
 from autotune.study.schedule import ScheduleVerdict
 from autotune.study.view import ParetoPoint, StudyView
 
-# The knobs the issue names; a figure about one is drawn only when the study tuned it.
-MEM_FRACTION = "mem-fraction-static"
-DRAFT_DEPTH = "speculative-num-steps"
-DRAFT_TOKENS = "speculative-num-draft-tokens"
-TOPK = "speculative-eagle-topk"
+
+class FigureFlags(Frozen):
+    """The engine's flags the configuration figures plot ("": the engine has no such flag); a figure
+    about one is drawn only when the study tuned it."""
+
+    memory: str = ""
+    depth: str = ""
+    draft_tokens: str = ""
+    width: str = ""
+
+
+def figure_flags(engine: str | None) -> FigureFlags:
+    """The flags of the study's engine (of the first registered one, for a study choosing among several)."""
+    names = [n.strip() for n in (engine or "").split(",") if n.strip() in engine_names()] or [DEFAULT_ENGINE]
+    chosen = get_engine(names[0])
+    speculation = chosen.speculation
+    if speculation is None:
+        return FigureFlags(memory=chosen.verdict_memory_flag or "")
+    return FigureFlags(
+        memory=chosen.verdict_memory_flag or "",
+        depth=speculation.depth,
+        draft_tokens=speculation.draft_tokens or "",
+        width=speculation.width or "",
+    )
 
 
 class TrialCategories(Frozen):

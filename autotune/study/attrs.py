@@ -419,13 +419,14 @@ def _record_memory(trial: optuna.Trial, outcome: TrialOutcome, lesson: MemoryLes
         trial.set_user_attr("memory_released", outcome.released)
 
 
-def mark_stale(storage: optuna.storages.BaseStorage, trial: FrozenTrial, reason: str) -> None:
+def mark_stale(storage: optuna.storages.BaseStorage, study: str, trial: FrozenTrial, reason: str) -> None:
     """Fail a trial whose tuner died (it stays RUNNING otherwise): interrupted, to be measured again."""
     from optuna.trial import TrialState
 
-    storage.set_trial_user_attr(trial._trial_id, OUTCOME, OutcomeKind.INTERRUPTED.value)
-    storage.set_trial_user_attr(trial._trial_id, "reason", reason)
-    storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+    trial_id = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study), trial.number)
+    storage.set_trial_user_attr(trial_id, OUTCOME, OutcomeKind.INTERRUPTED.value)
+    storage.set_trial_user_attr(trial_id, "reason", reason)
+    storage.set_trial_state_values(trial_id, TrialState.FAIL)
 
 
 def enqueue_baseline(study: optuna.Study, params: dict[str, Any], name: str) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from autotune.engines import get_engine
 from autotune.models import Frozen
 from autotune.records import TrialRecord
 from autotune.space import FlagValue
@@ -144,30 +145,24 @@ def break_even(points: list[SpeedPoint], *, best_tok_s: float | None, best_trial
     )
 
 
-# Each engine's spelling of (algorithm, depth, draft model); "none" or no algorithm: no speculation.
-_SPELLINGS = {
-    "sglang": ("speculative-algorithm", "speculative-num-steps", "speculative-draft-model-path"),
-    "vllm": ("speculative-method", "num-speculative-tokens", "speculative-model"),
-    "llamacpp": ("spec-type", "spec-draft-n-max", "spec-draft-model"),
-}
-
-
 def speed_point(record: TrialRecord, *, engine: str) -> SpeedPoint | None:
     """A measured trial as the fit reads it (its flags as the server resolved them); None when it
     was not measured, or measured no speed or, speculating, no accept length."""
     tok_s, accept = record.metric_value("decode_tok_s"), record.metric_value("accept_length")
     if record.outcome != "ok" or record.reused_from is not None or not tok_s:
         return None
-    algorithm_flag, steps_flag, model_flag = _SPELLINGS.get(record.engine or engine, _SPELLINGS["sglang"])
+    spelling = get_engine(record.engine or engine).speculation
+    if spelling is None:
+        return None
 
     def flag(name: str) -> FlagValue | None:
         return record.effective.get(name, record.flags.get(name))
 
-    algorithm, draft_model = flag(algorithm_flag), flag(model_flag)
+    algorithm, draft_model = flag(spelling.method), flag(spelling.draft_model)
     if algorithm in (None, "", "none", "None"):
         return SpeedPoint(trial=record.number, drafter=None, steps=0, tok_s=tok_s, accept_length=1.0,
                           roofline_share=record.roofline_share)  # fmt: skip
-    steps = flag(steps_flag)
+    steps = flag(spelling.depth)
     if accept is None or accept < 1 or not isinstance(steps, int) or isinstance(steps, bool):
         return None
     drafter = f"{algorithm} {Path(str(draft_model)).name}" if draft_model else str(algorithm)

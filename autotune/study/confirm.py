@@ -20,6 +20,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from autotune.engines import DEFAULT_ENGINE, get_engine
 from autotune.measure.client import t95
 from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
@@ -28,7 +29,6 @@ from autotune.records import TrialRecord
 # Relaunching the same configuration moved a real H200's decode figure by 1-5 % (up to 19 % for long
 # drafts, llama.cpp): the prior for the between-launch noise until a study measures it.
 PRIOR_LAUNCH_NOISE = 0.05
-MEMORY_FLAG = "mem-fraction-static"
 
 
 class Noise(Frozen):
@@ -60,7 +60,7 @@ class Finalist(Frozen):
     mean: float = Field(description="over the confirmation launches (the first measurement where none served)")
     ci95: float | None = Field(default=None, description="from the race's fit (round effects out): relative sd x mean")
     changed_flags: int
-    memory: float | None = Field(default=None, description="mem-fraction-static, or peak GiB where logged")
+    memory: float | None = Field(default=None, description="the engine's memory flag, or peak GiB where logged")
     dropped_after: int | None = Field(default=None, description="the round after which it was significantly behind")
 
     @property
@@ -193,7 +193,8 @@ def _memory(record: TrialRecord) -> float | None:
     peak = record.readings.get("gpu_peak_used_gib")
     if isinstance(peak, (int, float)):
         return float(peak)
-    fraction = record.flags.get(MEMORY_FLAG)
+    flag = get_engine(record.engine or DEFAULT_ENGINE).verdict_memory_flag
+    fraction = record.flags.get(flag) if flag is not None else None
     return float(fraction) if isinstance(fraction, (int, float)) else None
 
 

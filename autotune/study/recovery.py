@@ -21,16 +21,22 @@ from autotune.study.storage import heartbeat_enabled
 UNCLAIMED_GRACE_S = 300.0
 
 
-def recover(study: optuna.Study, servers: Path, *, unclaimed_grace_s: float = UNCLAIMED_GRACE_S) -> tuple[int, int]:
+def recover(
+    study: optuna.Study,
+    storage: optuna.storages.BaseStorage,
+    servers: Path,
+    *,
+    unclaimed_grace_s: float = UNCLAIMED_GRACE_S,
+) -> tuple[int, int]:
     """Kill orphaned servers, fail trials left RUNNING by a dead tuner on this host (or by a tuner
-    that died before it wrote its host into the trial).
+    that died before it wrote its host into the trial). ``storage`` is the one ``study`` was opened on.
 
     With heartbeats on, Optuna fails stale trials itself (and retries them once), on any host.
     Returns (servers killed, trials failed).
     """
     killed = len(reap_orphans(servers))
     failed = 0
-    if heartbeat_enabled(study._storage):
+    if heartbeat_enabled(storage):
         return killed, failed
     host = socket.gethostname()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -38,12 +44,13 @@ def recover(study: optuna.Study, servers: Path, *, unclaimed_grace_s: float = UN
         if record.host is None and record.worker_pid is None:
             started = trial.datetime_start
             if started is not None and (datetime.now() - started).total_seconds() > unclaimed_grace_s:
-                attrs.mark_stale(study._storage, trial, "the tuner that asked for it died before starting it")
+                why = "the tuner that asked for it died before starting it"
+                attrs.mark_stale(storage, study.study_name, trial, why)
                 failed += 1
             continue
         if record.host != host or record.worker_pid is None or pid_alive(record.worker_pid):
             continue
-        attrs.mark_stale(study._storage, trial, "the tuner running it died")
+        attrs.mark_stale(storage, study.study_name, trial, "the tuner running it died")
         failed += 1
     return killed, failed
 

@@ -185,6 +185,7 @@ class StudyRunner:
         self.space = checked.space
         self.engines = {engine: prepared.engine for engine, prepared in checked.engines.items()}
         self.name = name
+        self.storage = storage
         self.paths = paths
         self.events = events or StudyEvents()
         self.read_gpus = read_gpus
@@ -241,11 +242,11 @@ class StudyRunner:
 
     def recover(self) -> tuple[int, int]:
         """After a crash: kill orphaned servers, fail trials left RUNNING by a dead tuner on this host."""
-        return recovery.recover(self.study, self.paths.servers)
+        return recovery.recover(self.study, self.storage, self.paths.servers)
 
     def prepare(self) -> tuple[list[int], list[str]]:
         """Queue interrupted configs again and the baselines not yet measured, once across workers."""
-        with exclusive(self.study._storage, self.paths):
+        with exclusive(self.storage, self.paths):
             return recovery.requeue_interrupted(self.study), self.enqueue_baselines()
 
     def enqueue_baselines(self) -> list[str]:
@@ -253,7 +254,7 @@ class StudyRunner:
 
     def _describe_study(self) -> None:
         shown = self.space.model_copy(update={"fixed": redact_flags(self.space.fixed)})
-        with exclusive(self.study._storage, self.paths):  # two workers writing the same attrs at once
+        with exclusive(self.storage, self.paths):  # two workers writing the same attrs at once
             attrs.describe_study(
                 self.study, space=shown, env=redact_env(self.space.env), suite=self.checked.suite.name,
                 inventory=self.inventory,
@@ -548,7 +549,7 @@ class StudyRunner:
         next trial's number)."""
         trials = self.study.get_trials(deepcopy=False)
         params = {t.number: t.params for t in trials}
-        with exclusive(self.study._storage, self.paths):
+        with exclusive(self.storage, self.paths):
             for finalist in finalists:
                 attrs.enqueue_confirmation(self.study, params[finalist.number], finalist, round_=len(trials))
         self.study.optimize(self.objective, n_trials=len(finalists), catch=(TrialFault,), callbacks=[self._after_trial])

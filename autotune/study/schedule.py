@@ -1,20 +1,15 @@
-"""A speculation schedule per load: the per-level winners' draft depths as one SGLang adaptive
-config or one vLLM per-batch-size setting, and the verdict of racing it against each level's static
-winner.
+"""A speculation schedule per load: the per-level winners' draft depths as one schedule the engine
+runs (its :class:`~autotune.engines.speculation.ScheduleForm`: SGLang's adaptive config, vLLM's
+per-batch-size setting), and the verdict of racing it against each level's static winner.
 
 The arrow it owns: a levels study's records -> :func:`build` (a tier per level, the flags every tier
-shares, the config JSON SGLang 0.5.23 reads) -> fresh launches (:mod:`autotune.study.schedule_race`)
--> :func:`judge` (per level, the schedule's gain over that level's static winner with the race's
-interval from :func:`autotune.study.confirm.fit`) -> a profile. Each slot of the config lists ONE
-candidate step, the depth measured best at that load, so SGLang's EMA controller has nothing to
-move: the schedule is the measured one, not a guess of the controller's. On vLLM 0.33 the same tiers
-become ``--speculative-config``'s ``num_speculative_tokens_per_batch_size`` (inclusive batch ranges
-``[start, end, k]``; vLLM looks the running batch's request count up in them every step). Pure functions.
+shares, a depth per batch-size slot) -> fresh launches (:mod:`autotune.study.schedule_race`) ->
+:func:`judge` (per level, the schedule's gain over that level's static winner with the race's
+interval from :func:`autotune.study.confirm.fit`) -> a profile. Pure functions.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Sequence
@@ -22,8 +17,9 @@ from itertools import pairwise
 
 from pydantic import Field
 
-from autotune.engines import vllm
-from autotune.engines.sglang import ADAPTIVE, ADAPTIVE_CONFIG, ALGORITHM, DRAFT, STEPS, TOPK
+from autotune.engines import DEFAULT_ENGINE, engine_names, get_engine
+from autotune.engines.speculation import ScheduleConfig, ScheduleForm
+from autotune.errors import UserError
 from autotune.measure.client import t95
 from autotune.models import Frozen
 from autotune.records import TrialRecord
@@ -31,26 +27,28 @@ from autotune.space import FlagValue
 from autotune.study.confirm import Gain, fit
 from autotune.study.levels import LoadLevels, level_best, measured
 
-# speculative/adaptive_spec_params.py (0.5.23): adaptive runs EAGLE and EAGLE3 (NEXTN becomes EAGLE).
-RUNS_ADAPTIVE = ("EAGLE", "EAGLE3", "NEXTN")
-# What differs between tiers; every other flag is one value for the whole server.
-PER_TIER = frozenset({STEPS, TOPK, DRAFT, ADAPTIVE, ADAPTIVE_CONFIG})
-# vllm/config/vllm.py (0.33) _maybe_disable_dynamic_sd_for_v1: the methods Model Runner V1 schedules
-# per batch size (others fall back to static k there, with a warning); ngram_gpu is not among them.
-VLLM_RUNS_PER_BATCH = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
-PER_BATCH = vllm.DOTTED + "num_speculative_tokens_per_batch_size"
-VLLM_PER_TIER = frozenset({vllm.TOKENS, PER_BATCH})
-DATA_PARALLEL = "data-parallel-size"
 SCHEDULE = -1
 """The schedule's key among the race's configurations (trial numbers are 0 or more)."""
 
-AdaptiveConfig = dict[str, dict[str, list[int]]]
-BatchRanges = list[list[int]]
-"""vLLM's ``num_speculative_tokens_per_batch_size``: ``[start, end, k]`` per inclusive batch range."""
+AdaptiveConfig = ScheduleConfig
+
+
+def schedule_engines() -> list[str]:
+    """The engines that run a speculation schedule per load."""
+    return [name for name in engine_names() if get_engine(name).schedule_form is not None]
+
+
+def schedule_form(engine: str) -> ScheduleForm:
+    """How ``engine`` runs a schedule; a user error for an engine that runs none."""
+    form = get_engine(engine).schedule_form
+    if form is None:
+        able = " and ".join(schedule_engines())
+        raise UserError(f"{engine} runs no speculation schedule per load; autotune builds one for {able} only")
+    return form
 
 
 class Tier(Frozen):
-    """One load level's depth: the configuration measured best there that adaptive can run."""
+    """One load level's depth: the configuration measured best there that the schedule can run."""
 
     concurrency: int = Field(description="the load level (users at once) it was measured at")
     trial: int
@@ -60,10 +58,10 @@ class Tier(Frozen):
 
 
 class Schedule(Frozen):
-    """What ``--speculative-adaptive`` runs: a tier per level and the flags the tiers share."""
+    """What the engine's schedule runs: a tier per level and the flags the tiers share."""
 
     study: str
-    engine: str = Field(default="sglang", description="sglang: an adaptive config; vllm: batch ranges")
+    engine: str = Field(default=DEFAULT_ENGINE, description="the engine whose schedule form writes it")
     primary: int = Field(description="the study's primary level: its tier's steps start the server")
     tiers: list[Tier] = Field(description="one per level, in the space's order")
     flags: dict[str, FlagValue] = Field(description="the shared flags, without the per-tier speculative ones")
@@ -75,10 +73,10 @@ class Schedule(Frozen):
         return next(t.steps for t in self.tiers if t.concurrency == self.primary)
 
     def slots(self) -> dict[int, Tier]:
-        """Batch-size slot -> tier. SGLang routes a batch to the largest slot at or below its size, so
-        each level's slot starts halfway (geometrically) from the level below: a batch between two
-        measured levels runs the nearer one's depth, and a level's own ramp (users arriving, answers
-        ending) stays on its depth until it is nearer the level below. Neighbours of one depth share a slot."""
+        """Batch-size slot -> tier. A batch runs the largest slot at or below its size, so each level's
+        slot starts halfway (geometrically) from the level below: a batch between two measured levels
+        runs the nearer one's depth, and a level's own ramp (users arriving, answers ending) stays on
+        its depth until it is nearer the level below. Neighbours of one depth share a slot."""
         ordered = sorted(self.tiers, key=lambda t: t.concurrency)
         keys = [1] + [math.ceil(math.sqrt(a.concurrency * b.concurrency)) for a, b in pairwise(ordered)]
         slots: dict[int, Tier] = {}
@@ -87,43 +85,30 @@ class Schedule(Frozen):
                 slots[key] = tier
         return slots
 
-    def adaptive_config(self) -> AdaptiveConfig | None:
-        """``--speculative-adaptive-config``'s JSON: one slot per level, one candidate step each (None on
-        vLLM, whose schedule travels inside ``--speculative-config``)."""
-        if self.engine == "vllm":
-            return None
-        return {str(key): {"candidate_steps": [tier.steps]} for key, tier in self.slots().items()}
+    def depths(self) -> dict[int, int]:
+        """Batch-size slot -> the depth it runs."""
+        return {key: tier.steps for key, tier in self.slots().items()}
 
-    def batch_ranges(self) -> BatchRanges:
-        """vLLM's ranges: a slot's range runs to the batch before the next slot's, the last to
-        ``max-num-seqs`` (vLLM would carry its k through the tail anyway; written out, the range says
-        what runs). vLLM 0.33's rules (v1/spec_decode/dynamic/utils.py): positive, sorted, not
-        overlapping, the first starting at 1, k >= 0; a k above num_speculative_tokens is capped."""
-        keys = list(self.slots().items())
-        top = self.flags.get(vllm.MAX_SEQS)
-        last = top if isinstance(top, int) and not isinstance(top, bool) else keys[-1][0]
-        ends = [key - 1 for key, _ in keys[1:]] + [max(last, keys[-1][0])]
-        return [[key, end, tier.steps] for (key, tier), end in zip(keys, ends, strict=True)]
+    def adaptive_config(self) -> AdaptiveConfig | None:
+        """The file the engine reads (None where the schedule travels in its flags)."""
+        return schedule_form(self.engine).config(self.depths())
 
     def launch_flags(self, config_path: str) -> dict[str, FlagValue]:
-        """The server's flags. SGLang: the config at ``config_path`` (topk 1 and draft tokens = steps + 1,
-        as SGLang resolves them under adaptive; the start step is one of the candidates). vLLM: the
-        ranges inline, num_speculative_tokens the deepest tier's k (vLLM caps every range's k at it and
-        sizes the per-request buffers for it)."""
-        if self.engine == "vllm":
-            deepest = max(t.steps for t in self.tiers)
-            return {**self.flags, vllm.TOKENS: deepest, PER_BATCH: json.dumps(self.batch_ranges())}
-        start = self.start_steps
-        return {**self.flags, ADAPTIVE: True, ADAPTIVE_CONFIG: config_path, STEPS: start, TOPK: 1, DRAFT: start + 1}
+        """The server's flags, naming the file at ``config_path`` where the engine reads one."""
+        return schedule_form(self.engine).launch_flags(
+            self.flags, self.depths(), start=self.start_steps, config_path=config_path
+        )
 
     def config_text(self) -> str:
         """What the engine reads, as the output shows it."""
-        if self.engine == "vllm":
-            return f"num_speculative_tokens_per_batch_size {json.dumps(self.batch_ranges())}"
-        return json.dumps(self.adaptive_config())
+        return schedule_form(self.engine).config_text(self.flags, self.depths())
+
+    def config_label(self) -> str:
+        return schedule_form(self.engine).config_label
 
     def text(self) -> str:
-        unit = "token" if self.engine == "vllm" else "step"  # vLLM's k counts draft tokens
+        speculation = get_engine(self.engine).speculation
+        unit = speculation.unit if speculation is not None else "step"
         return ", ".join(f"{t.steps} {unit}{'' if t.steps == 1 else 's'} at {t.concurrency}" for t in self.tiers)
 
 
@@ -134,58 +119,28 @@ class NoSchedule(Frozen):
     run: int | None = Field(default=None, description="the trial to run instead")
 
 
-def tier_steps(record: TrialRecord, engine: str = "sglang") -> int | str:
-    """The draft steps adaptive would run ``record`` at, or why it cannot: adaptive runs EAGLE/NEXTN
-    drafts with topk 1 only, and a run without drafting is the 0-step tier. On vLLM: its
-    num_speculative_tokens, for a method the per-batch setting runs, without data parallelism."""
-    flags = record.flags
-    if engine == "vllm":
-        return _vllm_tier(flags)
-    algorithm = flags.get(ALGORITHM)
-    if algorithm is None:
-        return 0
-    if algorithm not in RUNS_ADAPTIVE:
-        return f"{algorithm} (adaptive runs {'/'.join(RUNS_ADAPTIVE)} only)"
-    if flags.get(TOPK, 1) != 1:
-        return f"topk {flags.get(TOPK)} (adaptive runs topk 1 only)"
-    if flags.get(ADAPTIVE) is True:
-        return "adaptive itself (its depth moves at run time)"
-    steps = flags.get(STEPS)
-    return steps if isinstance(steps, int) and not isinstance(steps, bool) else "no explicit steps"
-
-
-def _vllm_tier(flags: dict[str, FlagValue]) -> int | str:
-    dp = flags.get(DATA_PARALLEL, 1)
-    if isinstance(dp, int) and dp > 1:
-        return f"data-parallel-size {dp} (vLLM turns the per-batch setting off under data parallelism)"
-    method = flags.get(vllm.METHOD)
-    if method is None and flags.get(vllm.DRAFT_MODEL) is None:
-        return 0
-    if method not in VLLM_RUNS_PER_BATCH:
-        return f"method {method} (the per-batch setting runs {'/'.join(VLLM_RUNS_PER_BATCH)} only)"
-    if flags.get(PER_BATCH) is not None:
-        return "a per-batch setting itself"
-    k = flags.get(vllm.TOKENS)
-    return k if isinstance(k, int) and not isinstance(k, bool) else "no explicit num_speculative_tokens"
+def tier_steps(record: TrialRecord, engine: str = DEFAULT_ENGINE) -> int | str:
+    """The draft depth the engine's schedule would run ``record`` at, or why it cannot."""
+    return schedule_form(engine).tier_depth(record.flags)
 
 
 def _shared(record: TrialRecord, engine: str) -> dict[str, FlagValue]:
-    per_tier = VLLM_PER_TIER if engine == "vllm" else PER_TIER
+    per_tier = schedule_form(engine).per_tier
     return {name: value for name, value in record.flags.items() if name not in per_tier}
 
 
 def build(
-    records: Sequence[TrialRecord], levels: LoadLevels, *, study: str, engine: str = "sglang"
+    records: Sequence[TrialRecord], levels: LoadLevels, *, study: str, engine: str = DEFAULT_ENGINE
 ) -> Schedule | NoSchedule:
     """The schedule of a levels study: each level's winner as its tier (else that level's best that
-    adaptive can run, said so); the shared flags of the deepest tier's trial, whose launch held the
-    deepest drafts' buffers (SGLang sizes them for the widest tier). Declined without a launch when
-    a level has no tier or every tier drafts the same depth."""
+    the schedule can run, said so); the shared flags of the deepest tier's trial, whose launch held
+    the deepest drafts' buffers (SGLang sizes them for the widest tier). Declined without a launch
+    when a level has no tier or every tier drafts the same depth."""
     by_number = {r.number: r for r in records}
     primary = next((w for w in levels.winners if w.concurrency == levels.primary), None)
     run = primary.trial if primary is not None else None
     runnable = [r for r in measured(records) if isinstance(tier_steps(r, engine), int)]
-    what = "vLLM's per-batch setting" if engine == "vllm" else "adaptive"
+    what = schedule_form(engine).what
     tiers: list[Tier] = []
     decisions: list[str] = []
     for winner in levels.winners:
@@ -210,8 +165,7 @@ def build(
                           "serves them all", run=run)  # fmt: skip
     deepest = max(tiers, key=lambda t: (t.steps, t.concurrency == levels.primary))
     shared = _shared(by_number[deepest.trial], engine)
-    drafts = shared.get(vllm.METHOD) or shared.get(vllm.DRAFT_MODEL) if engine == "vllm" else shared.get(ALGORITHM)
-    if not drafts:
+    if not schedule_form(engine).drafts(shared):
         return NoSchedule(reason=f"no tier drafts: nothing for {what} to schedule", run=run)
     for tier in tiers:
         theirs = _shared(by_number[tier.trial], engine)
@@ -284,7 +238,7 @@ class ScheduleVerdict(Frozen):
     """Recommend the schedule, or say which static configuration to run and why."""
 
     schedule: Schedule
-    config: AdaptiveConfig | None = Field(description="SGLang's adaptive config; None on vLLM (its flags hold it)")
+    config: AdaptiveConfig | None = Field(description="the file the engine reads; None where its flags hold it")
     rounds: int
     levels: list[LevelVerdict]
     failed: list[str] = Field(default_factory=list, description="launches that did not serve, and why")

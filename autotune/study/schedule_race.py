@@ -30,7 +30,6 @@ from autotune.study.preflight_checks import Preflight
 from autotune.study.schedule import SCHEDULE, Launches, Schedule, ScheduleVerdict, judge
 from autotune.trial import Phase
 
-MAX_RUNNING = "max-running-requests"  # as the server resolved it: what the memory left room for
 CONFIG_FILE = "schedule-adaptive.json"
 
 
@@ -55,7 +54,8 @@ def race(
     space = checked.space
     engine = checked.engines[space.engine].engine
     path = config_path(paths)
-    adaptive = schedule.adaptive_config()  # None on vLLM: its ranges travel in --speculative-config
+    adaptive = schedule.adaptive_config()  # None where the schedule travels in the engine's flags
+    running_flag = engine.schedule_form.running_flag if engine.schedule_form is not None else None
     try:
         paths.folder.mkdir(parents=True, exist_ok=True)
         if adaptive is not None:
@@ -93,7 +93,8 @@ def race(
             if outcome.kind is not OutcomeKind.OK:
                 failed.append(f"{name}, round {round_index + 1}: {outcome.kind.value}: {outcome.reason}")
                 continue
-            running = outcome.effective.values.get(MAX_RUNNING) if outcome.effective is not None else None
+            resolved = outcome.effective.values if outcome.effective is not None else {}
+            running = resolved.get(running_flag) if running_flag is not None else None
             if isinstance(running, int) and not isinstance(running, bool):
                 slots[config] = min(running, slots.get(config, running))
             for measurement in outcome.measurements:

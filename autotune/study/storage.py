@@ -163,7 +163,7 @@ for _name in (
     "get_trial_user_attrs", "get_trial_system_attrs", "get_all_studies", "create_new_trial", "set_trial_param",
     "get_trial_param", "set_trial_state_values", "set_trial_intermediate_value", "set_trial_user_attr",
     "set_trial_system_attr", "get_trial_id_from_study_id_trial_number", "get_trial", "get_all_trials",
-    "get_best_trial", "record_heartbeat", "_get_stale_trial_ids",
+    "get_best_trial", "record_heartbeat",
 ):  # fmt: skip
     if hasattr(optuna.storages.RDBStorage, _name):
         setattr(_OutageTolerantStorage, _name, _riding_out(_name))
@@ -238,10 +238,8 @@ def storage_errors(url: str) -> Iterator[None]:
 
 
 def heartbeat_enabled(storage: optuna.storages.BaseStorage) -> bool:
-    """Whether Optuna fails this storage's stale trials itself (a study holds its RDB storage inside
-    Optuna's cache: look through it)."""
-    backend = getattr(storage, "_backend", storage)
-    return isinstance(backend, optuna.storages.RDBStorage) and backend.get_heartbeat_interval() is not None
+    """Whether Optuna fails this storage's stale trials itself (the storage a study was opened on)."""
+    return isinstance(storage, optuna.storages.RDBStorage) and storage.get_heartbeat_interval() is not None
 
 
 def load_existing_study(name: str, storage_url: str) -> optuna.Study:
@@ -257,7 +255,7 @@ def load_existing_study(name: str, storage_url: str) -> optuna.Study:
 def _sql_engine(storage: optuna.storages.BaseStorage) -> sqlalchemy.engine.Engine | None:
     import sqlalchemy
 
-    engine = getattr(getattr(storage, "_backend", storage), "engine", None)
+    engine = storage.engine if isinstance(storage, optuna.storages.RDBStorage) else None
     return engine if isinstance(engine, sqlalchemy.engine.Engine) else None
 
 

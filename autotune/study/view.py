@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from autotune.engines import DEFAULT_ENGINE
 from autotune.measure.client import Measurement
 from autotune.models import Frozen
 from autotune.profile import Profile, ProfileMetric
@@ -118,7 +119,7 @@ class StudyView:
     def break_even(self) -> BreakEven:
         """The accept length each measured drafter must reach to beat the best (see :mod:`autotune.study.breakeven`)."""
         best = self.best()
-        engine = self.info.space.engine if self.info.space else "sglang"
+        engine = self.info.space.engine if self.info.space else DEFAULT_ENGINE
         points = [p for r in self.records() if (p := speed_point(r, engine=engine)) is not None]
         best_tok_s = best.metric_value("decode_tok_s") if best is not None else None
         return break_even(points, best_tok_s=best_tok_s, best_trial=best.number if best is not None else None)
