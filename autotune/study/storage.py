@@ -285,7 +285,7 @@ def exclusive(storage: optuna.storages.BaseStorage, paths: StudyPaths) -> Iterat
     engine = _sql_engine(storage)
     if engine is not None and engine.dialect.name == "postgresql":
         key = int(hashlib.sha256(paths.name.encode()).hexdigest()[:15], 16)
-        outage_s = getattr(getattr(storage, "_backend", storage), "outage_s", OUTAGE_S)
+        outage_s = getattr(storage, "outage_s", OUTAGE_S)  # the storage the study was opened on
         conn = ride_out(lambda: _advisory_locked(engine, key), outage_s=outage_s)
         try:
             yield
