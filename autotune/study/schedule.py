@@ -24,7 +24,7 @@ from pydantic import Field
 
 from autotune.engines import vllm
 from autotune.engines.sglang import ADAPTIVE, ADAPTIVE_CONFIG, ALGORITHM, DRAFT, STEPS, TOPK
-from autotune.measure.client import t95
+from autotune.measure.statistics import t95
 from autotune.models import Frozen
 from autotune.records import TrialRecord
 from autotune.space import FlagValue
