@@ -17,8 +17,9 @@ from pathlib import Path
 
 from autotune.engines import get_engine
 from autotune.engines.base import Engine, InvalidConfig, LaunchPlan
-from autotune.measure.client import Measurement, Metric
+from autotune.measure.client import Measurement
 from autotune.measure.protocol import EarlyStop
+from autotune.measure.statistics import Metric
 from autotune.outcomes import OutcomeKind
 from autotune.space import Condition, FlagValue, SearchSpace
 from autotune.trial import TrialOutcome

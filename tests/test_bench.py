@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from autotune.bench import Verdict, VerdictCategory, compare, compare_levels, levels_exit_code
-from autotune.measure.client import Measurement, Metric
+from autotune.measure.client import Measurement
+from autotune.measure.statistics import Metric
 from autotune.profile import Profile, ProfileLevel, ProfileMetric
 
 NOT_SLOWER, SLOWER, CANNOT_TELL = VerdictCategory.NOT_SLOWER, VerdictCategory.SLOWER, VerdictCategory.CANNOT_TELL

@@ -17,14 +17,13 @@ from autotune.errors import MeasurementError
 from autotune.measure.client import (
     Measurement,
     RequestRecord,
-    percentile,
     run_measurement,
-    steadiness,
     stream_rate,
     summarise,
 )
 from autotune.measure.integrity import failed_check
 from autotune.measure.protocol import MeasureSettings
+from autotune.measure.statistics import percentile, steadiness
 from autotune.measure.suites import Prompt, Suite
 
 SUITE = Suite(

@@ -321,3 +321,22 @@ def test_only_the_snapshot_reads_optuna_s_tables() -> None:
     for path in PACKAGE.rglob("*.py"):
         if path != snapshot:
             assert not table.search(path.read_text()), f"{path} reads Optuna's tables: only snapshot.py may"
+
+
+README_MAX_LINES = 90
+
+
+def test_the_readme_is_a_page() -> None:
+    """README is what a newcomer reads in two minutes; the rest lives in docs/."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert "<!-- readme-commands -->" in lines  # the scan reads the real README
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines (at most {README_MAX_LINES})"
+
+
+def test_the_readme_links_resolve() -> None:
+    """Every relative link of README.md names a file of the repository (anchors aside)."""
+    targets = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text())
+    local = [t for t in targets if "://" not in t]
+    assert len(local) > 5
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing, f"README.md links to missing files: {missing}"

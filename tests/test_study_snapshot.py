@@ -12,7 +12,8 @@ from optuna.storages._rdb import models
 
 from autotune.engines.base import LaunchPlan
 from autotune.errors import StorageError
-from autotune.measure.client import CategoryStats, Measurement, Metric
+from autotune.measure.client import CategoryStats, Measurement
+from autotune.measure.statistics import Metric
 from autotune.outcomes import OutcomeKind
 from autotune.study import StudyView, artifacts
 from autotune.study.snapshot import SCHEMA_VERSION, read_sqlite_study

@@ -1,4 +1,5 @@
-"""Measurement: the benchmark client and the steady-state statistics over its requests.
+"""Measurement: the benchmark client and the summary of its requests (the statistics it uses are
+in :mod:`autotune.measure.statistics`).
 
 The protocol: the engine's lifetime counters are reset, warm-up requests are sent and discarded,
 then *rounds* run: each round sends every prompt of the suite once, at the configured concurrency.
@@ -9,7 +10,6 @@ rounds are compared to flag drift. httpx errors are translated here into Measure
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +20,7 @@ from pydantic import Field
 from autotune.engines.base import Engine, ServerStats
 from autotune.errors import MeasurementError
 from autotune.measure.protocol import MeasureSettings, ObjectiveMetric
+from autotune.measure.statistics import Metric, Steadiness, mean_metric, percentile, relative_ci95, steadiness
 from autotune.measure.suites import Prompt, Suite
 from autotune.models import Frozen
 
@@ -30,21 +31,6 @@ if TYPE_CHECKING:
 # measurements (show, export, report) needs only the models above.
 
 OBJECTIVE_UNITS: dict[str, str] = {"decode_tok_s": "tok/s", "output_tok_s": "tok/s"}
-
-
-class Metric(Frozen):
-    """A number with its unit, direction and uncertainty."""
-
-    name: str
-    unit: str
-    value: float
-    ci95: float | None = Field(default=None, description="half width of the 95% confidence interval")
-    n: int
-    higher_is_better: bool = True
-
-    @property
-    def rel_ci95(self) -> float | None:
-        return self.ci95 / abs(self.value) if self.ci95 is not None and self.value else None
 
 
 class RequestRecord(Frozen):
@@ -81,13 +67,6 @@ class CategoryStats(Frozen):
     accept_length: Metric | None
 
 
-class Steadiness(Frozen):
-    early: float
-    late: float
-    drift: float = Field(description="(late - early) / early")
-    steady: bool
-
-
 class Measurement(Frozen):
     """One measurement of one server at one concurrency."""
 
@@ -121,58 +100,6 @@ class Measurement(Frozen):
         metric = self.metric(self.objective)
         assert metric is not None
         return metric.value
-
-
-# ---------------------------------------------------------------- statistics (pure)
-
-
-def t95(dof: int) -> float:
-    """Two-sided 95% Student t quantile."""
-    table = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-             10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 60: 2.000}  # fmt: skip
-    for limit in sorted(table):
-        if dof <= limit:
-            return table[limit]
-    return 1.96
-
-
-def mean_metric(name: str, unit: str, values: Sequence[float], *, higher_is_better: bool = True) -> Metric:
-    n = len(values)
-    mean = statistics.fmean(values)
-    ci = t95(n - 1) * statistics.stdev(values) / math.sqrt(n) if n >= 2 else None
-    return Metric(name=name, unit=unit, value=mean, ci95=ci, n=n, higher_is_better=higher_is_better)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile, q in [0, 100]."""
-    ordered = sorted(values)
-    if not ordered:
-        raise ValueError("no values")
-    position = (len(ordered) - 1) * q / 100
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def steadiness(round_values: Sequence[float], *, tolerance: float) -> Steadiness | None:
-    """Is there a trend across the rounds? A least-squares line through the round values: drift is
-    its relative change from the first round to the last, flagged when beyond ``tolerance`` and
-    beyond the noise (the slope's 95% interval excludes zero)."""
-    n = len(round_values)
-    if n < 3:
-        return None
-    half = n // 2
-    early = statistics.fmean(round_values[:half])
-    late = statistics.fmean(round_values[-half:])
-    xs = range(n)
-    x_mean, y_mean = (n - 1) / 2, statistics.fmean(round_values)
-    sxx = sum((x - x_mean) ** 2 for x in xs)
-    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, round_values, strict=True)) / sxx
-    residual = sum((y - (y_mean + slope * (x - x_mean))) ** 2 for x, y in zip(xs, round_values, strict=True))
-    slope_se = math.sqrt(residual / (n - 2) / sxx)
-    drift = slope * (n - 1) / y_mean if y_mean else 0.0
-    significant = abs(slope) > t95(n - 2) * slope_se
-    return Steadiness(early=early, late=late, drift=drift, steady=not (significant and abs(drift) > tolerance))
 
 
 def round_throughput(records: Sequence[RequestRecord], wall_s: float) -> float:
@@ -482,7 +409,7 @@ async def _run_rounds(
     round_prompts = [prompts[i % len(prompts)] for i in range(max(len(prompts), settings.concurrency))]
     rounds.stop_reason = f"max rounds ({settings.max_rounds})"
     for round_index in range(settings.max_rounds):
-        precision = f", ±{_rel(rounds.values):.1%}" if len(rounds.values) > 1 else ""
+        precision = f", ±{relative_ci95(rounds.values):.1%}" if len(rounds.values) > 1 else ""
         _report(on_progress, f"round {round_index + 1}{precision}")
         round_started = clock()
         batch = await sender.send(round_prompts, round_index)
@@ -506,7 +433,7 @@ async def _run_rounds(
                 f"(noise ±{settings.early_stop.noise_rel:.0%} sd)"
             )
             return
-        if len(rounds.values) >= max(settings.min_rounds, 2) and _rel(rounds.values) <= settings.target_rel_ci:
+        if len(rounds.values) >= max(settings.min_rounds, 2) and relative_ci95(rounds.values) <= settings.target_rel_ci:
             rounds.stop_reason = f"precision ±{settings.target_rel_ci:.0%} reached"
             return
         if clock() - started >= settings.max_seconds:
@@ -541,8 +468,3 @@ async def greedy_texts(
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise MeasurementError(f"output check: unexpected answer ({type(exc).__name__}: {exc})") from None
     return texts
-
-
-def _rel(values: Sequence[float]) -> float:
-    metric = mean_metric("x", "", values)
-    return metric.rel_ci95 if metric.rel_ci95 is not None else math.inf

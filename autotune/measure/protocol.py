@@ -20,10 +20,8 @@ class MeasureProtocol(BaseModel):
     ignore_eos: bool = Field(default=False, description="fixed-length generation instead of natural length")
     target_rel_ci: float = Field(default=0.02, gt=0, lt=1, description="stop when the 95% CI is within ±this")
     min_rounds: int = Field(default=3, ge=1, description="rounds before the stop rule may fire")
-    # Rounds are the unit of noise: on a real H200 the same greedy requests of a speculating
-    # llama-server varied ~5 % between rounds on the server's own clock (client timing agreed to
-    # 0.1 %), so ±2 % takes 15-25 short rounds. The time cap, not a small round count, bounds it
-    # (benchmarks/results/h200-llamacpp-2026-11-30).
+    # A speculating server's rounds vary by several %, so ±2 % may take tens of rounds: the time cap,
+    # not a small round count, bounds a measurement (docs/how-it-works.md, "Measurement").
     max_rounds: int = Field(default=40, ge=1)
     max_seconds: float = Field(default=120.0, gt=0, description="time cap per concurrency level")
     drift_tolerance: float = Field(default=0.03, gt=0, description="early vs late rounds; beyond it: drift")
@@ -37,14 +35,10 @@ class MeasureProtocol(BaseModel):
 
 
 class EarlyStop(BaseModel):
-    """Stop measuring a configuration that cannot plausibly reach the best so far.
-
-    After each round the measurement so far is compared with ``bar`` (the best measured value): it is
-    hopeless when even ``sigmas`` standard deviations of the noise above it stay below the bar. With
-    ``noise_rel`` the relative sd of one configuration's value between launches (and rounds) and
-    ``sigmas`` 3, a configuration truly as good as the best is stopped by chance about 1 time in 700
-    (one-sided normal tail), while one 20 % slower on a 5 % noise floor stops after its first round.
-    """
+    """Stop measuring a configuration that cannot plausibly reach the best so far: after a round, it
+    is hopeless when even ``sigmas`` sd of the noise (``noise_rel``) above its estimate stays below
+    ``bar``, the best measured value. At 3 sd, one truly as good as the best is stopped about 1 time
+    in 700, while one 20 % slower on a 5 % noise floor stops after its first round."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import Field
 
 from autotune.engines import DEFAULT_ENGINE, get_engine
-from autotune.measure.client import t95
+from autotune.measure.statistics import t95
 from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord

@@ -20,7 +20,7 @@ from pydantic import Field
 from autotune.engines import DEFAULT_ENGINE, engine_names, get_engine
 from autotune.engines.speculation import ScheduleConfig, ScheduleForm
 from autotune.errors import UserError
-from autotune.measure.client import t95
+from autotune.measure.statistics import t95
 from autotune.models import Frozen
 from autotune.records import TrialRecord
 from autotune.space import FlagValue

@@ -12,7 +12,8 @@ import optuna
 from autotune.engines import get_engine
 from autotune.engines.base import FlagSet, LaunchPlan, MemoryFacts
 from autotune.gpu import GpuInventory
-from autotune.measure.client import Measurement, Metric
+from autotune.measure.client import Measurement
+from autotune.measure.statistics import Metric
 from autotune.measure.suites import load_suite
 from autotune.outcomes import OutcomeKind
 from autotune.space import SearchSpace, resolve_command
