@@ -32,12 +32,12 @@ from benchmarks import replay
 from benchmarks.landscape import GridAxis
 from benchmarks.search_efficiency import (
     FINALISTS,
+    LandscapeLauncher,
     Problem,
     RecordedSteps,
     Run,
     Step,
     StepRecorder,
-    LandscapeLauncher,
     _launch_candidate,
     _tier_stage,
     count_claims,
@@ -224,8 +224,11 @@ def tune_k(bench: Bench, seed: int, budget: int) -> Run:
     median minus one MAD, ties within 1 % of the best to the smaller K."""
     run = _night("peer-tune-k", seed)
     dflash = bench.drafter.get("speculative-algorithm") == "DFLASH"  # its K is the block it drafts
-    length = bench.axis("speculative-dflash-block-size") if dflash else bench.axis("speculative-num-steps",
-                                                                                    "spec-draft-n-max")
+    length = (
+        bench.axis("speculative-dflash-block-size")
+        if dflash
+        else bench.axis("speculative-num-steps", "spec-draft-n-max")
+    )
     configs: list[tuple[int, dict[str, FlagValue]]] = [(0, bench.settle(bench.defaults))]
     if length is not None:
         topk = bench.axis("speculative-eagle-topk")
@@ -327,7 +330,9 @@ PEERS: dict[str, Callable[[Bench, int, int], Run]] = {
 
 def perfect_race(night: Run) -> Run:
     """The truly best configuration autotune's search launched: what a perfect selection would name."""
-    bound = Run(method="bound-perfect-race", seed=night.seed, steps=night.steps, confirm_launches=night.confirm_launches)
+    bound = Run(
+        method="bound-perfect-race", seed=night.seed, steps=night.steps, confirm_launches=night.confirm_launches
+    )
     bound.confirmed_true = max((s.true or 0.0 for s in night.steps if s.launched and s.measured is not None),
                                default=0.0)  # fmt: skip
     return bound

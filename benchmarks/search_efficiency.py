@@ -652,8 +652,9 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
             lambda p, s, b: run_study(p, s, b, early_stop=False, name="autotune, no early stop"),
         ),
         "random-runner": Method("random (autotune loop)", lambda p, s, b: night(p, s, b, sampler="random")),
-        "bound-perfect-race": Method("bound-perfect-race",
-                                     lambda p, s, b: peers.perfect_race(night(p, s, b, sampler="tpe"))),
+        "bound-perfect-race": Method(
+            "bound-perfect-race", lambda p, s, b: peers.perfect_race(night(p, s, b, sampler="tpe"))
+        ),
         "bound-oracle-finalists": Method("bound-oracle-finalists", peers.oracle_finalists),
         "random": Method(
             "random search", lambda p, s, b: run_candidates(p, s, b, "random search", random_candidates(p, s))
@@ -966,7 +967,8 @@ def family_benchmark(
             },
             "runs": runs,
         }
-    return {"paired": paired_regret(rows), "family_seeds": [first_seed, first_seed + count - 1], "budget": budget, "launch_sd": launch_sd,
+    return {"paired": paired_regret(rows), "family_seeds": [first_seed, first_seed + count - 1], "budget": budget,
+            "launch_sd": launch_sd,
             "members": described, "methods": results}  # fmt: skip
 
 
@@ -1213,8 +1215,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"{','.join(DEFAULT_METHODS)}; with --family {','.join(DEFAULT_FAMILY_METHODS)})")  # fmt: skip
     parser.add_argument("--per-tier", type=int, default=8, help="candidates per tier of the tiered grid")
     parser.add_argument("--noise", type=float, default=None, help="relative sd of a measurement (default: target/1.96)")
-    parser.add_argument("--launch-sd", type=float, default=None,
-                        help="relative sd of speed between launches (default: the profile's timing.launch_sd)")
+    parser.add_argument(
+        "--launch-sd",
+        type=float,
+        default=None,
+        help="relative sd of speed between launches (default: the profile's timing.launch_sd)",
+    )
     parser.add_argument("--first-seed", type=int, default=0,
                         help="with --recorded and --methods: the first seed (seeds FIRST to FIRST+N-1)")  # fmt: skip
     parser.add_argument("--exhaustive", action="store_true", help="find the optimum by evaluating every candidate")
@@ -1239,8 +1245,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   noise_rel=args.noise, launch_sd=args.launch_sd, progress=progress)  # fmt: skip
         report["wall_s"] = time.monotonic() - started
         print_family_table(report)
-        print_regret_table(report, f"The night's answer over family members {args.family_seed}.."
-                           f"{args.family_seed + args.family - 1}, night {report['budget']} launches")
+        print_regret_table(
+            report,
+            f"The night's answer over family members {args.family_seed}.."
+            f"{args.family_seed + args.family - 1}, night {report['budget']} launches",
+        )
     else:
         if args.twin_profile is None or args.space is None:
             parser.error("give --twin-profile and --space, or --family N")
@@ -1253,8 +1262,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                            progress=progress)  # fmt: skip
         report["wall_s"] = time.monotonic() - started
         print_table(report)
-        print_regret_table(report, f"The night's answer on {report['profile']} ({args.seeds} seeds), night "
-                           f"{report['budget']} launches")
+        print_regret_table(
+            report, f"The night's answer on {report['profile']} ({args.seeds} seeds), night {report['budget']} launches"
+        )
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2))
     return 0
