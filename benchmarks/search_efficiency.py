@@ -1192,6 +1192,23 @@ def print_recorded_table(report: dict[str, Any]) -> None:
     Console(width=max(Console().width, 130)).print(table)
 
 
+def pool_reports(paths: Sequence[Path]) -> dict[str, Any]:
+    """Family reports of the same methods and night run apart (members split over processes) as one:
+    every member's runs pooled, the regret summary and the paired intervals computed again."""
+    reports = [json.loads(path.read_text()) for path in paths]
+    budget = reports[0]["budget"]
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for report in reports:
+        if report["budget"] != budget or set(report["methods"]) != set(reports[0]["methods"]):
+            raise SystemExit(f"cannot pool {paths}: the nights or the methods differ")
+        for name, result in report["methods"].items():
+            rows.setdefault(name, []).extend(result["runs"])
+    return {"pooled": [str(p) for p in paths], "budget": budget, "paired": paired_regret(rows),
+            "members": [m for report in reports for m in report.get("members", [])],
+            "methods": {name: {"summary": {"regret": regret_summary(runs, budget)}, "runs": runs}
+                        for name, runs in rows.items()}}  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1224,10 +1241,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--first-seed", type=int, default=0,
                         help="with --recorded and --methods: the first seed (seeds FIRST to FIRST+N-1)")  # fmt: skip
     parser.add_argument("--exhaustive", action="store_true", help="find the optimum by evaluating every candidate")
+    parser.add_argument("--pool", type=Path, nargs="+", default=None, metavar="JSON",
+                        help="instead of running: pool --family reports of the same methods and night, and print "
+                        "the regret table over all their members")  # fmt: skip
     args = parser.parse_args(argv)
     progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     started = time.monotonic()
-    if args.recorded is not None and args.methods:
+    if args.pool is not None:
+        report = pool_reports(args.pool)
+        print_regret_table(report, f"The night's answer over {len(report['members'])} members pooled from "
+                           f"{len(args.pool)} reports, night {report['budget']} launches")  # fmt: skip
+    elif args.recorded is not None and args.methods:
         report = recorded_regret(args.recorded, seeds=range(args.first_seed, args.first_seed + args.seeds),
                                  budget=args.budget, method_names=[m.strip() for m in args.methods.split(",")
                                                                    if m.strip()], progress=progress)  # fmt: skip

@@ -250,5 +250,5 @@ def test_each_configuration_is_shown_against_the_best_baseline_with_the_verdicts
     console = Console(width=220, record=True)
     console.print(confirmation_table(result))
     text = console.export_text()
-    assert "gain over baseline hand-found, 95% CI as the verdict's" in text and "reference" in text
+    assert "vs baseline hand-found (verdict's 95% CI)" in text and "reference" in text
     assert stated.interval_text() in text and stated.interval_text().split(" ")[1].strip("(") in result.note

@@ -471,7 +471,7 @@ def confirmation_table(confirmation: Confirmation, *, unit: str = "tok/s") -> Re
     reference = next((f for f in confirmation.finalists if f.trial == confirmation.reference), None)
     versus = {g.trial: g for g in confirmation.versus}
     compared = reference is not None and bool(versus)
-    last = f"gain over {reference.label}, 95% CI as the verdict's" if compared and reference else "mean ± 95% CI"
+    last = f"vs {reference.label} (verdict's 95% CI)" if compared and reference else "mean ± 95% CI"
     for column in ("configuration", "first", "relaunches", unit, "mean" if compared else last, "flags changed",
                    "memory", *([last] if compared else [])):  # fmt: skip
         table.add_column(column, justify="left" if column == "configuration" else "right")
