@@ -181,42 +181,15 @@ def incumbent_mean(records: Sequence[TrialRecord]) -> float | None:
     return max(launched_means(records).values(), default=None)
 
 
-FinalistScore = Literal["mean", "neighbours"]
-# How the finalists are ranked: the mean of each configuration's own launches, or that mean pooled with
-# the configurations one flag away (``NEIGHBOUR_WEIGHT`` each): a candidate on the dev slice of
-# benchmarks/results/regret-2026-12-05/.
-FINALIST_SCORE: FinalistScore = "mean"
-NEIGHBOUR_WEIGHT = 0.5
-
-
-def _neighbour_scores(runs: Sequence[TrialRecord], means: dict[int, float]) -> dict[int, float]:
-    """Each configuration's log mean pooled with those of the configurations that differ from it in one flag."""
-    first = {r.number: r for r in runs}
-    scores = {}
-    for number, record in first.items():
-        total = weight = 0.0
-        for other, mean in means.items():
-            if other not in first or mean <= 0:
-                continue
-            keys = record.flags.keys() | first[other].flags.keys()
-            apart = sum(1 for k in keys if record.flags.get(k) != first[other].flags.get(k))
-            w = 1.0 if other == number else NEIGHBOUR_WEIGHT if apart == 1 else 0.0
-            total, weight = total + w * math.log(mean), weight + w
-        scores[number] = total / weight if weight else -math.inf
-    return scores
-
-
 def choose_finalists(records: Sequence[TrialRecord], *, top: int) -> list[TrialRecord]:
     """The ``top`` best distinct configurations by the mean of their launches so far (the first
     measurement where there is no other), plus every baseline that served (each configuration once):
     the race decides among them and states the gain over each baseline."""
     means = launched_means(records)
-    runs = [r for r in _objective_runs(records) if r.confirm_of is None and r.feasible]
-    if FINALIST_SCORE == "neighbours":
-        scores = _neighbour_scores(runs, means)
-        candidates = sorted(runs, key=lambda r: -scores[r.number])
-    else:
-        candidates = sorted(runs, key=lambda r: -means.get(r.number, r.value or 0.0))
+    candidates = sorted(
+        (r for r in _objective_runs(records) if r.confirm_of is None and r.feasible),
+        key=lambda r: -means.get(r.number, r.value or 0.0),
+    )
     chosen: list[TrialRecord] = []
     keys: set[str | None] = set()
     for record in candidates:
