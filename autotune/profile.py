@@ -38,6 +38,21 @@ class ProfileMetric(BaseModel):
     n: int | None = None
 
 
+class ProfileGain(BaseModel):
+    """The profile's gain over the baseline the study's verdict compares with, with the verdict's interval."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    over: str = Field(description="the baseline's name")
+    gain: float = Field(description="relative: 0.05 is 5 % faster")
+    low: float | None = Field(default=None, description="95 % interval, paired by round and widened as the verdict's")
+    high: float | None = None
+
+    def text(self) -> str:
+        interval = f" ({self.low:+.1%} to {self.high:+.1%})" if self.low is not None and self.high is not None else ""
+        return f"gain over {self.over}: {self.gain:+.1%}{interval}, the interval the verdict uses"
+
+
 class ProfileLevel(BaseModel):
     """What the profile's server measured at one load level."""
 
@@ -71,6 +86,7 @@ class Profile(BaseModel):
         default=None, description="the metrics' objective is the mean over this many fresh launches; None: one"
     )
     verdict: str | None = Field(default=None, description="the study's verdict in one line (e.g. keep a baseline)")
+    gain: ProfileGain | None = Field(default=None, description="over the baseline the verdict compares with")
     levels: list[ProfileLevel] = Field(default_factory=list, description="per load level: bench checks each")
     adaptive_config: dict[str, dict[str, list[int]]] | None = Field(
         default=None, description="the schedule's config file its flags name (SGLang's adaptive config)"
@@ -136,6 +152,8 @@ class Profile(BaseModel):
     def comment_lines(self) -> list[str]:
         """What a rendered profile says of itself: its summary, then the study's verdict."""
         lines = [self.summary(), *([f"verdict: {self.verdict}"] if self.verdict else [])]
+        if self.gain is not None:
+            lines.append(self.gain.text())
         if self.adaptive_config is not None:
             flag = self._config_flag()
             where = self.flags.get(flag) if flag is not None else None

@@ -203,6 +203,12 @@ class Optimum:
     memory: int = 0
     invalid: int = 0
     within_2pct: int = 0
+    # The best configurations, best first, one per true value (a memory-only flag does not make another):
+    # the finalists an oracle would race. At most ``TOP``.
+    top: tuple[tuple[float, dict[str, FlagValue]], ...] = ()
+
+
+TOP = 3
 
 
 def grid(axes: Sequence[GridAxis], fixed: Mapping[str, FlagValue] | None = None) -> Iterator[dict[str, FlagValue]]:
@@ -378,6 +384,7 @@ class Landscape:
         candidates = feasible = memory = invalid = 0
         values: list[float] = []
         best: tuple[float, dict[str, FlagValue]] | None = None
+        ranked: dict[float, dict[str, FlagValue]] = {}
         for candidate in grid(axes, fixed):
             candidates += 1
             flags = normalise(candidate) if normalise is not None else candidate
@@ -397,6 +404,7 @@ class Landscape:
                 feasible += 1
                 assert result.true_tok_s is not None
                 values.append(result.true_tok_s)
+                ranked.setdefault(round(result.true_tok_s, 9), dict(flags))
                 if best is None or result.true_tok_s > best[0]:
                     best = (result.true_tok_s, dict(flags))
         if best is None:
@@ -411,6 +419,7 @@ class Landscape:
             memory=memory,
             invalid=invalid,
             within_2pct=sum(1 for v in values if v >= 0.98 * best[0]),
+            top=tuple(sorted(ranked.items(), key=lambda item: -item[0])[:TOP]),
         )
 
     def _optimum_by_class(
@@ -473,6 +482,7 @@ class Landscape:
                     classes.append((self._performance(cfg)[0], key, combo))
                     break
         classes.sort(key=lambda c: -c[0])
+        top: list[tuple[float, dict[str, FlagValue]]] = []
         for tok_s, key, combo in classes:
             for member in grid(memory_axes, combo):
                 flags = effective(member)
@@ -483,8 +493,14 @@ class Landscape:
                     continue
                 if key_of(member)[0] != key:
                     return None  # a memory-only axis changed the decode rate after all
-                return Optimum(tok_s=tok_s, flags=flags, exhaustive=False, classes=len(classes))
-        raise ValueError("no candidate of the grid starts on this landscape")
+                if not top or tok_s < top[-1][0]:
+                    top.append((tok_s, flags))
+                break
+            if len(top) == TOP:
+                break
+        if not top:
+            raise ValueError("no candidate of the grid starts on this landscape")
+        return Optimum(tok_s=top[0][0], flags=top[0][1], exhaustive=False, classes=len(classes), top=tuple(top))
 
     # ------------------------------------------------------------------ internals
 

@@ -98,6 +98,7 @@ class Problem:
     notes: list[str]
     optimum: Optimum | None = None
     launch_sd: float = 0.0  # the relative sd of speed between launches (the twin's timing.launch_sd)
+    nights: dict[tuple[str, int, int], Run] = field(default_factory=dict)  # a study's night, for its bounds
 
     def landscape(self, seed: int) -> Landscape:
         return Landscape(
@@ -234,6 +235,7 @@ class Run:
     confirm_launches: int = 0
     claims: int = 0  # gains over a baseline the race marked significant
     false_claims: int = 0  # of those, the ones whose sign the truth does not have (as verdicts.py counts)
+    defaults_true: float | None = None  # the engine's defaults' true value: an answer below it is harmful
 
     def summary(self, optimum: float, gpus: int) -> dict[str, Any]:
         """Launches, trials and GPU-hours until the incumbent is within 2 %, memory deaths, final gap.
@@ -266,6 +268,7 @@ class Run:
                         found = launches
             if reached is None and incumbent_true >= (1 - WITHIN) * optimum:
                 reached = {"launches": launches, "trials": trials, "gpu_hours": seconds * gpus / 3600}
+        answer = self.confirmed_true if self.confirmed_true is not None else incumbent_true
         return {
             "launches_to_2pct": reached["launches"] if reached else None,
             "launches_to_find_2pct": found,
@@ -280,8 +283,12 @@ class Run:
             "final_true_tok_s": incumbent_true,
             "confirmed_gap": None if self.confirmed_true is None else 1 - self.confirmed_true / optimum,
             "confirm_launches": self.confirm_launches,
+            "night_launches": launches + self.confirm_launches,
             "claims": self.claims,
             "false_claims": self.false_claims,
+            # The night's answer: the race's (or the peer's) pick, else the incumbent by mean.
+            "regret_pct": 100 * (1 - answer / optimum),
+            "harmful": self.defaults_true is not None and answer < self.defaults_true,
         }
 
 
@@ -635,18 +642,20 @@ class Method:
 
 
 def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
+    from benchmarks import peers  # it builds on this module
+
     known: dict[str, Method] = {
-        "autotune": Method(
-            "autotune (TPE, default)", lambda p, s, b: run_study(p, s, b, name="autotune (TPE, default)")
-        ),
+        # A study's night: the search's share of the budget, then the race on the rest.
+        "autotune": Method("autotune (TPE, default)", lambda p, s, b: night(p, s, b, sampler="tpe")),
         "autotune-no-early-stop": Method(
             "autotune, no early stop",
             lambda p, s, b: run_study(p, s, b, early_stop=False, name="autotune, no early stop"),
         ),
-        "random-runner": Method(
-            "random (autotune loop)",
-            lambda p, s, b: run_study(p, s, b, sampler="random", name="random (autotune loop)"),
+        "random-runner": Method("random (autotune loop)", lambda p, s, b: night(p, s, b, sampler="random")),
+        "bound-perfect-race": Method(
+            "bound-perfect-race", lambda p, s, b: peers.perfect_race(night(p, s, b, sampler="tpe"))
         ),
+        "bound-oracle-finalists": Method("bound-oracle-finalists", peers.oracle_finalists),
         "random": Method(
             "random search", lambda p, s, b: run_candidates(p, s, b, "random search", random_candidates(p, s))
         ),
@@ -656,6 +665,8 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
         ),
         "tiered": Method(f"tiered grid ({per_tier}/tier)", lambda p, s, b: run_tiered(p, s, b, per_tier=per_tier)),
     }
+    for peer, play in peers.PEERS.items():
+        known[peer] = Method(peer, lambda p, s, b, play=play: play(peers.twin_bench(p, s), s, b))
     for startup in (2, 10, 20):
         known[f"tpe-startup{startup}"] = _sampler_method(f"tpe:n_startup_trials={startup}")
     known["tpe-independent"] = Method(
@@ -680,6 +691,16 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
                 f"unknown method {name!r}; known: {sorted(known)}, or tpe:KEY=VALUE;... / gp:KEY=VALUE;..."
             )
     return chosen
+
+
+def night(problem: Problem, seed: int, budget: int, *, sampler: SamplerName) -> Run:
+    """The study's night of ``budget`` launches, search and race (:func:`run_study` with ``confirm``),
+    run once per problem, seed and sampler: the bounds judge the same night."""
+    key = (sampler, seed, budget)
+    if key not in problem.nights:
+        name = "autotune (TPE, default)" if sampler == "tpe" else f"{sampler} (autotune loop)"
+        problem.nights[key] = run_study(problem, seed, budget, sampler=sampler, name=name, confirm=True)
+    return problem.nights[key]
 
 
 def _ablated(name: str, *, sampler: SamplerName = "tpe", rules_off: Collection[str] = ()) -> Method:
@@ -742,16 +763,23 @@ def benchmark(
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Every method on every seed; returns the numbers the table and ``--json`` show."""
+    from benchmarks import peers
+
     optimum = solve(problem)
+    defaults = peers.twin_defaults_true(problem)
     results: dict[str, Any] = {}
+    by_method: dict[str, list[dict[str, Any]]] = {}
     for method in methods(method_names, per_tier=per_tier):
         rows = []
         for seed in range(seeds):
             run = method.run(problem, seed, budget)
+            run.defaults_true = defaults
             rows.append({**run.summary(optimum.tok_s, problem.gpus), "seed": seed, "wall_s": run.wall_s})
             if progress is not None:
                 progress(f"{method.name}: seed {seed} done")
-        results[method.name] = {"summary": aggregate(rows, budget), "runs": rows}
+        by_method[method.name] = rows
+        results[method.name] = {"summary": {**aggregate(rows, budget), "regret": regret_summary(rows, budget)},
+                                "runs": rows}  # fmt: skip
     return {
         "profile": problem.profile.name,
         "space": str(problem.space.source),
@@ -763,8 +791,83 @@ def benchmark(
         "notes": problem.notes,
         "seeds": seeds,
         "budget": budget,
+        "launch_sd": problem.launch_sd,
+        "defaults_tok_s": defaults,
         "methods": results,
+        "paired": paired_regret(by_method),
     }  # fmt: skip
+
+
+REFERENCE = "autotune (TPE, default)"  # the row every other is paired with
+
+
+def regret_summary(rows: Sequence[dict[str, Any]], budget: int) -> dict[str, Any]:
+    """The answer a night ends with, over runs: regret (percent below the optimum) median, 90th
+    percentile (nearest rank) and mean; shares within 2 % and 5 %; harmful answers (truly slower than
+    the engine's defaults); the race's claims and false claims; the night's launches against ``budget``."""
+    regrets = [r["regret_pct"] for r in rows]
+    nights = [r["night_launches"] for r in rows]
+    return {
+        "median": _quantile(regrets, 0.5), "p90": _quantile(regrets, 0.9), "mean": statistics.fmean(regrets),
+        "within_2pct": sum(v <= 100 * WITHIN for v in regrets) / len(regrets),
+        "within_5pct": sum(v <= 5.0 for v in regrets) / len(regrets),
+        "harmful": sum(bool(r["harmful"]) for r in rows),
+        "claims": sum(r["claims"] for r in rows), "false_claims": sum(r["false_claims"] for r in rows),
+        "night_launches_max": max(nights), "within_budget": all(n <= budget for n in nights),
+    }  # fmt: skip
+
+
+def paired_regret(by_method: dict[str, list[dict[str, Any]]], *, seed: int = 0) -> dict[str, Any]:
+    """Each row's regret median and 90th percentile minus :data:`REFERENCE`'s, with the 95 % bootstrap
+    interval (runs resampled in pairs: the same member or seed in both rows)."""
+    from benchmarks.ablation import paired_interval, quantile
+
+    reference = by_method.get(REFERENCE)
+    if reference is None:
+        return {}
+    mine = [r["regret_pct"] for r in reference]
+    paired: dict[str, Any] = {}
+    for name, rows in by_method.items():
+        if name == REFERENCE:
+            continue
+        theirs = [r["regret_pct"] for r in rows]
+        rng = random.Random(seed)
+        paired[name] = {
+            label: {"difference": quantile(theirs, q) - quantile(mine, q),
+                    "interval": paired_interval(theirs, mine, q, rng)}
+            for label, q in (("median", 0.5), ("p90", 0.9))
+        }  # fmt: skip
+    return paired
+
+
+def print_regret_table(report: dict[str, Any], title: str) -> None:
+    """The headline: the regret of each row's answer, and each row against autotune's, paired."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, caption="regret: how far below the optimum the night's answer truly is (median / "
+                  "90th percentile / mean); vs autotune: this row's median and p90 minus autotune's, with the 95 % "
+                  "paired bootstrap interval (positive: worse than autotune); harmful: answers truly slower than the "
+                  "engine's defaults; claims: false / made; night: most launches a night spent.")  # fmt: skip
+    for header in ("method", "regret % med / p90 / mean", "within 2% / 5%", "harmful", "claims", "night",
+                   "vs autotune: median", "vs autotune: p90"):  # fmt: skip
+        table.add_column(header, justify="left" if header == "method" else "right")
+    for name, result in report["methods"].items():
+        r = result["summary"]["regret"]
+        paired = report.get("paired", {}).get(name)
+
+        def against(label: str, paired: dict[str, Any] | None = paired) -> str:
+            if paired is None:
+                return "—"
+            low, high = paired[label]["interval"]
+            return f"{paired[label]['difference']:+.1f} ({low:+.1f} to {high:+.1f})"
+
+        table.add_row(name, f"{r['median']:.1f} / {r['p90']:.1f} / {r['mean']:.1f}",
+                      f"{r['within_2pct']:.0%} / {r['within_5pct']:.0%}", str(r["harmful"]),
+                      f"{r['false_claims']} / {r['claims']}",
+                      f"{r['night_launches_max']}{'' if r['within_budget'] else ' (over)'}",
+                      against("median"), against("p90"))  # fmt: skip
+    Console(width=max(Console().width, 160)).print(table)
 
 
 def _fmt(value: Any, digits: int = 0, budget: int | None = None) -> str:
@@ -826,22 +929,27 @@ def spread(values: Sequence[float | None]) -> dict[str, float | None]:
 
 def family_benchmark(
     count: int, first_seed: int, *, budget: int, method_names: Sequence[str] = DEFAULT_FAMILY_METHODS,
-    per_tier: int = 8, noise_rel: float | None = None, launch_sd: float = 0.0,
+    per_tier: int = 8, noise_rel: float | None = None, launch_sd: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Every method once on every member (the member's seed seeds the sampler and the noise);
-    ``launch_sd``: the relative sd of speed between launches (:class:`LandscapeLauncher`)."""
+    ``launch_sd``: the relative sd of speed between launches (:class:`LandscapeLauncher`; default each
+    member's profile's ``timing.launch_sd``)."""
+    from benchmarks import peers
+
     chosen = methods(method_names, per_tier=per_tier)
     rows: dict[str, list[dict[str, Any]]] = {m.name: [] for m in chosen}
     described = []
     for fam in family.members(count, first_seed):
         problem = problem_of(fam.profile, fam.space, noise_rel=noise_rel)
-        problem.launch_sd = launch_sd
+        problem.launch_sd = launch_sd if launch_sd is not None else fam.profile.timing.launch_sd
         optimum = solve(problem)
+        defaults = peers.twin_defaults_true(problem)
         described.append({"seed": fam.seed, "summary": fam.summary, "optimum_tok_s": optimum.tok_s,
-                          "optimum": optimum.flags})  # fmt: skip
+                          "optimum": optimum.flags, "defaults_tok_s": defaults})  # fmt: skip
         for method in chosen:
             run = method.run(problem, fam.seed, budget)
+            run.defaults_true = defaults
             rows[method.name].append({**run.summary(optimum.tok_s, problem.gpus), "seed": fam.seed})
         if progress is not None:
             progress(f"member {fam.seed} done: {fam.summary}")
@@ -855,10 +963,12 @@ def family_benchmark(
                 "gpu_hours_to_2pct": spread([r["gpu_hours_to_2pct"] for r in runs]),
                 "memory_death_rate": spread([r["memory_death_rate"] for r in runs]),
                 "final_gap": spread([r["final_gap"] for r in runs]),
+                "regret": regret_summary(runs, budget),
             },
             "runs": runs,
         }
-    return {"family_seeds": [first_seed, first_seed + count - 1], "budget": budget, "launch_sd": launch_sd,
+    return {"paired": paired_regret(rows), "family_seeds": [first_seed, first_seed + count - 1], "budget": budget,
+            "launch_sd": launch_sd,
             "members": described, "methods": results}  # fmt: skip
 
 
@@ -983,6 +1093,55 @@ def replayed_step(
                 seconds=seconds, flags=flags)  # fmt: skip
 
 
+RECORDED_NAMES = {"autotune": REFERENCE, "random-runner": "random (autotune loop)"}
+
+
+def recorded_regret(
+    path: Path, *, seeds: Sequence[int], budget: int | None, method_names: Sequence[str],
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """The night's answer on a recorded landscape, per method (autotune and its random loop race inside
+    the night, the grid's size by default; the peers and bounds of :mod:`benchmarks.peers`)."""
+    from benchmarks import peers
+
+    problem = replay.load_problem(path)
+    budget = budget or len(problem.launches)
+    nights: dict[tuple[str, int], Run] = {}
+
+    def study(sampler: SamplerName, seed: int) -> Run:
+        if (sampler, seed) not in nights:
+            nights[sampler, seed] = run_recorded_study(problem, seed, budget, sampler=sampler, race_in_budget=True)
+        return nights[sampler, seed]
+
+    plays: dict[str, Callable[[int], Run]] = {
+        "autotune": lambda seed: study("tpe", seed),
+        "random-runner": lambda seed: study("random", seed),
+        "bound-perfect-race": lambda seed: peers.perfect_race(study("tpe", seed)),
+        "bound-oracle-finalists": lambda seed: peers.recorded_oracle_finalists(problem, seed, budget),
+        **{name: (lambda seed, play=play: play(peers.recorded_bench(problem, seed), seed, budget))
+           for name, play in peers.PEERS.items()},
+    }  # fmt: skip
+    unknown = [m for m in method_names if m not in plays]
+    if unknown:
+        raise SystemExit(f"unknown method(s) {unknown} for --recorded; known: {sorted(plays)}")
+    defaults = peers.recorded_bench(problem, 0).defaults_true
+    by_method: dict[str, list[dict[str, Any]]] = {}
+    for name in method_names:
+        rows = []
+        for seed in seeds:
+            run = plays[name](seed)
+            run.defaults_true = defaults
+            rows.append({**run.summary(problem.optimum, 1), "seed": seed})
+        by_method[RECORDED_NAMES.get(name, name)] = rows
+        if progress is not None:
+            progress(f"{path.stem}: {name} done")
+    return {"recorded": str(path), "name": problem.recorded.name, "hardware": problem.recorded.machine.hardware,
+            "configs": len(problem.launches), "budget": budget, "optimum": problem.optimum, "seeds": list(seeds),
+            "defaults_tok_s": defaults, "paired": paired_regret(by_method),
+            "methods": {name: {"summary": {"regret": regret_summary(rows, budget)}, "runs": rows}
+                        for name, rows in by_method.items()}}  # fmt: skip
+
+
 def recorded_benchmark(path: Path, *, seeds: int, budget: int | None = None) -> dict[str, Any]:
     """autotune and random search on a recorded landscape; the budget defaults to the grid's size."""
     problem = replay.load_problem(path)
@@ -1033,6 +1192,23 @@ def print_recorded_table(report: dict[str, Any]) -> None:
     Console(width=max(Console().width, 130)).print(table)
 
 
+def pool_reports(paths: Sequence[Path]) -> dict[str, Any]:
+    """Family reports of the same methods and night run apart (members split over processes) as one:
+    every member's runs pooled, the regret summary and the paired intervals computed again."""
+    reports = [json.loads(path.read_text()) for path in paths]
+    budget = reports[0]["budget"]
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for report in reports:
+        if report["budget"] != budget or set(report["methods"]) != set(reports[0]["methods"]):
+            raise SystemExit(f"cannot pool {paths}: the nights or the methods differ")
+        for name, result in report["methods"].items():
+            rows.setdefault(name, []).extend(result["runs"])
+    return {"pooled": [str(p) for p in paths], "budget": budget, "paired": paired_regret(rows),
+            "members": [m for report in reports for m in report.get("members", [])],
+            "methods": {name: {"summary": {"regret": regret_summary(runs, budget)}, "runs": runs}
+                        for name, runs in rows.items()}}  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1048,19 +1224,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=None, help="launches per run (default 80; --recorded: the grid)")
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
     parser.add_argument("--methods", default=None,
-                        help="comma-separated: autotune, random-runner, random, grid, tiered, tpe-startup2, "
+                        help="comma-separated: autotune, random-runner (both race inside the night), "
+                        "peer-auto-benchmark, peer-spec-tuner, peer-tune-k, peer-llama-optimus, peer-one-at-a-time, "
+                        "bound-perfect-race, bound-oracle-finalists, random, grid, tiered, tpe-startup2, "
                         "tpe-startup10, tpe-startup20, tpe-independent, gp, autotune-minus-RULE, "
                         "random-runner-minus-RULE (RULE a pre-launch rule) (default: "
                         f"{','.join(DEFAULT_METHODS)}; with --family {','.join(DEFAULT_FAMILY_METHODS)})")  # fmt: skip
     parser.add_argument("--per-tier", type=int, default=8, help="candidates per tier of the tiered grid")
     parser.add_argument("--noise", type=float, default=None, help="relative sd of a measurement (default: target/1.96)")
-    parser.add_argument("--launch-sd", type=float, default=0.0,
-                        help="with --family: relative sd of speed between launches (timing.launch_sd)")  # fmt: skip
+    parser.add_argument(
+        "--launch-sd",
+        type=float,
+        default=None,
+        help="relative sd of speed between launches (default: the profile's timing.launch_sd)",
+    )
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="with --recorded and --methods: the first seed (seeds FIRST to FIRST+N-1)")  # fmt: skip
     parser.add_argument("--exhaustive", action="store_true", help="find the optimum by evaluating every candidate")
+    parser.add_argument("--pool", type=Path, nargs="+", default=None, metavar="JSON",
+                        help="instead of running: pool --family reports of the same methods and night, and print "
+                        "the regret table over all their members")  # fmt: skip
     args = parser.parse_args(argv)
     progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     started = time.monotonic()
-    if args.recorded is not None:
+    if args.pool is not None:
+        report = pool_reports(args.pool)
+        print_regret_table(report, f"The night's answer over {len(report['members'])} members pooled from "
+                           f"{len(args.pool)} reports, night {report['budget']} launches")  # fmt: skip
+    elif args.recorded is not None and args.methods:
+        report = recorded_regret(args.recorded, seeds=range(args.first_seed, args.first_seed + args.seeds),
+                                 budget=args.budget, method_names=[m.strip() for m in args.methods.split(",")
+                                                                   if m.strip()], progress=progress)  # fmt: skip
+        report["wall_s"] = time.monotonic() - started
+        print_regret_table(report, f"The night's answer on the recorded landscape {report['name']} "
+                           f"({report['hardware']}), night {report['budget']} launches, seeds {args.first_seed}.."
+                           f"{args.first_seed + args.seeds - 1}")  # fmt: skip
+    elif args.recorded is not None:
         report = recorded_benchmark(args.recorded, seeds=args.seeds, budget=args.budget)
         print_recorded_table(report)
     elif args.family is not None:
@@ -1070,10 +1269,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   noise_rel=args.noise, launch_sd=args.launch_sd, progress=progress)  # fmt: skip
         report["wall_s"] = time.monotonic() - started
         print_family_table(report)
+        print_regret_table(
+            report,
+            f"The night's answer over family members {args.family_seed}.."
+            f"{args.family_seed + args.family - 1}, night {report['budget']} launches",
+        )
     else:
         if args.twin_profile is None or args.space is None:
             parser.error("give --twin-profile and --space, or --family N")
         problem = load_problem(args.twin_profile, args.space, noise_rel=args.noise)
+        problem.launch_sd = args.launch_sd if args.launch_sd is not None else problem.profile.timing.launch_sd
         solve(problem, exhaustive=args.exhaustive or None)
         names = args.methods.split(",") if args.methods else DEFAULT_METHODS
         report = benchmark(problem, seeds=args.seeds, budget=args.budget or 80,
@@ -1081,6 +1286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                            progress=progress)  # fmt: skip
         report["wall_s"] = time.monotonic() - started
         print_table(report)
+        print_regret_table(
+            report, f"The night's answer on {report['profile']} ({args.seeds} seeds), night {report['budget']} launches"
+        )
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2))
     return 0

@@ -229,3 +229,26 @@ def test_the_estimate_is_for_the_gain_the_sentence_states_not_a_rival_inside_the
     assert launches_to_settle(model, 2, [6], margin=0.02) > 100  # what the sentence had named
     assert result.note.startswith("keep baseline hand-found: the best, trial 2, is +10.")
     assert result.note.endswith(f"not significant; about {stated} launches of each, in all, would settle it")
+
+
+def test_each_configuration_is_shown_against_the_best_baseline_with_the_verdicts_own_interval() -> None:
+    from rich.console import Console
+
+    from autotune.report.console import confirmation_table
+
+    cautious = searched(0, 38.0, baseline="cautious", flags=1)
+    hand = searched(1, 52.0, baseline="hand-found", flags=4)
+    best, other = searched(2, 58.0, flags=6), searched(3, 56.0, flags=5)
+    records = race([cautious, hand, best, other], {0: 38.0, 1: 52.0, 2: 54.0, 3: 53.0}, 3, sd=0.04, seed=5)
+    result = confirm(records, choose_finalists(records, top=2), objective="decode_tok_s", fixed=FIXED, margin=0.02)
+    assert result is not None and result.reference == 1  # hand-found: the baseline the verdict compares with
+    versus = {g.trial: g for g in result.versus}
+    assert set(versus) == {0, 2, 3} and all(g.baseline_trial == 1 for g in versus.values())
+    # the leader's row is the verdict's own comparison: the same gain and the same (paired, widened) interval
+    stated = next(g for g in result.gains if g.baseline_trial == 1)
+    assert versus[result.leader] == stated
+    console = Console(width=220, record=True)
+    console.print(confirmation_table(result))
+    text = console.export_text()
+    assert "vs baseline hand-found (verdict's 95% CI)" in text and "reference" in text
+    assert stated.interval_text() in text and stated.interval_text().split(" ")[1].strip("(") in result.note

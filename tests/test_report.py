@@ -163,6 +163,15 @@ def test_summary_numbers_match_the_study_db(folder: Path, study_dir: Path) -> No
     assert profile.trial == best.number and profile.flags == best.user_attrs["flags"]
     assert profile.confirmed_launches == 1 and profile.metrics["decode_tok_s"].value == pytest.approx(confirmed["mean"])
     assert profile.verdict == confirmation["note"]
+    # the export, the table and the figure show the gain over the verdict's baseline with the verdict's interval
+    versus = {g["trial"]: g for g in confirmation["versus"]}
+    if best.number in versus:
+        assert profile.gain is not None and profile.gain.over == versus[best.number]["baseline"]
+        assert (profile.gain.low, profile.gain.high) == (versus[best.number]["low"], versus[best.number]["high"])
+        assert profile.gain.text() in (folder / "best-profile.yaml").read_text()
+    else:
+        assert profile.gain is None and best.number == confirmation["reference"]
+    assert "widened for the finalists the best was picked from" in (folder / "index.html").read_text()
 
 
 def test_show_adds_importance_and_the_best_trials_categories(study_dir: Path, folder: Path) -> None:

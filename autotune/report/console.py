@@ -456,24 +456,42 @@ def best_summary(record: TrialRecord | None, *, simulated: bool) -> RenderableTy
 
 
 def confirmation_table(confirmation: Confirmation, *, unit: str = "tok/s") -> RenderableType:
-    """The race: each configuration's first measurement, every relaunch that served, the mean with its
-    interval; then the verdict and the gain over each baseline."""
+    """The race: each configuration's first measurement, every relaunch that served, the mean; with a
+    baseline to compare with, each configuration's gain over it with the interval the verdict uses (a
+    per-configuration interval could look clear of the baseline's while the verdict's crosses zero);
+    then the verdict and the gain over each baseline."""
     table = Table(title="confirmation: finalists and baselines raced on fresh, interleaved launches",
                   title_justify="left")  # fmt: skip
-    for column in ("configuration", "first", "relaunches", unit, "mean ± 95% CI", "flags changed", "memory"):
+    reference = next((f for f in confirmation.finalists if f.trial == confirmation.reference), None)
+    versus = {g.trial: g for g in confirmation.versus}
+    compared = reference is not None and bool(versus)
+    last = f"vs {reference.label} (verdict's 95% CI)" if compared and reference else "mean ± 95% CI"
+    for column in ("configuration", "first", "relaunches", unit, "mean" if compared else last, "flags changed",
+                   "memory", *([last] if compared else [])):  # fmt: skip
         table.add_column(column, justify="left" if column == "configuration" else "right")
     for f in confirmation.finalists:
         mark = " *" if f.trial == confirmation.best else ""
         launched = str(len(f.values)) + (f" (+{len(f.failed)} failed)" if f.failed else "")
         dropped = f" (behind after round {f.dropped_after + 1})" if f.dropped_after is not None else ""
+        if compared:
+            mean = f"{f.mean:.1f}" if f.confirmed else "not confirmed"
+        else:
+            mean = (
+                (f"{f.mean:.1f}" + (f" ± {f.ci95:.1f}" if f.ci95 is not None else ""))
+                if f.confirmed
+                else "not confirmed"
+            )
+        gain = "reference" if f.trial == confirmation.reference else (
+            versus[f.trial].interval_text() if f.trial in versus else "-")  # fmt: skip
         table.add_row(
             f"{f.label} (#{f.trial}){mark}{dropped}",
             f"{f.first:.1f}" if f.first is not None else "-",
             launched,
             " ".join(f"{v:.1f}" for v in f.values) or "-",
-            (f"{f.mean:.1f}" + (f" ± {f.ci95:.1f}" if f.ci95 is not None else "")) if f.confirmed else "not confirmed",
+            mean,
             str(f.changed_flags),
             f"{f.memory:g}" if f.memory is not None else "-",
+            *([gain] if compared else []),
         )
     lines = [Text(f"verdict: {confirmation.note}", style="bold")]
     lines += [Text(f"  trial {g.trial}: {g.text()}") for g in confirmation.gains]

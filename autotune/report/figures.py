@@ -11,6 +11,7 @@ from autotune.engines.names import short_name
 from autotune.records import TrialRecord
 from autotune.report.summary import StudySummary, figure_flags
 from autotune.space import FlagValue
+from autotune.study.confirm import Finalist
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -410,23 +411,43 @@ def _verdict_figure(s: StudySummary) -> FigurePlan:
     """The race's outcome: each finalist and baseline with its interval, the recommended one marked."""
     confirmation = s.confirmation
     confirmed = [f for f in confirmation.finalists if f.confirmed] if confirmation is not None else []
-    return _plan(
-        ReportFigure(
-            VERDICT_FIGURE,
-            "Verdict",
+    reference = _reference(s)
+    if reference is not None:
+        caption = (
+            f"Each finalist's gain in {s.objective_metric} over {reference.label} (the verdict's reference) with the "
+            "95% interval the verdict uses (grey dots: each launch against the reference's mean). The intervals are "
+            "of the gain, paired by round and widened for the finalists the best was picked from, because an interval "
+            "of each mean alone can miss the baseline's while the verdict's crosses zero. The recommended "
+            "configuration is drawn in green."
+        )
+    else:
+        caption = (
             f"Each finalist and baseline: the mean {s.objective_metric} over its fresh launches with its 95% interval "
             "(grey dots: each launch; hollow diamond: the search's first measurement, chosen for being high). "
-            "The recommended configuration is drawn in green.",
-        ),
+            "The recommended configuration is drawn in green."
+        )
+    return _plan(
+        ReportFigure(VERDICT_FIGURE, "Verdict", caption),
         lambda: _draw_verdict(s),
         None if confirmed else "the study has no confirmed finalist",
     )
+
+
+def _reference(s: StudySummary) -> Finalist | None:
+    """The baseline the verdict compares with, when the race stored each configuration's gain over it."""
+    confirmation = s.confirmation
+    if confirmation is None or not confirmation.versus:
+        return None
+    return next((f for f in confirmation.finalists if f.trial == confirmation.reference and f.confirmed), None)
 
 
 def _draw_verdict(s: StudySummary) -> Figure:
     assert s.confirmation is not None
     confirmation = s.confirmation
     shown = [f for f in confirmation.finalists if f.confirmed][::-1]  # the best at the top
+    reference = _reference(s)
+    if reference is not None:
+        return _draw_gains(s, shown, reference)
     fig, ax = _new_figure(8.0, 1.2 + 0.5 * len(shown))
     for row, finalist in enumerate(shown):
         chosen = finalist.trial == confirmation.best
@@ -439,6 +460,33 @@ def _draw_verdict(s: StudySummary) -> Figure:
     ax.set_yticks(range(len(shown)))
     ax.set_yticklabels([f"{f.label}{' (recommended)' if f.trial == confirmation.best else ''}" for f in shown])
     ax.set_xlabel(_value_label(s))
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def _draw_gains(s: StudySummary, shown: Sequence[Finalist], reference: Finalist) -> Figure:
+    """Each finalist's gain over the reference with the verdict's interval; the reference at zero."""
+    assert s.confirmation is not None
+    confirmation = s.confirmation
+    versus = {g.trial: g for g in confirmation.versus}
+    fig, ax = _new_figure(8.0, 1.2 + 0.5 * len(shown))
+    ax.axvline(0.0, color="#1f5fa8", linewidth=1, alpha=0.6)
+    for row, finalist in enumerate(shown):
+        chosen = finalist.trial == confirmation.best
+        colour = "#2a9d3a" if chosen else ("#1f5fa8" if finalist.baseline else "#555555")
+        ax.plot([100 * (v / reference.mean - 1) for v in finalist.values], [row] * len(finalist.values), ".",
+                color="#999999")  # fmt: skip
+        gain = versus.get(finalist.trial)
+        if finalist.trial == reference.trial or gain is None:
+            ax.plot([0.0 if gain is None else 100 * gain.gain], [row], "o", color=colour, markersize=9 if chosen else 7)
+            continue
+        low = gain.low if gain.low is not None else gain.gain
+        high = gain.high if gain.high is not None else gain.gain
+        ax.errorbar([100 * gain.gain], [row], xerr=[[100 * (gain.gain - low)], [100 * (high - gain.gain)]], fmt="o",
+                    color=colour, markersize=9 if chosen else 7, capsize=4)  # fmt: skip
+    ax.set_yticks(range(len(shown)))
+    ax.set_yticklabels([f"{f.label}{' (recommended)' if f.trial == confirmation.best else ''}" for f in shown])
+    ax.set_xlabel(f"gain over {reference.label} [%]")
     ax.grid(axis="x", alpha=0.3)
     return fig
 

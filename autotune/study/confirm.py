@@ -89,6 +89,12 @@ class Gain(Frozen):
         verdict = "significant" if self.significant else "not significant"
         return f"{self.gain:+.1%} over {self.baseline} ({self.low:+.1%} to {self.high:+.1%}), {verdict}"
 
+    def interval_text(self) -> str:
+        """The gain and its interval alone: ``+7.7% (-0.3% to +16.5%)``."""
+        if self.low is None or self.high is None:
+            return f"{self.gain:+.1%} (one round)"
+        return f"{self.gain:+.1%} ({self.low:+.1%} to {self.high:+.1%})"
+
 
 class Confirmation(Frozen):
     """The finalists and baselines raced on fresh, interleaved launches, and the verdict."""
@@ -100,6 +106,15 @@ class Confirmation(Frozen):
     tied_with: list[int] = Field(default_factory=list, description="finalists equivalent to the best within the margin")
     first_best: int | None = Field(default=None, description="the best by single first measurement")
     gains: list[Gain] = Field(default_factory=list, description="the leader's gain over each baseline")
+    reference: int | None = Field(
+        default=None, description="trial number of the best baseline: what the verdict compares the leader with"
+    )
+    versus: list[Gain] = Field(
+        default_factory=list,
+        description="each other confirmed configuration's gain over "
+        "the reference, with the interval the verdict uses (paired by round, widened for the "
+        "configurations the leader was picked from): what a table or figure shows",
+    )
     settled: bool = Field(description="every comparison the verdict rests on is decided")
     more_launches: int | None = Field(default=None, description="launches per configuration that would settle it")
     margin: float = Field(description="gains within this relative margin are equivalent")
@@ -384,6 +399,13 @@ def confirm(
     gains = [_gain(leader, b, model, launches, comparisons=picked_from) for b in baselines
              if b.trial != leader.trial and model is not None]  # fmt: skip
     best_baseline = max(baselines, key=lambda f: f.mean, default=None)
+    # Shown beside each configuration: an interval per configuration from the pooled sd can look clear of
+    # the baseline's while the paired, widened one the verdict uses crosses zero.
+    versus = [
+        _gain(f, best_baseline, model, launches, comparisons=picked_from)
+        for f in built
+        if f.confirmed and best_baseline is not None and f.trial != best_baseline.trial and model is not None
+    ]
     beats = next((g for g in gains if best_baseline is not None and g.baseline_trial == best_baseline.trial), None)
     within = beats is not None and abs(math.log1p(beats.gain)) < math.log1p(margin)
     if now.settled and len(now.equivalent) > 1:  # equals within the margin: the nearest the engine's defaults
@@ -413,6 +435,8 @@ def confirm(
         tied_with=[t for t in now.equivalent if t != chosen.trial] if now.settled else [],
         first_best=first.number if first else None,
         gains=gains,
+        reference=best_baseline.trial if best_baseline is not None else None,
+        versus=versus,
         settled=now.settled,
         more_launches=more,
         margin=margin,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from autotune.engines import DEFAULT_ENGINE
 from autotune.measure.client import Measurement
 from autotune.models import Frozen
-from autotune.profile import Profile, ProfileMetric
+from autotune.profile import Profile, ProfileGain, ProfileMetric
 from autotune.records import TrialRecord
 from autotune.study import artifacts, attrs
 from autotune.study.attrs import StudyInfo
@@ -183,4 +183,13 @@ class StudyView:
             confirmed_launches=record.confirmed_launches,
             verdict=confirmation.note if (confirmation := self.info.confirmation) and confirmation.best == record.number
             else None,
+            gain=_gain_of(confirmation, record.number),
         )
+
+
+def _gain_of(confirmation: Confirmation | None, trial: int) -> ProfileGain | None:
+    """The trial's gain over the verdict's reference baseline, as the race table shows it."""
+    gain = next((g for g in confirmation.versus if g.trial == trial), None) if confirmation is not None else None
+    if gain is None:
+        return None
+    return ProfileGain(over=gain.baseline, gain=gain.gain, low=gain.low, high=gain.high)
