@@ -360,6 +360,11 @@ class Engine(ABC):
         roofline: each pass reads the draft's weights); None without one (or with built-in heads)."""
         return None
 
+    def verify_tokens(self, flags: Mapping[str, FlagValue]) -> float:
+        """Tokens each sequence runs through the target in one decode pass (the draft tokens it
+        verifies; 1 without speculation): a mixture of experts routes each of them."""
+        return 1.0
+
     def failure_in(self, log_text: str) -> Failure | None:
         """The failure a log names, by :attr:`failure_rules`; None when it shows none (a healthy log)."""
         found = failure_in(self.failure_rules, log_text)

@@ -386,6 +386,11 @@ class SGLangEngine(Engine):
             return None
         return base.DraftReads(model=str(flags[DRAFT_MODEL]), passes_per_verify=float(flags.get(STEPS, 1)))
 
+    def verify_tokens(self, flags: Mapping[str, FlagValue]) -> float:
+        """The draft tokens a verify pass checks (1 without speculation)."""
+        value = flags.get(DRAFT)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 1.0
+
     def build_argv(self, launcher: list[str], *, model: str, plan: LaunchPlan, host: str, port: int) -> list[str]:
         # /metrics feeds the cross-check of the client's numbers; it costs nothing measurable.
         metrics = [] if "enable-metrics" in plan.flags else ["--enable-metrics"]
