@@ -741,6 +741,8 @@ def _tight(
         context = int(room * rng.uniform(0.5, 0.9)) // 1024 * 1024
         if context < 4096:
             return None
+        if not landscape.evaluate({**mildest, "context-length": context, "mem-fraction-static": fraction}).feasible:
+            return None  # a longer context's prefill activations no longer fit the headroom
     space = _tight_space(rng, profile, tp=count, context=context, drafter=drafter, running=running)
     summary = (
         f"tight: {count}x {gpu.name.removeprefix('NVIDIA ').removeprefix('GeForce ')}"

@@ -53,6 +53,15 @@ class DraftReads(Frozen):
     passes_per_verify: float = Field(description="draft forward passes per verify pass, at most")
 
 
+class PoolShortfall(Frozen):
+    """What a launch that ran out of pool memory printed: the fraction it ran at and, where printed,
+    the tokens its KV pool held against the tokens one request needs."""
+
+    fraction: float
+    pool_tokens: int | None = None
+    needed_tokens: int | None = None
+
+
 class Failure(Frozen):
     kind: OutcomeKind
     reason: str = Field(description="the log line or rule that decided the kind")
@@ -358,6 +367,10 @@ class Engine(ABC):
     def draft_reads(self, flags: Mapping[str, FlagValue]) -> DraftReads | None:
         """The separate draft model a plan runs and its forward passes per verify pass (for the
         roofline: each pass reads the draft's weights); None without one (or with built-in heads)."""
+        return None
+
+    def pool_shortfall(self, reason: str) -> PoolShortfall | None:
+        """The figures a pool-memory death's message printed; None where it printed none."""
         return None
 
     def verify_tokens(self, flags: Mapping[str, FlagValue]) -> float:
