@@ -669,9 +669,6 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
         known[f"autotune-minus-{rule}"] = _ablated(f"autotune-minus-{rule}", rules_off=(rule,))
         known[f"random-runner-minus-{rule}"] = _ablated(f"random-runner-minus-{rule}", sampler="random",
                                                         rules_off=(rule,))  # fmt: skip
-    # issue 46's two rules together: the study as it was before them
-    known["autotune-minus-memory-budget"] = _ablated("autotune-minus-memory-budget",
-                                                     rules_off=("make-room", "ordered-demand"))  # fmt: skip
     chosen = []
     for name in names:
         if name in known:

@@ -1,12 +1,12 @@
-"""Issue 46's rules on a hand-built history: a pool-memory death speaks for every configuration that needs
-no less at no larger a fraction (``ordered-demand``), and a proposal it speaks for gets the room it lacks
-where the space offers it (``make-room``)."""
+"""Issue 46 on a hand-built history: a pool-memory death speaks for every configuration that needs no less
+at no larger a fraction (:mod:`autotune.study.rules.pool_deaths`), and a proposal it speaks for gets the
+room it lacks where the space offers it (rule ``make-room``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from autotune.decision import Launch, Skip
+from autotune.decision import Launch
 from autotune.engines.base import LaunchPlan
 from autotune.engines.sglang import SGLangEngine
 from autotune.feasibility import FeasibilityModel, MemoryLesson
@@ -15,8 +15,7 @@ from autotune.records import TrialRecord
 from autotune.space import SearchSpace, load_space
 from autotune.study.history import History
 from autotune.study.rules.make_room import MakeRoom
-from autotune.study.rules.ordered_demand import OrderedDemand
-from autotune.study.rules.pool_deaths import pool_deaths
+from autotune.study.rules.pool_deaths import PoolDeath, dies_like, pool_deaths
 from tests.conftest import TWIN_SPACE
 
 GIB = 2**30
@@ -58,23 +57,25 @@ def test_the_printed_figures_size_the_lesson() -> None:
 
 
 def test_a_pool_death_speaks_for_every_config_needing_no_less_at_no_larger_a_fraction() -> None:
-    rule = OrderedDemand(ENGINES)
-    history = History([died(0, deep())], number=1)
+    (death,) = pool_deaths([died(0, deep())], ENGINE, "sglang")
+    rules = ENGINE.memory_rules
+    assert rules is not None
+
+    def dies(sampled: LaunchPlan, of: PoolDeath = death) -> str | None:
+        return dies_like(of, sampled, rules)
+
     # at the engine's own fraction: deeper, wider drafts reserve more headroom, so their fraction is no larger
-    wider = rule.decide(deep(**{"speculative-num-steps": 6, "speculative-eagle-topk": 2,
-                                "speculative-num-draft-tokens": 10}), history)  # fmt: skip
-    assert isinstance(wider, Skip) and wider.outcome is OutcomeKind.PREDICTED_MEMORY_TOO_LOW
-    assert wider.trials == [0] and wider.constraint == "memory" and "trial 0 ran out of pool memory" in wider.reason
-    shallower = plan(**{"speculative-num-steps": 2, "speculative-num-draft-tokens": 3})
-    assert rule.decide(shallower, history) is None  # needs less: its own fraction may be larger
-    assert rule.decide(deep(**{"tp-size": 4}), history) is None  # half the weights per GPU
-    assert rule.decide(deep(**{"speculative-draft-model-path": "org/other"}), history) is None  # other weights
+    wider = dies(deep(**{"speculative-num-steps": 6, "speculative-eagle-topk": 2, "speculative-num-draft-tokens": 10}))
+    assert wider is not None and "engine's own" in wider
+    assert dies(plan(**{"speculative-num-steps": 2, "speculative-num-draft-tokens": 3})) is None  # needs less
+    assert dies(deep(**{"tp-size": 4})) is None  # half the weights per GPU
+    assert dies(deep(**{"speculative-draft-model-path": "org/other"})) is None  # other weights
     # given fractions: no larger than the printed 0.941, or larger but with a pool of fewer than 8192 tokens
-    assert isinstance(rule.decide(deep(**{"mem-fraction-static": 0.94}), history), Skip)
-    short = rule.decide(deep(**{"mem-fraction-static": 0.943}), history)
-    assert isinstance(short, Skip) and "fewer than the 8192 one request needs" in short.reason
-    assert rule.decide(deep(**{"mem-fraction-static": 0.945}), history) is None
-    assert rule.decide(deep(**{"mem-fraction-static": 0.943, "context-length": 4096}), history) is None
+    assert dies(deep(**{"mem-fraction-static": 0.94})) is not None
+    short = dies(deep(**{"mem-fraction-static": 0.943}))
+    assert short is not None and "fewer than the 8192 one request needs" in short
+    assert dies(deep(**{"mem-fraction-static": 0.945})) is None
+    assert dies(deep(**{"mem-fraction-static": 0.943, "context-length": 4096})) is None
 
 
 def tight_space() -> SearchSpace:
@@ -104,7 +105,8 @@ def test_a_proposal_a_death_speaks_for_gets_the_room_it_lacks() -> None:
     (change,) = decision.adjusted
     assert change.rule == "make-room" and change.trials == [0]
     assert [(v.flag, v.sampled, v.launched) for v in change.values] == [("mem-fraction-static", None, 0.95)]
-    assert OrderedDemand(ENGINES).decide(decision.plan, history) is None  # what it launches is not predicted dead
+    assert ENGINE.memory_rules is not None
+    assert dies_like(pool_deaths(history.finished, ENGINE, "sglang")[0], decision.plan, ENGINE.memory_rules) is None
     assert rule.decide(plan(**{"speculative-num-steps": 2, "speculative-num-draft-tokens": 3}), history) is None
 
 

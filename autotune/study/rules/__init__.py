@@ -25,7 +25,6 @@ from autotune.study.rules.fraction_inside import FractionInside
 from autotune.study.rules.make_room import MakeRoom
 from autotune.study.rules.memory import PredictedMemory
 from autotune.study.rules.named_failure import NamedFailure
-from autotune.study.rules.ordered_demand import OrderedDemand
 from autotune.study.rules.same_rate import SameRate
 from autotune.study.rules.served_sizing import ServedSizing
 
@@ -39,8 +38,7 @@ class Rule(Protocol):
     def decide(self, plan: LaunchPlan, history: History) -> Decision | Wait | None: ...
 
 
-RULE_NAMES = ("duplicate", "same-rate", "served-sizing", "fraction-inside", "make-room", "named-failure",
-              "ordered-demand", "memory")  # fmt: skip
+RULE_NAMES = ("duplicate", "same-rate", "served-sizing", "fraction-inside", "make-room", "named-failure", "memory")
 
 
 def one_stream_rate(space: SearchSpace) -> bool:
@@ -64,8 +62,7 @@ def build_rules(
     rules: list[Rule] = [Duplicate()]
     if one_stream_rate(space):  # sizing cannot change the objective: the sizing rules apply
         rules += [SameRate(engines), ServedSizing(engines, feasibility), FractionInside(space, engines, feasibility)]
-    rules += [MakeRoom(space, engines, feasibility), NamedFailure(), OrderedDemand(engines)]
-    rules += [PredictedMemory(feasibility)]
+    rules += [MakeRoom(space, engines, feasibility), NamedFailure(), PredictedMemory(feasibility)]
     return [rule for rule in rules if rule.name not in off]
 
 
