@@ -99,7 +99,8 @@ def moe_study(tmp_path: Path, model: str) -> tuple[float, float, str]:
         memory = memory_as_logged(weights_bytes=weights, kv_pool_bytes=5 * GIB, kv_tokens=100_000)
         outcome = simulated_outcome(space, plan, tok_s=80.0, rounds=2, ci95=1.0, memory=memory, accept_length=2.0)
         request = RequestRecord(prompt_id="c1", category="coding", round=0, prompt_tokens=0, completion_tokens=2,
-                                ttft_s=0.1, e2e_s=0.2, decode_tok_s=80.0, accept_length=2.0, finish_reason="length")  # fmt: skip
+                                ttft_s=0.1, e2e_s=0.2, decode_tok_s=80.0, accept_length=2.0,
+                                finish_reason="length")  # fmt: skip
         measured = [m.model_copy(update={"requests": [request]}) for m in outcome.measurements]  # fmt: skip
         return outcome.model_copy(update={"measurements": measured})
 

@@ -1,5 +1,5 @@
 """Issue 46 on a hand-built history: a pool-memory death speaks for every configuration that needs no less
-at no larger a fraction (:mod:`autotune.study.rules.pool_deaths`), and a proposal it speaks for gets the
+at no larger a fraction (:mod:`autotune.study.pool_deaths`), and a proposal it speaks for gets the
 room it lacks where the space offers it (rule ``make-room``)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
 from autotune.space import SearchSpace, load_space
 from autotune.study.history import History
+from autotune.study.pool_deaths import PoolDeath, dies_like, pool_deaths
 from autotune.study.rules.make_room import MakeRoom
-from autotune.study.rules.pool_deaths import PoolDeath, dies_like, pool_deaths
 from tests.conftest import TWIN_SPACE
 
 GIB = 2**30

@@ -1,5 +1,5 @@
 """Rule ``make-room``: a proposal that would run out of pool memory as an earlier launch did
-(:mod:`autotune.study.rules.pool_deaths`) is launched with the room it lacks, where the space offers it,
+(:mod:`autotune.study.pool_deaths`) is launched with the room it lacks, where the space offers it,
 before its region is written off: the smallest fraction the space offers that holds one request by the
 death's printed figures (without them: halfway to the top of what is left), below the fraction at which
 launches like it ran out of headroom; with the smallest graph batch the space offers when the memory
@@ -15,7 +15,7 @@ from autotune.engines.base import Engine, InvalidConfig, LaunchPlan
 from autotune.feasibility import FeasibilityModel
 from autotune.space import CategoricalParam, FlagValue, FloatParam, IntParam, SearchSpace
 from autotune.study.history import History
-from autotune.study.rules.pool_deaths import PoolDeath, first_death, pool_deaths
+from autotune.study.pool_deaths import PoolDeath, first_death, pool_deaths
 from autotune.study.rules.served_sizing import adjusted
 
 # Above the printed figures' bare minimum: the pool is rounded to pages, and the log to two decimals.
