@@ -218,8 +218,17 @@ class Roofline(Frozen):
     """Decode speed against the memory-bandwidth ceiling of the GPUs."""
 
     ceiling_tok_s: float = Field(description="tok/s if every pass read its bytes at full bandwidth")
-    share: float = Field(description="measured decode tok/s / ceiling")
+    decode_tok_s: float = Field(description="the measured decode tok/s")
     bytes_per_pass: float
+    unknown: str | None = Field(
+        default=None, description="why the ceiling is unknown (then ceiling_tok_s reads every weight: a floor of it)"
+    )
+
+    @property
+    def share(self) -> float | None:
+        """Measured tok/s / ceiling; None where the ceiling is unknown or the rate passes it (the count is wrong)."""
+        share = self.decode_tok_s / self.ceiling_tok_s
+        return None if self.unknown is not None or share > 1.0 else share
 
 
 def roofline(
@@ -231,9 +240,10 @@ def roofline(
     mean_context_tokens: float,
     bandwidth_bytes_per_s: float,
     draft_bytes_per_pass: float = 0.0,
+    unknown: str | None = None,
 ) -> Roofline:
-    """Each decode pass reads every weight shard once plus the KV it attends to (per GPU, in
-    parallel across the TP ranks), plus what its draft passes read, and yields ``accept_length`` tokens."""
+    """Each decode pass reads ``weights_bytes_per_gpu`` (per GPU, in parallel across the TP ranks) plus
+    the KV it attends to, plus what its draft passes read, and yields ``accept_length`` tokens."""
     per_pass = weights_bytes_per_gpu + (kv_bytes_per_token_per_gpu or 0.0) * mean_context_tokens + draft_bytes_per_pass
     ceiling = bandwidth_bytes_per_s / per_pass * (accept_length or 1.0)
-    return Roofline(ceiling_tok_s=ceiling, share=decode_tok_s / ceiling, bytes_per_pass=per_pass)
+    return Roofline(ceiling_tok_s=ceiling, decode_tok_s=decode_tok_s, bytes_per_pass=per_pass, unknown=unknown)

@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import optuna
 
@@ -721,6 +721,7 @@ def _sampler_method(spec: str) -> Method:
 
 DEFAULT_METHODS = ("autotune", "random-runner", "random", "grid", "tiered")
 DEFAULT_FAMILY_METHODS = ("autotune", "random", "tiered")
+FamilyCase = Literal["all", "tight", "issue-46"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -930,17 +931,22 @@ def spread(values: Sequence[float | None]) -> dict[str, float | None]:
 def family_benchmark(
     count: int, first_seed: int, *, budget: int, method_names: Sequence[str] = DEFAULT_FAMILY_METHODS,
     per_tier: int = 8, noise_rel: float | None = None, launch_sd: float | None = None,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None, case: FamilyCase = "all",
 ) -> dict[str, Any]:  # fmt: skip
     """Every method once on every member (the member's seed seeds the sampler and the noise);
     ``launch_sd``: the relative sd of speed between launches (:class:`LandscapeLauncher`; default each
-    member's profile's ``timing.launch_sd``)."""
+    member's profile's ``timing.launch_sd``); ``case``: the family's members, its tight members only
+    (:func:`family.tight_member`), or issue 46's landscape."""
     from benchmarks import peers
 
     chosen = methods(method_names, per_tier=per_tier)
     rows: dict[str, list[dict[str, Any]]] = {m.name: [] for m in chosen}
     described = []
-    for fam in family.members(count, first_seed):
+    drawn = {"all": family.members, "tight": family.tight_members}[case](count, first_seed) if case != "issue-46" else (
+        [family.issue_46_member()] * count
+    )  # fmt: skip
+    for index, fam in enumerate(drawn):
+        fam = fam.model_copy(update={"seed": first_seed + index}) if case == "issue-46" else fam
         problem = problem_of(fam.profile, fam.space, noise_rel=noise_rel)
         problem.launch_sd = launch_sd if launch_sd is not None else fam.profile.timing.launch_sd
         optimum = solve(problem)
@@ -967,9 +973,8 @@ def family_benchmark(
             },
             "runs": runs,
         }
-    return {"paired": paired_regret(rows), "family_seeds": [first_seed, first_seed + count - 1], "budget": budget,
-            "launch_sd": launch_sd,
-            "members": described, "methods": results}  # fmt: skip
+    return {"paired": paired_regret(rows), "family_seeds": [first_seed, first_seed + count - 1], "case": case,
+            "budget": budget, "launch_sd": launch_sd, "members": described, "methods": results}  # fmt: skip
 
 
 def print_family_table(report: dict[str, Any]) -> None:
@@ -1218,6 +1223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--family", type=int, default=None, metavar="N",
                         help="instead of one profile: N generated landscapes (benchmarks/family.py)")  # fmt: skip
     parser.add_argument("--family-seed", type=int, default=0, metavar="S", help="the first member's seed")
+    parser.add_argument("--family-case", choices=["all", "tight", "issue-46"], default="all",
+                        help="with --family: every case, tight members only, or issue 46's landscape N times "
+                        "(the seed then seeds the search)")  # fmt: skip
     parser.add_argument("--recorded", type=Path, default=None, metavar="FILE",
                         help="instead of a twin: a recorded real landscape (benchmarks/landscapes/*.json)")  # fmt: skip
     parser.add_argument("--seeds", type=int, default=10)
@@ -1266,7 +1274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         names = args.methods.split(",") if args.methods else DEFAULT_FAMILY_METHODS
         report = family_benchmark(args.family, args.family_seed, budget=args.budget or 80,
                                   method_names=[m.strip() for m in names if m.strip()], per_tier=args.per_tier,
-                                  noise_rel=args.noise, launch_sd=args.launch_sd, progress=progress)  # fmt: skip
+                                  noise_rel=args.noise, launch_sd=args.launch_sd, progress=progress,
+                                  case=args.family_case)  # fmt: skip
         report["wall_s"] = time.monotonic() - started
         print_family_table(report)
         print_regret_table(

@@ -56,3 +56,35 @@ def test_cases_leave_base_members_alone_and_make_what_broke_the_search() -> None
     huge = by_case["huge"].profile
     assert huge.gpus.count == 8 and huge.model.weight_bytes > 150e9 and huge.overheads.fixed_pass_ms >= 8
     assert all(m.profile.timing.launch_sd == 0.04 for m in by_case.values())
+
+
+def test_tight_members_fill_their_gpus_and_leave_the_others_alone() -> None:
+    from benchmarks.family import issue_46_member, tight_member
+
+    assert member(3) == member(3) and tight_member(3) == tight_member(3) and tight_member(3) != tight_member(4)
+    for seed in (0, 1, 2):
+        tight = tight_member(seed)
+        profile, tuned = tight.profile, tight.space.tuned
+        drafter = profile.model.drafters[0]
+        tp = tight.space.fixed["tp-size"]
+        assert isinstance(tp, int) and profile.gpus.count == tp
+        share = (profile.model.weight_bytes + drafter.weight_bytes) / tp / profile.gpus.memory_total_bytes
+        assert 0.85 < share < 0.98, share
+        # the fraction and the graph batch are optional: unset (false) is one of their choices
+        assert tuned["mem-fraction-static"].choices[0] is False  # type: ignore[union-attr]
+        assert tuned["cuda-graph-max-bs-decode"].choices[0] is False  # type: ignore[union-attr]
+    issue = issue_46_member()
+    assert issue.space.fixed == {"context-length": 8192, "tp-size": 2} and issue.kind == "moe"
+    assert issue.profile.gpus.memory_total_bytes == 32 * 2**30 and issue.profile.model.weight_bytes == 61e9
+
+
+@pytest.mark.slow
+def test_issue_46s_optimum_is_a_deep_chain_at_an_explicit_fraction() -> None:
+    from benchmarks.family import issue_46_member
+
+    issue = issue_46_member()
+    optimum = bench.solve(bench.problem_of(issue.profile, issue.space))
+    assert optimum.flags["speculative-num-steps"] == 6 and optimum.flags["mem-fraction-static"] == 0.95
+    landscape = bench.problem_of(issue.profile, issue.space).landscape(0)
+    at_engines_own = {k: v for k, v in optimum.flags.items() if k not in ("mem-fraction-static",)}
+    assert landscape.evaluate(at_engines_own).outcome == "too_low"  # the engine's own fraction leaves too small a pool

@@ -131,7 +131,8 @@ def test_the_sizing_rules_are_built_only_where_sizing_cannot_buy_the_objective()
     assert one_stream_rate(one_stream)
     assert [r.name for r in build_rules(one_stream, ENGINES, models())] == list(RULE_NAMES)
     levels = one_stream.model_copy(update={"objective": one_stream.objective.model_copy(update={"levels": [1, 8]})})
-    assert [r.name for r in build_rules(levels, ENGINES, models())] == ["duplicate", "named-failure", "memory"]
+    assert [r.name for r in build_rules(levels, ENGINES, models())] == ["duplicate", "make-room", "named-failure",
+                                                                        "memory"]  # fmt: skip
     assert "same-rate" not in [r.name for r in build_rules(one_stream, ENGINES, models(), off={"same-rate"})]
     with pytest.raises(ValueError, match="unknown rules"):
         build_rules(one_stream, ENGINES, models(), off={"sizing"})
@@ -154,7 +155,15 @@ def _histories() -> list[tuple[LaunchPlan, History]]:
     """Plans and histories on which some rule reuses, adjusts, skips or waits."""
     first = served(0, plan(**{"mem-fraction-static": 0.8}))
     running = first.model_copy(update={"state": "RUNNING", "outcome": "running"})
+    short = ("Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.8 "
+             "(twin: the KV pool holds 900 tokens, fewer than one context_length=1000 request)")  # fmt: skip
+    lesson = MemoryLesson(flags=plan().flags, trial=0, side="too-low", weights_bytes=27 * GIB,
+                          server_free_bytes=40 * GIB)  # fmt: skip
+    pool_death = TrialRecord(number=0, state="COMPLETE", outcome="infeasible-memory-low", reason=short, engine="sglang",
+                             flags=plan(**{"mem-fraction-static": 0.8}).flags, memory=lesson)  # fmt: skip
     return [
+        (plan(**{"mem-fraction-static": 0.8, "speculative-num-steps": 5}), History([pool_death], number=1)),
+        (plan(**{"mem-fraction-static": 0.81}), History([pool_death], number=1)),
         (plan(**{"mem-fraction-static": 0.8}), History([first], number=1)),
         (plan(**{"mem-fraction-static": 0.9}), History([first], number=1)),
         (plan(**{"speculative-num-steps": 4, "mem-fraction-static": 0.93}), History([first], number=1)),

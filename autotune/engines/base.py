@@ -54,6 +54,15 @@ class DraftReads(Frozen):
     passes_per_verify: float = Field(description="draft forward passes per verify pass, at most")
 
 
+class PoolShortfall(Frozen):
+    """What a launch that ran out of pool memory printed: the fraction it ran at and, where printed,
+    the tokens its KV pool held against the tokens one request needs."""
+
+    fraction: float
+    pool_tokens: int | None = None
+    needed_tokens: int | None = None
+
+
 class Failure(Frozen):
     kind: OutcomeKind
     reason: str = Field(description="the log line or rule that decided the kind")
@@ -367,6 +376,15 @@ class Engine(ABC):
         """The separate draft model a plan runs and its forward passes per verify pass (for the
         roofline: each pass reads the draft's weights); None without one (or with built-in heads)."""
         return None
+
+    def pool_shortfall(self, reason: str) -> PoolShortfall | None:
+        """The figures a pool-memory death's message printed; None where it printed none."""
+        return None
+
+    def verify_tokens(self, flags: Mapping[str, FlagValue]) -> float:
+        """Tokens each sequence runs through the target in one decode pass (the draft tokens it
+        verifies; 1 without speculation): a mixture of experts routes each of them."""
+        return 1.0
 
     def failure_in(self, log_text: str) -> Failure | None:
         """The failure a log names, by :attr:`failure_rules`; None when it shows none (a healthy log)."""

@@ -47,6 +47,10 @@ DEFAULT_TRACK_INTERVAL = 256
 # What SGLang 0.5.23 prints on its way up and when it fails (the classifier is
 # autotune.engines.failures): an out-of-memory error while the weights load or the pools are sized
 # means the fraction left too little; from graph capture on, that it left too little outside.
+# A pool-memory death's figures (SGLang's "Not enough memory ..." line; the twin adds the tokens).
+_SHORT_FRACTION = re.compile(r"(?:mem_fraction_static|--mem-fraction-static)=(?P<fraction>[0-9.]*[0-9])")
+_SHORT_TOKENS = re.compile(r"holds (?P<pool>\d+) tokens, fewer than one context_length=(?P<needed>\d+) request")
+
 FAILURES = FailureRules(
     stages=(
         (r"Load weight begin|[Ll]oading (?:safetensors checkpoint )?shards|, in load_model$", LOADING_WEIGHTS),
@@ -438,6 +442,24 @@ class SGLangEngine(Engine):
         if DRAFT_MODEL not in flags:
             return None
         return base.DraftReads(model=str(flags[DRAFT_MODEL]), passes_per_verify=float(flags.get(STEPS, 1)))
+
+    def pool_shortfall(self, reason: str) -> base.PoolShortfall | None:
+        """SGLang prints the fraction it sized the pool at (its own when none was given); the twin also
+        prints the tokens the pool held against one request's."""
+        fraction = _SHORT_FRACTION.search(reason)
+        if fraction is None:
+            return None
+        tokens = _SHORT_TOKENS.search(reason)
+        return base.PoolShortfall(
+            fraction=float(fraction["fraction"]),
+            pool_tokens=int(tokens["pool"]) if tokens else None,
+            needed_tokens=int(tokens["needed"]) if tokens else None,
+        )
+
+    def verify_tokens(self, flags: Mapping[str, FlagValue]) -> float:
+        """The draft tokens a verify pass checks (1 without speculation)."""
+        value = flags.get(DRAFT)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 1.0
 
     def build_argv(self, launcher: list[str], *, model: str, plan: LaunchPlan, host: str, port: int) -> list[str]:
         # /metrics feeds the cross-check of the client's numbers; it costs nothing measurable.

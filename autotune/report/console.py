@@ -24,6 +24,7 @@ from autotune.engines.names import short_flag
 from autotune.measure.client import CategoryStats, Measurement
 from autotune.records import TrialRecord
 from autotune.space import ENGINE_PARAM, Candidate, FlagValue
+from autotune.study.attrs import ROOFLINE_UNKNOWN
 from autotune.study.breakeven import BreakEven
 from autotune.study.confirm import Confirmation
 from autotune.study.events import StudyEvents
@@ -243,7 +244,7 @@ def _trial_row(r: TrialRecord, flag_names: Sequence[str], *, best: int | None, w
         *(Text(_flag_cell(r, n)) for n in flag_names),
         Text(_speed(r)),
         Text(f"{accept:.2f}" if accept is not None else "-"),
-        Text(f"{r.roofline_share:.0%}" if r.roofline_share is not None else "-"),
+        Text(_roofline_cell(r)),
     ]
     if with_host:
         cells.append(Text(f"{r.host} ({', '.join(sorted(set(r.gpus)))})" if r.gpus else r.host or "-"))
@@ -272,6 +273,19 @@ def decision_text(record: TrialRecord) -> str:
     return changes or "launched as sampled"
 
 
+def _roofline_cell(record: TrialRecord) -> str:
+    if record.roofline_share is not None:
+        return f"{record.roofline_share:.0%}"
+    return "unknown" if ROOFLINE_UNKNOWN in record.readings else "-"
+
+
+def _roofline_text(record: TrialRecord) -> str:
+    """The share of the bandwidth ceiling, or why the ceiling is unknown."""
+    if record.roofline_share is not None:
+        return f"{record.roofline_share:.0%} of the memory-bandwidth ceiling"
+    return f"ceiling unknown: {record.readings[ROOFLINE_UNKNOWN]}"
+
+
 def trial_detail(record: TrialRecord) -> Group:
     """Everything stored about one trial, nothing cut: outcome and full reason, flags, argv, metrics."""
     rows = Table(box=None, show_header=False, pad_edge=False)
@@ -297,6 +311,8 @@ def trial_detail(record: TrialRecord) -> Group:
         ci = f" ± {metric.ci95:.3g}" if metric.ci95 is not None else ""
         shown = f"{metric.value:.4g}" if metric.value is not None else "-"
         rows.add_row(name, f"{shown}{ci} {metric.unit}".strip())
+    if record.roofline_share is not None or ROOFLINE_UNKNOWN in record.readings:
+        rows.add_row("roofline", _roofline_text(record))
     if record.agreement is not None:
         rows.add_row("output check", agreement_text(record))
         for index, text in enumerate(record.agreement.outputs):

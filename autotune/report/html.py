@@ -55,6 +55,7 @@ READING_NAMES = {
     "memory_release_s": "memory released after (s)",
     "memory_released": "memory released",
     "roofline_share": "share of the bandwidth ceiling",
+    "roofline_unknown": "bandwidth ceiling unknown",
 }
 
 
@@ -224,6 +225,7 @@ def _confirmation_html(s: StudySummary) -> list[str]:
             ],
         ),
     ]  # fmt: skip
+
 
 def _winner_html(s: StudySummary) -> list[str]:
     """The best trial: its flags as given and as the server ran them, its metrics, its launch script."""

@@ -12,6 +12,7 @@
 - :mod:`~autotune.study.preflight_checks`: the space checked against its engines before the first launch;
 - :mod:`~autotune.study.rules`: the named pre-launch rules (one module each) and their order;
 - :mod:`~autotune.study.history`: the study's records as one trial's rules read them;
+- :mod:`~autotune.study.pool_deaths`: what a launch that ran out of pool memory says about others;
 - :mod:`~autotune.study.sampler`: Optuna's TPE (or random draws);
 - :mod:`~autotune.study.launcher`: what turns a plan into an outcome (real servers, or injected);
 - :mod:`~autotune.study.runner`: the loop (suggest -> normalise -> decide -> record -> launch -> learn);

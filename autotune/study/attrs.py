@@ -44,6 +44,9 @@ MEMORY_LESSON = "memory_lesson"
 DECISION = "decision"
 # Shown to people (dashboard columns, report readings); never read back to compute anything.
 READING_PREFIXES = ("roofline", "memory")
+# Why a launch that measured shows no roofline share (read back for the table's cell).
+ROOFLINE_UNKNOWN = "roofline_unknown"
+ABOVE_COUNT = "the measured rate is above the ceiling counted from config.json: what a pass reads is unknown"
 # A reuse copies its original's facts, except who ran it, what it taught (learned once) and what
 # was decided for it and launched.
 NOT_COPIED = frozenset(
@@ -335,9 +338,11 @@ def record_outcome(
     _record_memory(trial, outcome, lesson)
     if outcome.agreement is not None:
         _record_agreement(trial, outcome, outcome.agreement)
-    if roofline is not None:
+    if roofline is not None and roofline.share is not None:
         trial.set_user_attr("roofline_share", round(roofline.share, 3))
         trial.set_user_attr("ceiling_tok_s", round(roofline.ceiling_tok_s, 1))
+    elif roofline is not None:
+        trial.set_user_attr(ROOFLINE_UNKNOWN, roofline.unknown or ABOVE_COUNT)
 
 
 def _metrics(measurement: Measurement) -> dict[str, dict[str, Any]]:

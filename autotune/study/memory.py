@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from autotune.engines.base import Engine
 from autotune.feasibility import FeasibilityModel, MemoryLesson, headroom_use, model_weight_bytes
 from autotune.gpu import GpuInventory, Roofline, roofline
+from autotune.model_reads import ModelStructure
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
 from autotune.space import SearchSpace
@@ -77,10 +78,17 @@ def lesson_of(outcome: TrialOutcome, *, trial: int, inventory: GpuInventory) -> 
 
 
 def roofline_of(
-    outcome: TrialOutcome, *, inventory: GpuInventory, model: FeasibilityModel, engine: Engine
+    outcome: TrialOutcome,
+    *,
+    inventory: GpuInventory,
+    model: FeasibilityModel,
+    engine: Engine,
+    structure: ModelStructure | None,
 ) -> Roofline | None:
-    """The measured decode speed as a share of the memory-bandwidth ceiling: weights and KV per verify
-    pass, plus the separate draft model's weights times its passes per verify (an upper bound)."""
+    """The measured decode speed against the memory-bandwidth ceiling: the weights one verify pass reads
+    (``structure``: the experts its tokens reach; unknown: every weight, and the ceiling is unknown) and
+    the KV it attends to, plus the separate draft model's weights times its passes per verify (an upper
+    bound)."""
     measurement = outcome.measurement
     bandwidth = min((g.bandwidth_bytes_per_s or 0 for g in inventory.gpus), default=0)
     weights = outcome.memory.weights_bytes if outcome.memory else None
@@ -94,12 +102,17 @@ def roofline_of(
         return None
     draft = engine.draft_reads(outcome.plan.flags)
     draft_bytes = model_weight_bytes(draft.model) if draft is not None else None
+    tokens = measurement.concurrency * engine.verify_tokens(outcome.plan.flags)
     return roofline(
         draft_bytes_per_pass=draft_bytes * draft.passes_per_verify if draft is not None and draft_bytes else 0.0,
         decode_tok_s=speed.value,
         accept_length=accept.value if accept else None,
-        weights_bytes_per_gpu=weights,
+        weights_bytes_per_gpu=weights * structure.read_share(tokens) if structure is not None else weights,
         kv_bytes_per_token_per_gpu=outcome.memory.kv_bytes_per_token if outcome.memory else None,
         mean_context_tokens=sum(contexts) / len(contexts),
         bandwidth_bytes_per_s=bandwidth,
+        unknown=None if structure is not None else UNKNOWN_STRUCTURE,
     )
+
+
+UNKNOWN_STRUCTURE = "the model's config.json was not found or its layers are not counted: what a pass reads is unknown"

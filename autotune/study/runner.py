@@ -35,6 +35,7 @@ from autotune.gpu import check_idle, read_inventory, wait_for
 from autotune.measure.client import Measurement
 from autotune.measure.integrity import above_ceiling
 from autotune.measure.protocol import EarlyStop
+from autotune.model_reads import model_structure
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
 from autotune.secrets import is_secret_flag, redact, redact_env, redact_flags, secret_values
@@ -207,6 +208,7 @@ class StudyRunner:
         self.stop_reason: str | None = None
         self.storage_fault: str | None = None
         self.feasibility = feasibility_models(self.space, self.engines, self.inventory)
+        self.structure = model_structure(self.space.model)  # what a decode pass reads, for the roofline
         replay(self.feasibility, self.records(), default_engine=self.space.engine)
         self.rules = build_rules(self.space, self.engines, self.feasibility, off=rules_off)
 
@@ -362,8 +364,9 @@ class StudyRunner:
         model = self.feasibility[plan.engine]
         lesson = lesson_of(outcome, trial=trial.number, inventory=self.inventory)
         model.learn(lesson)
-        share = roofline_of(outcome, inventory=self.inventory, model=model, engine=self.engines[plan.engine])
-        impossible = above_ceiling(share.share * share.ceiling_tok_s, share.ceiling_tok_s) if share else None
+        share = roofline_of(outcome, inventory=self.inventory, model=model, engine=self.engines[plan.engine],
+                            structure=self.structure)  # fmt: skip
+        impossible = above_ceiling(share.decode_tok_s, share.ceiling_tok_s) if share else None
         if impossible is not None and outcome.kind is OutcomeKind.OK:
             outcome = outcome.model_copy(update={"kind": OutcomeKind.MEASUREMENT_FAILED, "reason": impossible})
         attrs.record_outcome(trial, outcome, lesson=lesson, roofline=share, slo=self.space.slo)

@@ -22,6 +22,7 @@ from autotune.space import SearchSpace
 from autotune.study.history import History
 from autotune.study.rules.duplicate import Duplicate
 from autotune.study.rules.fraction_inside import FractionInside
+from autotune.study.rules.make_room import MakeRoom
 from autotune.study.rules.memory import PredictedMemory
 from autotune.study.rules.named_failure import NamedFailure
 from autotune.study.rules.same_rate import SameRate
@@ -37,7 +38,7 @@ class Rule(Protocol):
     def decide(self, plan: LaunchPlan, history: History) -> Decision | Wait | None: ...
 
 
-RULE_NAMES = ("duplicate", "same-rate", "served-sizing", "fraction-inside", "named-failure", "memory")
+RULE_NAMES = ("duplicate", "same-rate", "served-sizing", "fraction-inside", "make-room", "named-failure", "memory")
 
 
 def one_stream_rate(space: SearchSpace) -> bool:
@@ -61,7 +62,7 @@ def build_rules(
     rules: list[Rule] = [Duplicate()]
     if one_stream_rate(space):  # sizing cannot change the objective: the sizing rules apply
         rules += [SameRate(engines), ServedSizing(engines, feasibility), FractionInside(space, engines, feasibility)]
-    rules += [NamedFailure(), PredictedMemory(feasibility)]
+    rules += [MakeRoom(space, engines, feasibility), NamedFailure(), PredictedMemory(feasibility)]
     return [rule for rule in rules if rule.name not in off]
 
 

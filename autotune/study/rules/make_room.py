@@ -1,0 +1,91 @@
+"""Rule ``make-room``: a proposal that would run out of pool memory as an earlier launch did
+(:mod:`autotune.study.pool_deaths`) is launched with the room it lacks, where the space offers it,
+before its region is written off: the smallest fraction the space offers that holds one request by the
+death's printed figures (without them: halfway to the top of what is left), below the fraction at which
+launches like it ran out of headroom; with the smallest graph batch the space offers when the memory
+model says the headroom left cannot hold the graphs otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from autotune.decision import Decision, Launch
+from autotune.engines.base import Engine, InvalidConfig, LaunchPlan
+from autotune.feasibility import FeasibilityModel
+from autotune.space import CategoricalParam, FlagValue, FloatParam, IntParam, SearchSpace
+from autotune.study.history import History
+from autotune.study.pool_deaths import PoolDeath, first_death, pool_deaths
+from autotune.study.rules.served_sizing import adjusted
+
+# Above the printed figures' bare minimum: the pool is rounded to pages, and the log to two decimals.
+FRACTION_MARGIN = 0.002
+
+
+def offered(param: IntParam | FloatParam | CategoricalParam | None) -> list[float]:
+    """The numbers a tuned parameter offers, ascending (a float range on its step grid)."""
+    if isinstance(param, CategoricalParam):
+        return sorted({float(c) for c in param.choices if isinstance(c, (int, float)) and not isinstance(c, bool)})
+    if isinstance(param, (IntParam, FloatParam)) and param.step:
+        count = int(round((param.high - param.low) / param.step))
+        return [round(param.low + i * param.step, 10) for i in range(count + 1)]
+    return []
+
+
+class MakeRoom:
+    name = "make-room"
+    for_baselines = False
+
+    def __init__(
+        self, space: SearchSpace, engines: Mapping[str, Engine], feasibility: Mapping[str, FeasibilityModel]
+    ) -> None:
+        self.space = space
+        self.engines = engines
+        self.feasibility = feasibility
+
+    def decide(self, plan: LaunchPlan, history: History) -> Decision | None:
+        engine, model = self.engines[plan.engine], self.feasibility[plan.engine]
+        rules = engine.memory_rules
+        if rules is None:
+            return None
+        deaths = pool_deaths(history.finished, engine, plan.engine)
+        found = first_death(deaths, plan, rules)
+        fractions = offered(self.space.tuned.get(rules.fraction_flag))
+        if found is None or not fractions:
+            return None
+        death = found[0]
+        graph_flag = rules.graph_batch_flag
+        graphs = offered(self.space.tuned.get(graph_flag)) if graph_flag else []
+        for fraction in self._fractions(death, plan, model, fractions):
+            for graph in [None, *graphs[:1]]:
+                changes: dict[str, FlagValue] = {rules.fraction_flag: fraction}
+                if graph_flag is not None and graph is not None:
+                    changes[graph_flag] = int(graph)
+                try:
+                    launched = engine.normalise({**plan.flags, **changes})
+                except InvalidConfig:
+                    continue
+                if first_death(deaths, launched, rules) is None and model.predict(launched.flags).feasible:
+                    why = f"the pool memory that trial {death.trial} ran out of"
+                    return Launch(plan=launched, adjusted=[adjusted(self.name, plan, launched, [death.trial], why)])
+        return None
+
+    def _fractions(
+        self, death: PoolDeath, plan: LaunchPlan, model: FeasibilityModel, fractions: list[float]
+    ) -> list[float]:
+        """The offered fractions worth trying, the most promising first: from the one the death's figures
+        call for (or halfway up what is left) upwards, below where alike launches ran out of headroom."""
+        assert model.rules is not None
+        flag = model.rules.fraction_flag
+        window = model.fraction_window(plan.flags)
+        shortfall = death.shortfall
+        died_at = death.flags.get(flag)
+        floor = float(died_at) if isinstance(died_at, (int, float)) else shortfall.fraction if shortfall else 0.0
+        open_ = [f for f in fractions if f > floor and window.open(f)]
+        if not open_:
+            return []
+        needed = death.fraction_needed
+        if needed is not None:
+            return [f for f in open_ if f >= needed + FRACTION_MARGIN]
+        middle = (floor + (window.high if window.high is not None else open_[-1])) / 2
+        return [f for f in open_ if f >= middle] + [f for f in reversed(open_) if f < middle]
