@@ -1,5 +1,5 @@
 """The landscape recorder's grid: every combination, conditions applied, engine-equal configs once;
-a bad grid is one clear error. (Recording itself launches a real engine: see benchmarks/README.md.)"""
+a bad grid is one clear error. (Recording itself launches a real engine: see docs/benchmarks.md.)"""
 
 from __future__ import annotations
 
