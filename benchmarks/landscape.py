@@ -86,7 +86,7 @@ class MeasureShape:
 
 @dataclass(frozen=True)
 class LaunchCost:
-    """Seconds a launch takes on real GPUs (assumptions, documented in benchmarks/README.md).
+    """Seconds a launch takes on real GPUs (assumptions, documented in docs/benchmarks.md).
 
     A launch pays ``startup_s`` (interpreter, NCCL, argument and launch-rule checks), loads the
     weights of one GPU at ``load_bytes_per_s``, then captures CUDA graphs (``capture_s``); a

@@ -9,7 +9,7 @@ have: random search, the full grid in a fixed order, and a tiered grid like ``sg
     python benchmarks/search_efficiency.py --twin-profile qwen3.6-27b-2xa6000 \\
         --space search_spaces/qwen3.6-27b-2xa6000-twin.yaml --seeds 10 --budget 80 --json out.json
 
-See benchmarks/README.md for what is measured and the assumptions behind the simulated seconds.
+See docs/benchmarks.md for what is measured and the assumptions behind the simulated seconds.
 """
 
 from __future__ import annotations

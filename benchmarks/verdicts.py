@@ -20,7 +20,7 @@ besides the measurement's own noise).
 
     python benchmarks/verdicts.py --seeds 20 --family 10 --family-seed 5000 --family-seeds 2 --json out.json
 
-See benchmarks/README.md.
+See docs/benchmarks.md.
 """
 
 from __future__ import annotations
