@@ -156,6 +156,10 @@ class ModelSpec(_Strict):
     eos_token_id: int
     mtp: MtpSpec | None = None
     drafters: list[DrafterSpec] = Field(default_factory=list)
+    # MoE: a pass reads the routed experts its tokens touch, not a fixed top-k share (0: dense).
+    moe_expert_bytes: int = Field(default=0, ge=0)
+    moe_experts: int = Field(default=0, ge=0)
+    moe_experts_per_token: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _hybrid_has_state(self) -> ModelSpec:
@@ -206,6 +210,8 @@ class OverheadSpec(_Strict):
     no_cuda_graph_pass_ms: float = Field(ge=0)
     attention_backend_pass_ms: dict[str, float] = Field(default_factory=dict)
     prefill_fixed_ms: float = Field(ge=0)
+    # The fixed cost of speculation per pass (draft extend, bookkeeping, lost overlap).
+    spec_pass_ms: float = Field(default=0.0, ge=0)
 
 
 class MemorySpec(_Strict):
