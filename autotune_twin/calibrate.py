@@ -45,8 +45,8 @@ class Point(BaseModel):
     accept_length: float | None = Field(default=None, ge=1)
 
 
-def load_points(path: Path) -> list[Point]:
-    """One JSON object a line; blank lines are skipped.
+def load_points(path: Path) -> list[tuple[int, Point]]:
+    """(line number, point) for each JSON object a line; blank lines are skipped.
 
     Raises:
         PointsError: unreadable file, a line that is not JSON or not a point, or no points at all.
@@ -60,7 +60,7 @@ def load_points(path: Path) -> list[Point]:
         if not line.strip():
             continue
         try:
-            points.append(Point.model_validate_json(line))
+            points.append((number, Point.model_validate_json(line)))
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"]) or "(line)"
@@ -267,7 +267,7 @@ COST_KNOBS = (
     Knob("compute", _scale_compute),
 )
 ACCEPTANCE_KNOB = Knob("acceptance", _scale_acceptance)
-PRIOR_WEIGHT = 0.02  # per squared log-factor: a constant the points cannot tell apart stays put
+PRIOR_WEIGHT = 0.002  # per squared log-factor: a constant the points cannot tell apart stays put
 
 
 def apply_knobs(profile: TwinProfile, knobs: Sequence[Knob], logs: Sequence[float]) -> TwinProfile:

@@ -117,6 +117,7 @@ class PassCosts(_Strict):
     allreduce_latency_us: float = Field(ge=0)  # per all-reduce under TP (NVLink)
     pcie_allreduce_latency_us: float = Field(ge=0)
     spec_pass_ms: float = Field(ge=0)  # the fixed cost of speculation per pass
+    spec_pass_tp_ms: float = Field(ge=0)  # and per doubling of TP
     draft_step_ms: float = Field(ge=0)  # per draft step beyond its weight read
     draft_step_tp_ms: float = Field(ge=0)  # per draft step per doubling of TP (its collectives)
     verify_token_ms: float = Field(ge=0)  # per verified token beyond the first, per request
@@ -130,6 +131,7 @@ DEFAULT_COSTS = PassCosts(
     allreduce_latency_us=15.0,
     pcie_allreduce_latency_us=25.0,
     spec_pass_ms=2.0,
+    spec_pass_tp_ms=0.5,
     draft_step_ms=0.5,
     draft_step_tp_ms=0.3,
     verify_token_ms=0.02,
@@ -154,6 +156,8 @@ def load_setup(path: Path) -> Setup:
         raise SetupError(f"{path}: cannot read: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise SetupError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if isinstance(data, dict) and isinstance(data.get("setup"), dict):
+        data = data["setup"]  # a replay file of benchmarks/spec_setups: the setup is one section
     if not isinstance(data, dict):
         raise SetupError(f"{path}: expected a mapping at the top level")
     try:
@@ -388,7 +392,7 @@ def profile_from_setup(setup: Setup, costs: PassCosts = DEFAULT_COSTS, *, name: 
             no_cuda_graph_pass_ms=0.1 * facts.num_layers,
             attention_backend_pass_ms={"flashinfer": 0.0, "fa3": 0.0, "triton": 0.3},
             prefill_fixed_ms=10.0,
-            spec_pass_ms=costs.spec_pass_ms,
+            spec_pass_ms=costs.spec_pass_ms + costs.spec_pass_tp_ms * math.log2(setup.tp),
         ),
         memory=MemorySpec(
             activation_base_bytes=GIB,

@@ -50,7 +50,9 @@ SETUPS = Path(__file__).parent / "spec_setups"
 TABLES = Path(__file__).resolve().parents[2] / "shared" / "spec-tables" / "tables.jsonl"
 MAX_SUBSETS = 20
 # Today's physics on the same setups: none of the new terms, the built-in profile's draft step.
-TODAY_COSTS = DEFAULT_COSTS.model_copy(update={"spec_pass_ms": 0.0, "draft_step_tp_ms": 0.0, "draft_step_ms": 0.3})
+TODAY_COSTS = DEFAULT_COSTS.model_copy(
+    update={"spec_pass_ms": 0.0, "spec_pass_tp_ms": 0.0, "draft_step_tp_ms": 0.0, "draft_step_ms": 0.3}
+)
 
 
 class Replay(BaseModel):
@@ -167,7 +169,7 @@ def build(table: Table, costs: PassCosts, *, moe: bool = True) -> TwinProfile:
 VARIANTS: dict[str, tuple[PassCosts, bool]] = {
     "today": (TODAY_COSTS, False),
     "new": (DEFAULT_COSTS, True),
-    "new - spec_pass": (DEFAULT_COSTS.model_copy(update={"spec_pass_ms": 0.0}), True),
+    "new - spec_pass": (DEFAULT_COSTS.model_copy(update={"spec_pass_ms": 0.0, "spec_pass_tp_ms": 0.0}), True),
     "new - moe_touched": (DEFAULT_COSTS, False),
     "new - draft_step_tp": (DEFAULT_COSTS.model_copy(update={"draft_step_tp_ms": 0.0}), True),
 }
