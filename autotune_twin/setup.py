@@ -27,6 +27,7 @@ from autotune_twin.profile import (
     MtpSpec,
     OverheadSpec,
     TimingSpec,
+    TreeSpec,
     TwinProfile,
     load_profile,
 )
@@ -121,6 +122,9 @@ class PassCosts(_Strict):
     draft_step_ms: float = Field(ge=0)  # per draft step beyond its weight read
     draft_step_tp_ms: float = Field(ge=0)  # per draft step per doubling of TP (its collectives)
     verify_token_ms: float = Field(ge=0)  # per verified token beyond the first, per request
+    batch_scale: float = Field(ge=0)  # draft and verify overheads grow by 1 + this x (batch - 1)
+    tree_branch_ms: float = Field(ge=0)  # per draft step per branch beyond the first (topk > 1)
+    tree_bookkeeping_ms: float = Field(ge=0)  # per pass with a tree (masks, bookkeeping)
     bandwidth_efficiency: float = Field(gt=0, le=1)
     compute_efficiency: float = Field(gt=0, le=1)
 
@@ -135,6 +139,9 @@ DEFAULT_COSTS = PassCosts(
     draft_step_ms=0.5,
     draft_step_tp_ms=0.3,
     verify_token_ms=0.02,
+    batch_scale=0.01,
+    tree_branch_ms=0.03,
+    tree_bookkeeping_ms=0.5,
     bandwidth_efficiency=0.85,
     compute_efficiency=0.5,
 )
@@ -382,11 +389,15 @@ def profile_from_setup(setup: Setup, costs: PassCosts = DEFAULT_COSTS, *, name: 
         interconnect=interconnect,
         model=model,
         prompts=builtin.prompts,
-        tree=builtin.tree,
+        tree=TreeSpec(
+            miss_factor_per_doubling=builtin.tree.miss_factor_per_doubling,
+            bookkeeping_ms=costs.tree_bookkeeping_ms,
+            draft_step_per_extra_branch_ms=costs.tree_branch_ms,
+        ),
         overheads=OverheadSpec(
             fixed_pass_ms=fixed_ms,
             per_request_pass_ms=0.05,
-            batch_scale=0.1,
+            batch_scale=costs.batch_scale,
             verify_token_ms=costs.verify_token_ms,
             draft_step_ms=step_ms,
             no_cuda_graph_pass_ms=0.1 * facts.num_layers,
