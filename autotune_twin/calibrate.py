@@ -17,7 +17,7 @@ import json
 import math
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -184,12 +184,23 @@ def predict(
     profile: TwinProfile, cfg: LaunchConfig, *, concurrency: int, input_len: int, output_len: int, accept: float | None
 ) -> Prediction:
     """Total output tok/s of ``concurrency`` requests run together (module docstring)."""
+    cfg = _own_drafter(profile, cfg)
     accept_length = accept if accept is not None and cfg.spec.enabled else profile_accept_length(profile, cfg)
     contexts = [input_len + output_len // 2] * concurrency
     pass_s = physics.decode_pass_seconds(profile, cfg, contexts)
     prefill_s = physics.prefill_seconds(profile, cfg, input_len * concurrency) if input_len > 0 else 0.0
     seconds = prefill_s + math.ceil(max(output_len - 1, 0) / accept_length) * pass_s
     return Prediction(tok_s=concurrency * output_len / seconds, accept_length=accept_length)
+
+
+def _own_drafter(profile: TwinProfile, cfg: LaunchConfig) -> LaunchConfig:
+    """``cfg`` with its drafter taken from ``profile`` (a configuration resolved once is reused
+    while the fit changes the drafter's constants)."""
+    drafter = cfg.spec.drafter
+    if drafter is None:
+        return cfg
+    own = profile.drafter(drafter.path, drafter.algorithm)
+    return cfg if own is None or own is drafter else replace(cfg, spec=replace(cfg.spec, drafter=own))
 
 
 def predict_point(profile: TwinProfile, point: Point, cfg: LaunchConfig | None = None) -> Prediction:
@@ -303,12 +314,18 @@ def fit(profile: TwinProfile, points: Sequence[Point], knobs: Sequence[Knob] | N
 
 
 def nelder_mead(
-    f: Callable[[np.ndarray], float], start: np.ndarray, *, step: float = 0.5, iterations: int = 600
+    f: Callable[[np.ndarray], float],
+    start: np.ndarray,
+    *,
+    step: float = 0.5,
+    iterations: int = 600,
+    restarts: int = 6,
 ) -> np.ndarray:
     """Minimise ``f`` from ``start`` by the Nelder-Mead simplex (standard coefficients), restarted
-    once from the best point so a collapsed simplex does not stop it early."""
-    best = start
-    for _ in range(2):
+    from the best point with a fresh simplex until a restart gains nothing, so a collapsed simplex
+    does not stop it early."""
+    best, best_value = start, f(start)
+    for _ in range(restarts):
         simplex = [best] + [best + step * np.eye(len(best))[i] for i in range(len(best))]
         values = [f(x) for x in simplex]
         for _ in range(iterations):
@@ -333,6 +350,7 @@ def nelder_mead(
                 else:
                     simplex = [simplex[0] + 0.5 * (x - simplex[0]) for x in simplex]
                     values = [f(x) for x in simplex]
-        best = simplex[int(np.argmin(values))]
-        step = 0.1
+        if min(values) > best_value - 1e-9:
+            break
+        best, best_value = simplex[int(np.argmin(values))], min(values)
     return best
