@@ -156,10 +156,6 @@ class ModelSpec(_Strict):
     eos_token_id: int
     mtp: MtpSpec | None = None
     drafters: list[DrafterSpec] = Field(default_factory=list)
-    # MoE: a pass reads the routed experts its tokens touch, not a fixed top-k share (0: dense).
-    moe_expert_bytes: int = Field(default=0, ge=0)
-    moe_experts: int = Field(default=0, ge=0)
-    moe_experts_per_token: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _hybrid_has_state(self) -> ModelSpec:

@@ -130,18 +130,18 @@ class PassCosts(_Strict):
 
 
 DEFAULT_COSTS = PassCosts(
-    layer_launch_us=32.0,
-    moe_layer_launch_us=90.0,
-    allreduce_latency_us=9.3,
+    layer_launch_us=49.6,
+    moe_layer_launch_us=84.6,
+    allreduce_latency_us=8.9,
     pcie_allreduce_latency_us=25.0,
-    spec_pass_ms=0.6,
-    spec_pass_tp_ms=0.15,
-    draft_step_ms=0.67,
+    spec_pass_ms=0.55,
+    spec_pass_tp_ms=0.77,
+    draft_step_ms=0.61,
     draft_step_tp_ms=0.64,
-    verify_token_ms=0.013,
-    batch_scale=0.022,
-    tree_branch_ms=0.026,
-    tree_bookkeeping_ms=2.3,
+    verify_token_ms=0.0007,
+    batch_scale=0.0058,
+    tree_branch_ms=0.01,
+    tree_bookkeeping_ms=3.75,
     bandwidth_efficiency=0.85,
     compute_efficiency=0.5,
 )
@@ -426,7 +426,7 @@ def acceptance_table(rate: float, length: int = 16) -> dict[str, list[float]]:
 
 
 def model_spec(facts: ConfigFacts, setup: Setup, per_param: float) -> ModelSpec:
-    total, routed, active = facts.sizes()
+    total, _, active = facts.sizes()
     embed = facts.vocab_size * facts.hidden_size
     kv = facts.full_attention_layers * facts.kv_heads * facts.head_dim * 2 * 2
     # Linear-attention state per request: a value x key state per head in fp32, per linear layer.
@@ -466,9 +466,6 @@ def model_spec(facts: ConfigFacts, setup: Setup, per_param: float) -> ModelSpec:
         eos_token_id=facts.eos_token_id,
         mtp=mtp,
         drafters=drafters,
-        moe_expert_bytes=int(routed * per_param),
-        moe_experts=facts.experts,
-        moe_experts_per_token=facts.experts_per_token,
     )
 
 

@@ -11,8 +11,9 @@ its accept length the replay uses it, so only the cost model is judged. Per tabl
 - ``cal3``: after fitting the profile's free constants (``autotune_twin.calibrate.fit``) to three
   rows, the worst error of the other rows' rates, over every choice of three (at most 20, drawn).
 
-for today's physics (no fixed cost of speculation, an MoE pass reads one token's experts, the
-built-in profile's draft-step constant) and the new one, and for the new one without each term.
+for today's physics (no fixed cost of speculation, the built-in profile's draft-step constant, no
+TP part in it) and the new one, and for the new one without each term (tree costs and batch scale
+put back at the built-in profile's values).
 
     python -m benchmarks.spec_tables [--tables PATH] [--quick]
 """
@@ -49,9 +50,18 @@ from autotune_twin.setup import (
 SETUPS = Path(__file__).parent / "spec_setups"
 TABLES = Path(__file__).resolve().parents[2] / "shared" / "spec-tables" / "tables.jsonl"
 MAX_SUBSETS = 8
-# Today's physics on the same setups: none of the new terms, the built-in profile's draft step.
+# Today's physics on the same setups: none of the new terms, the built-in profile's draft step,
+# tree costs and batch scale.
 TODAY_COSTS = DEFAULT_COSTS.model_copy(
-    update={"spec_pass_ms": 0.0, "spec_pass_tp_ms": 0.0, "draft_step_tp_ms": 0.0, "draft_step_ms": 0.3}
+    update={
+        "spec_pass_ms": 0.0,
+        "spec_pass_tp_ms": 0.0,
+        "draft_step_tp_ms": 0.0,
+        "draft_step_ms": 0.3,
+        "tree_branch_ms": 0.3,
+        "tree_bookkeeping_ms": 1.5,
+        "batch_scale": 0.1,
+    }
 )
 
 
@@ -154,24 +164,23 @@ def _flags(setting: dict[str, Any], replay: Replay, *, vllm: bool) -> tuple[dict
 # The physics variants
 
 
-def build(table: Table, costs: PassCosts, *, moe: bool = True) -> TwinProfile:
+def build(table: Table, costs: PassCosts) -> TwinProfile:
     """The table's profile from public facts, with the replay's extra drafters added."""
     profile = profile_from_setup(table.setup, costs, name=table.id)
     extra = [drafter_spec(d, path=name) for name, d in table.replay.drafters.items()]
     step = profile.model.drafters[0].step_ms if profile.model.drafters else profile.overheads.draft_step_ms
     extra = [d.model_copy(update={"step_ms": step}) for d in extra]
     model = profile.model.model_copy(update={"drafters": [*profile.model.drafters, *extra]})
-    if not moe:  # today: one token's experts, whatever the pass verifies
-        model = model.model_copy(update={"moe_experts": 0, "moe_expert_bytes": 0})
     return profile.model_copy(update={"model": model})
 
 
-VARIANTS: dict[str, tuple[PassCosts, bool]] = {
-    "today": (TODAY_COSTS, False),
-    "new": (DEFAULT_COSTS, True),
-    "new - spec_pass": (DEFAULT_COSTS.model_copy(update={"spec_pass_ms": 0.0, "spec_pass_tp_ms": 0.0}), True),
-    "new - moe_touched": (DEFAULT_COSTS, False),
-    "new - draft_step_tp": (DEFAULT_COSTS.model_copy(update={"draft_step_tp_ms": 0.0}), True),
+VARIANTS: dict[str, PassCosts] = {
+    "today": TODAY_COSTS,
+    "new": DEFAULT_COSTS,
+    "new - spec_pass": DEFAULT_COSTS.model_copy(update={"spec_pass_ms": 0.0, "spec_pass_tp_ms": 0.0}),
+    "new - draft_step_tp": DEFAULT_COSTS.model_copy(update={"draft_step_tp_ms": 0.0}),
+    "new - tree costs": DEFAULT_COSTS.model_copy(update={"tree_branch_ms": 0.3, "tree_bookkeeping_ms": 1.5}),
+    "new - batch_scale": DEFAULT_COSTS.model_copy(update={"batch_scale": 0.1}),
 }
 
 
@@ -247,9 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|")
     for table in tables:
         for variant in variants:
-            costs, moe = VARIANTS[variant]
+            costs = VARIANTS[variant]
             subsets = args.subsets if variant in ("today", "new") else 0
-            verdict = judge(table, build(table, costs, moe=moe), subsets=subsets)
+            verdict = judge(table, build(table, costs), subsets=subsets)
             named = "yes" if table.gpus_named else "no (assumed)"
             print(f"| {table.id} | {named} | {len(table.cells)} | {variant} | {_cell(verdict)} |", flush=True)
     return 0
