@@ -272,7 +272,9 @@ def _speculative(
     )
 
 
-def _adaptive(args: argparse.Namespace, algorithm: str, topk: int | None, notes: list[str]) -> AdaptiveConfig | None:
+def _adaptive(
+    args: argparse.Namespace, algorithm: str, topk: int | None, notes: list[str]
+) -> AdaptiveConfig | None:
     """``--speculative-adaptive``: its config, or None when off. An unsupported setting is not an
     error in SGLang: it warns and falls back to static steps (speculative_hook.py:1374-1389)."""
     if not args.speculative_adaptive:

@@ -114,7 +114,6 @@ def test_every_step_tier_captures_its_own_cuda_graphs(profile: TwinProfile) -> N
     mem = profile.memory
     expected = 5 * mem.graph_base_bytes + mem.graph_bytes_per_token * (16 * 1 + 16 * 2 + 16 * 4 + 4 * 6 + 4 * 8)
     assert tiered_graphs == pytest.approx(expected) and tiered_graphs > 2 * fixed_graphs
-
     # so a fraction that fits the static config can die capturing the adaptive tiers
     def outcome(flags: list[str], fraction: float) -> str:
         return physics.memory_outcome(profile, launch(profile, *flags, "--mem-fraction-static", str(fraction)))

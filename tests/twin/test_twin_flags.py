@@ -32,13 +32,8 @@ def test_flag_set_matches_sglang_help() -> None:
     real = entries(HELP.read_text())
     twin = entries(build_parser().format_help())
     assert sorted(set(twin) - set(real)) == [
-        "--twin-drift",
-        "--twin-fault",
-        "--twin-fault-after",
-        "--twin-inventory",
-        "--twin-load-seconds",
-        "--twin-profile",
-        "--twin-seed",
+        "--twin-drift", "--twin-fault", "--twin-fault-after", "--twin-inventory", "--twin-load-seconds",
+        "--twin-profile", "--twin-seed",
     ]
     assert sorted(set(real) - set(twin)) == []
     for name, rest in real.items():
