@@ -7,6 +7,9 @@ the SGLang twin runs exactly as before.
 Argument errors exit 2 (argparse, like SGLang); launch and memory failures exit 1; a SIGTERM or
 SIGINT stops the server promptly and exits 0. ``--twin-inventory`` prints the simulated GPU
 inventory as JSON without validating any other flag.
+
+``python -m autotune_twin calibrate ...`` and ``predict ...`` (first word) fit and query a profile
+(``autotune_twin.fit_cli``); SGLang takes no positional argument, so neither word was a launch.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ def _personality(argv: list[str]) -> tuple[str, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] and argv[0] in ("calibrate", "predict"):
+        from autotune_twin import fit_cli
+
+        return fit_cli.main(argv)
     personality, argv = _personality(argv)
     # Each personality is imported only when it runs, so --help and --twin-inventory stay light.
     if personality == "vllm":

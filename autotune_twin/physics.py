@@ -546,6 +546,8 @@ def decode_pass_seconds(profile: TwinProfile, cfg: LaunchConfig, contexts: Seque
     over = profile.overheads
     overhead_ms = over.fixed_pass_ms + batch * over.per_request_pass_ms
     overhead_ms += over.attention_backend_pass_ms.get(cfg.attention_backend, 0.0)
+    if cfg.spec.enabled:
+        overhead_ms += over.spec_pass_ms
     if cfg.disable_cuda_graph:
         overhead_ms += over.no_cuda_graph_pass_ms
     verify_ms = (tokens - 1) * over.verify_token_ms * (1 + over.batch_scale * (batch - 1))

@@ -206,6 +206,8 @@ class OverheadSpec(_Strict):
     no_cuda_graph_pass_ms: float = Field(ge=0)
     attention_backend_pass_ms: dict[str, float] = Field(default_factory=dict)
     prefill_fixed_ms: float = Field(ge=0)
+    # The fixed cost of speculation per pass (draft extend, bookkeeping, lost overlap).
+    spec_pass_ms: float = Field(default=0.0, ge=0)
 
 
 class MemorySpec(_Strict):

@@ -1,0 +1,118 @@
+"""A profile from public facts, fitted to measured points, and the ``calibrate``/``predict`` commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune_twin import calibrate
+from autotune_twin.calibrate import Point
+from autotune_twin.profile import TwinProfile, load_profile
+from autotune_twin.setup import load_setup, profile_from_setup
+from tests.twin.processes import REPO, twin
+
+GLM = REPO / "benchmarks" / "spec_setups" / "sgl-23336-glm47-mtp.yaml"
+LLAMA = REPO / "benchmarks" / "spec_setups" / "vllm-20780-tpot-k.yaml"
+
+
+def steps(k: int) -> dict[str, object]:
+    return {"speculative-num-steps": k, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": k + 1}
+
+
+def drawn(profile: TwinProfile, settings: list[tuple[dict[str, object], int]]) -> list[Point]:
+    """Points as the profile would measure them (its own accept lengths)."""
+    out = []
+    for flags, batch in settings:
+        cfg = calibrate.launch_config(profile, flags)
+        pred = calibrate.predict(profile, cfg, concurrency=batch, input_len=100, output_len=256, accept=None)
+        accept = pred.accept_length if flags else None
+        out.append(Point(flags=flags, concurrency=batch, input_len=100, output_len=256, tok_s=pred.tok_s,
+                         accept_length=accept))  # fmt: skip
+    return out
+
+
+def test_setup_gives_sizes_from_the_config() -> None:
+    glm = profile_from_setup(load_setup(GLM))
+    assert 330e9 < glm.model.weight_bytes < 380e9  # 355B parameters in fp8
+    assert 30e9 < glm.model.active_params < 40e9  # 32B active: 8 of 160 experts
+    assert glm.model.mtp is not None and glm.gpus.count == 8
+    llama = profile_from_setup(load_setup(LLAMA))
+    assert 15e9 < llama.model.weight_bytes < 17e9  # 8B parameters in bf16
+    assert llama.model.active_params > 7e9 and llama.model.drafters[0].algorithm == "EAGLE"
+
+
+def test_fitted_profile_recovers_a_known_profiles_predictions(tmp_path: Path) -> None:
+    start = load_setup(GLM)
+    truth = profile_from_setup(start)
+    over = truth.overheads
+    truth = truth.model_copy(
+        update={
+            "overheads": over.model_copy(
+                update={
+                    "spec_pass_ms": over.spec_pass_ms * 2.0,
+                    "fixed_pass_ms": over.fixed_pass_ms * 0.7,
+                    "draft_step_ms": over.draft_step_ms * 1.6,
+                }  # fmt: skip
+            )
+        }
+    )
+    train = drawn(truth, [({}, 1), ({}, 8), ({}, 32), (steps(1), 8), (steps(3), 8), (steps(7), 8), (steps(2), 32)])
+    points = tmp_path / "points.jsonl"
+    points.write_text("".join(p.model_dump_json() + "\n" for p in train), encoding="utf-8")
+    out = tmp_path / "fitted.yaml"
+    done = twin("calibrate", str(GLM), str(points), "-o", str(out), timeout=300)
+    assert done.returncode == 0, done.stderr
+    fitted = load_profile(str(out))
+    for point in drawn(truth, [(steps(4), 4), (steps(5), 16), ({}, 16), (steps(2), 2)]):
+        predicted = calibrate.predict_point(fitted, point).tok_s
+        assert predicted == pytest.approx(point.tok_s, rel=0.02)
+
+
+def test_predict_prints_one_json_object_from_a_setup_or_a_profile() -> None:
+    flags = "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"
+    from_setup = twin("predict", str(GLM), "--flags", flags, "--concurrency", "8", "--accept-length", "3.0")
+    assert from_setup.returncode == 0, from_setup.stderr
+    rate = json.loads(from_setup.stdout)
+    assert rate["accept_length"] == 3.0 and rate["tok_s"] > 0
+    vllm = twin("predict", str(LLAMA), "--flags", "--speculative-config '{\"num_speculative_tokens\": 3}'")
+    assert vllm.returncode == 0, vllm.stderr
+    builtin = twin("predict", "qwen3.6-27b-2xa6000", "--flags", flags)
+    assert json.loads(builtin.stdout)["accept_length"] > 2.5
+
+
+@pytest.mark.parametrize(
+    ("setup", "needle"),
+    [
+        ({"gpu": "Quantum 9000", "model": {"config": {}}}, "gpu: unknown GPU"),
+        ({"gpu": "H100", "gpu_count": 1, "tp": 2, "model": {"config": {}}}, "tp: 2 exceeds"),
+        ({"gpu": "H100", "model": {"config": "missing.json"}}, "model.config: cannot read"),
+        ({"gpu": "H100", "model": {"config": {"hidden_size": 8}}}, "model.config: needs hidden_size"),
+        ({"gpu": "H100", "colour": "red", "model": {"config": {}}}, "colour: Extra inputs"),
+    ],
+)
+def test_a_bad_setup_is_one_line_naming_the_field(tmp_path: Path, setup: dict[str, object], needle: str) -> None:
+    path = tmp_path / "SETUP.yaml"
+    path.write_text(yaml.safe_dump(setup), encoding="utf-8")
+    done = twin("predict", str(path))
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and str(path) in done.stderr and needle in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("lines", "needle"),
+    [
+        (['{"flags": {}, "concurrency": 1, "input_len": 10, "output_len": 8, "tok_s": 5}', "{not json"], ":2: "),
+        (['{"flags": {}, "concurrency": 1, "input_len": 10, "output_len": 8}'], ":1: tok_s: Field required"),
+        (['{"flags": {"speculative-num-steps": "x"}, "concurrency": 1, "input_len": 1, "output_len": 8, "tok_s": 5}'],
+         ":1: flags:"),
+    ],
+)  # fmt: skip
+def test_bad_points_are_one_line_naming_the_line(tmp_path: Path, lines: list[str], needle: str) -> None:
+    points = tmp_path / "points.jsonl"
+    points.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    done = twin("calibrate", str(GLM), str(points), "-o", str(tmp_path / "out.yaml"))
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and f"{points}{needle}" in done.stderr, done.stderr
