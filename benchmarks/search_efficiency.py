@@ -665,7 +665,6 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
         ),
         "tiered": Method(f"tiered grid ({per_tier}/tier)", lambda p, s, b: run_tiered(p, s, b, per_tier=per_tier)),
     }
-    known["autotune-model-finalists"] = Method("autotune, finalists by a model's posterior mean", model_finalists)
     for peer, play in peers.PEERS.items():
         known[peer] = Method(peer, lambda p, s, b, play=play: play(peers.twin_bench(p, s), s, b))
     for startup in (2, 10, 20):
@@ -702,19 +701,6 @@ def night(problem: Problem, seed: int, budget: int, *, sampler: SamplerName) -> 
         name = "autotune (TPE, default)" if sampler == "tpe" else f"{sampler} (autotune loop)"
         problem.nights[key] = run_study(problem, seed, budget, sampler=sampler, name=name, confirm=True)
     return problem.nights[key]
-
-
-def model_finalists(problem: Problem, seed: int, budget: int) -> Run:
-    """The study's night with its finalists ranked by a model's posterior mean over every launch
-    (``confirm.FINALIST_SCORE``), a candidate judged in benchmarks/results/regret-2026-12-05/."""
-    from autotune.study import confirm
-
-    kept = confirm.FINALIST_SCORE
-    confirm.FINALIST_SCORE = "model"
-    try:
-        return run_study(problem, seed, budget, name="autotune, finalists by a model's posterior mean", confirm=True)
-    finally:
-        confirm.FINALIST_SCORE = kept
 
 
 def _ablated(name: str, *, sampler: SamplerName = "tpe", rules_off: Collection[str] = ()) -> Method:

@@ -25,8 +25,6 @@ from autotune.measure.statistics import t95
 from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
-from autotune.space import FlagValue
-from autotune.study.launch_model import posterior_means
 
 # Relaunching the same configuration moved a real H200's decode figure by 1-5 % (up to 19 % for long
 # drafts, llama.cpp): the prior for the between-launch noise until a study measures it.
@@ -183,40 +181,15 @@ def incumbent_mean(records: Sequence[TrialRecord]) -> float | None:
     return max(launched_means(records).values(), default=None)
 
 
-FinalistScore = Literal["mean", "model"]
-# How the finalists are ranked: the mean of each configuration's own launches, or a model's posterior
-# mean over every launch of the study (:mod:`~autotune.study.launch_model`): a candidate judged in
-# benchmarks/results/regret-2026-12-05/.
-FINALIST_SCORE: FinalistScore = "mean"
-
-
-def _model_scores(runs: Sequence[TrialRecord], records: Sequence[TrialRecord]) -> dict[int, float]:
-    """Each configuration's posterior mean log value from a model of every served launch."""
-    first = {r.number: r for r in runs}
-    launches = [
-        (first[r.confirm_of if r.confirm_of is not None else r.number].flags, r.value or 0.0)
-        for r in _objective_runs(records)
-        if (r.confirm_of if r.confirm_of is not None else r.number) in first
-    ]
-    configs: list[dict[str, FlagValue]] = []
-    for config, _ in launches:
-        if config not in configs:
-            configs.append(config)
-    posterior = posterior_means(launches)  # in the order each configuration first appears
-    return {number: posterior[configs.index(record.flags)] for number, record in first.items()}
-
-
 def choose_finalists(records: Sequence[TrialRecord], *, top: int) -> list[TrialRecord]:
     """The ``top`` best distinct configurations by the mean of their launches so far (the first
     measurement where there is no other), plus every baseline that served (each configuration once):
     the race decides among them and states the gain over each baseline."""
     means = launched_means(records)
-    runs = [r for r in _objective_runs(records) if r.confirm_of is None and r.feasible]
-    if FINALIST_SCORE == "model":
-        scores = _model_scores(runs, records)
-        candidates = sorted(runs, key=lambda r: -scores[r.number])
-    else:
-        candidates = sorted(runs, key=lambda r: -means.get(r.number, r.value or 0.0))
+    candidates = sorted(
+        (r for r in _objective_runs(records) if r.confirm_of is None and r.feasible),
+        key=lambda r: -means.get(r.number, r.value or 0.0),
+    )
     chosen: list[TrialRecord] = []
     keys: set[str | None] = set()
     for record in candidates:
