@@ -665,13 +665,6 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
         ),
         "tiered": Method(f"tiered grid ({per_tier}/tier)", lambda p, s, b: run_tiered(p, s, b, per_tier=per_tier)),
     }
-    for share in (0.2, 0.4):  # the night's split between search and race (issue 48, step 4)
-        known[f"autotune-race-share-{share}"] = Method(
-            f"autotune, race share {share}",
-            lambda p, s, b, share=share: run_study(
-                p, s, b, name=f"autotune, race share {share}", confirm=True, race_share=share
-            ),
-        )
     for peer, play in peers.PEERS.items():
         known[peer] = Method(peer, lambda p, s, b, play=play: play(peers.twin_bench(p, s), s, b))
     for startup in (2, 10, 20):
