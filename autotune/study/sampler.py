@@ -46,13 +46,17 @@ class Unstuck(optuna.samplers.BaseSampler):
         self.base = base
         self.random = optuna.samplers.RandomSampler(seed=seed)
         self.after = after
+        self._stalled_at: tuple[int, bool] | None = None  # (trial number, stalled): read once per trial
 
-    def _stalled(self, study: optuna.Study) -> bool:
-        finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-        return unlaunched_in_a_row(sorted(finished, key=lambda t: t.number)) >= self.after
+    def _stalled(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        if self._stalled_at is None or self._stalled_at[0] != trial.number:
+            finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+            stalled = unlaunched_in_a_row(sorted(finished, key=lambda t: t.number)) >= self.after
+            self._stalled_at = (trial.number, stalled)
+        return self._stalled_at[1]
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        if self._stalled(study):
+        if self._stalled(study, trial):
             return {}
         return self.base.infer_relative_search_space(study, trial)
 
@@ -66,7 +70,7 @@ class Unstuck(optuna.samplers.BaseSampler):
     def sample_independent(
         self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
     ) -> Any:
-        sampler = self.random if self._stalled(study) else self.base
+        sampler = self.random if self._stalled(study, trial) else self.base
         return sampler.sample_independent(study, trial, param_name, param_distribution)
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
