@@ -651,6 +651,8 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
             "autotune, no early stop",
             lambda p, s, b: run_study(p, s, b, early_stop=False, name="autotune, no early stop"),
         ),
+        # The night as it was before sampler.Unstuck: TPE proposes on when its proposals stop launching.
+        "autotune-stalling": Method("autotune, TPE without Unstuck", stalling_night),
         "random-runner": Method("random (autotune loop)", lambda p, s, b: night(p, s, b, sampler="random")),
         "bound-perfect-race": Method(
             "bound-perfect-race", lambda p, s, b: peers.perfect_race(night(p, s, b, sampler="tpe"))
@@ -701,6 +703,12 @@ def night(problem: Problem, seed: int, budget: int, *, sampler: SamplerName) -> 
         name = "autotune (TPE, default)" if sampler == "tpe" else f"{sampler} (autotune loop)"
         problem.nights[key] = run_study(problem, seed, budget, sampler=sampler, name=name, confirm=True)
     return problem.nights[key]
+
+
+def stalling_night(problem: Problem, seed: int, budget: int) -> Run:
+    """The study's night with plain TPE, without :class:`~autotune.study.sampler.Unstuck`."""
+    return run_study(problem, seed, budget, factory=lambda s: make_sampler("tpe", s, unstuck=False),
+                     name="autotune, TPE without Unstuck", confirm=True)  # fmt: skip
 
 
 def _ablated(name: str, *, sampler: SamplerName = "tpe", rules_off: Collection[str] = ()) -> Method:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from autotune.study.sampler import SamplerName, make_sampler
+from autotune.study.sampler import SamplerName, Unstuck, make_sampler
 
 
 def _proposals(name: SamplerName, seed: int) -> list[dict[str, object]]:
@@ -23,7 +23,9 @@ def _proposals(name: SamplerName, seed: int) -> list[dict[str, object]]:
 
 
 def test_tpe_models_jointly_from_the_third_trial() -> None:
-    sampler = make_sampler("tpe", 3)
+    unstuck = make_sampler("tpe", 3)
+    assert isinstance(unstuck, Unstuck) and unstuck.after == 3  # random draws once proposals stop launching
+    sampler = unstuck.base
     assert isinstance(sampler, optuna.samplers.TPESampler)
     assert sampler._multivariate and sampler._group and sampler._constant_liar
     assert sampler._n_startup_trials == 2 and sampler._n_ei_candidates == 64

@@ -4,24 +4,96 @@ TPE is multivariate (flags modelled jointly), grouped (a flag present only under
 modelled with the trials that have it), with a constant liar so parallel workers do not propose the
 same thing. What the study adds around the sampler (pre-launch rules, the race) stays outside it;
 the heuristics once layered on TPE were judged and removed (docs/search.md).
+
+One exception, :class:`Unstuck`: a proposal the rules answer without a launch (reused, or skipped as
+predicted to fail) tells TPE nothing it did not know, so a TPE whose only served region is measured
+already proposes it again and again and the night stops launching. After :data:`STALL_PROPOSALS` such
+proposals in a row, the next is a random draw, until one launches.
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Literal
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import optuna
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, TrialState
 
 SamplerName = Literal["tpe", "random"]
 
+# Proposals answered without a launch, in a row, before a random draw; chosen on the dev slice
+# (benchmarks/results/memory-budget-2026-12-05/).
+STALL_PROPOSALS = 3
 
-def make_sampler(name: SamplerName, seed: int | None) -> optuna.samplers.BaseSampler:
-    """The study's sampler: TPE (module docstring) or Optuna's random sampler; ``seed`` seeds it."""
+
+def unlaunched_in_a_row(trials: Sequence[FrozenTrial]) -> int:
+    """How many of the latest finished proposals, in a row, the rules answered without a launch."""
+    count = 0
+    for trial in reversed(trials):
+        decision = trial.user_attrs.get("decision")
+        if not isinstance(decision, dict) or decision.get("kind") == "launch":
+            break
+        count += 1
+    return count
+
+
+class Unstuck(optuna.samplers.BaseSampler):
+    """``base`` (TPE), but a random draw after ``after`` proposals in a row were answered without a launch."""
+
+    def __init__(self, base: optuna.samplers.BaseSampler, seed: int | None, *, after: int = STALL_PROPOSALS) -> None:
+        self.base = base
+        self.random = optuna.samplers.RandomSampler(seed=seed)
+        self.after = after
+        self._stalled_at: tuple[int, bool] | None = None  # (trial number, stalled): read once per trial
+
+    def _stalled(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        if self._stalled_at is None or self._stalled_at[0] != trial.number:
+            finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+            stalled = unlaunched_in_a_row(sorted(finished, key=lambda t: t.number)) >= self.after
+            self._stalled_at = (trial.number, stalled)
+        return self._stalled_at[1]
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        if self._stalled(study, trial):
+            return {}
+        return self.base.infer_relative_search_space(study, trial)
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        if not search_space:
+            return {}
+        return self.base.sample_relative(study, trial, search_space)
+
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        sampler = self.random if self._stalled(study, trial) else self.base
+        return sampler.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.base.before_trial(study, trial)
+
+    def after_trial(
+        self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
+    ) -> None:
+        self.base.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.base.reseed_rng()
+        self.random.reseed_rng()
+
+
+def make_sampler(name: SamplerName, seed: int | None, *, unstuck: bool = True) -> optuna.samplers.BaseSampler:
+    """The study's sampler: TPE (module docstring) or Optuna's random sampler; ``seed`` seeds it;
+    ``unstuck``: TPE draws at random when proposals stop launching (:class:`Unstuck`)."""
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(
+        tpe = optuna.samplers.TPESampler(
             seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=2, n_ei_candidates=64
         )
+    return Unstuck(tpe, seed) if unstuck else tpe
