@@ -123,7 +123,8 @@ ANGELSLIM = REPO / "benchmarks" / "spec_setups" / "angelslim-163-qwen3-30b-a3b.y
 
 def test_a_fit_on_batch_1_points_keeps_the_setups_batch_scaling(tmp_path: Path) -> None:
     """Three batch-1 points (the AngelSlim table's, published) say nothing of batching: the fitted
-    profile's rate at batch 64 over its rate at batch 1 stays within 25 % of the setup's."""
+    profile's rate at batch 64 over its rate at batch 1 (no speculation) stays within 5 % of the
+    setup's (a fit free in every constant moved it 19 %)."""
     tree = {"speculative-eagle-topk": 3, "speculative-num-draft-tokens": 4}
     rows = [
         Point(flags={}, concurrency=1, input_len=256, output_len=256, tok_s=218.89),
@@ -146,4 +147,4 @@ def test_a_fit_on_batch_1_points_keeps_the_setups_batch_scaling(tmp_path: Path) 
 
     setup_scaling = rate(ANGELSLIM, 64) / rate(ANGELSLIM, 1)
     fitted_scaling = rate(fitted, 64) / rate(fitted, 1)
-    assert fitted_scaling == pytest.approx(setup_scaling, rel=0.25)
+    assert fitted_scaling == pytest.approx(setup_scaling, rel=0.05)
