@@ -5,8 +5,9 @@ input and output length, the total output rate and, when known, the accept lengt
 predicts a point from the profile's physics: each of ``concurrency`` requests prefills its input
 together, then decodes ``output_len`` tokens in verify passes of :func:`physics.decode_pass_seconds`,
 ``accept_length`` tokens a pass (the measured one where given, else the profile's acceptance).
-:func:`fit` scales the profile's free per-pass constants (and its acceptance, where no point gives
-one) to the points by a Nelder-Mead search on the log error, held near the starting profile.
+:func:`fit` scales the per-pass constants the points can tell apart (:func:`identifiable_knobs`;
+the rest keep the setup's values) to the points by a Nelder-Mead search on the log error, held
+near the starting profile.
 """
 
 from __future__ import annotations
@@ -281,6 +282,31 @@ ACCEPTANCE_KNOB = Knob("acceptance", _scale_acceptance)
 PRIOR_WEIGHT = 0.002  # per squared log-factor: a constant the points cannot tell apart stays put
 
 
+def identifiable_knobs(points: Sequence[Point], configs: Sequence[LaunchConfig]) -> tuple[Knob, ...]:
+    """The knobs the points can tell apart; the others keep the setup's values.
+
+    Bandwidth (the level of every pass) is always free. A cost that only the points' variation can
+    separate from it is free only where they vary it: the fixed per-pass cost and compute need more
+    than one concurrency, the fixed cost of speculation a speculative and a plain point, the draft
+    step more than one depth, verify cost more than one count of tokens verified a pass; acceptance
+    is free where a speculative point gives no accept length.
+    """
+    pairs = list(zip(points, configs, strict=True))
+    spec = [(p, c) for p, c in pairs if c.spec.enabled]
+    batches = {p.concurrency for p in points}
+    free = {
+        "bandwidth": True,
+        "fixed_pass_ms": len(batches) > 1,
+        "compute": len(batches) > 1,
+        "spec_pass_ms": bool(spec) and len(spec) < len(pairs),
+        "draft_step_ms": len({c.spec.num_steps for _, c in spec}) > 1,
+        "verify_token_ms": len({p.concurrency * c.spec.tokens_per_pass for p, c in spec}) > 1,
+    }
+    knobs = tuple(k for k in COST_KNOBS if free[k.name])
+    unknown = any(p.accept_length is None for p, _ in spec)
+    return (*knobs, ACCEPTANCE_KNOB) if unknown else knobs
+
+
 def apply_knobs(profile: TwinProfile, knobs: Sequence[Knob], logs: Sequence[float]) -> TwinProfile:
     for knob, log in zip(knobs, logs, strict=True):
         profile = knob.apply(profile, math.exp(log))
@@ -288,16 +314,15 @@ def apply_knobs(profile: TwinProfile, knobs: Sequence[Knob], logs: Sequence[floa
 
 
 def fit(profile: TwinProfile, points: Sequence[Point], knobs: Sequence[Knob] | None = None) -> TwinProfile:
-    """The profile with ``knobs`` (default: the cost knobs, plus acceptance when no point gives an
-    accept length for a speculative launch) scaled to minimise the points' squared log error.
+    """The profile with ``knobs`` (default: :func:`identifiable_knobs`) scaled to minimise the
+    points' squared log error.
 
     Raises:
         ValueError: a point's flags the twin cannot simulate.
     """
     configs = [launch_config(profile, p.flags) for p in points]
     if knobs is None:
-        unknown = any(c.spec.enabled and p.accept_length is None for c, p in zip(configs, points, strict=True))
-        knobs = (*COST_KNOBS, ACCEPTANCE_KNOB) if unknown else COST_KNOBS
+        knobs = identifiable_knobs(points, configs)
     measured = np.log([p.tok_s for p in points])
 
     def loss(logs: np.ndarray) -> float:

@@ -66,7 +66,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     points = [point for _, point in numbered]
     fitted = calibrate.fit(profile, points).model_copy(update={"name": args.output.stem})
     errors = [abs(calibrate.predict_point(fitted, p).tok_s / p.tok_s - 1) for p in points]
-    args.output.write_text(yaml.safe_dump(fitted.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+    dumped = fitted.model_dump(mode="json", exclude_unset=True)  # a drafter's foreign fields stay out
+    args.output.write_text(yaml.safe_dump(dumped, sort_keys=False), encoding="utf-8")
     print(json.dumps({"profile": str(args.output), "points": len(points), "max_error": round(max(errors), 4)}))
     return 0
 

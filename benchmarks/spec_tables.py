@@ -9,7 +9,7 @@ its accept length the replay uses it, so only the cost model is judged. Per tabl
   published, max and median error over the rows after the first;
 - ``signs``: how many row-to-row changes (in the table's order, at one concurrency) go the same way;
 - ``cal3``: after fitting the profile's free constants (``autotune_twin.calibrate.fit``) to three
-  rows, the worst error of the other rows' rates, over every choice of three (at most 20, drawn).
+  rows, the worst error of the other rows' rates, over every choice of three (at most 8, drawn).
 
 for today's physics (no fixed cost of speculation, the built-in profile's draft-step constant, no
 TP part in it) and the new one, and for the new one without each term (tree costs and batch scale

@@ -116,3 +116,35 @@ def test_bad_points_are_one_line_naming_the_line(tmp_path: Path, lines: list[str
     done = twin("calibrate", str(GLM), str(points), "-o", str(tmp_path / "out.yaml"))
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and f"{points}{needle}" in done.stderr, done.stderr
+
+
+ANGELSLIM = REPO / "benchmarks" / "spec_setups" / "angelslim-163-qwen3-30b-a3b.yaml"
+
+
+def test_a_fit_on_batch_1_points_keeps_the_setups_batch_scaling(tmp_path: Path) -> None:
+    """Three batch-1 points (the AngelSlim table's, published) say nothing of batching: the fitted
+    profile's rate at batch 64 over its rate at batch 1 (no speculation) stays within 5 % of the
+    setup's (a fit free in every constant moved it 19 %)."""
+    tree = {"speculative-eagle-topk": 3, "speculative-num-draft-tokens": 4}
+    rows = [
+        Point(flags={}, concurrency=1, input_len=256, output_len=256, tok_s=218.89),
+        Point(flags={"speculative-num-steps": 3} | tree, concurrency=1, input_len=256, output_len=256,
+              tok_s=170.35, accept_length=2.017),
+        Point(flags={"speculative-num-steps": 7, "speculative-eagle-topk": 10, "speculative-num-draft-tokens": 64},
+              concurrency=1, input_len=256, output_len=256, tok_s=193.31, accept_length=3.034),
+    ]  # fmt: skip
+    points = tmp_path / "points.jsonl"
+    points.write_text("".join(p.model_dump_json() + "\n" for p in rows), encoding="utf-8")
+    fitted = tmp_path / "fitted.yaml"
+    done = twin("calibrate", str(ANGELSLIM), str(points), "-o", str(fitted), timeout=300)
+    assert done.returncode == 0, done.stderr
+
+    def rate(profile: Path, batch: int) -> float:
+        args = ("--concurrency", str(batch), "--input-len", "256", "--output-len", "256")
+        done = twin("predict", str(profile), "--flags", "", *args)
+        assert done.returncode == 0, done.stderr
+        return float(json.loads(done.stdout)["tok_s"])
+
+    setup_scaling = rate(ANGELSLIM, 64) / rate(ANGELSLIM, 1)
+    fitted_scaling = rate(fitted, 64) / rate(fitted, 1)
+    assert fitted_scaling == pytest.approx(setup_scaling, rel=0.05)
