@@ -17,7 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
-CLI_SOURCE = Path(__file__).with_name("cli.py")
+CLI_PACKAGE = Path(__file__).with_name("cli")
 # click wraps help at the terminal width, but never wider than this.
 HELP_MAX_WIDTH = 80
 
@@ -74,7 +74,8 @@ def main() -> None:
         cli_main()
         return
     width = shutil.get_terminal_size().columns
-    key = help_key(argv, cli_source=CLI_SOURCE.read_bytes(), typer_stamp=_typer_stamp(), width=width)
+    cli_source = b"".join(module.read_bytes() for module in sorted(CLI_PACKAGE.glob("*.py")))
+    key = help_key(argv, cli_source=cli_source, typer_stamp=_typer_stamp(), width=width)
     page = cache_dir() / f"{key}.txt"
     with contextlib.suppress(OSError):
         sys.stdout.write(page.read_text())
