@@ -26,47 +26,51 @@ BENCH_DEFAULTS: dict[str, Any] = {"max_tokens": 128, "max_seconds": 180.0, "max_
 VERDICT_STYLES = {"not-slower": "green", "slower": "red", "cannot-tell": "yellow"}
 
 
+UrlOpt = Annotated[Optional[str], typer.Option("--url", help="Measure this running server (nothing is launched).")]
+ProfileFileOpt = Annotated[
+    Optional[Path], typer.Option("--profile", help="Launch this exported profile (YAML), measure it, compare.")
+]
+TargetCiOpt = Annotated[
+    Optional[float], typer.Option("--target-ci", help="Stop at this relative 95% CI half width (0.02 = ±2%).")
+]
+MarginOpt = Annotated[
+    float,
+    typer.Option(
+        "--margin",
+        min=0.0,
+        max=0.5,
+        help="With --profile: a drop of at most this much (relative, "
+        "0.03 = 3%) from the recorded figure is not slower; exit 1 when it is significantly beyond it.",
+    ),
+]
+ApiKeyOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--api-key",
+        envvar="AUTOTUNE_API_KEY",
+        show_default=False,
+        help="Key of a server started with --api-key (sent as a Bearer header). Env: AUTOTUNE_API_KEY.",
+    ),
+]
+WorkdirOpt = Annotated[Path, typer.Option("--workdir", help="Where a launched profile's log goes.")]
+
+
 @app.command()
 def bench(
-    url: Annotated[
-        Optional[str], typer.Option("--url", help="Measure this running server (nothing is launched).")
-    ] = None,
-    profile_file: Annotated[
-        Optional[Path], typer.Option("--profile", help="Launch this exported profile (YAML), measure it, compare.")
-    ] = None,
+    url: UrlOpt = None,
+    profile_file: ProfileFileOpt = None,
     engine: Annotated[str, typer.Option("--engine", help="Protocol of the server behind --url.")] = DEFAULT_ENGINE,
     suite: Annotated[Optional[str], typer.Option("--suite", help="builtin:NAME or a JSONL file.")] = None,
     concurrency: Annotated[Optional[int], typer.Option("--concurrency", min=1, help="Parallel requests.")] = None,
     max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", min=1, help="Cap per request.")] = None,
     warmup: Annotated[Optional[int], typer.Option("--warmup", min=0, help="Warm-up requests, discarded.")] = None,
-    target_ci: Annotated[
-        Optional[float], typer.Option("--target-ci", help="Stop at this relative 95% CI half width (0.02 = ±2%).")
-    ] = None,
+    target_ci: TargetCiOpt = None,
     max_rounds: Annotated[Optional[int], typer.Option("--max-rounds", min=2, help="Cap on rounds.")] = None,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Fixed-length generation.")] = False,
-    workdir: Annotated[Path, typer.Option("--workdir", help="Where a launched profile's log goes.")] = Path(
-        "studies/bench"
-    ),
+    workdir: WorkdirOpt = Path("studies/bench"),
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
-    margin: Annotated[
-        float,
-        typer.Option(
-            "--margin",
-            min=0.0,
-            max=0.5,
-            help="With --profile: a drop of at most this much (relative, "
-            "0.03 = 3%) from the recorded figure is not slower; exit 1 when it is significantly beyond it.",
-        ),
-    ] = 0.03,
-    api_key: Annotated[
-        Optional[str],
-        typer.Option(
-            "--api-key",
-            envvar="AUTOTUNE_API_KEY",
-            show_default=False,
-            help="Key of a server started with --api-key (sent as a Bearer header). Env: AUTOTUNE_API_KEY.",
-        ),
-    ] = None,
+    margin: MarginOpt = 0.03,
+    api_key: ApiKeyOpt = None,
 ) -> None:
     """Measure a running server (--url), or re-launch an exported profile (--profile) and check its numbers.
 
@@ -103,9 +107,7 @@ def bench(
             measurement = bench_url(engine, url, suite_ref, settings, api_key=api_key, on_progress=_bench_progress)
             verdict = None
         elif profile.levels:  # a speculation schedule: every level it recorded, on one launch
-            if api_key:
-                os.environ.setdefault("AUTOTUNE_API_KEY", api_key)
-            _bench_levels(profile, settings, suite_ref, workdir, margin=margin, as_json=as_json)
+            _bench_levels(profile, settings, suite_ref, workdir, api_key, margin=margin, as_json=as_json)
             return
         else:
             measurement, verdict = _bench_profile(profile, profile_file, settings, suite_ref, workdir, api_key,
@@ -116,13 +118,22 @@ def bench(
 
 
 def _bench_levels(
-    profile: Profile, settings: MeasureSettings, suite_ref: str, workdir: Path, *, margin: float, as_json: bool
+    profile: Profile,
+    settings: MeasureSettings,
+    suite_ref: str,
+    workdir: Path,
+    api_key: str | None,
+    *,
+    margin: float,
+    as_json: bool,
 ) -> None:
     """Launch a profile that recorded several load levels, check each; exit with the worst: 1 when any level
     is slower or was not measured, else 3 when any cannot tell yet."""
     from autotune.bench import bench_profile_levels, compare_levels, levels_exit_code
     from autotune.report.console import measurement_table
 
+    if api_key:
+        os.environ.setdefault("AUTOTUNE_API_KEY", api_key)
     levels = [level.concurrency for level in profile.levels]
     err_console.print(f"launching the profile at concurrency {levels}: {profile.summary()}", highlight=False)
     measurements = bench_profile_levels(profile, settings=settings, suite_ref=suite_ref, workdir=workdir,

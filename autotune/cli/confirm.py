@@ -12,57 +12,63 @@ from autotune.cli.common import StorageOpt, StudiesDir, app, console, error_funn
 from autotune.cli.recorded import build_schedule, space_to_launch
 from autotune.errors import UserError
 
+SpaceFileOpt = Annotated[
+    Optional[Path],
+    typer.Option("--space", help="The study's space file (needed when its env holds secrets, never stored)."),
+]
+TopOpt = Annotated[
+    int, typer.Option("--top", min=1, help="Finalists: the top K distinct configurations plus every baseline.")
+]
+LaunchesOpt = Annotated[
+    int,
+    typer.Option(
+        "--launches",
+        min=1,
+        help="At most N fresh launches per finalist, in interleaved rounds "
+        "(A B C, then A C: one whose comparison with the leader is decided is dropped); the race stops "
+        "once settled.",
+    ),
+]
+BudgetOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--budget",
+        min=2,
+        help="At most this many relaunches in all (default: the search's launches "
+        "x 0.3 / 0.7, and two rounds of every finalist plus three of a pair at least).",
+    ),
+]
+ScheduleOpt = Annotated[
+    bool,
+    typer.Option(
+        "--schedule",
+        help="A levels study on SGLang or vLLM: race a speculation schedule instead "
+        "(each level's best draft depth as a batch-size slot of SGLang's adaptive config, or a range "
+        "of vLLM's per-batch-size draft tokens) against each level's "
+        "static winner; recommended only when it is significantly slower than no level's own winner "
+        "and each static winner is significantly slower than it at some level, else the output names "
+        "the static config to run. Then: export --schedule.",
+    ),
+]
+RoundsOpt = Annotated[
+    int,
+    typer.Option(
+        "--rounds",
+        min=2,
+        help="With --schedule: interleaved rounds, each launching the schedule and every distinct static winner once.",
+    ),
+]
+
 
 @app.command()
 def confirm(
     study_name: Annotated[str, typer.Argument(help="Study name.", metavar="STUDY")],
-    space_file: Annotated[
-        Optional[Path],
-        typer.Option("--space", help="The study's space file (needed when its env holds secrets, never stored)."),
-    ] = None,
-    top: Annotated[
-        int, typer.Option("--top", min=1, help="Finalists: the top K distinct configurations plus every baseline.")
-    ] = 3,
-    launches: Annotated[
-        int,
-        typer.Option(
-            "--launches",
-            min=1,
-            help="At most N fresh launches per finalist, in interleaved rounds "
-            "(A B C, then A C: one whose comparison with the leader is decided is dropped); the race stops "
-            "once settled.",
-        ),
-    ] = 8,
-    budget: Annotated[
-        Optional[int],
-        typer.Option(
-            "--budget",
-            min=2,
-            help="At most this many relaunches in all (default: the search's launches "
-            "x 0.3 / 0.7, and two rounds of every finalist plus three of a pair at least).",
-        ),
-    ] = None,
-    schedule: Annotated[
-        bool,
-        typer.Option(
-            "--schedule",
-            help="A levels study on SGLang or vLLM: race a speculation schedule instead "
-            "(each level's best draft depth as a batch-size slot of SGLang's adaptive config, or a range "
-            "of vLLM's per-batch-size draft tokens) against each level's "
-            "static winner; recommended only when it is significantly slower than no level's own winner "
-            "and each static winner is significantly slower than it at some level, else the output names "
-            "the static config to run. Then: export --schedule.",
-        ),
-    ] = False,
-    rounds: Annotated[
-        int,
-        typer.Option(
-            "--rounds",
-            min=2,
-            help="With --schedule: interleaved rounds, each launching the schedule "
-            "and every distinct static winner once.",
-        ),
-    ] = 3,
+    space_file: SpaceFileOpt = None,
+    top: TopOpt = 3,
+    launches: LaunchesOpt = 8,
+    budget: BudgetOpt = None,
+    schedule: ScheduleOpt = False,
+    rounds: RoundsOpt = 3,
     storage: StorageOpt = None,
     studies_dir: StudiesDir = Path("studies"),
 ) -> None:

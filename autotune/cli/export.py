@@ -25,36 +25,42 @@ class Format(str, Enum):
     systemd = "systemd"
 
 
+FormatOpt = Annotated[
+    Format, typer.Option("--format", "-f", help="yaml (profile), sh (launch script) or systemd (unit).")
+]
+ConcurrencyOpt = Annotated[
+    Optional[int],
+    typer.Option("--concurrency", help="A levels study: export the winner at this load level (objective.levels)."),
+]
+ScheduleOpt = Annotated[
+    bool,
+    typer.Option(
+        "--schedule",
+        help="Export the speculation schedule that `confirm --schedule` recommended: "
+        "its adaptive config file (SGLang) and the launch command (refused when it was declined).",
+    ),
+]
+ScheduleConfigOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--schedule-config",
+        help="With --schedule: where to write the adaptive config the command "
+        "reads (default: STUDY-adaptive.json beside --output, else in the current folder).",
+    ),
+]
+
+
 @app.command()
 def export(
     study_name: Annotated[str, typer.Argument(help="Study name.", metavar="STUDY")],
-    fmt: Annotated[
-        Format, typer.Option("--format", "-f", help="yaml (profile), sh (launch script) or systemd (unit).")
-    ] = Format.yaml,
+    fmt: FormatOpt = Format.yaml,
     trial: Annotated[Optional[int], typer.Option("--trial", help="Export this trial instead of the best.")] = None,
-    concurrency: Annotated[
-        Optional[int],
-        typer.Option("--concurrency", help="A levels study: export the winner at this load level (objective.levels)."),
-    ] = None,
+    concurrency: ConcurrencyOpt = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to a file instead of stdout.")] = None,
     host: Annotated[str, typer.Option("--host", help="Address the exported server listens on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port the exported server listens on.")] = 30000,
-    schedule: Annotated[
-        bool,
-        typer.Option(
-            "--schedule",
-            help="Export the speculation schedule that `confirm --schedule` recommended: "
-            "its adaptive config file (SGLang) and the launch command (refused when it was declined).",
-        ),
-    ] = False,
-    schedule_config: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--schedule-config",
-            help="With --schedule: where to write the adaptive config the command "
-            "reads (default: STUDY-adaptive.json beside --output, else in the current folder).",
-        ),
-    ] = None,
+    schedule: ScheduleOpt = False,
+    schedule_config: ScheduleConfigOpt = None,
     storage: StorageOpt = None,
     studies_dir: StudiesDir = Path("studies"),
 ) -> None:

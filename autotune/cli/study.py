@@ -54,60 +54,68 @@ class Sampler(str, Enum):
     random = "random"
 
 
+NameOpt = Annotated[
+    Optional[str], typer.Option("--name", help="Study name (default: the space's 'study' key, or the file name).")
+]
+TrialsOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--trials",
+        min=1,
+        help="Server launches to run in this invocation (a proposal answered from a "
+        "measurement already made, or skipped as predicted to fail, does not count).",
+    ),
+]
+TimeoutOpt = Annotated[Optional[str], typer.Option("--timeout", help="The night, search and race, e.g. 45m or 8h.")]
+PatienceOpt = Annotated[
+    Optional[int],
+    typer.Option("--patience", min=1, help="Stop after N trials without an improvement beyond the noise."),
+]
+TotalTrialsOpt = Annotated[
+    Optional[int],
+    typer.Option("--total-trials", min=1, help="Stop when the study holds N trials, counting every worker's."),
+]
+HeartbeatOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--heartbeat",
+        min=1,
+        help="Seconds between trial heartbeats; a worker silent for 3 beats has its trial failed and retried "
+        "once. Default: 60 for a server database (several hosts), off for SQLite.",
+    ),
+]
+ArtifactsOpt = Annotated[
+    Optional[Path],
+    typer.Option("--artifacts", help="Artifact folder (logs, measurements); on several hosts, a shared one."),
+]
+EarlyStopOpt = Annotated[
+    bool,
+    typer.Option(
+        "--early-stop/--no-early-stop",
+        help="Stop measuring a trial whose first rounds cannot plausibly reach the best (3 sd of the "
+        "study's measured noise below it); never a baseline or a finalist.",
+    ),
+]
+
+
 @app.command()
 def study(
     space_file: Annotated[Path, typer.Argument(help="Search-space YAML file.", metavar="SPACE")],
-    name: Annotated[
-        Optional[str], typer.Option("--name", help="Study name (default: the space's 'study' key, or the file name).")
-    ] = None,
+    name: NameOpt = None,
     storage: StorageOpt = None,
     studies_dir: StudiesDir = Path("studies"),
-    trials: Annotated[
-        Optional[int],
-        typer.Option(
-            "--trials",
-            min=1,
-            help="Server launches to run in this invocation (a proposal answered from a "
-            "measurement already made, or skipped as predicted to fail, does not count).",
-        ),
-    ] = None,
-    timeout: Annotated[
-        Optional[str], typer.Option("--timeout", help="The night, search and race, e.g. 45m or 8h.")
-    ] = None,
+    trials: TrialsOpt = None,
+    timeout: TimeoutOpt = None,
     sampler: Annotated[Sampler, typer.Option("--sampler", help="Search strategy.")] = Sampler.tpe,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Sampler seed, for a reproducible search.")] = None,
-    patience: Annotated[
-        Optional[int],
-        typer.Option("--patience", min=1, help="Stop after N trials without an improvement beyond the noise."),
-    ] = None,
-    total_trials: Annotated[
-        Optional[int],
-        typer.Option("--total-trials", min=1, help="Stop when the study holds N trials, counting every worker's."),
-    ] = None,
-    heartbeat: Annotated[
-        Optional[int],
-        typer.Option(
-            "--heartbeat",
-            min=1,
-            help="Seconds between trial heartbeats; a worker silent for 3 beats has its trial failed and retried "
-            "once. Default: 60 for a server database (several hosts), off for SQLite.",
-        ),
-    ] = None,
-    artifacts: Annotated[
-        Optional[Path],
-        typer.Option("--artifacts", help="Artifact folder (logs, measurements); on several hosts, a shared one."),
-    ] = None,
+    patience: PatienceOpt = None,
+    total_trials: TotalTrialsOpt = None,
+    heartbeat: HeartbeatOpt = None,
+    artifacts: ArtifactsOpt = None,
     confirm_top: ConfirmTop = 3,
     confirm_launches: ConfirmLaunches = 8,
     race_share: RaceShare = 0.3,
-    early_stop: Annotated[
-        bool,
-        typer.Option(
-            "--early-stop/--no-early-stop",
-            help="Stop measuring a trial whose first rounds cannot plausibly reach the best (3 sd of the "
-            "study's measured noise below it); never a baseline or a finalist.",
-        ),
-    ] = True,
+    early_stop: EarlyStopOpt = True,
 ) -> None:
     """Run (or resume) a study: launch, measure and compare configurations until the budget is spent.
 
