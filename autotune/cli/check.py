@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,8 +19,6 @@ def check(
 ) -> None:
     """Validate a search space, check its flags against the launcher's --help, print the baselines' commands."""
     with error_funnel():
-        import shlex
-
         from autotune.space import load_space
         from autotune.study import preflight
 
