@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, StorageError
 
 if TYPE_CHECKING:
     from autotune.study import StudyView
@@ -67,6 +67,7 @@ StorageOpt = Annotated[
 
 
 def raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
+    """A SIGTERM handler: a study or a race stops as it does on Ctrl-C."""
     raise KeyboardInterrupt
 
 
@@ -77,8 +78,6 @@ def open_study(name: str, storage: str | None, studies_dir: Path, artifacts: Pat
     paths = StudyPaths(studies_dir, name, artifacts_dir=artifacts)
     url = storage or paths.default_storage
     if storage is None and not (studies_dir / f"{name}.db").exists():
-        from autotune.errors import StorageError
-
         raise StorageError(
             f"no study named {name!r}: {studies_dir / (name + '.db')} does not exist",
             hint="pass --storage URL or --studies-dir DIR if it lives elsewhere",
