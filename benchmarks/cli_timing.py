@@ -71,8 +71,6 @@ def main() -> None:
     parser.add_argument("--reuse", type=Path, help="a folder holding bench.db from an earlier run (kept)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="autotune-cli-timing-") as tmp:
-        # A fresh help cache: the first help request renders the page with typer, later ones read it.
-        os.environ["AUTOTUNE_CACHE_DIR"] = USER_ENV["AUTOTUNE_CACHE_DIR"] = str(Path(tmp) / "cache")
         folder = args.reuse or Path(tmp)
         name = "bench"
         if args.reuse is None:
@@ -82,7 +80,6 @@ def main() -> None:
         where = ["--studies-dir", str(folder)]
         commands: list[tuple[str, list[str], str | None]] = [
             ("python -c pass", [sys.executable, "-c", "pass"], None),
-            ("autotune --help (first: rendered)", [AUTOTUNE, "--help"], None),
             ("autotune --help", [AUTOTUNE, "--help"], "help"),
         ]
         for cmd in ("study", "show", "export", "confirm", "check", "bench", "gpus", "dashboard", "report"):
@@ -97,8 +94,7 @@ def main() -> None:
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; medians of {args.repeat} runs")
         print(f"\n{'command':<34} {'wall s':>7} {'x pass':>7} {'cpu s':>6} {'x pass':>7} {'target s':>9}  verdict")
         for label, argv, target in commands:
-            once = label.startswith("autotune --help (first")
-            seconds, cpu = (base, base_cpu) if label == "python -c pass" else timed(argv, 1 if once else args.repeat)
+            seconds, cpu = (base, base_cpu) if label == "python -c pass" else timed(argv, args.repeat)
             limit = TARGETS.get(target or "")
             verdict = "" if limit is None else ("ok" if seconds <= limit else "OVER")
             limit_text = f"{limit:.1f}" if limit else ""

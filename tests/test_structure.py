@@ -342,3 +342,42 @@ def test_the_readme_links_resolve() -> None:
     assert len(local) > 5
     missing = [t for t in local if not (ROOT / t).exists()]
     assert not missing, f"README.md links to missing files: {missing}"
+
+
+CLI = PACKAGE / "cli"
+CLI_COMMANDS = ["study", "show", "export", "confirm", "check", "bench", "gpus", "dashboard", "report"]
+CLI_MAX_MODULE_LINES = 600
+CLI_MAX_FUNCTION_LINES = 60
+
+
+def long_functions(source: str, limit: int) -> list[str]:
+    """Functions (methods and nested ones too) longer than ``limit`` lines, from ``def`` to their last line."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if length > limit:
+                found.append(f"{node.name} ({length} lines)")
+    return found
+
+
+def test_the_length_scan_counts_a_function_s_lines() -> None:
+    source = "def short():\n    pass\n\n\nclass A:\n    def long(self):\n" + "        x = 1\n" * 60
+    assert long_functions(source, 60) == ["long (61 lines)"]
+
+
+def test_the_cli_is_a_module_per_command() -> None:
+    for command in CLI_COMMANDS:
+        assert (CLI / f"{command}.py").is_file(), f"autotune {command} has no module of its own in autotune/cli/"
+    assert not (PACKAGE / "cli.py").exists()
+    for path in sorted(CLI.glob("*.py")):
+        lines = len(path.read_text().splitlines())
+        assert lines <= CLI_MAX_MODULE_LINES, f"{path} has {lines} lines (at most {CLI_MAX_MODULE_LINES})"
+
+
+def test_no_function_of_the_cli_is_over_sixty_lines() -> None:
+    paths = sorted(CLI.glob("*.py"))
+    assert len(paths) > len(CLI_COMMANDS)  # the scan reads the package
+    for path in paths:
+        too_long = long_functions(path.read_text(), CLI_MAX_FUNCTION_LINES)
+        assert not too_long, f"{path}: {too_long} (at most {CLI_MAX_FUNCTION_LINES} lines)"
