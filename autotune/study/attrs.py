@@ -466,6 +466,12 @@ def baseline_of(trial: optuna.Trial) -> str | None:
 # ---------------------------------------------------------------- one trial, read
 
 
+def answered_without_launch(trial: FrozenTrial) -> bool:
+    """Whether the pre-launch rules answered this proposal without a launch (reused or skipped)."""
+    decision = trial.user_attrs.get(DECISION)
+    return isinstance(decision, dict) and decision.get("kind") != "launch"
+
+
 def has_outcome(trial: FrozenTrial) -> bool:
     """Whether autotune recorded how the trial ended (a duplicate may only borrow from such a trial)."""
     return bool(trial.user_attrs.get(OUTCOME))

@@ -21,6 +21,8 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.study import attrs
+
 SamplerName = Literal["tpe", "random"]
 
 # Proposals answered without a launch, in a row, before a random draw; chosen on the dev slice
@@ -32,8 +34,7 @@ def unlaunched_in_a_row(trials: Sequence[FrozenTrial]) -> int:
     """How many of the latest finished proposals, in a row, the rules answered without a launch."""
     count = 0
     for trial in reversed(trials):
-        decision = trial.user_attrs.get("decision")
-        if not isinstance(decision, dict) or decision.get("kind") == "launch":
+        if not attrs.answered_without_launch(trial):
             break
         count += 1
     return count
