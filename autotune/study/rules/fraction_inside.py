@@ -6,26 +6,17 @@ Built only for a study whose objective is one stream's decode rate.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from autotune.decision import Decision, Launch
-from autotune.engines.base import Engine, InvalidConfig, LaunchPlan
-from autotune.feasibility import FeasibilityModel
-from autotune.space import FloatParam, SearchSpace
+from autotune.engines.base import InvalidConfig, LaunchPlan
+from autotune.space import FloatParam
 from autotune.study.history import History
 from autotune.study.rules.served_sizing import adjusted, alike_sizing
+from autotune.study.rules.sizing import SizingRule
 
 
-class FractionInside:
+class FractionInside(SizingRule):
     name = "fraction-inside"
     for_baselines = False
-
-    def __init__(
-        self, space: SearchSpace, engines: Mapping[str, Engine], feasibility: Mapping[str, FeasibilityModel]
-    ) -> None:
-        self.space = space
-        self.engines = engines
-        self.feasibility = feasibility
 
     def decide(self, plan: LaunchPlan, history: History) -> Decision | None:
         engine, model = self.engines[plan.engine], self.feasibility[plan.engine]

@@ -8,15 +8,14 @@ model says the headroom left cannot hold the graphs otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from autotune.decision import Decision, Launch
-from autotune.engines.base import Engine, InvalidConfig, LaunchPlan
+from autotune.engines.base import InvalidConfig, LaunchPlan
 from autotune.feasibility import FeasibilityModel
-from autotune.space import CategoricalParam, FlagValue, FloatParam, IntParam, SearchSpace
+from autotune.space import CategoricalParam, FlagValue, FloatParam, IntParam
 from autotune.study.history import History
 from autotune.study.pool_deaths import PoolDeath, first_death, pool_deaths
 from autotune.study.rules.served_sizing import adjusted
+from autotune.study.rules.sizing import SizingRule
 
 # Above the printed figures' bare minimum: the pool is rounded to pages, and the log to two decimals.
 FRACTION_MARGIN = 0.002
@@ -32,16 +31,9 @@ def offered(param: IntParam | FloatParam | CategoricalParam | None) -> list[floa
     return []
 
 
-class MakeRoom:
+class MakeRoom(SizingRule):
     name = "make-room"
     for_baselines = False
-
-    def __init__(
-        self, space: SearchSpace, engines: Mapping[str, Engine], feasibility: Mapping[str, FeasibilityModel]
-    ) -> None:
-        self.space = space
-        self.engines = engines
-        self.feasibility = feasibility
 
     def decide(self, plan: LaunchPlan, history: History) -> Decision | None:
         engine, model = self.engines[plan.engine], self.feasibility[plan.engine]
