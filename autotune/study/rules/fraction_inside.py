@@ -10,8 +10,7 @@ from autotune.decision import Decision, Launch
 from autotune.engines.base import InvalidConfig, LaunchPlan
 from autotune.space import FloatParam
 from autotune.study.history import History
-from autotune.study.rules.served_sizing import adjusted, alike_sizing
-from autotune.study.rules.sizing import SizingRule
+from autotune.study.rules.served_sizing import SizingRule, adjusted, alike_sizing
 
 
 class FractionInside(SizingRule):

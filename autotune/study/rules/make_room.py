@@ -14,8 +14,7 @@ from autotune.feasibility import FeasibilityModel
 from autotune.space import CategoricalParam, FlagValue, FloatParam, IntParam
 from autotune.study.history import History
 from autotune.study.pool_deaths import PoolDeath, first_death, pool_deaths
-from autotune.study.rules.served_sizing import adjusted
-from autotune.study.rules.sizing import SizingRule
+from autotune.study.rules.served_sizing import SizingRule, adjusted
 
 # Above the printed figures' bare minimum: the pool is rounded to pages, and the log to two decimals.
 FRACTION_MARGIN = 0.002

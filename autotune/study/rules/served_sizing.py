@@ -15,7 +15,20 @@ from autotune.decision import Adjusted, Adjustment, Decision, Launch
 from autotune.engines.base import Engine, InvalidConfig, LaunchPlan
 from autotune.feasibility import FeasibilityModel
 from autotune.records import TrialRecord
+from autotune.space import SearchSpace
 from autotune.study.history import History
+
+
+class SizingRule:
+    """A rule that sizes memory from the space's offered values and each engine's learned model
+    (``fraction-inside``, ``make-room``)."""
+
+    def __init__(
+        self, space: SearchSpace, engines: Mapping[str, Engine], feasibility: Mapping[str, FeasibilityModel]
+    ) -> None:
+        self.space = space
+        self.engines = engines
+        self.feasibility = feasibility
 
 
 class ServedSizing:
