@@ -57,7 +57,9 @@ def test_the_script_reports_every_core_and_load(tmp_path: Path) -> None:
     assert set(reports) == {"loop", "copy"}
     for rows in reports.values():
         assert [row["core"] for row in rows] == [core]
-        assert len(rows[0]["windows"]) >= 3 and rows[0]["sd_launch"] is not None
+        # on a loaded host a worker runs in few slices, so few windows hold a piece of its work: two is the
+        # least an sd is taken over
+        assert len(rows[0]["windows"]) >= 2 and rows[0]["sd_launch"] is not None
 
 
 def test_a_core_outside_the_affinity_is_one_line_and_exit_2() -> None:
