@@ -24,11 +24,11 @@ import sys
 import tempfile
 import time
 import warnings
-from unittest import mock
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from unittest import mock
 
 import optuna
 
