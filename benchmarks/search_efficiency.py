@@ -28,7 +28,6 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from unittest import mock
 
 import optuna
 
@@ -654,8 +653,6 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
         ),
         # The night as it was before sampler.Unstuck: TPE proposes on when its proposals stop launching.
         "autotune-stalling": Method("autotune, TPE without Unstuck", stalling_night),
-        # The night as it was before the engine's unset values were ordered against set ones.
-        "autotune-unordered-defaults": Method("autotune, unset flags unordered", unordered_defaults_night),
         "random-runner": Method("random (autotune loop)", lambda p, s, b: night(p, s, b, sampler="random")),
         "bound-perfect-race": Method(
             "bound-perfect-race", lambda p, s, b: peers.perfect_race(night(p, s, b, sampler="tpe"))
@@ -712,15 +709,6 @@ def stalling_night(problem: Problem, seed: int, budget: int) -> Run:
     """The study's night with plain TPE, without :class:`~autotune.study.sampler.Unstuck`."""
     return run_study(problem, seed, budget, factory=lambda s: make_sampler("tpe", s, unstuck=False),
                      name="autotune, TPE without Unstuck", confirm=True)  # fmt: skip
-
-
-def unordered_defaults_night(problem: Problem, seed: int, budget: int) -> Run:
-    """The study's night with no engine value known for an unset flag
-    (:meth:`~autotune.engines.base.Engine.unset_defaults` empty): a death speaks for no configuration that
-    sets a flag it left unset, or the reverse."""
-    engine = type(get_engine(problem.space.engine))
-    with mock.patch.object(engine, "unset_defaults", lambda self, flags, *, gpu_total_bytes: {}):
-        return run_study(problem, seed, budget, sampler="tpe", name="autotune, unset flags unordered", confirm=True)
 
 
 def _ablated(name: str, *, sampler: SamplerName = "tpe", rules_off: Collection[str] = ()) -> Method:

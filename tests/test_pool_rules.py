@@ -119,30 +119,3 @@ def test_no_room_is_made_past_where_launches_like_it_ran_out_of_headroom() -> No
     history = History([died(0, deep()), headroom], number=2)
     # 0.95 and above ran out of headroom with graphs at the engine's batch; no offered fraction is left
     assert rule.decide(deep(**{"speculative-num-steps": 6, "speculative-num-draft-tokens": 7}), history) is None
-
-
-def test_an_unset_graph_batch_is_ordered_through_the_engines_default() -> None:
-    rules = ENGINE.memory_rules
-    assert rules is not None
-
-    def defaults(flags: Any) -> Any:
-        return ENGINE.unset_defaults(flags, gpu_total_bytes=32 * GIB)
-
-    # SGLang's own decode graph batch on a 32 GB GPU: 24 below TP 4, 80 from it; none for a given batch
-    assert defaults(deep().flags) == {"cuda-graph-max-bs-decode": 24}
-    assert defaults(deep(**{"tp-size": 4}).flags) == {"cuda-graph-max-bs-decode": 80}
-    assert defaults(deep(**{"cuda-graph-max-bs-decode": 4}).flags) == {}
-    assert ENGINE.unset_defaults(deep().flags, gpu_total_bytes=80 * GIB) == {"cuda-graph-max-bs-decode": 256}
-    (default_batch,) = pool_deaths([died(0, deep())], ENGINE, "sglang")
-    # at the engine's fraction, a batch no smaller than its 24 leaves no more headroom to the pool
-    assert dies_like(default_batch, deep(**{"cuda-graph-max-bs-decode": 32}), rules, defaults) is not None
-    assert dies_like(default_batch, deep(**{"cuda-graph-max-bs-decode": 16}), rules, defaults) is None
-    assert dies_like(default_batch, deep(**{"cuda-graph-max-bs-decode": 32}), rules) is None  # no default known
-    (explicit,) = pool_deaths([died(0, deep(**{"cuda-graph-max-bs-decode": 16}))], ENGINE, "sglang")
-    assert dies_like(explicit, deep(), rules, defaults) is not None
-    # the rule gets the GPU's memory from the study: such a proposal is given the room the death lacked
-    decision = MakeRoom(tight_space(), ENGINES, models()).decide(
-        deep(**{"cuda-graph-max-bs-decode": 32}), History([died(0, deep())], number=1)
-    )
-    assert isinstance(decision, Launch) and decision.adjusted[0].trials == [0]
-    assert decision.plan.flags["mem-fraction-static"] == 0.95

@@ -381,11 +381,6 @@ class Engine(ABC):
         """The figures a pool-memory death's message printed; None where it printed none."""
         return None
 
-    def unset_defaults(self, flags: Mapping[str, FlagValue], *, gpu_total_bytes: float | None) -> dict[str, FlagValue]:
-        """The values the engine gives the flags that ``flags`` leave unset, where it is known from the
-        configuration and the GPU's memory alone (empty: none known)."""
-        return {}
-
     def verify_tokens(self, flags: Mapping[str, FlagValue]) -> float:
         """Tokens each sequence runs through the target in one decode pass (the draft tokens it
         verifies; 1 without speculation): a mixture of experts routes each of them."""

@@ -43,10 +43,6 @@ CONTEXT = "context-length"
 DISABLE_OVERLAP = "disable-overlap-schedule"
 TRACK_INTERVAL = "mamba-track-interval"
 DEFAULT_TRACK_INTERVAL = 256
-GRAPH_BATCH = "cuda-graph-max-bs-decode"
-# arg_groups/memory_hook.py (0.5.23): the default decode graph batch below each GPU size (GiB), at
-# TP < 4 and at TP >= 4; 256 and 512 above.
-_DEFAULT_GRAPH_BATCH = ((20, 8, 8), (35, 24, 80), (60, 32, 160))
 
 # What SGLang 0.5.23 prints on its way up and when it fails (the classifier is
 # autotune.engines.failures): an out-of-memory error while the weights load or the pools are sized
@@ -446,18 +442,6 @@ class SGLangEngine(Engine):
         if DRAFT_MODEL not in flags:
             return None
         return base.DraftReads(model=str(flags[DRAFT_MODEL]), passes_per_verify=float(flags.get(STEPS, 1)))
-
-    def unset_defaults(self, flags: Mapping[str, FlagValue], *, gpu_total_bytes: float | None) -> dict[str, FlagValue]:
-        """The decode graph batch SGLang picks when none is given (0.5.23, ``arg_groups/memory_hook.py``):
-        by the GPU's memory, larger at TP 4 and up."""
-        if GRAPH_BATCH in flags or gpu_total_bytes is None:
-            return {}
-        gib, tp = gpu_total_bytes / 2**30, flags.get("tp-size", 1)
-        small_tp = not isinstance(tp, int) or tp < 4
-        for below_gib, small, large in _DEFAULT_GRAPH_BATCH:
-            if gib < below_gib:
-                return {GRAPH_BATCH: small if small_tp else large}
-        return {GRAPH_BATCH: 256 if small_tp else 512}
 
     def pool_shortfall(self, reason: str) -> base.PoolShortfall | None:
         """SGLang prints the fraction it sized the pool at (its own when none was given); the twin also

@@ -7,14 +7,12 @@ fraction dies the same way. Left to the engine, the fraction is the engine's own
 leaves more headroom for larger graph demands, so a configuration that demands no less of the headroom
 gets a fraction no larger. Where the death printed its fraction, the tokens its pool held and the tokens
 one request needs, and the server logged its free memory and weights, the pool per token is known: the
-pool at another fraction, and the smallest fraction that holds one request, follow. A flag set on one
-side only is compared through the value the engine gives it when unset, where the engine knows it
-(:meth:`~autotune.engines.base.Engine.unset_defaults`); otherwise the engine's choice is not ordered.
+pool at another fraction, and the smallest fraction that holds one request, follow.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from autotune.engines.base import Engine, LaunchPlan, PoolShortfall
@@ -22,9 +20,6 @@ from autotune.feasibility import SCALE_UNSET, MemoryRules
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
 from autotune.space import FlagValue
-
-UnsetDefaults = Callable[[Mapping[str, FlagValue]], Mapping[str, FlagValue]]
-"""The values the engine gives the flags a configuration leaves unset, where it knows them."""
 
 
 @dataclass(frozen=True)
@@ -94,20 +89,16 @@ def _scale(rules: MemoryRules, name: str, value: FlagValue | None) -> float | No
     return known.get(key) if isinstance(key, str) else None
 
 
-def demands_at_least(
-    death: PoolDeath, plan: LaunchPlan, rules: MemoryRules, *, engine_fraction: bool, defaults: UnsetDefaults | None
-) -> bool:
+def demands_at_least(death: PoolDeath, plan: LaunchPlan, rules: MemoryRules, *, engine_fraction: bool) -> bool:
     """Whether ``plan`` needs at least the pool ``death`` needed, flag by flag, apart from the fraction:
     ``engine_fraction`` (both leave it to the engine) also asks for headroom demands no smaller, so that
-    the engine's fraction is no larger. ``defaults``: the engine's values of unset flags."""
-    unset_a = defaults(death.flags) if defaults is not None else {}
-    unset_b = defaults(plan.flags) if defaults is not None else {}
+    the engine's fraction is no larger."""
     demand = rules.pool_demand | (rules.headroom_demand if engine_fraction else frozenset())
     if engine_fraction and rules.graph_batch_flag is not None:
         demand = demand | {rules.graph_batch_flag}
     ignored = rules.pool_irrelevant - demand
     for name in (set(death.flags) | set(plan.flags)) - {rules.fraction_flag} - ignored:
-        a, b = death.flags.get(name, unset_a.get(name)), plan.flags.get(name, unset_b.get(name))
+        a, b = death.flags.get(name), plan.flags.get(name)
         if name in rules.pool_scale:
             fa, fb = _scale(rules, name, a), _scale(rules, name, b)
             if fa is None or fb is None or fb < fa:
@@ -118,28 +109,26 @@ def demands_at_least(
         elif name in demand and (a is not None or b is not None):
             na, nb = _number(a), _number(b)
             if na is None or nb is None or nb < na:
-                return False  # set on one side only, and the engine's value for it unknown
+                return False  # set on one side only: the engine's choice is not ordered against a value
         elif a != b and name not in demand:
             return False
     return True
 
 
-def dies_like(
-    death: PoolDeath, plan: LaunchPlan, rules: MemoryRules, defaults: UnsetDefaults | None = None
-) -> str | None:
+def dies_like(death: PoolDeath, plan: LaunchPlan, rules: MemoryRules) -> str | None:
     """Why ``plan`` runs out of pool memory as ``death`` did (None: it may not): at the same or a smaller
     fraction with demands no smaller, or at a larger fraction whose pool still holds fewer tokens than
-    the request ``death`` needed. ``defaults``: the engine's values of unset flags."""
+    the request ``death`` needed."""
     fraction, died_at = _number(plan.flags.get(rules.fraction_flag)), _number(death.flags.get(rules.fraction_flag))
     if fraction is None and died_at is None:
-        if demands_at_least(death, plan, rules, engine_fraction=True, defaults=defaults):
+        if demands_at_least(death, plan, rules, engine_fraction=True):
             return f"the engine's own {rules.fraction_flag}, no larger for demands no smaller"
         return None
     if fraction is None:
         return None  # the engine's fraction for this plan is not known against a given one
     printed = death.shortfall.fraction if death.shortfall is not None else None
     died_at = died_at if died_at is not None else printed
-    if died_at is None or not demands_at_least(death, plan, rules, engine_fraction=False, defaults=defaults):
+    if died_at is None or not demands_at_least(death, plan, rules, engine_fraction=False):
         return None
     if fraction <= died_at:
         return f"{rules.fraction_flag} {fraction:g}, no larger than its {died_at:g}"
@@ -152,12 +141,10 @@ def dies_like(
     return None
 
 
-def first_death(
-    deaths: Sequence[PoolDeath], plan: LaunchPlan, rules: MemoryRules, defaults: UnsetDefaults | None = None
-) -> tuple[PoolDeath, str] | None:
+def first_death(deaths: Sequence[PoolDeath], plan: LaunchPlan, rules: MemoryRules) -> tuple[PoolDeath, str] | None:
     """The earliest death that speaks for ``plan``, and how."""
     for death in deaths:
-        why = dies_like(death, plan, rules, defaults)
+        why = dies_like(death, plan, rules)
         if why is not None:
             return death, why
     return None

@@ -49,11 +49,7 @@ class MakeRoom:
         if rules is None:
             return None
         deaths = pool_deaths(history.finished, engine, plan.engine)
-
-        def defaults(flags: Mapping[str, FlagValue]) -> Mapping[str, FlagValue]:
-            return engine.unset_defaults(flags, gpu_total_bytes=model.total_bytes)
-
-        found = first_death(deaths, plan, rules, defaults)
+        found = first_death(deaths, plan, rules)
         fractions = offered(self.space.tuned.get(rules.fraction_flag))
         if found is None or not fractions:
             return None
@@ -69,7 +65,7 @@ class MakeRoom:
                     launched = engine.normalise({**plan.flags, **changes})
                 except InvalidConfig:
                     continue
-                if first_death(deaths, launched, rules, defaults) is None and model.predict(launched.flags).feasible:
+                if first_death(deaths, launched, rules) is None and model.predict(launched.flags).feasible:
                     why = f"the pool memory that trial {death.trial} ran out of"
                     return Launch(plan=launched, adjusted=[adjusted(self.name, plan, launched, [death.trial], why)])
         return None
