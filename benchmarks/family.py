@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import random
 from functools import cache
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -59,6 +59,22 @@ CurveShape = Literal["geometric", "plateau", "steep"]
 Case = Literal["base", "wide-trees", "flat-top", "huge"]
 CASE_WEIGHTS: dict[Case, float] = {"base": 0.4, "wide-trees": 0.2, "flat-top": 0.2, "huge": 0.2}
 LAUNCH_SD = 0.04  # the twin's default spread between launches, as a real H200 showed it
+
+
+# How every member's space is measured: one stream's decode rate on the built-in mixed suite.
+MEASURED_AS: dict[str, Any] = {
+    "measurement": {
+        "suite": "builtin:mixed",
+        "warmup_requests": 1,
+        "prompts_per_round": 4,
+        "max_tokens": 256,
+        "concurrency": 1,
+        "min_rounds": 2,
+        "max_rounds": 4,
+    },
+    "objective": "decode_tok_s",
+    "launch": {"timeout_s": 60},
+}
 
 
 class _Frozen(BaseModel):
@@ -610,17 +626,7 @@ def _space(
                     name="cautious", note="the drafter at its mildest, a cautious memory fraction", flags=cautious
                 ),
             ],
-            "measurement": {
-                "suite": "builtin:mixed",
-                "warmup_requests": 1,
-                "prompts_per_round": 4,
-                "max_tokens": 256,
-                "concurrency": 1,
-                "min_rounds": 2,
-                "max_rounds": 4,
-            },
-            "objective": "decode_tok_s",
-            "launch": {"timeout_s": 60},
+            **MEASURED_AS,
         }
     )
 
@@ -790,16 +796,6 @@ def _tight_space(
                     name="cautious", note="the drafter at its mildest, the engine's own memory sizing", flags=cautious
                 ),
             ],  # fmt: skip
-            "measurement": {
-                "suite": "builtin:mixed",
-                "warmup_requests": 1,
-                "prompts_per_round": 4,
-                "max_tokens": 256,
-                "concurrency": 1,
-                "min_rounds": 2,
-                "max_rounds": 4,
-            },
-            "objective": "decode_tok_s",
-            "launch": {"timeout_s": 60},
+            **MEASURED_AS,
         }
     )
