@@ -11,12 +11,9 @@ import httpx
 import pytest
 
 from autotune.engines.base import FlagSet, InvalidConfig, LaunchPlan, parse_help_flags
-from autotune.engines.vllm import (
-    VLLMEngine,
-    parse_engine_line,
-    parse_max_model_len,
-    parse_spec_line,
-)
+from autotune.engines.vllm import VLLMEngine
+from autotune.engines.vllm_flags import parse_max_model_len
+from autotune.engines.vllm_logs import parse_engine_line, parse_spec_line
 from autotune.errors import FlagError, LauncherError
 from autotune.measure.suites import ChatMessage, Prompt
 from autotune.outcomes import OutcomeKind

@@ -14,8 +14,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from autotune.engines.base import LaunchPlan, parse_help_flags
-from autotune.engines.vllm import VLLMEngine, counter_totals, parse_engine_line, parse_spec_line
+from autotune.engines.base import LaunchPlan, counter_totals, parse_help_flags
+from autotune.engines.vllm import VLLMEngine
+from autotune.engines.vllm_logs import parse_engine_line, parse_spec_line
 from autotune.measure.suites import Prompt
 from autotune.outcomes import OutcomeKind
 from autotune_twin.profile import load_profile
