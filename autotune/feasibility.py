@@ -1,48 +1,9 @@
 """Memory feasibility: predict, before launching, whether a candidate fits; learn from launches.
 
-Two sources, both things a user's machine can know:
-
-1. The engine's memory rule with the free memory NVML reports and the weight bytes of the model
-   (from its safetensors index or the space's ``model_bytes``, later from the server's own log):
-   SGLang's static pool is ``fraction x free - weights``; at or below zero it cannot start.
-2. Launches that died of memory. Feasibility is monotone: a configuration that failed "too low"
-   fails for every smaller fraction with demands at least as large (context, running requests,
-   draft tokens); one that failed "too high" fails for every larger fraction with graph demands
-   at least as large (graph batch, draft tokens). Flags an engine's rules do not order must be
-   equal for a failure to speak for a candidate. Launches that leave the fraction to an engine that
-   computes it (SGLang's reserve formula reads the GPU, the TP size, the drafter and the headroom
-   demands) compare as at one fraction when they agree in those.
-3. Launches that started and served. The headroom ((1 - fraction) x the free memory the server
-   saw) must hold the CUDA graphs and everything else the server allocates at run time
-   (activations, workspaces). A served run tells both: the graphs from its log, the rest from the
-   memory still available after the pools minus the graphs minus what NVML showed free at the
-   peak. Graphs grow with the captured tokens (batch x draft tokens), the rest does not once the
-   activation flags are no smaller, so a candidate whose headroom cannot hold the rest plus its
-   graphs (bounded from below by the logged ones) is predicted to fail without launching.
-4. The fraction moves a boundary most. Until a launch shows otherwise, a failure also speaks for a
-   candidate at a fraction no better and a tensor-parallel size no larger that differs from it in
-   values set on both (an attention backend, a KV dtype, a drafter; a pool demand), except flags the
-   rules name as mattering to that boundary only without ordering them (a split ratio), and except
-   headroom demands, which the graphs grow with. A launch that
-   serves where that presumption said it would fail marks the flags it differed in as relevant to
-   that side: from then on they are compared as in 2. Tight GPUs are learned from a few deaths
-   instead of one per combination of other flags. A flag that scales the pool each token needs by
-   a known factor (a KV cache dtype: fp8 halves it) is never presumed: a "too low" failure speaks
-   only for candidates whose factor is no smaller, since a presumption that no launch can refute
-   (every candidate it covers is predicted to fail) would hide the smaller dtype for good.
-5. A launch that served also vouches for others: one with the same fraction, a tensor-parallel size
-   no smaller and every demand no larger fits as well (:meth:`FeasibilityModel.covers`), unordered
-   values presumed not to matter as in 4 (a choice left to the engine is one more value), except those
-   that choose which weights load (a drafter).
-   One whose demands are larger in a few flags is likelier to fit at that launch's sizing than at
-   an untried one (:meth:`FeasibilityModel.excess` counts them); nothing is predicted from that.
-   A larger KV dtype is not such a demand: it scales every token's pool, so it makes them unlike.
-6. Deaths bound the fraction from both sides for launches with the same weights and TP size:
-   above the highest that ran out of pool (with a KV dtype no larger), below the lowest that ran
-   out of headroom (:meth:`FeasibilityModel.fraction_window`). Nothing is predicted from it; where
-   the fraction cannot buy the objective, the study launches a new drafter inside that window
-   rather than at a sampled fraction beyond it, and lends no served launch's sizing to a config
-   demanding more once launches like it died of headroom at that fraction.
+From what a user's machine can know: the engine's memory rule with the free memory NVML reports and
+the model's weight bytes, the launches that died of memory (feasibility is monotone in the fraction
+and the demands), and the launches that served (the headroom they used). How each speaks for a
+candidate: docs/how-it-works.md, "Memory: predicted and learned".
 """
 
 from __future__ import annotations
@@ -50,129 +11,32 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from autotune.memory_types import (
+    FractionWindow,
+    GraphPoint,
+    HeadroomUse,
+    MemoryLesson,
+    MemoryRules,
+    Observation,
+    Prediction,
+)
 from autotune.outcomes import MemorySide as Side
 from autotune.space import FlagValue
 
-
-class MemoryRules(BaseModel):
-    """An engine's memory monotonicity, as data (see the module docstring)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    fraction_flag: str
-    default_fraction: float | None = Field(default=None, description="fraction assumed when the flag is unset")
-    budget_of: Literal["free", "total"] = Field(
-        default="free",
-        description="what the fraction is of: the free memory at start (SGLang), or the GPU's total memory, "
-        "which must then be free at start (vLLM)",
-    )
-    tp_flag: str = "tp-size"
-    pool_demand: frozenset[str] = frozenset()
-    pool_irrelevant: frozenset[str] = frozenset()
-    pool_scale: dict[str, dict[str, float]] = Field(
-        default_factory=dict,
-        description="flags whose values scale the pool each token needs by a known factor (KV cache dtype: "
-        "value -> relative bytes); values not listed are compared as unordered",
-    )
-    headroom_demand: frozenset[str] = frozenset()
-    headroom_irrelevant: frozenset[str] = frozenset()
-    graph_batch_flag: str | None = Field(default=None, description="captured batch size of the decode graphs")
-    graph_batch_cap_flag: str | None = Field(
-        default=None,
-        description="flag whose value caps the captured graph batch, an explicit one included (SGLang captures "
-        "graphs only up to the request-pool size, --max-running-requests)",
-    )
-    graph_width_flag: str | None = Field(default=None, description="tokens per sequence in a graph (draft tokens)")
-    graph_ignored: frozenset[str] = Field(
-        default=frozenset(), description="flags that do not change the headroom once the graph tokens are known"
-    )
-    activation_demand: frozenset[str] = Field(
-        default=frozenset(), description="flags whose larger values need more run-time memory outside the graphs"
-    )
-    weights_flags: frozenset[str] = Field(
-        default=frozenset(), description="flags that choose which weights load (a drafter): never presumed alike"
-    )
-
-
-class Prediction(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    feasible: bool
-    side: Side | None = None
-    reason: str | None = None
-    pool_bytes: float | None = Field(default=None, description="predicted static pool per GPU")
-
-
-class Observation(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    flags: dict[str, FlagValue]
-    side: Side
-    trial: int | None = None
-
-
-class HeadroomUse(BaseModel):
-    """How much of its headroom a launch that served used, per GPU."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    flags: dict[str, FlagValue]
-    server_free_bytes: float = Field(description="free memory the server measured before loading")
-    runtime_bytes: float = Field(description="headroom used besides the CUDA graphs (activations, workspaces)")
-    trial: int | None = None
-
-
-class MemoryLesson(BaseModel):
-    """What one trial taught about memory, in exact bytes: stored with the trial, and learned from
-    the same way whether the trial just ran or a resumed study reads it back."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    flags: dict[str, FlagValue]
-    trial: int
-    side: Side | None = Field(default=None, description="the launch died of memory on this side")
-    weights_bytes: float | None = None
-    graph_bytes: float | None = None
-    graph_batch: int | None = None
-    server_free_bytes: float | None = Field(default=None, description="free memory the server logged before loading")
-    runtime_bytes: float | None = Field(default=None, description="headroom used besides the graphs (served launches)")
-    served: bool = Field(default=False, description="the launch started and served")
-
-
-class FractionWindow(BaseModel):
-    """The fractions that deaths of alike launches leave open (:meth:`FeasibilityModel.fraction_window`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    low: float | None = Field(default=None, description="the highest fraction that ran out of pool memory")
-    low_trial: int | None = None
-    high: float | None = Field(default=None, description="the lowest fraction that ran out of headroom")
-    high_trial: int | None = None
-
-    def open(self, fraction: float) -> bool:
-        """Whether ``fraction`` lies strictly between the deaths (no death bounds it on its side)."""
-        return (self.low is None or fraction > self.low) and (self.high is None or fraction < self.high)
-
-    def middle(self, low: float, high: float, step: float | None) -> float | None:
-        """The middle of the window within a tuned range ``low``..``high`` (on its ``step`` grid):
-        each death there halves what is left. None when no value of the range lies inside."""
-        mid = ((self.low if self.low is not None else low) + (self.high if self.high is not None else high)) / 2
-        if step:
-            mid = low + round((mid - low) / step) * step
-        mid = round(mid, 10)
-        return mid if low <= mid <= high and self.open(mid) else None
-
-
-class GraphPoint(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    tokens: float
-    bytes: float
-
+# The interface: the model, and the data it reads and answers with (defined in memory_types).
+__all__ = [
+    "HEADROOM_MARGIN_BYTES",
+    "SCALE_UNSET",
+    "FeasibilityModel",
+    "FractionWindow",
+    "HeadroomUse",
+    "MemoryLesson",
+    "MemoryRules",
+    "Prediction",
+    "headroom_use",
+    "model_weight_bytes",
+]
 
 # SGLang and vLLM read an unset --kv-cache-dtype as "auto" (the model's dtype), and their rules drop
 # an explicit "auto": an unset scaled flag is compared as this value.
@@ -293,7 +157,7 @@ class FeasibilityModel:
         self.graph_points: list[GraphPoint] = []
         self.failures: list[Observation] = []
         self.headroom_uses: list[HeadroomUse] = []
-        # Unordered flags a served launch showed to move each boundary (module docstring, 4).
+        # Unordered flags a served launch showed to move each boundary (docs/how-it-works.md, "Memory", 4).
         self.relevant: dict[Side, set[str]] = {"too-low": set(), "too-high": set()}
         self.served: list[dict[str, FlagValue]] = []
 
@@ -365,8 +229,8 @@ class FeasibilityModel:
         )  # fmt: skip
 
     def covers(self, served: Mapping[str, FlagValue], candidate: Mapping[str, FlagValue]) -> bool:
-        """Whether a launch that served with ``served`` shows that ``candidate`` fits too (module
-        docstring, 5): the same fraction, a tensor-parallel size no smaller, demands no larger (a KV
+        """Whether a launch that served with ``served`` shows that ``candidate`` fits too (it vouches
+        for it): the same fraction, a tensor-parallel size no smaller, demands no larger (a KV
         dtype by its factor), other values equal, except unordered ones (a backend) that no launch has
         shown to matter and that do not choose weights."""
         return self.excess(served, candidate) == 0
@@ -403,7 +267,7 @@ class FeasibilityModel:
 
     def fraction_window(self, flags: Mapping[str, FlagValue]) -> FractionWindow:
         """Where deaths of launches with the same weights and tensor-parallel size leave ``flags``'s
-        fraction open (module docstring, 6): above the highest "too low" one whose KV dtype is no
+        fraction open: above the highest "too low" one whose KV dtype is no
         larger, below the lowest "too high" one. Other demands are not compared: a hint where to
         launch, never a prediction."""
         if self.rules is None:

@@ -36,8 +36,8 @@ from pydantic import Field
 from autotune.engines.failures import FailureRules, classify, failure_in
 from autotune.engines.speculation import ScheduleForm, SpeculationFlags
 from autotune.errors import FlagError, LauncherError, MeasurementError
-from autotune.feasibility import MemoryRules
 from autotune.measure.suites import Prompt
+from autotune.memory_types import MemoryRules
 from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
 from autotune.space import FlagValue

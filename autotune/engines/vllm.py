@@ -54,8 +54,8 @@ from autotune.engines.vllm_speculation import (
     speculative_rules,
 )
 from autotune.errors import FlagError, LauncherError, MeasurementError
-from autotune.feasibility import MemoryRules
 from autotune.measure.suites import Prompt
+from autotune.memory_types import MemoryRules
 from autotune.space import FlagValue
 
 if TYPE_CHECKING:

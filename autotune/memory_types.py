@@ -1,0 +1,128 @@
+"""What memory feasibility reads and writes, as data: an engine's memory rules, what one trial
+taught, and a prediction and its parts (the model that uses them: :mod:`autotune.feasibility`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autotune.outcomes import MemorySide as Side
+from autotune.space import FlagValue
+
+
+class MemoryRules(BaseModel):
+    """An engine's memory monotonicity, as data: which flags are its fraction, its pool's and its
+    headroom's demands, and which do not matter to either (docs/how-it-works.md, "Memory")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fraction_flag: str
+    default_fraction: float | None = Field(default=None, description="fraction assumed when the flag is unset")
+    budget_of: Literal["free", "total"] = Field(
+        default="free",
+        description="what the fraction is of: the free memory at start (SGLang), or the GPU's total memory, "
+        "which must then be free at start (vLLM)",
+    )
+    tp_flag: str = "tp-size"
+    pool_demand: frozenset[str] = frozenset()
+    pool_irrelevant: frozenset[str] = frozenset()
+    pool_scale: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="flags whose values scale the pool each token needs by a known factor (KV cache dtype: "
+        "value -> relative bytes); values not listed are compared as unordered",
+    )
+    headroom_demand: frozenset[str] = frozenset()
+    headroom_irrelevant: frozenset[str] = frozenset()
+    graph_batch_flag: str | None = Field(default=None, description="captured batch size of the decode graphs")
+    graph_batch_cap_flag: str | None = Field(
+        default=None,
+        description="flag whose value caps the captured graph batch, an explicit one included (SGLang captures "
+        "graphs only up to the request-pool size, --max-running-requests)",
+    )
+    graph_width_flag: str | None = Field(default=None, description="tokens per sequence in a graph (draft tokens)")
+    graph_ignored: frozenset[str] = Field(
+        default=frozenset(), description="flags that do not change the headroom once the graph tokens are known"
+    )
+    activation_demand: frozenset[str] = Field(
+        default=frozenset(), description="flags whose larger values need more run-time memory outside the graphs"
+    )
+    weights_flags: frozenset[str] = Field(
+        default=frozenset(), description="flags that choose which weights load (a drafter): never presumed alike"
+    )
+
+
+class Prediction(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    feasible: bool
+    side: Side | None = None
+    reason: str | None = None
+    pool_bytes: float | None = Field(default=None, description="predicted static pool per GPU")
+
+
+class Observation(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    flags: dict[str, FlagValue]
+    side: Side
+    trial: int | None = None
+
+
+class HeadroomUse(BaseModel):
+    """How much of its headroom a launch that served used, per GPU."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    flags: dict[str, FlagValue]
+    server_free_bytes: float = Field(description="free memory the server measured before loading")
+    runtime_bytes: float = Field(description="headroom used besides the CUDA graphs (activations, workspaces)")
+    trial: int | None = None
+
+
+class MemoryLesson(BaseModel):
+    """What one trial taught about memory, in exact bytes: stored with the trial, and learned from
+    the same way whether the trial just ran or a resumed study reads it back."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    flags: dict[str, FlagValue]
+    trial: int
+    side: Side | None = Field(default=None, description="the launch died of memory on this side")
+    weights_bytes: float | None = None
+    graph_bytes: float | None = None
+    graph_batch: int | None = None
+    server_free_bytes: float | None = Field(default=None, description="free memory the server logged before loading")
+    runtime_bytes: float | None = Field(default=None, description="headroom used besides the graphs (served launches)")
+    served: bool = Field(default=False, description="the launch started and served")
+
+
+class FractionWindow(BaseModel):
+    """The fractions that deaths of alike launches leave open (:meth:`FeasibilityModel.fraction_window`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    low: float | None = Field(default=None, description="the highest fraction that ran out of pool memory")
+    low_trial: int | None = None
+    high: float | None = Field(default=None, description="the lowest fraction that ran out of headroom")
+    high_trial: int | None = None
+
+    def open(self, fraction: float) -> bool:
+        """Whether ``fraction`` lies strictly between the deaths (no death bounds it on its side)."""
+        return (self.low is None or fraction > self.low) and (self.high is None or fraction < self.high)
+
+    def middle(self, low: float, high: float, step: float | None) -> float | None:
+        """The middle of the window within a tuned range ``low``..``high`` (on its ``step`` grid):
+        each death there halves what is left. None when no value of the range lies inside."""
+        mid = ((self.low if self.low is not None else low) + (self.high if self.high is not None else high)) / 2
+        if step:
+            mid = low + round((mid - low) / step) * step
+        mid = round(mid, 10)
+        return mid if low <= mid <= high and self.open(mid) else None
+
+
+class GraphPoint(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tokens: float
+    bytes: float
