@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from autotune.engines.base import Engine, ServerStats
+from autotune.engines.base import Engine, ServerStats, StreamChunk
 from autotune.errors import MeasurementError
 from autotune.measure.protocol import MeasureSettings, ObjectiveMetric
 from autotune.measure.statistics import Metric, Steadiness, mean_metric, percentile, relative_ci95, steadiness
@@ -146,7 +146,34 @@ def summarise(
     measured = [r for r in records if r.round >= 0]
     objective = mean_metric(settings.objective, OBJECTIVE_UNITS[settings.objective], round_values)
     rel = objective.rel_ci95
-    metrics = [objective]
+    return Measurement(
+        objective=settings.objective,
+        concurrency=settings.concurrency,
+        max_tokens_cap=settings.max_tokens,
+        ignore_eos=settings.ignore_eos,
+        warmup_requests=settings.warmup_requests,
+        rounds=len(round_values),
+        round_values=list(round_values),
+        precision_target=settings.target_rel_ci,
+        precision_reached=rel is not None and rel <= settings.target_rel_ci,
+        stop_reason=stop_reason,
+        steadiness=steadiness(round_values, tolerance=settings.drift_tolerance),
+        metrics=[objective, *_other_metrics(records, settings, round_output_tok_s)],
+        categories=_categories(measured),
+        duration_s=duration_s,
+        requests=list(records),
+        early_stopped=early_stopped,
+        dropped=[f"{r.describe()}: {r.dropped}" for r in measured if r.dropped],
+        resent=[f"{r.describe()}: {r.resent}" for r in records if r.resent],
+    )
+
+
+def _other_metrics(
+    records: Sequence[RequestRecord], settings: MeasureSettings, round_output_tok_s: Sequence[float]
+) -> list[Metric]:
+    """The figures beside the objective: the other rate, the accept length, p95 latencies, tokens."""
+    measured = [r for r in records if r.round >= 0]
+    metrics = []
     if settings.objective != "output_tok_s" and round_output_tok_s:
         # Aggregate throughput at this load: with the per-request speed, the two axes of a load level.
         metrics.append(mean_metric("output_tok_s", "tok/s", round_output_tok_s))
@@ -169,39 +196,25 @@ def summarise(
     metrics.append(
         Metric(name="completion_tokens", unit="tok", value=sum(r.completion_tokens for r in records), n=len(records))
     )
+    return metrics
+
+
+def _categories(measured: Sequence[RequestRecord]) -> list[CategoryStats]:
+    """Decode rate and accept length per prompt category (those with a decode rate)."""
     categories = []
     for category in sorted({r.category for r in measured}):
         group = [r for r in measured if r.category == category]
-        cat_rates = [r.decode_tok_s for r in group if r.decode_tok_s is not None]
-        if cat_rates:
+        rates = [r.decode_tok_s for r in group if r.decode_tok_s is not None]
+        if rates:
             categories.append(
                 CategoryStats(
                     category=category,
                     requests=len(group),
-                    decode_tok_s=mean_metric("decode_tok_s", "tok/s", cat_rates),
+                    decode_tok_s=mean_metric("decode_tok_s", "tok/s", rates),
                     accept_length=accept_length(group),
                 )
             )
-    return Measurement(
-        objective=settings.objective,
-        concurrency=settings.concurrency,
-        max_tokens_cap=settings.max_tokens,
-        ignore_eos=settings.ignore_eos,
-        warmup_requests=settings.warmup_requests,
-        rounds=len(round_values),
-        round_values=list(round_values),
-        precision_target=settings.target_rel_ci,
-        precision_reached=rel is not None and rel <= settings.target_rel_ci,
-        stop_reason=stop_reason,
-        steadiness=steadiness(round_values, tolerance=settings.drift_tolerance),
-        metrics=metrics,
-        categories=categories,
-        duration_s=duration_s,
-        requests=list(records),
-        early_stopped=early_stopped,
-        dropped=[f"{r.describe()}: {r.dropped}" for r in measured if r.dropped],
-        resent=[f"{r.describe()}: {r.resent}" for r in records if r.resent],
-    )
+    return categories
 
 
 # ---------------------------------------------------------------- the client
@@ -224,34 +237,13 @@ async def measure_request(
 
     from autotune.connection import counting_resends
 
-    started = clock()
-    first_at: float | None = None
-    first_tokens = 0
-    last_at = started
-    tokens = 0
-    itl: list[float] = []
-    prompt_tokens: int | None = None
-    accept: float | None = None
-    finish: str | None = None
-    server_rate: float | None = None
+    timed = _TimedStream(clock())
     resent: list[str] = []
     try:
         with counting_resends() as resent:
             stream = engine.stream_generate(client, base_url, prompt, max_tokens=max_tokens, ignore_eos=ignore_eos)
             async for chunk in stream:
-                now = clock()
-                if chunk.completion_tokens > tokens:  # a chunk may carry several tokens (a verify step's)
-                    if first_at is None:
-                        first_at, first_tokens = now, chunk.completion_tokens
-                    else:
-                        new = chunk.completion_tokens - tokens
-                        itl.extend([(now - last_at) / new] * new)
-                    last_at = now
-                    tokens = chunk.completion_tokens
-                prompt_tokens = chunk.prompt_tokens if chunk.prompt_tokens is not None else prompt_tokens
-                accept = chunk.accept_length if chunk.accept_length is not None else accept
-                finish = chunk.finish_reason or finish
-                server_rate = chunk.server_decode_tok_s if chunk.server_decode_tok_s is not None else server_rate
+                timed.update(chunk, clock())
     except httpx.TimeoutException:
         raise MeasurementError(f"request for prompt {prompt.id!r} timed out") from None
     except httpx.HTTPStatusError as exc:
@@ -261,26 +253,59 @@ async def measure_request(
         raise MeasurementError(f"prompt {prompt.id!r}: {type(exc).__name__}: {exc}{again}") from None
     except MeasurementError as exc:  # the server refused it: which prompt matters (a long one may not fit)
         raise MeasurementError(f"prompt {prompt.id!r}: {exc.message}") from None
-    if first_at is None:
-        raise MeasurementError(f"prompt {prompt.id!r}: the server streamed no tokens")
-    client_rate, burst = stream_rate(first_tokens, tokens, first_at - started, last_at - started)
-    return RequestRecord(
-        prompt_id=prompt.id,
-        category=prompt.category,
-        round=round_index,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=tokens,
-        ttft_s=first_at - started,
-        e2e_s=last_at - started,
-        decode_tok_s=server_rate if server_rate is not None else client_rate,
-        client_decode_tok_s=client_rate,
-        server_decode_tok_s=server_rate,
-        dropped=burst if server_rate is None else None,
-        itl_s=itl,
-        accept_length=accept,
-        finish_reason=finish,
-        resent=resent[0] if resent else None,
-    )
+    return timed.record(prompt, round_index, resent=resent[0] if resent else None)
+
+
+class _TimedStream:
+    """One request's stream as it arrives: when each update came, and what the chunks said."""
+
+    def __init__(self, started: float) -> None:
+        self.started = self.last_at = started
+        self.first_at: float | None = None
+        self.first_tokens = self.tokens = 0
+        self.itl: list[float] = []
+        self.prompt_tokens: int | None = None
+        self.accept: float | None = None
+        self.finish: str | None = None
+        self.server_rate: float | None = None
+
+    def update(self, chunk: StreamChunk, now: float) -> None:
+        if chunk.completion_tokens > self.tokens:  # a chunk may carry several tokens (a verify step's)
+            if self.first_at is None:
+                self.first_at, self.first_tokens = now, chunk.completion_tokens
+            else:
+                new = chunk.completion_tokens - self.tokens
+                self.itl.extend([(now - self.last_at) / new] * new)
+            self.last_at = now
+            self.tokens = chunk.completion_tokens
+        self.prompt_tokens = chunk.prompt_tokens if chunk.prompt_tokens is not None else self.prompt_tokens
+        self.accept = chunk.accept_length if chunk.accept_length is not None else self.accept
+        self.finish = chunk.finish_reason or self.finish
+        if chunk.server_decode_tok_s is not None:
+            self.server_rate = chunk.server_decode_tok_s
+
+    def record(self, prompt: Prompt, round_index: int, *, resent: str | None) -> RequestRecord:
+        if self.first_at is None:
+            raise MeasurementError(f"prompt {prompt.id!r}: the server streamed no tokens")
+        ttft, e2e = self.first_at - self.started, self.last_at - self.started
+        client_rate, burst = stream_rate(self.first_tokens, self.tokens, ttft, e2e)
+        return RequestRecord(
+            prompt_id=prompt.id,
+            category=prompt.category,
+            round=round_index,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.tokens,
+            ttft_s=ttft,
+            e2e_s=e2e,
+            decode_tok_s=self.server_rate if self.server_rate is not None else client_rate,
+            client_decode_tok_s=client_rate,
+            server_decode_tok_s=self.server_rate,
+            dropped=burst if self.server_rate is None else None,
+            itl_s=self.itl,
+            accept_length=self.accept,
+            finish_reason=self.finish,
+            resent=resent,
+        )
 
 
 def stream_rate(first_tokens: int, tokens: int, ttft_s: float, e2e_s: float) -> tuple[float | None, str | None]:
