@@ -1,21 +1,9 @@
 """The engine interface: everything that differs between inference servers.
 
 An engine turns a :class:`~autotune.space.Candidate` into a :class:`LaunchPlan` and speaks the
-server's HTTP protocol. Its phases, in the order the tuner uses them:
-
-1. valid flags: read the launcher's ``--help`` (``read_flag_set``) and check the space's flags;
-2. normalise: apply the engine's own documented rules to a candidate (``normalise``);
-3. argv: the full command line (``build_argv``);
-4. readiness: one probe of the running server (``is_ready``);
-5. effective config: what the server says it resolved (``effective_config``);
-6. failure classification: exit code + log text -> :class:`Failure` (``classify_failure``, driven
-   by the engine's :class:`FailureRules`: the root exception of the log, the start-up stage it
-   happened in, the engine's own memory messages);
-7. requests: stream one generation and yield token counts (``stream_generate``);
-8. server-side figures: reset lifetime counters before measuring (``reset_stats``), scrape
-   metrics (``scrape_metrics``) and read the server's own throughput and acceptance from its log
-   (``log_figures``) and metrics (``metric_names``), which ``server_stats`` combines, to
-   cross-check the client's numbers.
+server's HTTP protocol. :class:`Engine`'s sections are its phases, in the order the tuner uses them:
+valid flags, normalise, argv, readiness, effective config, failure classification, requests and
+server-side figures (docs/how-it-works.md, "Engines").
 """
 
 from __future__ import annotations

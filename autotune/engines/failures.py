@@ -1,25 +1,8 @@
 """Why a launch failed, read from its log: one classifier, driven by each engine's rules as data.
 
-A failed server's log is read the way a person reads it:
-
-1. strip every line's decoration (timestamps, rank tags such as ``TP0`` or ``DP0 TP0``, vLLM's
-   ``(EngineCore_DP0 pid=7) ERROR 11-30 01:06:24 [core.py:1584]``, docker and CI prefixes);
-2. find the **root exception**: the first exception line that is not a wrapper (vLLM's
-   ``Engine core initialization failed``), with wrapper prefixes peeled off, so SGLang's
-   ``Exception: Capture cuda graph failed: RuntimeError: ...`` is a ``RuntimeError``;
-3. find the **stage** the server was in when it failed: the last start-up milestone before the
-   failure, from the engine's own lines (``Load weight begin``, ``Capture cuda graph begin``) or
-   the traceback's frames (``in init_cuda_graphs``). An out-of-memory error is "memory too low"
-   while the weights and pools are placed (the fraction left them too little) and "memory too
-   high" from graph capture on (the fraction left too little outside the pools);
-4. decide (:func:`failure_in`), in this order: a retryable message; an engine message that names
-   its memory side itself; an out-of-memory error, by stage; a port in use; an argument the
-   launcher refused (argparse's error, or its usage text alone) or another refusal the engine
-   names; a validation exception (``ValueError``, ``AssertionError``...) raised before the first
-   stage: invalid config; any other
-   root exception or fatal line: crashed, carrying it. A log that says none of these shows no
-   failure. :func:`classify` adds the deadline (memory and a taken port outrank it) and, for a
-   process that died without words, a crash carrying the exit code and the last error line.
+The log is read as a person reads it: each line's decoration stripped, the root exception found
+beneath its wrappers, the start-up stage it happened in named, and a decision taken in a fixed order
+(:func:`failure_in`; docs/how-it-works.md, "How a failed launch is read").
 """
 
 from __future__ import annotations
@@ -126,9 +109,6 @@ class FailureRules:
         prefixes: regexes of text that prefixes the real exception inside a message
             (``Capture cuda graph failed: ``).
         invalid: regexes of other refusals of the configuration.
-
-    A validation exception (``ValueError``, ``AssertionError`` ...) raised before the first stage
-    is the engine refusing its arguments: invalid config; later it is a crash.
     """
 
     stages: Sequence[tuple[str, Stage]] = ()

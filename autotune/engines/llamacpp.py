@@ -301,19 +301,9 @@ class LlamaCppEngine(Engine):
         return self._aliases.get(name, name)
 
     def normalise(self, flags: Mapping[str, FlagValue]) -> LaunchPlan:
-        """llama-server's launch-time rules (llama.cpp in llama-cpp-python 0.3.36):
-
-        - every alias is written with its canonical long name (``-md`` and ``--model-draft`` are
-          ``--spec-draft-model``, ``-c`` is ``--ctx-size``), so equal configs get one key;
-        - a draft model speculates only with ``--spec-type draft-simple``: a draft model without a
-          ``--spec-type`` is refused (llama-server would load it and speculate nothing), and so is
-          ``draft-simple`` without a draft model (llama-server logs an error and serves without
-          speculating);
-        - ``--spec-type none`` (alone or in a list) speculates nothing: the draft model and the
-          ``--spec-draft-*`` settings are dropped, so every no-draft configuration is measured once;
-        - the micro-batch is at most the batch: ``--ubatch-size`` above ``--batch-size`` (default
-          2048) becomes the batch size, as llama.cpp does.
-        """
+        """llama-server's launch-time rules (llama.cpp in llama-cpp-python 0.3.36): canonical names, a
+        draft model only with ``--spec-type draft-simple``, ``none`` drops the draft, micro-batch at most
+        the batch (docs/how-it-works.md, "llama.cpp")."""
         out: dict[str, FlagValue] = {}
         notes: list[str] = []
         for raw, value in flags.items():

@@ -1,24 +1,4 @@
-"""The study: Optuna as a package, split by concern.
-
-- :mod:`~autotune.study.attrs`: the only code that reads or writes Optuna's user attrs (outcome ->
-  attrs, attrs -> :class:`~autotune.records.TrialRecord` and :class:`~autotune.study.attrs.StudyInfo`);
-- :mod:`~autotune.study.paths`: a study's database file and folder;
-- :mod:`~autotune.study.storage`: storage URLs, the lock across workers;
-- :mod:`~autotune.study.snapshot`: a stored study as plain data (an SQLite one read without Optuna);
-- :mod:`~autotune.study.recovery`: orphans, stale trials, re-queued interruptions and baselines;
-- :mod:`~autotune.study.memory`: memory learning (one path for live and resumed studies), roofline;
-- :mod:`~autotune.study.artifacts`: server logs and measurement JSON beside the study;
-- :mod:`~autotune.study.importance`: which flags mattered, computed by Optuna and kept in the study;
-- :mod:`~autotune.study.preflight_checks`: the space checked against its engines before the first launch;
-- :mod:`~autotune.study.rules`: the named pre-launch rules (one module each) and their order;
-- :mod:`~autotune.study.history`: the study's records as one trial's rules read them;
-- :mod:`~autotune.study.pool_deaths`: what a launch that ran out of pool memory says about others;
-- :mod:`~autotune.study.sampler`: Optuna's TPE (or random draws);
-- :mod:`~autotune.study.launcher`: what turns a plan into an outcome (real servers, or injected);
-- :mod:`~autotune.study.runner`: the loop (suggest -> normalise -> decide -> record -> launch -> learn);
-- :mod:`~autotune.study.confirm`, :mod:`~autotune.study.levels`, :mod:`~autotune.study.breakeven`:
-  pure functions over records (the confirmed best, per-level winners, break-even acceptance);
-- :mod:`~autotune.study.view`: a stored study as the CLI and the report read it.
+"""The study: Optuna as a package, split by concern (each module: docs/how-it-works.md, "The flow").
 
 The runner and the storage import Optuna (~0.5 s with numpy): they are imported on first use of
 their names here, so the commands that only read a study (show, export) never load it.
