@@ -29,8 +29,7 @@ FormatOpt = Annotated[
     Format, typer.Option("--format", "-f", help="yaml (profile), sh (launch script) or systemd (unit).")
 ]
 ConcurrencyOpt = Annotated[
-    Optional[int],
-    typer.Option("--concurrency", help="A levels study: export the winner at this load level (objective.levels)."),
+    Optional[int], typer.Option("--concurrency", help="A levels study: export this level's winner.")
 ]
 ScheduleOpt = Annotated[
     bool,
