@@ -28,6 +28,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from unittest import mock
 
 import optuna
 
@@ -653,6 +654,8 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
         ),
         # The night as it was before sampler.Unstuck: TPE proposes on when its proposals stop launching.
         "autotune-stalling": Method("autotune, TPE without Unstuck", stalling_night),
+        # The night as it was before the engine's own fraction was bounded for a plan that leaves it unset.
+        "autotune-unbounded-fraction": Method("autotune, engine fraction unbounded", unbounded_fraction_night),
         "random-runner": Method("random (autotune loop)", lambda p, s, b: night(p, s, b, sampler="random")),
         "bound-perfect-race": Method(
             "bound-perfect-race", lambda p, s, b: peers.perfect_race(night(p, s, b, sampler="tpe"))
@@ -709,6 +712,15 @@ def stalling_night(problem: Problem, seed: int, budget: int) -> Run:
     """The study's night with plain TPE, without :class:`~autotune.study.sampler.Unstuck`."""
     return run_study(problem, seed, budget, factory=lambda s: make_sampler("tpe", s, unstuck=False),
                      name="autotune, TPE without Unstuck", confirm=True)  # fmt: skip
+
+
+def unbounded_fraction_night(problem: Problem, seed: int, budget: int) -> Run:
+    """The study's night with no captured graph tokens known to the engine
+    (:meth:`~autotune.engines.base.Engine.graph_tokens_captured` None), so
+    :class:`~autotune.study.pool_deaths.EngineFractions` bounds no engine fraction."""
+    engine = type(get_engine(problem.space.engine))
+    with mock.patch.object(engine, "graph_tokens_captured", lambda self, flags, *, gpu_total_bytes: None):
+        return run_study(problem, seed, budget, sampler="tpe", name="autotune, engine fraction unbounded", confirm=True)
 
 
 def _ablated(name: str, *, sampler: SamplerName = "tpe", rules_off: Collection[str] = ()) -> Method:

@@ -1,12 +1,15 @@
 """Issue 46 on a hand-built history: a pool-memory death speaks for every configuration that needs no less
-at no larger a fraction (:mod:`autotune.study.pool_deaths`), and a proposal it speaks for gets the
-room it lacks where the space offers it (rule ``make-room``)."""
+at no larger a fraction (:mod:`autotune.study.pool_deaths`), also at the most the engine's own fraction
+can be for smaller graphs (``EngineFractions``), and a proposal it speaks for gets the room it lacks
+where the space offers it (rule ``make-room``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from autotune.decision import Launch
+import pytest
+
+from autotune.decision import Launch, Skip
 from autotune.engines.base import LaunchPlan
 from autotune.engines.sglang import SGLangEngine
 from autotune.feasibility import FeasibilityModel, MemoryLesson
@@ -14,7 +17,7 @@ from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
 from autotune.space import SearchSpace, load_space
 from autotune.study.history import History
-from autotune.study.pool_deaths import PoolDeath, dies_like, pool_deaths
+from autotune.study.pool_deaths import EngineFractions, PoolDeath, dies_like, first_death, pool_deaths
 from autotune.study.rules.make_room import MakeRoom
 from tests.conftest import TWIN_SPACE
 
@@ -78,11 +81,11 @@ def test_a_pool_death_speaks_for_every_config_needing_no_less_at_no_larger_a_fra
     assert dies(deep(**{"mem-fraction-static": 0.943, "context-length": 4096})) is None
 
 
-def tight_space() -> SearchSpace:
+def tight_space(fractions: tuple[float, ...] = (0.90, 0.92, 0.94, 0.95, 0.96, 0.98)) -> SearchSpace:
     space = load_space(TWIN_SPACE)
     tuned = dict(space.tuned)
     tuned["mem-fraction-static"] = space.tuned["speculative-eagle-topk"].model_validate(
-        {"type": "categorical", "choices": [False, 0.90, 0.92, 0.94, 0.95, 0.96, 0.98]}
+        {"type": "categorical", "choices": [False, *fractions]}
     )
     tuned["cuda-graph-max-bs-decode"] = tuned["mem-fraction-static"].model_validate(
         {"type": "categorical", "choices": [False, 1, 4, 16]}
@@ -119,3 +122,61 @@ def test_no_room_is_made_past_where_launches_like_it_ran_out_of_headroom() -> No
     history = History([died(0, deep()), headroom], number=2)
     # 0.95 and above ran out of headroom with graphs at the engine's batch; no offered fraction is left
     assert rule.decide(deep(**{"speculative-num-steps": 6, "speculative-num-draft-tokens": 7}), history) is None
+
+
+def graphs_logged(per_token: float) -> dict[str, FeasibilityModel]:
+    """The models after one served launch logged its graphs: ``per_token`` bytes per captured token
+    (a graph batch of 4 at 5 draft tokens)."""
+    learned = models()
+    learned["sglang"].observe_graph(20 * per_token, flags=deep(**{"cuda-graph-max-bs-decode": 4}).flags)
+    return learned
+
+
+# A deeper draft whose decode graphs capture 1 x 7 tokens, where the death's captured SGLang's default
+# batch on a 32 GB GPU at TP 2 (24) x 5: a fraction left to the engine is larger for it.
+SMALL_GRAPHS = {"speculative-num-steps": 6, "speculative-num-draft-tokens": 7, "cuda-graph-max-bs-decode": 1}
+
+
+def test_the_engines_own_fraction_is_bounded_by_a_deaths_for_smaller_graphs() -> None:
+    total = 32 * GIB
+    assert ENGINE.graph_tokens_captured(deep().flags, gpu_total_bytes=total) == 24 * 5
+    assert ENGINE.graph_tokens_captured(deep(**SMALL_GRAPHS).flags, gpu_total_bytes=total) == 1 * 7
+    deaths = pool_deaths([died(0, deep())], ENGINE, "sglang")
+    per_token = 0.01 * GIB
+    fractions = EngineFractions(ENGINE, graphs_logged(per_token)["sglang"])
+    # the printed 0.941, rounded, plus the graph bytes 113 fewer tokens free over the free memory
+    assert fractions.at_most(deep(**SMALL_GRAPHS), deaths) == pytest.approx(0.941 + 0.001 + per_token * 113 / FREE)
+    assert fractions.at_most(deep(), deaths) == pytest.approx(0.942)  # the same graphs: no larger
+    assert fractions.at_most(deep(**SMALL_GRAPHS, **{"mem-fraction-static": 0.95}), deaths) is None  # given
+    assert fractions.at_most(deep(**SMALL_GRAPHS, **{"tp-size": 4}), deaths) is None  # another reserve
+    assert fractions.at_most(deep(**SMALL_GRAPHS, **{"chunked-prefill-size": 4096}), deaths) is None
+    # no graphs logged yet: nothing bounds what fewer captured tokens free
+    assert EngineFractions(ENGINE, models()["sglang"]).at_most(deep(**SMALL_GRAPHS), deaths) is None
+
+
+def test_a_death_speaks_for_smaller_graphs_only_where_the_bounded_fraction_still_starves_the_pool() -> None:
+    rules = ENGINE.memory_rules
+    assert rules is not None
+    deaths = pool_deaths([died(0, deep())], ENGINE, "sglang")
+    sampled = deep(**SMALL_GRAPHS)
+    assert first_death(deaths, sampled, rules) is None  # an explicit graph batch is not ordered as it is
+    # cheap graphs: the engine's fraction gains about 0.0004, a pool of about 7200 tokens, short of 8192
+    cheap = first_death(deaths, sampled, rules, EngineFractions(ENGINE, graphs_logged(0.0001 * GIB)["sglang"]))
+    assert cheap is not None and cheap.at_bounded_fraction and cheap.death.trial == 0
+    assert "at most 0.942" in cheap.why and "fewer than the 8192 one request needs" in cheap.why
+    # costly graphs: at most 0.978, whose pool may hold the request
+    assert first_death(deaths, sampled, rules, EngineFractions(ENGINE, graphs_logged(0.01 * GIB)["sglang"])) is None
+
+
+def test_a_proposal_dead_at_its_bounded_fraction_gets_room_or_is_skipped() -> None:
+    history = History([died(0, deep())], number=1)
+    sampled = deep(**SMALL_GRAPHS)
+    room = MakeRoom(tight_space(), ENGINES, graphs_logged(0.0001 * GIB)).decide(sampled, history)
+    assert isinstance(room, Launch) and room.plan.flags["mem-fraction-static"] == 0.95
+    assert room.adjusted[0].trials == [0]
+    # no offered fraction holds one request (0.9442 by the printed figures): predicted, not launched
+    short_space = tight_space((0.90, 0.92, 0.94))
+    skip = MakeRoom(short_space, ENGINES, graphs_logged(0.0001 * GIB)).decide(sampled, history)
+    assert isinstance(skip, Skip) and skip.outcome == OutcomeKind.predicted_for("too-low") and skip.trials == [0]
+    # a proposal no death speaks for even at its bound is left alone
+    assert MakeRoom(short_space, ENGINES, graphs_logged(0.01 * GIB)).decide(sampled, history) is None

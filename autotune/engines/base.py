@@ -369,6 +369,12 @@ class Engine(ABC):
         """The figures a pool-memory death's message printed; None where it printed none."""
         return None
 
+    def graph_tokens_captured(self, flags: Mapping[str, FlagValue], *, gpu_total_bytes: float | None) -> float | None:
+        """Tokens the largest decode CUDA graph of a launch with ``flags`` captures (batch x tokens per
+        sequence), with the engine's own batch where ``flags`` leave it unset; None where unknown. An engine
+        that knows it reserves headroom for those graphs when it picks its own memory fraction."""
+        return None
+
     def verify_tokens(self, flags: Mapping[str, FlagValue]) -> float:
         """Tokens each sequence runs through the target in one decode pass (the draft tokens it
         verifies; 1 without speculation): a mixture of experts routes each of them."""

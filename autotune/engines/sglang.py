@@ -43,6 +43,23 @@ CONTEXT = "context-length"
 DISABLE_OVERLAP = "disable-overlap-schedule"
 TRACK_INTERVAL = "mamba-track-interval"
 DEFAULT_TRACK_INTERVAL = 256
+GRAPH_BATCH = "cuda-graph-max-bs-decode"
+RUNNING = "max-running-requests"
+# arg_groups/memory_hook.py (0.5.23): the default decode graph batch below each GPU size (GiB), at
+# TP < 4 and at TP >= 4; 256 and 512 above. A default batch is lowered to the running requests, and
+# graphs are captured only up to them, an explicit batch included.
+_DEFAULT_GRAPH_BATCH = ((20, 8, 8), (35, 24, 80), (60, 32, 160))
+# With speculative decoding and no --max-running-requests, SGLang runs at most 48 requests.
+SPEC_DEFAULT_RUNNING = 48
+
+
+def _default_graph_batch(gpu_total_bytes: float, tp: FlagValue) -> int:
+    small_tp = not isinstance(tp, int) or tp < 4
+    for below_gib, small, large in _DEFAULT_GRAPH_BATCH:
+        if gpu_total_bytes / 2**30 < below_gib:
+            return small if small_tp else large
+    return 256 if small_tp else 512
+
 
 # What SGLang 0.5.23 prints on its way up and when it fails (the classifier is
 # autotune.engines.failures): an out-of-memory error while the weights load or the pools are sized
@@ -455,6 +472,24 @@ class SGLangEngine(Engine):
             pool_tokens=int(tokens["pool"]) if tokens else None,
             needed_tokens=int(tokens["needed"]) if tokens else None,
         )
+
+    def graph_tokens_captured(self, flags: Mapping[str, FlagValue], *, gpu_total_bytes: float | None) -> float | None:
+        """The decode graphs' batch (SGLang's default by the GPU's memory and the TP size when unset),
+        capped by the running requests (48 with speculation when unset), times the draft tokens; unknown
+        under adaptive speculation (a set of graphs per step tier)."""
+        if flags.get("disable-cuda-graph") is True:
+            return 0.0
+        if flags.get(ADAPTIVE) is True:
+            return None
+        batch = flags.get(GRAPH_BATCH)
+        if not isinstance(batch, int) or isinstance(batch, bool):
+            if batch is not None or gpu_total_bytes is None:
+                return None
+            batch = _default_graph_batch(gpu_total_bytes, flags.get("tp-size", 1))
+        running = flags.get(RUNNING, SPEC_DEFAULT_RUNNING if ALGORITHM in flags else None)
+        if isinstance(running, int) and not isinstance(running, bool):
+            batch = min(batch, running)
+        return batch * self.verify_tokens(flags)
 
     def verify_tokens(self, flags: Mapping[str, FlagValue]) -> float:
         """The draft tokens a verify pass checks (1 without speculation)."""

@@ -8,6 +8,12 @@ leaves more headroom for larger graph demands, so a configuration that demands n
 gets a fraction no larger. Where the death printed its fraction, the tokens its pool held and the tokens
 one request needs, and the server logged its free memory and weights, the pool per token is known: the
 pool at another fraction, and the smallest fraction that holds one request, follow.
+
+A plan that leaves the fraction to the engine, and that no death speaks for as it is, gets the engine's
+fraction bounded from above (:class:`EngineFractions`): the engine reserves headroom for the decode
+graphs the plan captures, so smaller graphs than a death's make its fraction larger by at most what the
+graphs shrink, at the most bytes per captured token the served launches logged. The deaths then speak
+for the plan at that fraction.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from autotune.engines.base import Engine, LaunchPlan, PoolShortfall
-from autotune.feasibility import SCALE_UNSET, MemoryRules
+from autotune.feasibility import SCALE_UNSET, FeasibilityModel, MemoryRules
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
 from autotune.space import FlagValue
@@ -141,10 +147,73 @@ def dies_like(death: PoolDeath, plan: LaunchPlan, rules: MemoryRules) -> str | N
     return None
 
 
-def first_death(deaths: Sequence[PoolDeath], plan: LaunchPlan, rules: MemoryRules) -> tuple[PoolDeath, str] | None:
-    """The earliest death that speaks for ``plan``, and how."""
+# The engine rounds its fraction to three decimals, and the death printed its own rounded.
+ROUNDING = 0.001
+
+
+@dataclass(frozen=True)
+class EngineFractions:
+    """The fraction an engine picks for a plan that leaves it unset, bounded from above by the ones it
+    picked for deaths (each printed it): the engine's reserve holds the decode graphs, so graphs of fewer
+    captured tokens make the fraction larger by at most the graphs' bytes per token (:meth:`_per_token`)
+    times the tokens fewer, over the free memory. Only deaths alike in what else the
+    reserve reads (the tensor-parallel size, the weights, the activation demands) count."""
+
+    engine: Engine
+    model: FeasibilityModel
+
+    def at_most(self, plan: LaunchPlan, deaths: Sequence[PoolDeath]) -> float | None:
+        rules = self.model.rules
+        if rules is None or rules.fraction_flag in plan.flags:
+            return None
+        total = self.model.total_bytes
+        tokens = self.engine.graph_tokens_captured(plan.flags, gpu_total_bytes=total)
+        per_token = self._per_token()
+        alike = {rules.tp_flag} | rules.weights_flags | rules.activation_demand
+        bounds = []
+        for death in deaths:
+            if rules.fraction_flag in death.flags or death.shortfall is None or not death.server_free_bytes:
+                continue
+            if any(death.flags.get(name) != plan.flags.get(name) for name in alike):
+                continue
+            died_tokens = self.engine.graph_tokens_captured(death.flags, gpu_total_bytes=total)
+            if tokens is None or died_tokens is None or (died_tokens > tokens and per_token is None):
+                continue
+            gained = (per_token or 0.0) * max(died_tokens - tokens, 0.0)
+            bounds.append(death.shortfall.fraction + ROUNDING + gained / death.server_free_bytes)
+        return min(bounds, default=None)
+
+    def _per_token(self) -> float | None:
+        """The most the graphs can cost per captured token: the logged bytes over tokens of any launch,
+        or a tenth above the slope of the line the logged graphs lie on, where they do."""
+        bound, slope = self.model.graph_bytes_per_token_max, self.model.graph_slope()
+        return min(bound, 1.1 * slope) if bound is not None and slope is not None else bound
+
+
+@dataclass(frozen=True)
+class DiesLike:
+    """A death that speaks for a plan: how, and whether through the engine's fraction bounded for it."""
+
+    death: PoolDeath
+    why: str
+    at_bounded_fraction: bool = False
+
+
+def first_death(
+    deaths: Sequence[PoolDeath], plan: LaunchPlan, rules: MemoryRules, fractions: EngineFractions | None = None
+) -> DiesLike | None:
+    """The earliest death that speaks for ``plan``, and how; with ``fractions``, a plan that leaves the
+    fraction to the engine is also asked at the most the engine's fraction for it can be."""
     for death in deaths:
         why = dies_like(death, plan, rules)
         if why is not None:
-            return death, why
+            return DiesLike(death, why)
+    at_most = fractions.at_most(plan, deaths) if fractions is not None else None
+    if at_most is None:
+        return None
+    bounded = plan.model_copy(update={"flags": {**plan.flags, rules.fraction_flag: at_most}})
+    for death in deaths:
+        why = dies_like(death, bounded, rules)
+        if why is not None:
+            return DiesLike(death, f"the engine's own {rules.fraction_flag} for it, at most {at_most:.3f}: {why}", True)
     return None

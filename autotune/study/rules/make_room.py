@@ -2,18 +2,22 @@
 (:mod:`autotune.study.pool_deaths`) is launched with the room it lacks, where the space offers it,
 before its region is written off: the smallest fraction the space offers that holds one request by the
 death's printed figures (without them: halfway to the top of what is left), below the fraction at which
-launches like it ran out of headroom; with the smallest graph batch the space offers when the memory
-model says the headroom left cannot hold the graphs otherwise.
+launches like it ran out of headroom (a proposal that leaves the fraction to the engine is asked at the
+most the engine's fraction for it can be, :class:`~autotune.study.pool_deaths.EngineFractions`); with the
+smallest graph batch the space offers when the memory model says the headroom left cannot hold the graphs
+otherwise. A proposal that dies only at that bounded engine fraction, and that no offered fraction makes
+room for, is skipped (``predicted-infeasible-memory-low``).
 """
 
 from __future__ import annotations
 
-from autotune.decision import Decision, Launch
+from autotune.decision import Decision, Launch, Skip
 from autotune.engines.base import InvalidConfig, LaunchPlan
 from autotune.feasibility import FeasibilityModel
+from autotune.outcomes import OutcomeKind
 from autotune.space import CategoricalParam, FlagValue, FloatParam, IntParam
 from autotune.study.history import History
-from autotune.study.pool_deaths import PoolDeath, first_death, pool_deaths
+from autotune.study.pool_deaths import EngineFractions, PoolDeath, first_death, pool_deaths
 from autotune.study.rules.served_sizing import SizingRule, adjusted
 
 # Above the printed figures' bare minimum: the pool is rounded to pages, and the log to two decimals.
@@ -40,14 +44,14 @@ class MakeRoom(SizingRule):
         if rules is None:
             return None
         deaths = pool_deaths(history.finished, engine, plan.engine)
-        found = first_death(deaths, plan, rules)
-        fractions = offered(self.space.tuned.get(rules.fraction_flag))
-        if found is None or not fractions:
+        found = first_death(deaths, plan, rules, EngineFractions(engine, model))
+        if found is None:
             return None
-        death = found[0]
+        death = found.death
+        fractions = offered(self.space.tuned.get(rules.fraction_flag))
         graph_flag = rules.graph_batch_flag
         graphs = offered(self.space.tuned.get(graph_flag)) if graph_flag else []
-        for fraction in self._fractions(death, plan, model, fractions):
+        for fraction in self._fractions(death, plan, model, fractions) if fractions else []:
             for graph in [None, *graphs[:1]]:
                 changes: dict[str, FlagValue] = {rules.fraction_flag: fraction}
                 if graph_flag is not None and graph is not None:
@@ -59,6 +63,10 @@ class MakeRoom(SizingRule):
                 if first_death(deaths, launched, rules) is None and model.predict(launched.flags).feasible:
                     why = f"the pool memory that trial {death.trial} ran out of"
                     return Launch(plan=launched, adjusted=[adjusted(self.name, plan, launched, [death.trial], why)])
+        if found.at_bounded_fraction:
+            return Skip(rule=self.name, outcome=OutcomeKind.predicted_for("too-low"), constraint="memory",
+                        reason=f"predicted without launching: trial {death.trial} ran out of pool memory, and at "
+                        f"{found.why}; no offered fraction holds it", trials=[death.trial])  # fmt: skip
         return None
 
     def _fractions(
