@@ -381,3 +381,37 @@ def test_no_function_of_the_cli_is_over_sixty_lines() -> None:
     for path in paths:
         too_long = long_functions(path.read_text(), CLI_MAX_FUNCTION_LINES)
         assert not too_long, f"{path}: {too_long} (at most {CLI_MAX_FUNCTION_LINES} lines)"
+
+
+# ---------------------------------------------------------------- the study keeps the search, the race its own part
+
+STUDY = PACKAGE / "study"
+RUNNER_MAX_METHODS = 20
+
+
+def methods_of(source: str, class_name: str) -> list[str]:
+    """The methods (properties included) a class defines in its own body."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            return [f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    raise AssertionError(f"no class {class_name}")
+
+
+def test_the_method_count_sees_methods_and_properties() -> None:
+    source = "class A:\n    def a(self): ...\n    @property\n    def b(self): ...\n    x = 1\n"
+    assert methods_of(source, "A") == ["a", "b"]
+
+
+def test_the_study_runner_keeps_the_search_and_the_race_is_its_own_module() -> None:
+    methods = methods_of((STUDY / "runner.py").read_text(), "StudyRunner")
+    assert len(methods) <= RUNNER_MAX_METHODS, f"StudyRunner has {len(methods)} methods: {methods}"
+    assert {"race_finalists", "race_schedule", "plan_race", "race_budget"} <= defined(STUDY / "race.py")
+    assert not (STUDY / "schedule_race.py").exists(), "the schedule's race is in study/race.py"
+
+
+def test_no_function_of_the_study_is_over_sixty_lines() -> None:
+    paths = sorted(STUDY.rglob("*.py"))
+    assert len(paths) > 20
+    for path in paths:
+        too_long = long_functions(path.read_text(), CLI_MAX_FUNCTION_LINES)
+        assert not too_long, f"{path}: {too_long} (at most {CLI_MAX_FUNCTION_LINES} lines)"

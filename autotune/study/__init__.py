@@ -14,10 +14,13 @@
 - :mod:`~autotune.study.history`: the study's records as one trial's rules read them;
 - :mod:`~autotune.study.pool_deaths`: what a launch that ran out of pool memory says about others;
 - :mod:`~autotune.study.sampler`: Optuna's TPE (or random draws);
-- :mod:`~autotune.study.launcher`: what turns a plan into an outcome (real servers, or injected);
-- :mod:`~autotune.study.runner`: the loop (suggest -> normalise -> decide -> record -> launch -> learn);
-- :mod:`~autotune.study.confirm`, :mod:`~autotune.study.levels`, :mod:`~autotune.study.breakeven`:
-  pure functions over records (the confirmed best, per-level winners, break-even acceptance);
+- :mod:`~autotune.study.launcher`: the launch path (the plan, the wait for idle GPUs, the launcher);
+- :mod:`~autotune.study.runner`: the search (suggest -> normalise -> decide -> record -> launch -> learn);
+- :mod:`~autotune.study.race`: the finalists' race and the schedule's race, their budget;
+- :mod:`~autotune.study.night`: a night, the search then the race, on one split;
+- :mod:`~autotune.study.confirm`, :mod:`~autotune.study.schedule`, :mod:`~autotune.study.levels`,
+  :mod:`~autotune.study.breakeven`: pure functions over records (the race's verdict, the schedule's,
+  per-level winners, break-even acceptance);
 - :mod:`~autotune.study.view`: a stored study as the CLI and the report read it.
 
 The runner and the storage import Optuna (~0.5 s with numpy): they are imported on first use of
