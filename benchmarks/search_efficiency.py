@@ -440,9 +440,10 @@ def run_study(
     the baselines."""
     started = time.monotonic()
     run = Run(method=name, seed=seed)
-    baselines = len(problem.space.baselines)
-    night = Night.of_launches(budget, baselines=baselines, top=finalists, share=race_share) if confirm else None
-    budget = night.trials if night is not None and night.trials is not None else budget
+    night = Night(trials=budget, top=0)
+    if confirm:
+        night = Night.of_launches(budget, baselines=len(problem.space.baselines), top=finalists, share=race_share)
+    budget = night.trials or budget  # the search's launches
     with tempfile.TemporaryDirectory(prefix="autotune-bench-") as tmp:
         launcher = LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed),
                                      launch_sd=problem.launch_sd, launch_rng=random.Random(20_000 + seed))  # fmt: skip
@@ -461,8 +462,7 @@ def run_study(
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ended = run_night(runner, night or Night(trials=budget, top=0), rules=[launch_budget])
-        confirmation = ended.confirmation
+            confirmation = run_night(runner, night, rules=[launch_budget]).confirmation
         if confirmation is not None and confirmation.best is not None:
             # a step per trial, in trial order (every finished trial reaches the recorder)
             run.confirmed_true = run.steps[confirmation.best].true or 0.0
@@ -1050,7 +1050,7 @@ def run_recorded_study(
         night = Night.of_launches(budget, baselines=0, top=finalists, share=race_share)
     else:
         night = Night.beyond(budget, baselines=0, top=finalists, share=race_share)
-    budget = night.trials or budget
+    budget = night.trials or budget  # the search's launches
     launcher = replay.RecordedLauncher(problem, random.Random(seed))
     with tempfile.TemporaryDirectory(prefix="autotune-replay-") as tmp:
         events = RecordedSteps(run, launcher)

@@ -28,10 +28,12 @@ from typing import TYPE_CHECKING
 
 import optuna
 from optuna.trial import TrialState
+from pydantic import Field
 
 from autotune.decision import Launch
 from autotune.engines.base import InvalidConfig, LaunchPlan
 from autotune.errors import StorageError
+from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
 from autotune.study import attrs
@@ -106,17 +108,15 @@ class RacePlan:
                 f"{self.launches} fresh launches{took}{until}, dropping each as soon as it is decided")  # fmt: skip
 
 
-@dataclass(frozen=True)
-class FinalistsRace:
-    """How the finalists' race is run: the ``top`` distinct configurations and every baseline, at most
-    ``launches`` launches of each, at most ``budget`` relaunches in all (None: :func:`race_budget` of
-    the search's launches, at ``share``), and no round that would end past ``deadline`` (on the
-    runner's clock)."""
+class FinalistsRace(Frozen):
+    """How the finalists' race is run."""
 
-    top: int = 3
-    launches: int = RACE_LAUNCHES
-    budget: int | None = None
-    deadline: float | None = None
+    top: int = Field(default=3, description="distinct configurations raced, besides every baseline")
+    launches: int = Field(default=RACE_LAUNCHES, description="the most launches of one configuration")
+    budget: int | None = Field(
+        default=None, description="the most relaunches in all (None: race_budget of the search's launches, at share)"
+    )
+    deadline: float | None = Field(default=None, description="no round that would end past it (the runner's clock)")
     share: float = RACE_SHARE
 
 
