@@ -41,8 +41,8 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from autotune.study import confirm as confirm_module  # noqa: E402
 from autotune.study.confirm import RACE_STOP, RaceStop  # noqa: E402
+from autotune.study.race import RACE_SHARE  # noqa: E402
 from autotune.study.rules import RULE_NAMES  # noqa: E402
-from autotune.study.runner import RACE_SHARE  # noqa: E402
 from autotune.study.sampler import SamplerName  # noqa: E402
 from benchmarks import family, replay  # noqa: E402
 from benchmarks import search_efficiency as bench  # noqa: E402

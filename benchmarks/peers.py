@@ -26,7 +26,7 @@ import optuna
 from autotune.gpu import GpuInventory
 from autotune.space import FlagValue
 from autotune.study import make_sampler
-from autotune.study.runner import split_launches
+from autotune.study.night import Night, run_night
 from autotune.testing import study_runner
 from benchmarks import replay
 from benchmarks.landscape import GridAxis
@@ -42,7 +42,6 @@ from benchmarks.search_efficiency import (
     _tier_stage,
     count_claims,
     make_runner,
-    race_after_search,
     replayed_step,
     solve,
 )
@@ -340,10 +339,11 @@ def perfect_race(night: Run) -> Run:
 
 def oracle_finalists(problem: Problem, seed: int, budget: int) -> Run:
     """The product's race given the landscape's true top three and every baseline, each launched once
-    first, on the race budget a night of ``budget`` leaves (:func:`split_launches`)."""
+    first, on the race budget a night of ``budget`` leaves (:meth:`Night.of_launches`)."""
     run = Run(method="bound-oracle-finalists", seed=seed)
     optimum = solve(problem)
-    _, race = split_launches(budget, FINALISTS + len(problem.space.baselines))
+    baselines = len(problem.space.baselines)
+    night = Night.of_launches(budget, baselines=baselines, top=FINALISTS)
     tuned = problem.space.tuned
     with tempfile.TemporaryDirectory(prefix="autotune-oracle-") as tmp:
         launcher = LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed),
@@ -355,8 +355,8 @@ def oracle_finalists(problem: Problem, seed: int, budget: int) -> Run:
             runner.study.enqueue_trial({k: v for k, v in flags.items() if k in tuned})
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            runner.run(trials=len(problem.space.baselines) + len(optimum.top), timeout_s=None)
-            confirmation = race_after_search(runner, run, budget=race, top=FINALISTS)
+            searched = night.model_copy(update={"trials": baselines + len(optimum.top)})
+            confirmation = run_night(runner, searched).confirmation
     if confirmation is not None:
         run.confirmed_true = run.steps[confirmation.best].true or 0.0
         count_claims(run, confirmation, lambda trial: run.steps[trial].true or 0.0)
@@ -366,7 +366,7 @@ def oracle_finalists(problem: Problem, seed: int, budget: int) -> Run:
 def recorded_oracle_finalists(problem: replay.RecordedProblem, seed: int, budget: int) -> Run:
     """:func:`oracle_finalists` on a recording (no baselines): its three best configurations raced."""
     run = Run(method="bound-oracle-finalists", seed=seed)
-    _, race = split_launches(budget, FINALISTS)
+    night = Night.of_launches(budget, baselines=0, top=FINALISTS)
     flags_of = {problem.key({**problem.recorded.fixed, **c.flags}): c.flags for c in problem.recorded.configs}
     best = sorted(problem.true, key=lambda k: -problem.true[k])[:FINALISTS]
     launcher = replay.RecordedLauncher(problem, random.Random(seed))
@@ -378,8 +378,7 @@ def recorded_oracle_finalists(problem: replay.RecordedProblem, seed: int, budget
             runner.study.enqueue_trial(dict(flags_of[key]))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            runner.run(trials=len(best), timeout_s=None)
-            confirmation = race_after_search(runner, run, budget=race, top=FINALISTS)
+            confirmation = run_night(runner, night.model_copy(update={"trials": len(best)})).confirmation
     if confirmation is not None:
         chosen = next(f for f in confirmation.finalists if f.trial == confirmation.best)
         run.confirmed_true = problem.true.get(chosen.config_key or "", 0.0)

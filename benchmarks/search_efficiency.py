@@ -51,8 +51,9 @@ from autotune.space import (  # noqa: E402
 )
 from autotune.study import Launcher, StudyEvents, StudyRunner, make_sampler  # noqa: E402
 from autotune.study.confirm import Confirmation  # noqa: E402
+from autotune.study.night import Night, run_night  # noqa: E402
+from autotune.study.race import RACE_SHARE  # noqa: E402
 from autotune.study.rules import RULE_NAMES  # noqa: E402
-from autotune.study.runner import RACE_SHARE, race_budget, split_launches  # noqa: E402
 from autotune.study.sampler import SamplerName  # noqa: E402
 from autotune.testing import memory_as_logged, simulated_outcome, study_runner  # noqa: E402
 from autotune.trial import TrialOutcome  # noqa: E402
@@ -401,6 +402,9 @@ class StepRecorder(StudyEvents):
         launched = len(self.launcher.evaluations) > self.seen
         evaluation = self.launcher.evaluations[-1] if launched else None
         self.seen = len(self.launcher.evaluations)
+        if record.confirm_of is not None:  # the race's relaunch: counted in the night, not a search step
+            self.run.confirm_launches += launched
+            return
         self.run.steps.append(
             Step(
                 launched=launched,
@@ -431,15 +435,16 @@ def run_study(
     """autotune's study loop with the landscape in place of launches, until ``budget`` launches;
     ``rules_off`` names pre-launch rules switched off; ``until`` (the
     optimum): stop once the incumbent is within 2 % of it, the rest of the run being unread;
-    ``confirm``: the budget is the night, search and race: the search spends its share
-    (:func:`~autotune.study.runner.split_launches`), then the finalists race on the rest as a study does
-    (those launches are not kept as search steps; ``run.confirm_launches`` counts them) among the
-    ``finalists`` best and the baselines."""
+    ``confirm``: the budget is the night, search and race (:func:`~autotune.study.night.run_night` on
+    :meth:`~autotune.study.night.Night.of_launches`): the finalists race as a study does (those launches
+    are not kept as search steps; ``run.confirm_launches`` counts them) among the ``finalists`` best and
+    the baselines."""
     started = time.monotonic()
     run = Run(method=name, seed=seed)
-    race = 0
+    night = Night(trials=budget, top=0)
     if confirm:
-        budget, race = split_launches(budget, finalists + len(problem.space.baselines), share=race_share)
+        night = Night.of_launches(budget, baselines=len(problem.space.baselines), top=finalists, share=race_share)
+    budget = night.trials or budget  # the search's launches
     with tempfile.TemporaryDirectory(prefix="autotune-bench-") as tmp:
         launcher = LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed),
                                      launch_sd=problem.launch_sd, launch_rng=random.Random(20_000 + seed))  # fmt: skip
@@ -458,24 +463,13 @@ def run_study(
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            runner.run(trials=budget, timeout_s=None, rules=[launch_budget])
-            confirmation = race_after_search(runner, run, budget=race, top=finalists) if confirm else None
+            confirmation = run_night(runner, night, rules=[launch_budget]).confirmation
         if confirmation is not None and confirmation.best is not None:
             # a step per trial, in trial order (every finished trial reaches the recorder)
             run.confirmed_true = run.steps[confirmation.best].true or 0.0
             count_claims(run, confirmation, lambda trial: run.steps[trial].true or 0.0)
     run.wall_s = time.monotonic() - started
     return run
-
-
-def race_after_search(runner: StudyRunner, run: Run, *, budget: int, top: int = FINALISTS) -> Confirmation | None:
-    """The study's race of its finalists after the search, as ``autotune study`` runs it, on at most
-    ``budget`` relaunches: its launches are counted in ``run.confirm_launches``, not kept as search steps."""
-    searched = len(run.steps)
-    confirmation = runner.confirm(top=top, budget=budget)
-    run.confirm_launches = sum(step.launched for step in run.steps[searched:])
-    del run.steps[searched:]
-    return confirmation
 
 
 def count_claims(run: Run, confirmation: Confirmation, true: Callable[[int], float]) -> None:
@@ -1041,6 +1035,9 @@ class RecordedSteps(StudyEvents):
     def trial_finished(self, record: TrialRecord) -> None:
         launched = len(self.launcher.drawn) > self.seen
         self.seen = len(self.launcher.drawn)
+        if record.confirm_of is not None:  # the race's relaunch: counted in the night, not a search step
+            self.run.confirm_launches += launched
+            return
         launch, true = self.launcher.drawn[-1] if launched else (None, None)
         self.run.steps.append(
             Step(launched=launched, outcome=record.outcome or "", flags=record.flags or None,
@@ -1059,9 +1056,13 @@ def run_recorded_study(
     the finalists after the search as a study does, on a race budget of its own (the old replay's way)
     or, ``race_in_budget``, on the race's share of ``budget`` (the search spends the rest)."""
     run = Run(method=f"autotune ({sampler})", seed=seed)
-    race = race_budget(budget, finalists, share=race_share)
-    if confirm and race_in_budget:
-        budget, race = split_launches(budget, finalists, share=race_share)
+    if not confirm:
+        night = Night(trials=budget, top=0)
+    elif race_in_budget:
+        night = Night.of_launches(budget, baselines=0, top=finalists, share=race_share)
+    else:
+        night = Night.beyond(budget, baselines=0, top=finalists, share=race_share)
+    budget = night.trials or budget  # the search's launches
     launcher = replay.RecordedLauncher(problem, random.Random(seed))
     with tempfile.TemporaryDirectory(prefix="autotune-replay-") as tmp:
         events = RecordedSteps(run, launcher)
@@ -1076,10 +1077,9 @@ def run_recorded_study(
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            runner.run(trials=budget, timeout_s=None, rules=[launch_budget])
             # The study's answer is its confirmed best (finalists launched again, as `autotune study`
-            # does after its trials); those launches come after the budget and are not the search's.
-            confirmation = race_after_search(runner, run, budget=race, top=finalists) if confirm else None
+            # does after its trials); those launches come after the search's and are not its steps.
+            confirmation = run_night(runner, night, rules=[launch_budget]).confirmation
         if confirmation is not None:
             best = next(f for f in confirmation.finalists if f.trial == confirmation.best)
             run.confirmed_true = problem.true.get(best.config_key or "", 0.0)

@@ -49,6 +49,7 @@ from autotune.records import TrialRecord  # noqa: E402
 from autotune.space import Baseline, FlagValue, SearchSpace  # noqa: E402
 from autotune.study import make_sampler  # noqa: E402
 from autotune.study.confirm import Confirmation, Finalist  # noqa: E402
+from autotune.study.night import Night, run_night  # noqa: E402
 from autotune.testing import study_runner  # noqa: E402
 from benchmarks import family, replay  # noqa: E402
 from benchmarks.search_efficiency import (  # noqa: E402
@@ -114,10 +115,10 @@ def _run(runner: Any, launched: Callable[[], int], budget: int) -> tuple[Confirm
     runner.enqueue_baselines()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        runner.run(trials=budget * TRIAL_CAP_FACTOR, timeout_s=None, rules=[_launch_budget(launched, budget)])
-        searched = launched()
-        confirmation = runner.confirm()
-    return confirmation, searched, launched() - searched
+        night = Night(trials=budget * TRIAL_CAP_FACTOR)
+        confirmation = run_night(runner, night, rules=[_launch_budget(launched, budget)]).confirmation
+    raced = sum(1 for r in runner.records() if r.confirm_of is not None)  # each relaunch launches once
+    return confirmation, launched() - raced, raced
 
 
 def _baseline_of(flags: dict[str, FlagValue], fixed: dict[str, FlagValue]) -> Baseline:

@@ -42,7 +42,7 @@ def test_a_row_worse_on_every_member_earns_its_keep_and_one_within_the_noise_doe
 
 
 def test_a_full_budget_run_is_a_night_search_and_race_inside_the_budget() -> None:
-    from autotune.study.runner import split_launches
+    from autotune.study.race import split_launches
 
     seed, case, _, stopped = ablation.family_member((9902, 12, (FULL,), False))
     assert stopped[FULL.name].raced_within_2pct is None  # stopping at 2 %, nothing is raced

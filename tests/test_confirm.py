@@ -18,6 +18,7 @@ import yaml
 from autotune.engines.base import LaunchPlan
 from autotune.measure.protocol import EarlyStop
 from autotune.study import StudyView, make_sampler
+from autotune.study.race import FinalistsRace, race_finalists
 from autotune.trial import TrialOutcome
 from benchmarks import search_efficiency as bench
 from tests.conftest import TWIN_SPACE
@@ -74,7 +75,7 @@ def test_two_configurations_of_equal_speed_are_a_tie_resolved_toward_less_memory
         runner.enqueue_baselines()
         runner.run(trials=2, timeout_s=None)
         # Equivalence within ±2 % takes launches to show: the budget is raised past the search's two.
-        result = runner.confirm(top=2, launches=8, budget=16)
+        result = race_finalists(runner, FinalistsRace(top=2, launches=8, budget=16))
         assert result is not None and len(result.finalists) == 2
         assert all(2 <= len(f.values) <= 8 for f in result.finalists)  # fresh launches; a settled race stops
         if result.tied_with:
@@ -97,7 +98,7 @@ def test_a_lucky_first_measurement_is_corrected_by_confirmation(tmp_path: Path) 
     view = StudyView(runner.study)
     assert view.best().baseline == "hand-found"  # type: ignore[union-attr]  # the lucky single measurement
     assert view.best().confirmed_launches is None  # type: ignore[union-attr]
-    result = runner.confirm(top=2, launches=2)
+    result = race_finalists(runner, FinalistsRace(top=2, launches=2))
     assert result is not None
     view = StudyView(runner.study)
     best = view.best()
@@ -142,7 +143,7 @@ def test_under_heavy_noise_a_much_slower_config_is_no_tie_even_within_the_noise(
     runner = _runner(problem, tmp_path, 2, launcher=Swinging(inner, [1.0, 1.0, 1.3, 0.7, 0.7, 1.3]))
     runner.enqueue_baselines()
     runner.run(trials=2, timeout_s=None)
-    result = runner.confirm(top=2, launches=2)
+    result = race_finalists(runner, FinalistsRace(top=2, launches=2))
     assert result is not None
     top, other = result.finalists
     assert top.ci95 is not None and other.ci95 is not None and top.mean - other.mean < top.ci95 + other.ci95

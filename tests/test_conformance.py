@@ -283,8 +283,7 @@ def test_an_exported_speculation_schedule_and_its_config_are_accepted_by_real_sg
     """``export --schedule``'s command line and adaptive config through the real parser, resolution and
     the controller's own config reader: each batch size routed to the tier autotune meant."""
     from autotune.profile import Profile, render
-    from autotune.study.schedule import SCHEDULE, judge
-    from autotune.study.schedule_race import schedule_profile
+    from autotune.study.schedule import SCHEDULE, judge, schedule_profile
     from tests.test_schedule import deep_alone_shallow_loaded, race, schedule_of
 
     schedule = schedule_of(deep_alone_shallow_loaded())
@@ -313,8 +312,7 @@ def test_an_exported_vllm_speculation_schedule_is_accepted_by_real_vllm():
     """``export --schedule`` on vLLM: the command line through vLLM 0.33's parser and the scheduler's own
     per-batch-size table builder: each batch size runs the k autotune meant."""
     from autotune.profile import Profile, render
-    from autotune.study.schedule import SCHEDULE, judge
-    from autotune.study.schedule_race import schedule_profile
+    from autotune.study.schedule import SCHEDULE, judge, schedule_profile
     from tests.test_schedule import race, vllm_record, vllm_schedule_of
 
     schedule = vllm_schedule_of([

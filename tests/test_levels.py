@@ -24,6 +24,7 @@ from autotune.outcomes import OutcomeKind
 from autotune.space import load_space, parse_space
 from autotune.study import StudyPaths, StudyRunner, StudyView, make_sampler
 from autotune.study.levels import front, level_best
+from autotune.study.race import FinalistsRace, race_finalists
 from autotune.testing import study_runner
 from autotune.trial import TrialOutcome
 from tests.conftest import twin_gpus
@@ -188,7 +189,7 @@ def test_confirmation_keeps_working_for_the_primary_level(tmp_path: Path) -> Non
     runner.enqueue_baselines()
     runner.run(trials=8, timeout_s=None)
     before = engine.launches
-    result = runner.confirm(top=2, launches=1)
+    result = race_finalists(runner, FinalistsRace(top=2, launches=1))
     assert result is not None and engine.launches > before
     levels = StudyView(runner.study).load_levels()
     assert levels is not None

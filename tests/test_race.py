@@ -14,12 +14,12 @@ from autotune.records import TrialRecord
 from autotune.study.confirm import (
     PRIOR_LAUNCH_NOISE,
     choose_finalists,
-    confirm,
-    confirmation_launches,
     fit,
     launches_to_settle,
     planning_sd,
+    relaunches_by_round,
     standing,
+    verdict,
 )
 
 FIXED = ["tp-size"]
@@ -64,7 +64,7 @@ def test_round_effects_cancel_drift_from_the_comparison() -> None:
 def test_a_significantly_slower_config_drops_out_and_equals_settle_the_race() -> None:
     a, b, c = searched(0, 100.0), searched(1, 98.0), searched(2, 80.0)
     records = race([a, b, c], {0: 100.0, 1: 100.0, 2: 80.0}, 3, sd=0.005)
-    now = standing(confirmation_launches(records, [a, b, c]), margin=0.02)
+    now = standing(relaunches_by_round(records, [a, b, c]), margin=0.02)
     assert 2 not in now.racing  # 20 % behind with 0.5 % noise
     assert now.settled and sorted(now.equivalent) == [0, 1]
 
@@ -74,7 +74,7 @@ def test_a_gain_inside_the_noise_keeps_the_baseline() -> None:
     defaults = searched(0, 551.0, baseline="draft-defaults", flags=1)
     best = searched(1, 600.0, flags=8)
     records = race([defaults, best], {0: 551.0, 1: 581.0}, 2, sd=0.045, seed=3)
-    result = confirm(records, choose_finalists(records, top=3), objective="decode_tok_s", fixed=FIXED, margin=0.02)
+    result = verdict(records, choose_finalists(records, top=3), objective="decode_tok_s", fixed=FIXED, margin=0.02)
     assert result is not None
     (gain,) = result.gains
     assert gain.baseline == "draft-defaults" and gain.trial == 1 and not gain.significant
@@ -90,7 +90,7 @@ def test_a_gain_well_beyond_the_noise_is_named_with_its_interval() -> None:
     records = race([cautious, hand, best], {0: 38.0, 1: 52.0, 2: 58.0}, 3, sd=0.01, drift=-0.05)
     finalists = choose_finalists(records, top=1)
     assert [f.number for f in finalists] == [2, 1, 0]  # the top config, then every baseline
-    result = confirm(records, finalists, objective="decode_tok_s", fixed=FIXED, margin=0.02)
+    result = verdict(records, finalists, objective="decode_tok_s", fixed=FIXED, margin=0.02)
     assert result is not None and result.best == 2 and result.settled
     gains = {g.baseline: g for g in result.gains}
     assert gains["hand-found"].significant and gains["hand-found"].gain == pytest.approx(58 / 52 - 1, abs=0.02)
@@ -105,7 +105,7 @@ def test_a_finalist_whose_relaunches_fail_is_not_confirmed_and_the_verdict_says_
     for round_index in range(2):
         records.append(relaunched(10 + 2 * round_index, baseline, 50.0 + round_index))
         records.append(relaunched(11 + 2 * round_index, died, None))
-    result = confirm(records, [died, baseline], objective="decode_tok_s", fixed=FIXED, margin=0.02)
+    result = verdict(records, [died, baseline], objective="decode_tok_s", fixed=FIXED, margin=0.02)
     assert result is not None and result.best == 0
     failed = next(f for f in result.finalists if f.trial == 1)
     assert not failed.confirmed and failed.values == [] and len(failed.failed) == 2
@@ -171,7 +171,7 @@ def test_an_open_gap_inside_the_margin_is_called_equivalent_and_the_fewer_flags_
     records = [hand, best]
     for index, (a, b) in enumerate([(100.0, 107.0), (108.0, 103.0), (95.0, 97.0)]):
         records += [relaunched(100 + 2 * index, hand, a), relaunched(101 + 2 * index, best, b)]
-    result = confirm(records, [best, hand], objective="decode_tok_s", fixed=FIXED, margin=0.02)
+    result = verdict(records, [best, hand], objective="decode_tok_s", fixed=FIXED, margin=0.02)
     assert result is not None and not result.settled
     (gain,) = result.gains
     assert abs(gain.gain) < 0.02 and not gain.significant
@@ -187,7 +187,7 @@ def test_an_open_gap_beyond_the_margin_still_says_what_would_settle_it() -> None
     records = [hand, best]
     for index, (a, b) in enumerate([(100.0, 115.0), (108.0, 103.0)]):
         records += [relaunched(100 + 2 * index, hand, a), relaunched(101 + 2 * index, best, b)]
-    result = confirm(records, [best, hand], objective="decode_tok_s", fixed=FIXED, margin=0.02)
+    result = verdict(records, [best, hand], objective="decode_tok_s", fixed=FIXED, margin=0.02)
     assert result is not None and not result.settled and result.best == 0
     assert result.more_launches is not None and result.more_launches > 2
     assert f"about {result.more_launches} launches of each, in all, would settle it" in result.note
@@ -201,7 +201,7 @@ def test_a_significant_gain_with_a_rival_still_open_names_the_rival_not_the_gain
     for index, (a, b, c) in enumerate([(100.0, 131.0, 124.0), (101.0, 128.0, 131.0), (99.0, 132.0, 126.0)]):
         records += [relaunched(100 + 3 * index, hand, a), relaunched(101 + 3 * index, best, b),
                     relaunched(102 + 3 * index, rival, c)]  # fmt: skip
-    result = confirm(records, [best, rival, hand], objective="decode_tok_s", fixed=FIXED, margin=0.02)
+    result = verdict(records, [best, rival, hand], objective="decode_tok_s", fixed=FIXED, margin=0.02)
     assert result is not None and not result.settled and result.best == 1
     assert "significant" in result.note and "not significant" not in result.note
     assert f"about {result.more_launches} launches of each, in all, would tell it from trial 2" in result.note
@@ -221,9 +221,9 @@ def test_the_estimate_is_for_the_gain_the_sentence_states_not_a_rival_inside_the
         for finalist, values in zip(finalists, relaunches, strict=True):
             if round_index < len(values):
                 records.append(relaunched(100 + len(records), finalist, values[round_index]))
-    result = confirm(records, finalists, objective="decode_tok_s", fixed=FIXED, margin=0.02)
+    result = verdict(records, finalists, objective="decode_tok_s", fixed=FIXED, margin=0.02)
     assert result is not None and not result.settled and result.leader == 2 and result.best == 1
-    model = fit({c: v for c, v in confirmation_launches(records, finalists).items() if v})
+    model = fit({c: v for c, v in relaunches_by_round(records, finalists).items() if v})
     stated = launches_to_settle(model, 2, [1], margin=0.02, comparisons=3)  # three configurations raced
     assert result.more_launches == stated and stated is not None and stated < 50
     assert launches_to_settle(model, 2, [6], margin=0.02) > 100  # what the sentence had named
@@ -240,7 +240,7 @@ def test_each_configuration_is_shown_against_the_best_baseline_with_the_verdicts
     hand = searched(1, 52.0, baseline="hand-found", flags=4)
     best, other = searched(2, 58.0, flags=6), searched(3, 56.0, flags=5)
     records = race([cautious, hand, best, other], {0: 38.0, 1: 52.0, 2: 54.0, 3: 53.0}, 3, sd=0.04, seed=5)
-    result = confirm(records, choose_finalists(records, top=2), objective="decode_tok_s", fixed=FIXED, margin=0.02)
+    result = verdict(records, choose_finalists(records, top=2), objective="decode_tok_s", fixed=FIXED, margin=0.02)
     assert result is not None and result.reference == 1  # hand-found: the baseline the verdict compares with
     versus = {g.trial: g for g in result.versus}
     assert set(versus) == {0, 2, 3} and all(g.baseline_trial == 1 for g in versus.values())

@@ -14,8 +14,7 @@ from autotune.engines import get_engine
 from autotune.profile import Profile, load_profile, render
 from autotune.records import LevelRecord, MetricRecord, TrialRecord
 from autotune.study.levels import load_levels
-from autotune.study.schedule import SCHEDULE, Launches, NoSchedule, Schedule, build, judge
-from autotune.study.schedule_race import schedule_profile
+from autotune.study.schedule import SCHEDULE, Launches, NoSchedule, Schedule, build, judge, schedule_profile
 
 LEVELS = [1, 4, 16]
 SHARED = {"tp-size": 2, "speculative-algorithm": "NEXTN", "mem-fraction-static": 0.85}

@@ -438,7 +438,6 @@ def test_no_function_of_autotune_is_over_sixty_lines() -> None:
     assert not too_long, report(f"{len(too_long)} functions over {MAX_FUNCTION_LINES} lines", too_long)
 
 
-@pytest.mark.xfail(strict=True, reason="the search and the race part in study/runner.py (helper 45e) until it merges")
 def test_the_study_runner_keeps_the_search_in_twenty_methods() -> None:
     from autotune.study.runner import StudyRunner
 
@@ -464,3 +463,8 @@ def test_a_trial_record_is_a_few_typed_parts() -> None:
     assert len(fields) <= TRIAL_RECORD_MAX_FIELDS, report(
         f"TrialRecord has {len(fields)} top-level fields (at most {TRIAL_RECORD_MAX_FIELDS})", fields
     )
+
+
+def test_the_race_is_its_own_module() -> None:
+    assert {"race_finalists", "race_schedule", "plan_race", "race_budget"} <= defined(PACKAGE / "study" / "race.py")
+    assert not (PACKAGE / "study" / "schedule_race.py").exists(), "the schedule's race is in study/race.py"

@@ -7,7 +7,6 @@ What a trial taught about memory is stored exactly and learned the same way by a
 from __future__ import annotations
 
 import random
-import statistics
 from pathlib import Path
 
 import optuna
@@ -94,82 +93,3 @@ def test_records_carry_the_measurement_and_the_view_reads_them(tmp_path: Path) -
     assert view.info.space is not None and view.info.tuned == list(problem.space.tuned)
     profile = view.profile(best)
     assert profile.flags == best.flags and profile.metrics["decode_tok_s"].value == best.value
-
-
-# ---------------------------------------------------------------- the race's share of the night
-
-
-def test_a_night_of_launches_is_split_between_search_and_race() -> None:
-    from autotune.study.runner import RACE_SHARE, race_floor, split_launches
-
-    search, race = split_launches(60, 5)
-    assert search + race == 60 and race == max(round(60 * RACE_SHARE), race_floor(5))
-    assert split_launches(20, 5) == (10, 10)  # the floor (16) is capped at half the night
-    assert race_floor(5) == 2 * 5 + 6  # two rounds of every finalist, three more of a pair
-
-
-def test_after_trials_n_the_race_gets_the_share_of_the_whole_night_and_the_floor_at_least() -> None:
-    from autotune.study.runner import race_budget, race_floor
-
-    assert race_budget(70, 5, share=0.3) == 30  # 70 + 30: the race is 30 % of the night
-    assert race_budget(10, 5, share=0.3) == race_floor(5)
-
-
-def test_a_timeout_covers_search_and_race() -> None:
-    from autotune.study.runner import split_timeout
-
-    assert split_timeout(3600, share=0.25) == 2700
-
-
-def _raced(tmp_path: Path, **race: object):  # type: ignore[no-untyped-def]
-    problem = bench.load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
-    runner = _runner(problem, tmp_path, optuna.storages.InMemoryStorage(), seed=4)
-    runner.enqueue_baselines()
-    runner.run(trials=8, timeout_s=None)
-    searched = len(runner.records())
-    result = runner.confirm(top=3, **race)  # type: ignore[arg-type]
-    relaunches = [r for r in runner.records() if r.confirm_of is not None]
-    return runner, result, relaunches, searched
-
-
-class Timed:
-    """The landscape's launcher on a fake clock: each launch moves it on by the seconds it took."""
-
-    def __init__(self, inner: bench.LandscapeLauncher) -> None:
-        self.inner, self.now = inner, 1000.0
-
-    def __call__(self, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
-        outcome = self.inner(*args, **kwargs)  # type: ignore[arg-type]
-        self.now += (outcome.launch_s or 0.0) + (outcome.measure_s or 0.0)
-        return outcome
-
-
-def test_the_race_stops_before_a_round_that_would_pass_its_deadline(tmp_path: Path) -> None:
-    runner, result, relaunches, _ = _raced(tmp_path / "none", deadline=-1.0)
-    assert result is not None and not relaunches  # the night was over: nothing relaunched
-    problem = bench.load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
-    timed = Timed(bench.LandscapeLauncher(problem, problem.landscape(4), random.Random(4)))
-    runner = bench.make_runner(problem, tmp_path / "some", sampler=make_sampler("random", 4), launcher=timed,
-                               storage=optuna.storages.InMemoryStorage())  # fmt: skip
-    runner.clock = lambda: timed.now
-    runner.enqueue_baselines()
-    runner.run(trials=8, timeout_s=None)
-    served = [(r.launch_s or 0.0) + (r.measure_s or 0.0) for r in runner.records() if r.served]
-    deadline = timed.now + 6.5 * statistics.median(served)  # room for about six launches
-    runner.confirm(top=3, deadline=deadline, budget=40)
-    relaunched = [r for r in runner.records() if r.confirm_of is not None]
-    assert 2 <= len(relaunched) <= 7
-    assert timed.now <= deadline + max(served)  # a round is started only when its launches fit
-
-
-def test_the_race_never_spends_past_its_budget_and_relaunches_only_what_is_open(tmp_path: Path) -> None:
-    runner, result, relaunches, _ = _raced(tmp_path, budget=9, launches=8)
-    assert result is not None and 0 < len(relaunches) <= 9
-    by_round: dict[int, list[int]] = {}
-    for r in relaunches:
-        assert r.launch_round is not None and r.confirm_of is not None
-        by_round.setdefault(r.launch_round, []).append(r.confirm_of)
-    rounds = [by_round[k] for k in sorted(by_round)]
-    assert all(len(r) >= 2 for r in rounds)  # a round needs two configurations
-    assert all(set(later) <= set(rounds[0]) for later in rounds[1:])  # only finalists, each once a round
-    assert all(len(set(r)) == len(r) for r in rounds)

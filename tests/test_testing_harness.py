@@ -19,6 +19,7 @@ from autotune.measure.protocol import EarlyStop
 from autotune.outcomes import OutcomeKind
 from autotune.space import SearchSpace, load_space, parse_space
 from autotune.study import make_sampler
+from autotune.study.race import FinalistsRace, race_finalists
 from autotune.testing import checked_space, memory_as_logged, simulated_outcome, study_runner
 from autotune.trial import TrialOutcome
 from tests.conftest import TWIN_SPACE, idle_gpus, run_queued
@@ -173,4 +174,4 @@ def test_a_rate_beyond_what_the_bandwidth_allows_is_a_failed_measurement_never_a
     (record,) = runner.records()
     assert record.outcome == "measurement-failed" and not record.feasible
     assert (record.reason or "").startswith("integrity check: decode 9039 tok/s is more than 20x the")
-    assert runner.confirm() is None  # nothing measured that could be a finalist
+    assert race_finalists(runner, FinalistsRace()) is None  # nothing measured that could be a finalist

@@ -84,6 +84,7 @@ def confirm(
     with error_funnel():
         from autotune.report.console import LiveView, best_summary, confirmation_table
         from autotune.study import StudyPaths, StudyRunner, StudyView, preflight
+        from autotune.study.race import FinalistsRace, race_finalists
 
         opened = open_study(study_name, storage, studies_dir)
         space = space_to_launch(opened, space_file)
@@ -97,7 +98,7 @@ def confirm(
         interrupted = False
         try:
             with view:
-                runner.confirm(top=top, launches=launches, budget=budget)
+                race_finalists(runner, FinalistsRace(top=top, launches=launches, budget=budget))
         except KeyboardInterrupt:
             interrupted = True
         finally:
@@ -122,8 +123,8 @@ def _confirm_schedule(
         from autotune.study import StudyPaths, preflight
         from autotune.study.attrs import record_schedule_verdict
         from autotune.study.launcher import trial_launcher
+        from autotune.study.race import race_schedule
         from autotune.study.schedule import NoSchedule
-        from autotune.study.schedule_race import race
         from autotune.study.storage import load_existing_study
 
         opened = open_study(study_name, storage, studies_dir)
@@ -144,8 +145,10 @@ def _confirm_schedule(
         checked = preflight(space)
         read_gpus = lambda: read_inventory(space.gpus)  # noqa: E731 - the runner reads them the same way
         launch = trial_launcher(checked, paths, read_gpus, lambda: None)
-        verdict = race(checked, paths, built, opened.records(), launch=launch, rounds=rounds, read_gpus=read_gpus,
-                       on_phase=lambda phase, detail: console.print(f"{phase}: {detail}", highlight=False))  # fmt: skip
+        say = lambda phase, detail: console.print(f"{phase}: {detail}", highlight=False)  # noqa: E731
+        verdict = race_schedule(
+            checked, paths, built, opened.records(), launch=launch, rounds=rounds, read_gpus=read_gpus, on_phase=say
+        )
         # in the database, not the folder: every host of a shared study exports and reports it
         record_schedule_verdict(load_existing_study(study_name, storage or paths.default_storage), verdict)
         console.print(schedule_table(verdict, metric=opened.info.objective_metric))

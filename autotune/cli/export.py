@@ -105,8 +105,7 @@ def _write_export(text: str, output: Path | None, fmt: Format) -> None:
 def _schedule_profile(opened: StudyView, config_file: Path) -> Profile:
     """The recommended schedule's profile (its config written to ``config_file``); a user error when
     the study has none, it was never raced, or the race declined it."""
-    from autotune.study.schedule import NoSchedule
-    from autotune.study.schedule_race import schedule_profile
+    from autotune.study.schedule import NoSchedule, schedule_profile
 
     name = opened.name
     verdict = opened.schedule_verdict()

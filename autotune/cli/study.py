@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import signal
 from enum import Enum
 from pathlib import Path
@@ -16,6 +15,7 @@ from autotune.errors import AutotuneError, UserError
 if TYPE_CHECKING:
     from autotune.space import SearchSpace
     from autotune.study import Preflight, StudyPaths, StudyRunner
+    from autotune.study.night import Night
 
 
 ConfirmTop = Annotated[
@@ -128,6 +128,7 @@ def study(
     """
     with error_funnel():
         from autotune.space import load_space
+        from autotune.study.night import Night
         from autotune.study.paths import shown_url
         from autotune.study.storage import storage_errors
 
@@ -140,10 +141,9 @@ def study(
         with storage_errors(storage_url):
             runner = _open_runner(checked, paths, storage_url, sampler=sampler, seed=seed, heartbeat=heartbeat,
                                   early_stop=early_stop)  # fmt: skip
-            interrupted = _run_and_confirm(runner, simulated=simulated, trials=trials, timeout_s=timeout_s,
-                                           patience=patience, total_trials=total_trials, confirm_top=confirm_top,
-                                           confirm_launches=confirm_launches, race_share=race_share,
-                                           study_name=study_name)  # fmt: skip
+            night = Night(trials=trials, timeout_s=timeout_s, patience=patience, total_trials=total_trials,
+                          top=confirm_top, race_launches=confirm_launches, share=race_share)  # fmt: skip
+            interrupted = _run_night(runner, night, simulated=simulated)
             _print_study_result(runner, space, paths, simulated=simulated, storage=storage)
             _exit_after_study(runner, interrupted=interrupted)
 
@@ -218,57 +218,18 @@ def _open_runner(
     return runner
 
 
-def _run_and_confirm(
-    runner: StudyRunner,
-    *,
-    simulated: bool,
-    trials: int | None,
-    timeout_s: float | None,
-    patience: int | None,
-    total_trials: int | None,
-    confirm_top: int,
-    confirm_launches: int,
-    race_share: float,
-    study_name: str,
-) -> bool:
-    """Run the trials under the live view, then confirm the finalists; whether Ctrl-C (or SIGTERM) stopped it.
-    A --timeout covers both: the search stops at its share, the race runs to the end."""
+def _run_night(runner: StudyRunner, night: Night, *, simulated: bool) -> bool:
+    """The night (search, then the finalists' race) under the live view; whether Ctrl-C (or SIGTERM) stopped it."""
     from autotune.report.console import LiveView
-    from autotune.stopping import REPEATED_FAILURE
-    from autotune.study.runner import split_timeout
+    from autotune.study.night import run_night
 
-    deadline = runner.clock() + timeout_s if timeout_s is not None else None
-    search_s = split_timeout(timeout_s, share=race_share) if timeout_s is not None else None
-    race = functools.partial(runner.confirm, top=confirm_top, launches=confirm_launches, deadline=deadline,
-                             share=race_share)  # fmt: skip
-    plan_race = functools.partial(runner.confirmation_plan, top=confirm_top, launches=confirm_launches,
-                                  deadline=deadline, share=race_share)  # fmt: skip
-
-    view = LiveView(console, total=trials, timeout_s=timeout_s, simulated=simulated)
+    view = LiveView(console, total=night.trials, timeout_s=night.timeout_s, simulated=simulated)
     runner.events = view
     previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
     interrupted = False
     try:
         with view:
-            try:
-                runner.run(trials=trials, timeout_s=search_s, patience=patience, total_trials=total_trials)
-            except KeyboardInterrupt:
-                interrupted = True
-                runner.stop_reason = "interrupted"
-                plan = plan_race()
-                console.print(f"interrupted: {plan.text()} before reporting (Ctrl-C again to skip)", highlight=False)
-            repeated = bool(runner.stop_reason and runner.stop_reason.startswith(REPEATED_FAILURE))
-            if confirm_top > 0 and not repeated and runner.others_running():
-                console.print(
-                    "other workers are still measuring: the last to finish confirms the finalists "
-                    f"(or run: autotune confirm {study_name})",
-                    highlight=False,
-                )
-            elif confirm_top > 0 and not repeated:
-                if not interrupted:
-                    plan = plan_race()
-                    console.print(f"search done ({runner.stop_reason}); confirmation: {plan.text()}", highlight=False)
-                race()
+            interrupted = run_night(runner, night, say=lambda text: console.print(text, highlight=False)).interrupted
     except KeyboardInterrupt:
         interrupted = True
         runner.stop_reason = "interrupted"

@@ -7,7 +7,7 @@ out of the mean. What is significantly behind drops out (never the best baseline
 within the margin of the leader are equals, resolved toward the engine's defaults (fewer changed
 flags, then less memory). The verdict is the leader's gain over each baseline with its interval, and
 a baseline that nothing beats significantly is the recommendation. Pure functions over
-:class:`~autotune.records.TrialRecord`; the runner launches.
+:class:`~autotune.records.TrialRecord`; :mod:`autotune.study.race` launches.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Literal
 from pydantic import Field
 
 from autotune.engines import DEFAULT_ENGINE, get_engine
+from autotune.measure.protocol import EarlyStop
 from autotune.measure.statistics import t95
 from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
@@ -181,6 +182,18 @@ def incumbent_mean(records: Sequence[TrialRecord]) -> float | None:
     return max(launched_means(records).values(), default=None)
 
 
+def early_stop_bar(records: Sequence[TrialRecord], objective: str) -> EarlyStop | None:
+    """The bar a new configuration must plausibly reach to be measured in full: the best so far, with
+    the study's own measured noise (a prior until it has relaunched anything)."""
+    bar = incumbent_mean(records)
+    if not bar:
+        return None
+    noise = measure_noise(records, objective).total
+    if not noise:  # relaunches that all measured alike (replayed launches can): no spread to judge by
+        return None
+    return EarlyStop(bar=bar, noise_rel=min(noise, 0.5))
+
+
 def choose_finalists(records: Sequence[TrialRecord], *, top: int) -> list[TrialRecord]:
     """The ``top`` best distinct configurations by the mean of their launches so far (the first
     measurement where there is no other), plus every baseline that served (each configuration once):
@@ -256,7 +269,7 @@ def fit(launches: dict[int, dict[int, float]]) -> Fit:
     return Fit(effects=effect, counts=counts, sd=math.sqrt(squares / dof) if dof else None, dof=dof)
 
 
-def confirmation_launches(
+def relaunches_by_round(
     records: Sequence[TrialRecord], finalists: Sequence[TrialRecord]
 ) -> dict[int, dict[int, float]]:
     """Each finalist's served relaunches by round: the relaunches queued together. Relaunches kept
@@ -365,7 +378,7 @@ def launches_to_settle(
     return needed
 
 
-def confirm(
+def verdict(
     records: Sequence[TrialRecord],
     finalists: Sequence[TrialRecord],
     *,
@@ -373,24 +386,15 @@ def confirm(
     fixed: Sequence[str],
     margin: float,
 ) -> Confirmation | None:
-    """The verdict from every confirmation launch of the finalists (None when none was raced)."""
-    launches = confirmation_launches(records, finalists)
+    """The verdict from every relaunch of the finalists in the race (None when none was raced)."""
+    launches = relaunches_by_round(records, finalists)
     if not finalists:
         return None
     now = standing(launches, margin=margin, baselines={f.number for f in finalists if f.baseline is not None})
     served = {c: v for c, v in launches.items() if v}
     model = fit(served) if served else None
-    attempts = {f.number: sum(1 for r in records if r.confirm_of == f.number) for f in finalists}
-    rounds = max(attempts.values(), default=0)
-    built = sorted(
-        (
-            _finalist(f, records, launches[f.number], model, fixed).model_copy(
-                update={"dropped_after": attempts[f.number] - 1 if 0 < attempts[f.number] < rounds else None}
-            )
-            for f in finalists
-        ),
-        key=lambda f: -f.mean,
-    )
+    rounds = max((sum(1 for r in records if r.confirm_of == f.number) for f in finalists), default=0)
+    built = _finalists(records, finalists, launches, model, fixed, rounds=rounds)
     by_trial = {f.trial: f for f in built}
     leader = by_trial[now.leader] if now.leader is not None else built[0]
     baselines = [f for f in built if f.baseline and f.confirmed]
@@ -408,24 +412,10 @@ def confirm(
     ]
     beats = next((g for g in gains if best_baseline is not None and g.baseline_trial == best_baseline.trial), None)
     within = beats is not None and abs(math.log1p(beats.gain)) < math.log1p(margin)
-    if now.settled and len(now.equivalent) > 1:  # equals within the margin: the nearest the engine's defaults
-        chosen = min([by_trial[t] for t in now.equivalent], key=_nearest_defaults)
-    elif leader.baseline or best_baseline is None or (beats is not None and beats.significant and beats.gain > 0):
-        chosen = leader
-    elif within and best_baseline is not None:  # open, but the gap is inside the margin: equivalent in practice
-        chosen = min([leader, best_baseline], key=_nearest_defaults)
-    else:  # nothing beat the best baseline significantly
-        chosen = best_baseline
-    decisive = [t for t in now.decisive if t != leader.trial] if not now.settled else []
-    # The estimate is for the comparison the sentence states: the gain over the best baseline while that
-    # is open (not a rival 1 % behind the leader, whose "hundreds of launches" the sentence never names).
-    if best_baseline is not None and best_baseline.trial in decisive:
-        stated, widen = [best_baseline.trial], picked_from
-    else:
-        stated, widen = decisive, 1
+    chosen = _chosen(now, by_trial, leader, best_baseline, beats, within=within)
     more = None
     if model is not None and not (within and not now.settled):
-        more = launches_to_settle(model, leader.trial, stated, margin=margin, comparisons=widen)
+        more = _more_launches(model, now, leader, best_baseline, margin=margin, picked_from=picked_from)
     first = best_first_measured(records)
     return Confirmation(
         rounds=rounds,
@@ -443,6 +433,52 @@ def confirm(
         note=_verdict(chosen, leader, beats, best_baseline, built, now, more, within=within, margin=margin),
         noise=measure_noise(records, objective),
     )
+
+
+def _finalists(
+    records: Sequence[TrialRecord],
+    finalists: Sequence[TrialRecord],
+    launches: dict[int, dict[int, float]],
+    model: Fit | None,
+    fixed: Sequence[str],
+    *,
+    rounds: int,
+) -> list[Finalist]:
+    """Each finalist as the race left it (the round after which it was dropped, if it was), highest mean first."""
+    attempts = {f.number: sum(1 for r in records if r.confirm_of == f.number) for f in finalists}
+    built = (
+        _finalist(f, records, launches[f.number], model, fixed).model_copy(
+            update={"dropped_after": attempts[f.number] - 1 if 0 < attempts[f.number] < rounds else None}
+        )
+        for f in finalists
+    )
+    return sorted(built, key=lambda f: -f.mean)
+
+
+def _chosen(
+    now: Standing, by_trial: dict[int, Finalist], leader: Finalist, best_baseline: Finalist | None,
+    beats: Gain | None, *, within: bool,
+) -> Finalist:  # fmt: skip
+    """The configuration the verdict recommends."""
+    if now.settled and len(now.equivalent) > 1:  # equals within the margin: the nearest the engine's defaults
+        return min([by_trial[t] for t in now.equivalent], key=_nearest_defaults)
+    if leader.baseline or best_baseline is None or (beats is not None and beats.significant and beats.gain > 0):
+        return leader
+    if within:  # open, but the gap is inside the margin: equivalent in practice
+        return min([leader, best_baseline], key=_nearest_defaults)
+    return best_baseline  # nothing beat the best baseline significantly
+
+
+def _more_launches(
+    model: Fit, now: Standing, leader: Finalist, best_baseline: Finalist | None, *, margin: float, picked_from: int
+) -> int | None:
+    """Launches of each configuration that would settle what the verdict's sentence states."""
+    decisive = [t for t in now.decisive if t != leader.trial] if not now.settled else []
+    # The estimate is for the comparison the sentence states: the gain over the best baseline while that
+    # is open (not a rival 1 % behind the leader, whose "hundreds of launches" the sentence never names).
+    if best_baseline is not None and best_baseline.trial in decisive:
+        return launches_to_settle(model, leader.trial, [best_baseline.trial], margin=margin, comparisons=picked_from)
+    return launches_to_settle(model, leader.trial, decisive, margin=margin, comparisons=1)
 
 
 def _finalist(

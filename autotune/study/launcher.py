@@ -1,17 +1,21 @@
-"""The study's launcher: what turns a plan into an outcome. The real one starts each engine's server,
-measures it and stops it through :func:`autotune.trial.run_trial`; tests and the search benchmark
-inject their own."""
+"""The launch path every launch of a study takes, the search's and both races': the plan (with the
+secret values storage never holds put back), the wait for idle GPUs, and the launcher that turns the
+plan into an outcome. The real launcher starts each engine's server, measures it and stops it
+through :func:`autotune.trial.run_trial`; tests and the search benchmark inject their own."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
 from autotune.engines.base import LaunchPlan
-from autotune.gpu import GpuInventory
+from autotune.gpu import GpuInventory, check_idle, wait_for
 from autotune.measure.agreement import Reference
 from autotune.measure.protocol import EarlyStop
+from autotune.records import TrialRecord
+from autotune.secrets import is_secret_flag
+from autotune.space import FlagValue, SearchSpace
 from autotune.study.paths import StudyPaths
 from autotune.study.preflight_checks import Preflight
 from autotune.trial import Phase, TrialOutcome, TrialSetup, run_trial
@@ -62,3 +66,29 @@ def trial_launcher(
         return run_trial(checked.engines[plan.engine].engine, setup, plan, log_path=log_path, on_phase=phase)
 
     return launch
+
+
+def with_secrets(flags: Mapping[str, FlagValue], fixed: Mapping[str, FlagValue]) -> dict[str, FlagValue]:
+    """``flags`` as storage holds them, with the secret values it never held put back from the space."""
+    return {**flags, **{name: value for name, value in fixed.items() if is_secret_flag(name) and name in flags}}
+
+
+def launched_plan(record: TrialRecord, space: SearchSpace) -> LaunchPlan:
+    """What ``record`` launched, to launch it again exactly."""
+    return LaunchPlan(engine=record.engine or space.engine, flags=with_secrets(record.flags, space.fixed))
+
+
+def wait_for_idle_gpus(
+    checked: Preflight, read_gpus: ReadGpus | None, phase: Phase | None = None
+) -> tuple[str | None, float]:
+    """Wait (at most the space's ``busy_wait_s``) until the GPUs are as idle as at the study's start:
+    why they are not (None once idle), and the seconds waited. Never launch onto busy GPUs."""
+    if read_gpus is None or checked.inventory is None:
+        return None, 0.0
+    if phase is not None:
+        phase("waiting", "for idle GPUs")
+    inventory = checked.inventory
+    verdict, waited = wait_for(
+        read_gpus, lambda now: check_idle(now, inventory), timeout_s=checked.space.gpus.busy_wait_s
+    )
+    return (None if verdict.idle else verdict.reason), waited

@@ -4,7 +4,9 @@ study's named rules, record the decision, launch, learn; until a stop rule fires
 The objective reads as Optuna's own loop does (ask -> run -> tell), one step a method:
 suggest -> normalise -> decide (:mod:`autotune.study.rules`) -> record -> launch -> learn. The
 launcher (:mod:`autotune.study.launcher`), the storage and the GPU reading are injected, so the
-search benchmark and tests drive the same loop without servers or a database.
+search benchmark and tests drive the same loop without servers or a database. The race of the
+finalists after the search is :mod:`autotune.study.race`; a night, search then race, is
+:mod:`autotune.study.night`.
 
 Optuna conventions: a configuration that cannot run (memory, invalid flags) is a COMPLETE trial
 with value 0.0 and a positive constraint, so every sampler learns from it; FAIL is kept for faults
@@ -15,15 +17,11 @@ anything propagates.
 from __future__ import annotations
 
 import json
-import math
 import os
 import socket
-import statistics
 import time
 import warnings
-from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -31,32 +29,23 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.decision import Decision, Launch, Reuse, Skip, Wait
 from autotune.engines.base import InvalidConfig, LaunchPlan
 from autotune.errors import StorageError
-from autotune.gpu import check_idle, read_inventory, wait_for
+from autotune.gpu import read_inventory
 from autotune.measure.client import Measurement
 from autotune.measure.integrity import above_ceiling
-from autotune.measure.protocol import EarlyStop
 from autotune.model_reads import model_structure
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
-from autotune.secrets import is_secret_flag, redact, redact_env, redact_flags, secret_values
+from autotune.secrets import redact, redact_env, redact_flags, secret_values
 from autotune.server import reap_orphans
-from autotune.space import Baseline, FlagValue, SLOSpec, suggest
+from autotune.space import Baseline, FlagValue, SearchSpace, SLOSpec, suggest
 from autotune.stopping import NoImprovement, RepeatedFailure, StopRule, TimeBudget, TotalTrials, first_reason
 from autotune.study import attrs, recovery
 from autotune.study.artifacts import artifact_store, upload
-from autotune.study.confirm import (
-    Confirmation,
-    choose_finalists,
-    confirm,
-    confirmation_launches,
-    incumbent_mean,
-    measure_noise,
-    standing,
-)
+from autotune.study.confirm import early_stop_bar
 from autotune.study.events import StudyEvents
 from autotune.study.history import History
 from autotune.study.importance import compute_importance
-from autotune.study.launcher import Launcher, ReadGpus, trial_launcher
+from autotune.study.launcher import Launcher, ReadGpus, launched_plan, trial_launcher, wait_for_idle_gpus
 from autotune.study.memory import feasibility_models, lesson_of, replay, roofline_of
 from autotune.study.named_failures import named_values
 from autotune.study.paths import StudyPaths
@@ -74,57 +63,6 @@ PROPOSALS_PER_LAUNCH = 25
 
 class TrialFault(Exception):
     """A trial failed for a reason that says nothing about its configuration (becomes FAIL)."""
-
-
-# The share of a night (launches, or --timeout) kept for the race; chosen on the dev slice
-# (benchmarks/results/race-2026-12-04/).
-RACE_SHARE = 0.3
-# The race's least budget: two rounds of every finalist (a paired noise needs them), then three more
-# rounds of a pair, so a leader has five launches against the best baseline.
-PAIR_ROUNDS = 3
-# The most launches of one configuration in a race (``--confirm-launches``): a pair that is still open
-# after this many is not decided by the night.
-RACE_LAUNCHES = 8
-
-
-@dataclass(frozen=True)
-class RacePlan:
-    """What the confirmation will race, and the most it will spend."""
-
-    configurations: int
-    baselines: int
-    launches: int
-    seconds: float | None
-    deadline_s: float | None = None
-
-    def text(self) -> str:
-        took = f", about {self.seconds / 60:.0f} min" if self.seconds else ""
-        until = f", until the night's end in {self.deadline_s / 60:.0f} min" if self.deadline_s is not None else ""
-        return (f"racing {self.configurations} configurations ({self.baselines} of them baselines) on at most "
-                f"{self.launches} fresh launches{took}{until}, dropping each as soon as it is decided")  # fmt: skip
-
-
-def race_floor(finalists: int) -> int:
-    """The fewest relaunches a race is given: two rounds of every finalist, then :data:`PAIR_ROUNDS` of a pair."""
-    return 2 * finalists + 2 * PAIR_ROUNDS
-
-
-def race_budget(search_launches: int, finalists: int, *, share: float = RACE_SHARE) -> int:
-    """Relaunches the race may spend after a search of ``search_launches`` (``--trials N``): ``share``
-    of the whole night, search and race (N x share / (1 - share)), and :func:`race_floor` at least."""
-    return max(math.ceil(search_launches * share / (1 - share) - 1e-9), race_floor(finalists))
-
-
-def split_launches(total: int, finalists: int, *, share: float = RACE_SHARE) -> tuple[int, int]:
-    """A night of ``total`` launches, search and race together: (the search's, the race's). The race
-    gets ``share`` of it and :func:`race_floor` at least, never more than half."""
-    race = min(max(round(total * share), race_floor(finalists)), total // 2)
-    return total - race, race
-
-
-def split_timeout(timeout_s: float, *, share: float = RACE_SHARE) -> float:
-    """The search's part of a ``--timeout`` that covers search and race: the race runs to the end."""
-    return timeout_s * (1 - share)
 
 
 def set_constraints(
@@ -146,6 +84,16 @@ def set_constraints(
     for name, limit in slo.limits().items():
         excess = [(metric.value - limit) / limit for m in measured if (metric := m.metric(name)) is not None]
         trial.set_constraint(f"slo_{name}", min(excess) if excess else 0.0)
+
+
+def keep_importance(study: optuna.Study, space: SearchSpace) -> None:
+    """Compute the parameter importance and keep it in the study, so ``show`` need not: once per search
+    or race, never per trial (the benchmarks run thousands of trials through this loop)."""
+    # Counted first: a trial another worker completes meanwhile leaves the kept one stale, never
+    # wrongly current.
+    complete = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    levels = len(space.objective_levels()) if space.objective.levels else 0
+    attrs.record_importance(study, compute_importance(study, levels=levels), complete_trials=complete)
 
 
 class StudyRunner:
@@ -303,10 +251,10 @@ class StudyRunner:
     def _normalised(
         self, trial: optuna.Trial, engine: str, flags: Mapping[str, FlagValue], history: History
     ) -> LaunchPlan | Skip:
-        """The candidate by its engine's rules; a confirmation is exactly what its trial launched."""
+        """The candidate by its engine's rules; a race's relaunch is exactly what its trial launched."""
         confirming = attrs.confirm_of(trial)
         if confirming is not None:
-            return self._launched_plan(history.records[confirming])
+            return launched_plan(history.records[confirming], self.space)
         try:
             plan = self.engines[engine].normalise(dict(flags))
         except InvalidConfig as exc:
@@ -317,7 +265,7 @@ class StudyRunner:
         return plan
 
     def _decide(self, trial: optuna.Trial, plan: LaunchPlan | Skip, history: History) -> tuple[Decision, History]:
-        """The study's rules over its history (a confirmation goes through none: it relaunches what ran)."""
+        """The study's rules over its history (a race's relaunch goes through none: it relaunches what ran)."""
         if isinstance(plan, Skip):
             return plan, history
         confirming = attrs.confirm_of(trial)
@@ -333,24 +281,25 @@ class StudyRunner:
     def _history(self, number: int) -> History:
         return History(self.records(), number=number)
 
-    def _launched_plan(self, record: TrialRecord) -> LaunchPlan:
-        """What ``record`` launched, with the secret values storage never held put back."""
-        secrets = {
-            name: value for name, value in self.space.fixed.items() if is_secret_flag(name) and name in record.flags
-        }
-        return LaunchPlan(engine=record.engine or self.space.engine, flags={**record.flags, **secrets})
-
     def _launch(self, trial: optuna.Trial, plan: LaunchPlan, history: History) -> TrialOutcome:
-        """Launch, measure, stop; an interruption or a bug is recorded before it propagates."""
-        self._wait_for_idle_gpus(trial, plan)
+        """Launch onto idle GPUs (else the trial is skipped as busy), measure, stop; an interruption or a
+        bug is recorded before it propagates."""
+        busy, waited = wait_for_idle_gpus(self.checked, self.read_gpus, self.events.phase)
+        if waited > 0:
+            attrs.record_busy_wait(trial, waited)
+        if busy is not None:
+            attrs.record_not_run(trial, OutcomeKind.SKIPPED_BUSY, busy, redact_flags(plan.flags))
+            raise TrialFault(f"{OutcomeKind.SKIPPED_BUSY.value}: {busy}")
         try:
             self.paths.logs.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageError(f"cannot create the log folder {self.paths.logs}: {exc.strerror}") from None
         log_path = self.paths.logs / f"trial-{trial.number:04d}.log"
-        searching = attrs.confirm_of(trial) is None and self._baseline(trial) is None
+        # Never a baseline or a finalist's relaunch: those are measured in full.
+        stoppable = self.early_stop and attrs.confirm_of(trial) is None and self._baseline(trial) is None
         try:
-            return self.launch(plan, log_path, self.events.phase, self._early_stop(history) if searching else None)
+            bar = early_stop_bar(history.records, self.space.objective.metric) if stoppable else None
+            return self.launch(plan, log_path, self.events.phase, bar)
         except BaseException as exc:  # Ctrl-C, SIGTERM, bugs: say so in storage, then let it go
             kind = OutcomeKind.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else OutcomeKind.ERROR
             attrs.record_not_run(trial, kind, f"{type(exc).__name__}: {exc}".strip(": "), redact_flags(plan.flags))
@@ -413,33 +362,6 @@ class StudyRunner:
             for m in map(by_level.get, self.space.objective_levels())
         ]
 
-    def _early_stop(self, history: History) -> EarlyStop | None:
-        """The bar a new configuration must plausibly reach to be measured in full: the best so far,
-        with the study's own measured noise (a prior until it has relaunched anything)."""
-        if not self.early_stop:
-            return None
-        bar = incumbent_mean(history.records)
-        if not bar:
-            return None
-        noise = measure_noise(history.records, self.space.objective.metric).total
-        if not noise:  # relaunches that all measured alike (replayed launches can): no spread to judge by
-            return None
-        return EarlyStop(bar=bar, noise_rel=min(noise, 0.5))
-
-    def _wait_for_idle_gpus(self, trial: optuna.Trial, plan: LaunchPlan) -> None:
-        """Never launch onto busy GPUs: wait (bounded), else record the trial as skipped-busy."""
-        if self.read_gpus is None:
-            return
-        self.events.phase("waiting", "for idle GPUs")
-        verdict, waited = wait_for(
-            self.read_gpus, lambda inv: check_idle(inv, self.inventory), timeout_s=self.space.gpus.busy_wait_s
-        )
-        if waited > 0:
-            attrs.record_busy_wait(trial, waited)
-        if not verdict.idle:
-            attrs.record_not_run(trial, OutcomeKind.SKIPPED_BUSY, verdict.reason, redact_flags(plan.flags))
-            raise TrialFault(f"{OutcomeKind.SKIPPED_BUSY.value}: {verdict.reason}")
-
     def _hidden_decision(self, decision: Decision) -> Decision:
         """The decision as storage keeps it: secret flag values redacted."""
         if not isinstance(decision, Launch):
@@ -460,127 +382,10 @@ class StudyRunner:
         as_json = [json.dumps(secret)[1:-1] for secret in secrets]  # as they appear inside JSON strings
         return TrialOutcome.model_validate_json(redact(outcome.model_dump_json(), as_json))
 
-    def _after_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         # Another worker on this host may have died with its server running: clean up after it.
         reap_orphans(self.paths.servers)
         self.events.trial_finished(attrs.trial_record(trial))
-
-    # ---------------------------------------------------------------- confirmation
-
-    def others_running(self) -> bool:
-        """Whether another worker is still measuring a trial of this study (then it confirms at its end)."""
-        host, pid = socket.gethostname(), os.getpid()
-        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        return any((r.host, r.worker_pid) != (host, pid) for r in map(attrs.trial_record, running))
-
-    def confirm(
-        self, *, top: int = 3, launches: int = RACE_LAUNCHES, budget: int | None = None,
-        deadline: float | None = None, share: float = RACE_SHARE,
-    ) -> Confirmation | None:  # fmt: skip
-        """Race the finalists and baselines on fresh launches in interleaved rounds (A B C, then A C):
-        after each round a configuration whose comparison with the leader is decided (significantly
-        behind, or equivalent within the margin) is no longer relaunched, and the race ends when the
-        verdict is settled, when fewer than two configurations are left to relaunch (the fit removes a
-        round's effect), when a round would pass ``budget`` relaunches (default :func:`race_budget` of
-        the search's launches) or the ``deadline`` (on :attr:`clock`), or at ``launches`` launches of
-        a configuration. The verdict is stored; None when nothing feasible was measured. Ctrl-C stops it
-        with what it has."""
-        records = self.records()
-        finalists = choose_finalists(records, top=top)
-        if not finalists:
-            return None
-        margin = self.space.measurement.target_rel_ci
-        if budget is None:
-            budget = race_budget(self._search_launches(records), len(finalists), share=share)
-        baselines = {f.number for f in finalists if f.baseline is not None}
-        round_s = self._launch_seconds(records)
-        racing, spent = [f.number for f in finalists], 0
-        try:
-            while True:
-                tried = Counter(r.confirm_of for r in self.records() if r.confirm_of is not None)
-                racing = [n for n in racing if tried[n] < launches][: budget - spent]
-                if deadline is not None and round_s is not None:  # only as many as finish before the end
-                    racing = racing[: max(int((deadline - self.clock()) // round_s), 0)]
-                if len(racing) < 2:
-                    break
-                self._relaunch([f for f in finalists if f.number in racing])
-                spent += len(racing)
-                now = standing(confirmation_launches(self.records(), finalists), margin=margin, baselines=baselines)
-                if now.settled:
-                    break
-                racing = now.racing
-        finally:
-            result = confirm(self.records(), finalists, objective=self.space.objective.metric,
-                             fixed=list(self.space.fixed), margin=margin)  # fmt: skip
-            attrs.record_confirmation(self.study, result)
-            if result is not None:
-                self._publish_note(result)
-            self._keep_importance()  # the finalists' launches are completed trials too
-        return result
-
-    @staticmethod
-    def _search_launches(records: Sequence[TrialRecord]) -> int:
-        return sum(1 for r in records if isinstance(r.decision, Launch) and r.confirm_of is None)
-
-    @staticmethod
-    def _launch_seconds(records: Sequence[TrialRecord]) -> float | None:
-        """The median seconds of one served launch (start and measurement), None before any."""
-        spent = [(r.launch_s or 0.0) + (r.measure_s or 0.0) for r in records if r.served and r.launch_s is not None]
-        return statistics.median(spent) if spent else None
-
-    def confirmation_plan(
-        self, *, top: int, launches: int, budget: int | None = None, deadline: float | None = None,
-        share: float = RACE_SHARE,
-    ) -> RacePlan:  # fmt: skip
-        """What :meth:`confirm` will race and spend at most, before it starts (to say so)."""
-        records = self.records()
-        finalists = choose_finalists(records, top=top)
-        if budget is None:
-            budget = race_budget(self._search_launches(records), len(finalists), share=share)
-        most = min(launches * len(finalists), budget)
-        seconds = self._launch_seconds(records)
-        return RacePlan(
-            configurations=len(finalists),
-            baselines=sum(1 for f in finalists if f.baseline),
-            launches=most,
-            seconds=most * seconds if seconds else None,
-            deadline_s=max(deadline - self.clock(), 0.0) if deadline is not None else None,
-        )
-
-    def _relaunch(self, finalists: Sequence[TrialRecord]) -> None:
-        """One round: each finalist launched again, exactly as it first ran (the round is named by the
-        next trial's number)."""
-        trials = self.study.get_trials(deepcopy=False)
-        params = {t.number: t.params for t in trials}
-        with exclusive(self.storage, self.paths):
-            for finalist in finalists:
-                attrs.enqueue_confirmation(self.study, params[finalist.number], finalist, round_=len(trials))
-        self.study.optimize(self.objective, n_trials=len(finalists), catch=(TrialFault,), callbacks=[self._after_trial])
-
-    def _keep_importance(self) -> None:
-        """Compute the parameter importance and keep it in the study, so ``show`` need not: once per run
-        or confirmation, never per trial (the benchmarks run thousands of trials through this loop)."""
-        # Counted first: a trial another worker completes meanwhile leaves the kept one stale, never
-        # wrongly current.
-        complete = len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-        levels = len(self.space.objective_levels()) if self.space.objective.levels else 0
-        attrs.record_importance(self.study, compute_importance(self.study, levels=levels), complete_trials=complete)
-
-    def _publish_note(self, result: Confirmation) -> None:
-        """The confirmed best as the study's note in optuna-dashboard (an optional extra)."""
-        try:
-            import optuna_dashboard
-        except ImportError:
-            return
-        rows = [f"| {f.label} (#{f.trial}) | {len(f.values)} | {f.mean:.2f}" + (f" ± {f.ci95:.2f}" if f.ci95 else "")
-                + f" | {f.changed_flags} |" for f in result.finalists]  # fmt: skip
-        gains = [f"- {result.recommended.label if g.trial == result.best else f'trial {g.trial}'}: {g.text()}"
-                 for g in result.gains]  # fmt: skip
-        header = ["| configuration | launches | mean ± 95% CI | flags changed |", "|---|---|---|---|"]
-        note = "\n".join(["## Verdict", "", result.note, "", *gains, "", *header, *rows])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            optuna_dashboard.save_note(self.study, note)
 
     # ---------------------------------------------------------------- the loop
 
@@ -624,7 +429,7 @@ class StudyRunner:
             # Optuna's own timeout is the backstop; TimeBudget records the reason.
             timeout=timeout_s,
             catch=(TrialFault,),
-            callbacks=[self._after_trial, check_rules],
+            callbacks=[self.after_trial, check_rules],
         )
         if self.storage_fault is not None:
             self.stop_reason = self.storage_fault
@@ -637,7 +442,7 @@ class StudyRunner:
         if self.stop_reason is None:
             self.stop_reason = "time budget spent"
         attrs.record_stop_reason(self.study, self.stop_reason)
-        self._keep_importance()
+        keep_importance(self.study, self.space)
         if self.storage_fault is not None:
             hint = "free some space (or pass --artifacts DIR), then re-run to resume: nothing measured is lost"
             raise StorageError(self.storage_fault, hint=hint)

@@ -3,25 +3,29 @@ runs (its :class:`~autotune.engines.speculation.ScheduleForm`: SGLang's adaptive
 per-batch-size setting), and the verdict of racing it against each level's static winner.
 
 The arrow it owns: a levels study's records -> :func:`build` (a tier per level, the flags every tier
-shares, a depth per batch-size slot) -> fresh launches (:mod:`autotune.study.schedule_race`) ->
+shares, a depth per batch-size slot) -> fresh launches (:func:`autotune.study.race.race_schedule`) ->
 :func:`judge` (per level, the schedule's gain over that level's static winner with the race's
-interval from :func:`autotune.study.confirm.fit`) -> a profile. Pure functions.
+interval from :func:`autotune.study.confirm.fit`) -> a profile (:func:`schedule_profile`).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Sequence
 from itertools import pairwise
+from pathlib import Path
 
 from pydantic import Field
 
 from autotune.engines import DEFAULT_ENGINE, engine_names, get_engine
+from autotune.engines.base import InvalidConfig
 from autotune.engines.speculation import ScheduleConfig, ScheduleForm
 from autotune.errors import UserError
 from autotune.measure.statistics import t95
 from autotune.models import Frozen
+from autotune.profile import Profile, ProfileLevel, ProfileMetric
 from autotune.records import TrialRecord
 from autotune.space import FlagValue
 from autotune.study.confirm import Gain, fit
@@ -371,3 +375,47 @@ def _against(comparison: Comparison, level: LevelVerdict | None) -> str:
         return (f"runs {level.slots} of its {level.concurrency} users at once where {comparison.label} runs "
                 f"{comparison.slots} (the rest wait)")  # fmt: skip
     return comparison.gain.text() if comparison.gain is not None else f"not measured against {comparison.label}"
+
+
+def schedule_profile(base: Profile, verdict: ScheduleVerdict, *, config_file: Path, metric: str, unit: str) -> Profile:
+    """The schedule as a profile: ``base`` (the trial whose shared flags it runs) with the schedule's
+    flags reading ``config_file`` (SGLang; vLLM's flags hold the ranges themselves), the race's
+    figures per level, and its verdict. The config is written to ``config_file`` first (the engine's
+    rules read it).
+
+    Raises:
+        UserError: the file cannot be written, or the engine's rules refuse the schedule.
+    """
+    try:
+        if verdict.config is not None:  # vLLM's schedule has no file: its flags hold the ranges
+            config_file.parent.mkdir(parents=True, exist_ok=True)
+            config_file.write_text(json.dumps(verdict.config, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write the adaptive config {config_file}: {exc.strerror}") from None
+    schedule = verdict.schedule
+    try:
+        plan = get_engine(base.engine).normalise(schedule.launch_flags(str(config_file.resolve())))
+    except InvalidConfig as exc:
+        raise UserError(f"the schedule breaks an engine rule: {exc}") from None
+
+    def figure(values: Sequence[float], ci95: float | None) -> dict[str, ProfileMetric]:
+        mean = statistics.fmean(values)
+        return {metric: ProfileMetric(value=mean, unit=unit, ci95=ci95, n=len(values))}
+
+    levels = [
+        ProfileLevel(concurrency=v.concurrency, metrics=figure(v.schedule_values, v.schedule_ci95))
+        for v in verdict.levels
+        if v.schedule_values
+    ]
+    primary = next((level for level in levels if level.concurrency == schedule.primary), None)
+    return base.model_copy(
+        update={
+            "trial": schedule.shared_from,
+            "flags": plan.flags,
+            "metrics": primary.metrics if primary is not None else {},
+            "confirmed_launches": len(verdict.levels[0].schedule_values) if verdict.levels else None,
+            "verdict": verdict.note,
+            "levels": levels,
+            "adaptive_config": verdict.config,
+        }
+    )

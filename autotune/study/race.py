@@ -1,0 +1,335 @@
+"""The race: configurations launched afresh in interleaved rounds, so that drift cancels and the best
+is named on more than one lucky measurement. Two races run here, over the one launch path of
+:mod:`autotune.study.launcher`:
+
+- the finalists' race (:func:`race_finalists`): the search's top configurations and every baseline,
+  relaunched as trials of the study (so each relaunch is stored as one), dropping each configuration
+  once its comparison with the leader is decided, within a budget of relaunches and the night's end;
+  the verdict is :func:`autotune.study.confirm.verdict`;
+- the schedule's race (:func:`race_schedule`): a speculation schedule against each load level's static
+  winner, a fixed number of rounds; the verdict is :func:`autotune.study.schedule.judge`.
+
+The race's budget is its share of the night (:func:`race_budget`, :func:`split_launches`,
+:func:`split_timeout`); :mod:`autotune.study.night` runs the search and then the race on that split.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import statistics
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import optuna
+from optuna.trial import TrialState
+from pydantic import Field
+
+from autotune.decision import Launch
+from autotune.engines.base import InvalidConfig, LaunchPlan
+from autotune.errors import StorageError
+from autotune.models import Frozen
+from autotune.outcomes import OutcomeKind
+from autotune.records import TrialRecord
+from autotune.study import attrs
+from autotune.study.confirm import Confirmation, choose_finalists, relaunches_by_round, standing, verdict
+from autotune.study.launcher import Launcher, ReadGpus, launched_plan, wait_for_idle_gpus, with_secrets
+from autotune.study.paths import StudyPaths
+from autotune.study.preflight_checks import Preflight
+from autotune.study.runner import TrialFault, keep_importance
+from autotune.study.schedule import SCHEDULE, Launches, Schedule, ScheduleVerdict, judge
+from autotune.study.storage import exclusive
+from autotune.trial import Phase, TrialOutcome
+
+if TYPE_CHECKING:
+    from autotune.study.runner import StudyRunner
+
+# The share of a night (launches, or --timeout) kept for the race; chosen on the dev slice
+# (benchmarks/results/race-2026-12-04/).
+RACE_SHARE = 0.3
+# The race's least budget: two rounds of every finalist (a paired noise needs them), then three more
+# rounds of a pair, so a leader has five launches against the best baseline.
+PAIR_ROUNDS = 3
+# The most launches of one configuration in a race (``--confirm-launches``): a pair that is still open
+# after this many is not decided by the night.
+RACE_LAUNCHES = 8
+# Where the schedule's race writes the adaptive config its launches read (in the study's folder).
+SCHEDULE_CONFIG_FILE = "schedule-adaptive.json"
+
+
+# ---------------------------------------------------------------- the budget
+
+
+def race_floor(finalists: int) -> int:
+    """The fewest relaunches a race is given: two rounds of every finalist, then :data:`PAIR_ROUNDS` of a pair."""
+    return 2 * finalists + 2 * PAIR_ROUNDS
+
+
+def race_budget(search_launches: int, finalists: int, *, share: float = RACE_SHARE) -> int:
+    """Relaunches the race may spend after a search of ``search_launches`` (``--trials N``): ``share``
+    of the whole night, search and race (N x share / (1 - share)), and :func:`race_floor` at least."""
+    return max(math.ceil(search_launches * share / (1 - share) - 1e-9), race_floor(finalists))
+
+
+def split_launches(total: int, finalists: int, *, share: float = RACE_SHARE) -> tuple[int, int]:
+    """A night of ``total`` launches, search and race together: (the search's, the race's). The race
+    gets ``share`` of it and :func:`race_floor` at least, never more than half."""
+    race = min(max(round(total * share), race_floor(finalists)), total // 2)
+    return total - race, race
+
+
+def split_timeout(timeout_s: float, *, share: float = RACE_SHARE) -> float:
+    """The search's part of a ``--timeout`` that covers search and race: the race runs to the end."""
+    return timeout_s * (1 - share)
+
+
+# ---------------------------------------------------------------- the finalists' race
+
+
+@dataclass(frozen=True)
+class RacePlan:
+    """What the finalists' race will race, and the most it will spend."""
+
+    configurations: int
+    baselines: int
+    launches: int
+    seconds: float | None
+    deadline_s: float | None = None
+
+    def text(self) -> str:
+        took = f", about {self.seconds / 60:.0f} min" if self.seconds else ""
+        until = f", until the night's end in {self.deadline_s / 60:.0f} min" if self.deadline_s is not None else ""
+        return (f"racing {self.configurations} configurations ({self.baselines} of them baselines) on at most "
+                f"{self.launches} fresh launches{took}{until}, dropping each as soon as it is decided")  # fmt: skip
+
+
+class FinalistsRace(Frozen):
+    """How the finalists' race is run."""
+
+    top: int = Field(default=3, description="distinct configurations raced, besides every baseline")
+    launches: int = Field(default=RACE_LAUNCHES, description="the most launches of one configuration")
+    budget: int | None = Field(
+        default=None, description="the most relaunches in all (None: race_budget of the search's launches, at share)"
+    )
+    deadline: float | None = Field(default=None, description="no round that would end past it (the runner's clock)")
+    share: float = RACE_SHARE
+
+
+def _search_launches(records: Sequence[TrialRecord]) -> int:
+    return sum(1 for r in records if isinstance(r.decision, Launch) and r.confirm_of is None)
+
+
+def _launch_seconds(records: Sequence[TrialRecord]) -> float | None:
+    """The median seconds of one served launch (start and measurement), None before any."""
+    spent = [(r.launch_s or 0.0) + (r.measure_s or 0.0) for r in records if r.served and r.launch_s is not None]
+    return statistics.median(spent) if spent else None
+
+
+def _budget(race: FinalistsRace, records: Sequence[TrialRecord], finalists: int) -> int:
+    return (
+        race.budget if race.budget is not None else race_budget(_search_launches(records), finalists, share=race.share)
+    )
+
+
+def plan_race(runner: StudyRunner, race: FinalistsRace) -> RacePlan:
+    """What :func:`race_finalists` will race and spend at most, before it starts (to say so)."""
+    records = runner.records()
+    finalists = choose_finalists(records, top=race.top)
+    most = min(race.launches * len(finalists), _budget(race, records, len(finalists)))
+    seconds = _launch_seconds(records)
+    return RacePlan(
+        configurations=len(finalists),
+        baselines=sum(1 for f in finalists if f.baseline),
+        launches=most,
+        seconds=most * seconds if seconds else None,
+        deadline_s=max(race.deadline - runner.clock(), 0.0) if race.deadline is not None else None,
+    )
+
+
+def others_running(study: optuna.Study) -> bool:
+    """Whether another worker is still measuring a trial of this study (then it races at its end)."""
+    host, pid = socket.gethostname(), os.getpid()
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    return any((r.host, r.worker_pid) != (host, pid) for r in map(attrs.trial_record, running))
+
+
+def race_finalists(runner: StudyRunner, race: FinalistsRace) -> Confirmation | None:
+    """Race the finalists and baselines on fresh launches in interleaved rounds (A B C, then A C):
+    after each round a configuration whose comparison with the leader is decided (significantly
+    behind, or equivalent within the margin) is no longer relaunched, and the race ends when the
+    verdict is settled, when fewer than two configurations are left to relaunch (the fit removes a
+    round's effect), when a round would pass the budget or the deadline, or at ``race.launches``
+    launches of a configuration. The verdict is stored; None when nothing feasible was measured.
+    Ctrl-C stops it with what it has."""
+    records = runner.records()
+    finalists = choose_finalists(records, top=race.top)
+    if not finalists:
+        return None
+    margin = runner.space.measurement.target_rel_ci
+    try:
+        _eliminate(runner, race, finalists, budget=_budget(race, records, len(finalists)), margin=margin)
+    finally:
+        result = verdict(runner.records(), finalists, objective=runner.space.objective.metric,
+                         fixed=list(runner.space.fixed), margin=margin)  # fmt: skip
+        attrs.record_confirmation(runner.study, result)
+        if result is not None:
+            _publish_note(runner.study, result)
+        keep_importance(runner.study, runner.space)  # the finalists' launches are completed trials too
+    return result
+
+
+def _eliminate(
+    runner: StudyRunner, race: FinalistsRace, finalists: Sequence[TrialRecord], *, budget: int, margin: float
+) -> None:
+    """Successive elimination: rounds of the configurations still open, until the standing is settled
+    or the launches, the budget or the deadline leave fewer than two to relaunch."""
+    baselines = {f.number for f in finalists if f.baseline is not None}
+    round_s = _launch_seconds(runner.records())
+    racing, spent = [f.number for f in finalists], 0
+    while True:
+        tried = Counter(r.confirm_of for r in runner.records() if r.confirm_of is not None)
+        racing = [n for n in racing if tried[n] < race.launches][: budget - spent]
+        if race.deadline is not None and round_s is not None:  # only as many as finish before the end
+            racing = racing[: max(int((race.deadline - runner.clock()) // round_s), 0)]
+        if len(racing) < 2:
+            return
+        _relaunch(runner, [f for f in finalists if f.number in racing])
+        spent += len(racing)
+        now = standing(relaunches_by_round(runner.records(), finalists), margin=margin, baselines=baselines)
+        if now.settled:
+            return
+        racing = now.racing
+
+
+def _relaunch(runner: StudyRunner, finalists: Sequence[TrialRecord]) -> None:
+    """One round: each finalist launched again as a trial of the study, exactly as it first ran (the
+    round is named by the next trial's number)."""
+    trials = runner.study.get_trials(deepcopy=False)
+    params = {t.number: t.params for t in trials}
+    with exclusive(runner.storage, runner.paths):
+        for finalist in finalists:
+            attrs.enqueue_confirmation(runner.study, params[finalist.number], finalist, round_=len(trials))
+    runner.study.optimize(runner.objective, n_trials=len(finalists), catch=(TrialFault,),
+                          callbacks=[runner.after_trial])  # fmt: skip
+
+
+def _publish_note(study: optuna.Study, result: Confirmation) -> None:
+    """The confirmed best as the study's note in optuna-dashboard (an optional extra)."""
+    try:
+        import optuna_dashboard
+    except ImportError:
+        return
+    rows = [f"| {f.label} (#{f.trial}) | {len(f.values)} | {f.mean:.2f}" + (f" ± {f.ci95:.2f}" if f.ci95 else "")
+            + f" | {f.changed_flags} |" for f in result.finalists]  # fmt: skip
+    gains = [f"- {result.recommended.label if g.trial == result.best else f'trial {g.trial}'}: {g.text()}"
+             for g in result.gains]  # fmt: skip
+    header = ["| configuration | launches | mean ± 95% CI | flags changed |", "|---|---|---|---|"]
+    note = "\n".join(["## Verdict", "", result.note, "", *gains, "", *header, *rows])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        optuna_dashboard.save_note(study, note)
+
+
+# ---------------------------------------------------------------- the schedule's race
+
+
+@dataclass
+class _ScheduleLaunches:
+    """What the schedule's race has gathered so far, for :func:`~autotune.study.schedule.judge`."""
+
+    launches: Launches
+    failed: list[str] = field(default_factory=list)
+    slo_broken: dict[int, list[str]] = field(default_factory=dict)
+    slots: dict[int, int] = field(default_factory=dict)
+
+
+def race_schedule(
+    checked: Preflight,
+    paths: StudyPaths,
+    schedule: Schedule,
+    records: Sequence[TrialRecord],
+    *,
+    launch: Launcher,
+    rounds: int,
+    read_gpus: ReadGpus | None = None,
+    on_phase: Phase | None = None,
+) -> ScheduleVerdict:
+    """Launch the schedule and the distinct static winners ``rounds`` times each, interleaved, every
+    launch measuring every level, and judge. A schedule the engine's rules refuse is judged on no
+    launch of its own."""
+    plans = _schedule_plans(checked, paths, schedule, records)
+    if isinstance(plans, InvalidConfig):  # nothing to race: judged on no launch at all
+        return judge(schedule, {}, rounds=0, failed=[f"the schedule: engine rule: {plans}"])
+    levels = [t.concurrency for t in schedule.tiers]
+    gathered = _ScheduleLaunches(launches={level: {config: {} for config in plans} for level in levels})
+    phase: Phase = on_phase or (lambda _phase, _detail: None)
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    for round_index in range(rounds):
+        if round_index == 1 and not any(gathered.launches[level][SCHEDULE] for level in levels):
+            break  # the schedule did not serve in the first round: the statics alone decide nothing
+        for config, plan in plans.items():
+            name = "schedule" if config == SCHEDULE else f"trial-{config:04d}"
+            where = f"{name}, round {round_index + 1}"
+            phase("schedule race", f"round {round_index + 1}/{rounds}: {name}")
+            busy, _ = wait_for_idle_gpus(checked, read_gpus)
+            if busy is not None:
+                gathered.failed.append(f"{where}: skipped, GPUs busy: {busy}")
+                continue
+            outcome = launch(plan, paths.logs / f"schedule-race-r{round_index + 1}-{name}.log", phase, None)
+            _gather(checked, gathered, config, round_index, outcome, where=where)
+    return judge(schedule, gathered.launches, rounds=rounds, failed=gathered.failed, slo_broken=gathered.slo_broken,
+                 slots=gathered.slots, margin=checked.space.measurement.target_rel_ci)  # fmt: skip
+
+
+def _schedule_plans(
+    checked: Preflight, paths: StudyPaths, schedule: Schedule, records: Sequence[TrialRecord]
+) -> dict[int, LaunchPlan] | InvalidConfig:
+    """Each static winner as its trial launched it, then the schedule (its adaptive config written
+    where its flags name it), by the engine's rules; the refusal when those rules refuse it."""
+    space = checked.space
+    path = paths.folder / SCHEDULE_CONFIG_FILE
+    adaptive = schedule.adaptive_config()  # None where the schedule travels in the engine's flags
+    try:
+        paths.folder.mkdir(parents=True, exist_ok=True)
+        if adaptive is not None:
+            path.write_text(json.dumps(adaptive, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise StorageError(f"cannot write the adaptive config {path}: {exc.strerror}") from None
+    by_number = {r.number: r for r in records}
+    plans: dict[int, LaunchPlan] = {}
+    for tier in schedule.tiers:
+        plans.setdefault(tier.trial, launched_plan(by_number[tier.trial], space))
+    engine = checked.engines[space.engine].engine
+    try:
+        plans[SCHEDULE] = engine.normalise(with_secrets(schedule.launch_flags(str(path.resolve())), space.fixed))
+    except InvalidConfig as exc:
+        return exc
+    return plans
+
+
+def _gather(
+    checked: Preflight, gathered: _ScheduleLaunches, config: int, round_index: int, outcome: TrialOutcome, *, where: str
+) -> None:
+    """One launch's figures per level (an SLO it breaks keeps the figure out), its running-request cap."""
+    if outcome.kind is not OutcomeKind.OK:
+        gathered.failed.append(f"{where}: {outcome.kind.value}: {outcome.reason}")
+        return
+    form = checked.engines[checked.space.engine].engine.schedule_form
+    running_flag = form.running_flag if form is not None else None
+    resolved = outcome.effective.values if outcome.effective is not None else {}
+    running = resolved.get(running_flag) if running_flag is not None else None
+    if isinstance(running, int) and not isinstance(running, bool):
+        gathered.slots[config] = min(running, gathered.slots.get(config, running))
+    for measurement in outcome.measurements:
+        if measurement.concurrency not in gathered.launches:
+            continue
+        broken = checked.space.slo.broken({m.name: m.value for m in measurement.metrics})
+        if broken and config == SCHEDULE:
+            gathered.slo_broken.setdefault(measurement.concurrency, []).extend(broken)
+        if not broken and measurement.value > 0:
+            gathered.launches[measurement.concurrency][config][round_index] = measurement.value
