@@ -132,7 +132,7 @@ def trials_table(
 ) -> TrialTable:
     """One row per trial, ``width`` columns wide: the flags that fit, the most important first (the
     others, and full reasons: ``show --trial N``)."""
-    hosts = sorted({r.host for r in records if r.host})
+    hosts = sorted({r.launch.host for r in records if r.launch.host})
     several_hosts = len(hosts) > 1  # then show where each trial ran, so hardware differences are visible
     rows = [_trial_row(r, flag_names, best=best, with_host=several_hosts) for r in records]
     headers = ["#", "outcome", *(_header(n) for n in flag_names), "decode tok/s", "accept\nlen", "roof-\nline",
@@ -247,7 +247,8 @@ def _trial_row(r: TrialRecord, flag_names: Sequence[str], *, best: int | None, w
         Text(_roofline_cell(r)),
     ]
     if with_host:
-        cells.append(Text(f"{r.host} ({', '.join(sorted(set(r.gpus)))})" if r.gpus else r.host or "-"))
+        host, gpus = r.launch.host, r.launch.gpus
+        cells.append(Text(f"{host} ({', '.join(sorted(set(gpus)))})" if gpus else host or "-"))
     cells.append(Text(_shorten(note, NOTE_WIDTH)))
     return cells
 
@@ -274,16 +275,16 @@ def decision_text(record: TrialRecord) -> str:
 
 
 def _roofline_cell(record: TrialRecord) -> str:
-    if record.roofline_share is not None:
-        return f"{record.roofline_share:.0%}"
-    return "unknown" if ROOFLINE_UNKNOWN in record.readings else "-"
+    if record.measurement.roofline_share is not None:
+        return f"{record.measurement.roofline_share:.0%}"
+    return "unknown" if ROOFLINE_UNKNOWN in record.measurement.readings else "-"
 
 
 def _roofline_text(record: TrialRecord) -> str:
     """The share of the bandwidth ceiling, or why the ceiling is unknown."""
-    if record.roofline_share is not None:
-        return f"{record.roofline_share:.0%} of the memory-bandwidth ceiling"
-    return f"ceiling unknown: {record.readings[ROOFLINE_UNKNOWN]}"
+    if record.measurement.roofline_share is not None:
+        return f"{record.measurement.roofline_share:.0%} of the memory-bandwidth ceiling"
+    return f"ceiling unknown: {record.measurement.readings[ROOFLINE_UNKNOWN]}"
 
 
 def trial_detail(record: TrialRecord) -> Group:
@@ -295,38 +296,39 @@ def trial_detail(record: TrialRecord) -> Group:
     rows.add_row("outcome", record.outcome)
     if record.reason:
         rows.add_row("reason", record.reason)
-    for label, value in (("baseline", record.baseline), ("retry of", record.retry_of), ("confirms", record.confirm_of),
-                         ("engine", record.engine), ("host", record.host)):  # fmt: skip
+    for label, value in (("baseline", record.baseline), ("retry of", record.proposal.retry_of),
+                         ("confirms", record.confirm_of), ("engine", record.engine),
+                         ("host", record.launch.host)):  # fmt: skip
         if value is not None:
             rows.add_row(label, str(value))
     if record.decision is not None:
         rows.add_row("decided", decision_text(record))
-    for dropped in record.dropped_requests:
+    for dropped in record.measurement.dropped_requests:
         rows.add_row("dropped", dropped)
-    for resent in record.resent_requests:
+    for resent in record.measurement.resent_requests:
         rows.add_row("resent", resent)
     if record.value is not None:
         rows.add_row("value", f"{record.value:g} ({'feasible' if record.feasible else 'infeasible'})")
-    for name, metric in record.metrics.items():
+    for name, metric in record.measurement.metrics.items():
         ci = f" ± {metric.ci95:.3g}" if metric.ci95 is not None else ""
         shown = f"{metric.value:.4g}" if metric.value is not None else "-"
         rows.add_row(name, f"{shown}{ci} {metric.unit}".strip())
-    if record.roofline_share is not None or ROOFLINE_UNKNOWN in record.readings:
+    if record.measurement.roofline_share is not None or ROOFLINE_UNKNOWN in record.measurement.readings:
         rows.add_row("roofline", _roofline_text(record))
-    if record.agreement is not None:
+    if record.measurement.agreement is not None:
         rows.add_row("output check", agreement_text(record))
-        for index, text in enumerate(record.agreement.outputs):
+        for index, text in enumerate(record.measurement.agreement.outputs):
             rows.add_row(f"output {index + 1}", repr(text))
     for flag, setting in record.flags.items():
         rows.add_row(f"--{flag}", _fmt(setting))
-    if record.argv:
-        rows.add_row("argv", " ".join(record.argv))
+    if record.launch.argv:
+        rows.add_row("argv", " ".join(record.launch.argv))
     return Group(rows)
 
 
 def agreement_text(record: TrialRecord) -> str:
     """The greedy-output check of a trial, in one line."""
-    check = record.agreement
+    check = record.measurement.agreement
     if check is None:
         return "not run"
     if check.error is not None:
@@ -456,8 +458,8 @@ def best_summary(record: TrialRecord | None, *, simulated: bool) -> RenderableTy
         return Text("No feasible trial measured yet.", style="yellow")
     accept = record.metric_value("accept_length")
     confirmed = (
-        f"confirmed over {record.confirmed_launches} launches"
-        if record.confirmed_launches
+        f"confirmed over {record.measurement.confirmed_launches} launches"
+        if record.measurement.confirmed_launches
         else "UNCONFIRMED: a single measurement (autotune confirm STUDY measures the finalists again)"
     )
     lines = [
@@ -563,11 +565,11 @@ def depths_table(records: Sequence[TrialRecord], levels: LoadLevels) -> Renderab
         table.add_column(f"at {winner.concurrency}", justify="right")
     winners = {(w.trial, w.concurrency) for w in levels.winners}
     for record in records:
-        if record.outcome != "ok" or not record.levels or record.confirm_of is not None:
+        if record.outcome != "ok" or not record.measurement.levels or record.confirm_of is not None:
             continue
         cells = []
         for winner in levels.winners:
-            level = record.levels.get(winner.concurrency)
+            level = record.measurement.levels.get(winner.concurrency)
             value = level.metric_value(levels.metric) if level is not None else None
             mark = " *" if (record.number, winner.concurrency) in winners else ""
             cells.append(f"{value:.1f}{mark}" if value is not None else "-")

@@ -59,7 +59,7 @@ def outcome_look(outcome: str) -> Look:
 
 def _flag(record: TrialRecord, name: str) -> float | None:
     """A flag's value as the server ran it (read back), else as requested; None when unknown."""
-    value: FlagValue | None = record.effective.get(name, record.flags.get(name))
+    value: FlagValue | None = record.launch.effective.get(name, record.flags.get(name))
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)

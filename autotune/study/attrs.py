@@ -19,7 +19,16 @@ from autotune.feasibility import MemoryLesson
 from autotune.measure.agreement import Agreement, Reference, compare
 from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
-from autotune.records import AgreementRecord, LevelRecord, MetricRecord, TrialRecord
+from autotune.records import (
+    AgreementRecord,
+    LaunchRecord,
+    Lessons,
+    LevelRecord,
+    MeasurementRecord,
+    MetricRecord,
+    Proposal,
+    TrialRecord,
+)
 from autotune.space import FlagValue, SearchSpace, SLOSpec
 from autotune.study.confirm import Confirmation
 from autotune.study.importance import Importance
@@ -481,7 +490,6 @@ def trial_record(trial: FrozenTrial | StoredTrial) -> TrialRecord:
     attrs = trial.user_attrs
     state = trial.state if isinstance(trial, StoredTrial) else trial.state.name
     default_outcome = OutcomeKind.FAILED.value if state == "FAIL" else state.lower()
-    metrics = _metric_records(attrs.get("metrics"))
     lesson = attrs.get(MEMORY_LESSON)
     agreement = attrs.get(AGREEMENT)
     readings = {
@@ -499,30 +507,41 @@ def trial_record(trial: FrozenTrial | StoredTrial) -> TrialRecord:
         feasible=bool(attrs.get("feasible", False)),
         baseline=attrs.get("baseline"),
         decision=_decision(attrs.get(DECISION), legacy_duplicate_of=attrs.get("duplicate_of")),
-        retry_of=attrs.get("retry_of"),
-        confirm_of=attrs.get("confirm_of"),
-        launch_round=attrs.get("launch_round"),
-        early_stopped=bool(attrs.get("early_stopped", False)),
-        dropped_requests=list(attrs.get("dropped_requests") or []),
-        resent_requests=list(attrs.get("resent_requests") or []),
-        config_key=attrs.get("config_key"),
-        failure_names=attrs.get("failure_names") or {},
-        flags=attrs.get("flags", {}),
-        effective=attrs.get("effective", {}),
-        engine_version=attrs.get("engine_version"),
-        argv=attrs.get("argv", []),
-        metrics=metrics,
-        engine=attrs.get("engine"),
-        roofline_share=attrs.get("roofline_share"),
-        host=attrs.get("host"),
-        worker_pid=attrs.get("worker_pid") if isinstance(attrs.get("worker_pid"), int) else None,
-        gpus=attrs.get("gpus", []),
-        launch_s=attrs.get(LAUNCH_TIME),
-        measure_s=attrs.get(MEASURE_TIME),
-        memory=MemoryLesson.model_validate(lesson) if isinstance(lesson, dict) else None,
-        agreement=AgreementRecord.model_validate(agreement) if isinstance(agreement, dict) else None,
-        readings=readings,
-        levels=_level_records(attrs.get(BY_CONCURRENCY)),
+        proposal=_proposal(attrs),
+        launch=LaunchRecord(
+            engine=attrs.get("engine"),
+            flags=attrs.get("flags", {}),
+            config_key=attrs.get("config_key"),
+            effective=attrs.get("effective", {}),
+            engine_version=attrs.get("engine_version"),
+            argv=attrs.get("argv", []),
+            host=attrs.get("host"),
+            worker_pid=attrs.get("worker_pid") if isinstance(attrs.get("worker_pid"), int) else None,
+            gpus=attrs.get("gpus", []),
+            launch_s=attrs.get(LAUNCH_TIME),
+        ),
+        measurement=MeasurementRecord(
+            metrics=_metric_records(attrs.get("metrics")),
+            levels=_level_records(attrs.get(BY_CONCURRENCY)),
+            measure_s=attrs.get(MEASURE_TIME),
+            early_stopped=bool(attrs.get("early_stopped", False)),
+            dropped_requests=list(attrs.get("dropped_requests") or []),
+            resent_requests=list(attrs.get("resent_requests") or []),
+            roofline_share=attrs.get("roofline_share"),
+            readings=readings,
+            agreement=AgreementRecord.model_validate(agreement) if isinstance(agreement, dict) else None,
+        ),
+        lessons=Lessons(
+            memory=MemoryLesson.model_validate(lesson) if isinstance(lesson, dict) else None,
+            failure_names=attrs.get("failure_names") or {},
+        ),
+    )
+
+
+def _proposal(attrs: Mapping[str, Any]) -> Proposal:
+    """What was enqueued with the trial (nothing, for a sampled one)."""
+    return Proposal(
+        retry_of=attrs.get("retry_of"), confirm_of=attrs.get("confirm_of"), launch_round=attrs.get("launch_round")
     )
 
 

@@ -471,7 +471,7 @@ class StudyRunner:
         """Whether another worker is still measuring a trial of this study (then it confirms at its end)."""
         host, pid = socket.gethostname(), os.getpid()
         running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        return any((r.host, r.worker_pid) != (host, pid) for r in map(attrs.trial_record, running))
+        return any((r.launch.host, r.launch.worker_pid) != (host, pid) for r in map(attrs.trial_record, running))
 
     def confirm(
         self, *, top: int = 3, launches: int = RACE_LAUNCHES, budget: int | None = None,
@@ -525,7 +525,11 @@ class StudyRunner:
     @staticmethod
     def _launch_seconds(records: Sequence[TrialRecord]) -> float | None:
         """The median seconds of one served launch (start and measurement), None before any."""
-        spent = [(r.launch_s or 0.0) + (r.measure_s or 0.0) for r in records if r.served and r.launch_s is not None]
+        spent = [
+            (r.launch.launch_s or 0.0) + (r.measurement.measure_s or 0.0)
+            for r in records
+            if r.served and r.launch.launch_s is not None
+        ]
         return statistics.median(spent) if spent else None
 
     def confirmation_plan(
