@@ -96,7 +96,7 @@ def test_a_lucky_first_measurement_is_corrected_by_confirmation(tmp_path: Path) 
     runner.run(trials=2, timeout_s=None)
     view = StudyView(runner.study)
     assert view.best().baseline == "hand-found"  # type: ignore[union-attr]  # the lucky single measurement
-    assert view.best().confirmed_launches is None  # type: ignore[union-attr]
+    assert view.best().measurement.confirmed_launches is None  # type: ignore[union-attr]
     result = runner.confirm(top=2, launches=2)
     assert result is not None
     view = StudyView(runner.study)

@@ -189,5 +189,5 @@ def test_every_rules_decision_survives_storage(name: str, tmp_path: Path) -> Non
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'rules.db'}")  # attrs as JSON, as stored
     for decision in decisions:
         trial = study.ask()
-        attrs.record_decision(trial, decision, flags={"mem-fraction-static": 0.8})
+        attrs.TrialStory(trial).decided(decision, flags={"mem-fraction-static": 0.8})
         assert attrs.trial_record(study.get_trials()[trial.number]).decision == decision

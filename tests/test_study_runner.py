@@ -64,7 +64,7 @@ def test_a_resumed_study_predicts_memory_exactly_as_the_live_one(tmp_path: Path)
     records = live.records()
     died = [r for r in records if r.outcome in (OutcomeKind.MEMORY_TOO_LOW.value, OutcomeKind.MEMORY_TOO_HIGH.value)]
     assert died, "the wide space should make some launches die of memory"
-    assert all(r.memory is not None and r.memory.side is not None for r in died)
+    assert all(r.lessons.memory is not None and r.lessons.memory.side is not None for r in died)
 
     resumed = _runner(problem, tmp_path, storage, seed=4)  # a new process reading the same storage
     untaught: FeasibilityModel = feasibility_models(problem.space, live.engines, live.inventory)["sglang"]
