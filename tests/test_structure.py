@@ -453,9 +453,6 @@ def test_the_study_runner_keeps_the_search_in_twenty_methods() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True, reason="TrialRecord grouped into typed parts in records.py (helper 45f) until it merges"
-)
 def test_a_trial_record_is_a_few_typed_parts() -> None:
     from autotune.records import TrialRecord
 
@@ -464,3 +461,13 @@ def test_a_trial_record_is_a_few_typed_parts() -> None:
     assert len(fields) <= TRIAL_RECORD_MAX_FIELDS, report(
         f"TrialRecord has {len(fields)} top-level fields (at most {TRIAL_RECORD_MAX_FIELDS})", fields
     )
+
+
+def test_a_trial_prints_flat_with_every_part_s_fields() -> None:
+    from autotune.records import FLAT_ORDER, PARTS, TrialRecord
+
+    record = TrialRecord(number=0, state="COMPLETE", outcome="ok")
+    printed = list(record.model_dump(mode="json"))
+    inner = {name for part in PARTS for name in type(getattr(record, part)).model_fields}
+    own = set(TrialRecord.model_fields) - set(PARTS)
+    assert printed == list(FLAT_ORDER) and set(printed) == inner | own  # no part's field left unprinted
