@@ -14,7 +14,7 @@ from rich.text import Text
 
 from autotune.decision import Reuse
 from autotune.records import MetricRecord, TrialRecord
-from autotune.report.console import TrialTable, trials_table
+from autotune.report.trials_table import TrialTable, trials_table
 from autotune.testing.records import trial_record
 
 FLAGS = ["speculative-algorithm", "speculative-draft-model-path", "speculative-num-steps", "mem-fraction-static",
