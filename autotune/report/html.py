@@ -17,7 +17,8 @@ from autotune.engines.names import short_name
 from autotune.errors import UserError
 from autotune.profile import render_yaml
 from autotune.report.console import break_even_text, schedule_comparison
-from autotune.report.figures import VERDICT_FIGURE, ReportFigure, outcome_look, plan_figures
+from autotune.report.drawings import outcome_look
+from autotune.report.figures import VERDICT_FIGURE, ReportFigure, plan_figures
 from autotune.report.summary import StudySummary, summarise
 from autotune.report.trials_table import trial_note
 from autotune.study.schedule import ScheduleVerdict
