@@ -1,7 +1,8 @@
 """Optuna's user attrs, both ways: the only module that reads or writes them.
 
-Writing: each way a trial ends (:class:`~autotune.outcomes.OutcomeKind`) becomes JSON-able attrs
-with human-readable names, so optuna-dashboard shows them as columns. Reading: a trial's attrs
+Writing: a trial's :class:`TrialStory`, a call per phase; each way a trial ends
+(:class:`~autotune.outcomes.OutcomeKind`) becomes JSON-able attrs with human-readable names, so
+optuna-dashboard shows them as columns. Reading: a trial's attrs
 become a :class:`~autotune.records.TrialRecord`, the study's attrs a :class:`StudyInfo`.
 Everything else in autotune reads those models, never the attrs.
 """
