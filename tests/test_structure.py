@@ -415,9 +415,7 @@ def test_the_module_scan_counts_a_module_s_lines(tmp_path: Path) -> None:
     assert long_modules([short, long], 600) == [(long, 601)]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="report/console.py, report/figures.py (helper 45f) and study/runner.py (45e) until they merge"
-)
+@pytest.mark.xfail(strict=True, reason="study/runner.py (helper 45e) until it merges")
 def test_no_module_of_autotune_is_over_six_hundred_lines() -> None:
     paths = sorted(PACKAGE.rglob("*.py"))
     assert len(paths) > 50  # the scan reads the product, not an empty folder
@@ -425,10 +423,7 @@ def test_no_module_of_autotune_is_over_six_hundred_lines() -> None:
     assert not too_long, report(f"{len(too_long)} modules over {MAX_MODULE_LINES} lines", too_long)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="report/figures.py (helper 45f), study/confirm.py and study/schedule_race.py (45e) until they merge",
-)
+@pytest.mark.xfail(strict=True, reason="study/confirm.py and study/schedule_race.py (helper 45e) until it merges")
 def test_no_function_of_autotune_is_over_sixty_lines() -> None:
     paths = sorted(PACKAGE.rglob("*.py"))
     assert len(paths) > 50
