@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any
+
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from autotune.decision import Adjusted, Decision, Launch, Reuse
 from autotune.feasibility import MemoryLesson
@@ -42,8 +44,73 @@ class AgreementRecord(Frozen):
     error: str | None = None
 
 
+class Proposal(Frozen):
+    """Why the study launched this configuration, when not sampled: a retry, or a finalist's relaunch."""
+
+    retry_of: int | None = None
+    confirm_of: int | None = Field(default=None, description="a fresh launch re-measuring this trial's config")
+    launch_round: int | None = Field(
+        default=None, description="a relaunch's round: the relaunches launched together, compared with drift out"
+    )
+
+
+class LaunchRecord(Frozen):
+    """What was launched, where, and how long it took to serve."""
+
+    engine: str | None = None
+    flags: dict[str, FlagValue] = Field(default_factory=dict)
+    config_key: str | None = None
+    effective: dict[str, FlagValue | None] = Field(default_factory=dict)
+    engine_version: str | None = None
+    argv: list[str] = Field(default_factory=list)
+    host: str | None = None
+    worker_pid: int | None = None
+    gpus: list[str] = Field(default_factory=list)
+    launch_s: float | None = None
+
+
+class MeasurementRecord(Frozen):
+    """What the launch measured."""
+
+    metrics: dict[str, MetricRecord] = Field(default_factory=dict)
+    levels: dict[int, LevelRecord] = Field(default_factory=dict, description="per load level, in a levels study")
+    measure_s: float | None = None
+    early_stopped: bool = Field(default=False, description="measuring stopped as hopeless after a round")
+    dropped_requests: list[str] = Field(default_factory=list, description="requests whose decode rate did not count")
+    resent_requests: list[str] = Field(
+        default_factory=list, description="requests sent again on a fresh connection (the first got no response)"
+    )
+    confirmed_launches: int | None = Field(
+        default=None, description="set on a confirmed best: its value and CI are the mean over this many launches"
+    )
+    roofline_share: float | None = Field(default=None, description="decode tok/s / bandwidth ceiling")
+    readings: dict[str, float | int | str] = Field(
+        default_factory=dict, description="memory and roofline readings, as shown to people"
+    )
+    agreement: AgreementRecord | None = Field(default=None, description="greedy outputs vs the reference")
+
+
+class Lessons(Frozen):
+    """What the trial taught later ones."""
+
+    memory: MemoryLesson | None = Field(default=None, description="what the trial taught about memory")
+    failure_names: dict[str, str] = Field(
+        default_factory=dict, description="flag values its server failure named (predicted to fail alike)"
+    )
+
+
+# ``show --json`` and ``report``'s summary.json print a trial as one flat object, in this order.
+FLAT_ORDER = (
+    "number", "state", "outcome", "reason", "value", "feasible", "baseline", "decision", "retry_of", "confirm_of",
+    "launch_round", "early_stopped", "dropped_requests", "resent_requests", "confirmed_launches", "config_key",
+    "failure_names", "flags", "effective", "engine_version", "argv", "metrics", "engine", "roofline_share", "host",
+    "worker_pid", "gpus", "launch_s", "measure_s", "memory", "agreement", "readings", "levels",
+)  # fmt: skip
+PARTS = ("proposal", "launch", "measurement", "lessons")
+
+
 class TrialRecord(Frozen):
-    """One trial as autotune reads it back from storage."""
+    """One trial as autotune reads it back from storage: its outcome, and its story in parts."""
 
     number: int
     state: str
@@ -55,41 +122,33 @@ class TrialRecord(Frozen):
     decision: Decision | None = Field(
         default=None, description="what the study decided before launching (None: written before decisions were kept)"
     )
-    retry_of: int | None = None
-    confirm_of: int | None = Field(default=None, description="a fresh launch re-measuring this trial's config")
-    launch_round: int | None = Field(
-        default=None, description="a relaunch's round: the relaunches launched together, compared with drift out"
-    )
-    early_stopped: bool = Field(default=False, description="measuring stopped as hopeless after a round")
-    dropped_requests: list[str] = Field(default_factory=list, description="requests whose decode rate did not count")
-    resent_requests: list[str] = Field(
-        default_factory=list, description="requests sent again on a fresh connection (the first got no response)"
-    )
-    confirmed_launches: int | None = Field(
-        default=None, description="set on a confirmed best: its value and CI are the mean over this many launches"
-    )
-    config_key: str | None = None
-    failure_names: dict[str, str] = Field(
-        default_factory=dict, description="flag values its server failure named (predicted to fail alike)"
-    )
-    flags: dict[str, FlagValue] = Field(default_factory=dict)
-    effective: dict[str, FlagValue | None] = Field(default_factory=dict)
-    engine_version: str | None = None
-    argv: list[str] = Field(default_factory=list)
-    metrics: dict[str, MetricRecord] = Field(default_factory=dict)
-    engine: str | None = None
-    roofline_share: float | None = Field(default=None, description="decode tok/s / bandwidth ceiling")
-    host: str | None = None
-    worker_pid: int | None = None
-    gpus: list[str] = Field(default_factory=list)
-    launch_s: float | None = None
-    measure_s: float | None = None
-    memory: MemoryLesson | None = Field(default=None, description="what the trial taught about memory")
-    agreement: AgreementRecord | None = Field(default=None, description="greedy outputs vs the reference")
-    readings: dict[str, float | int | str] = Field(
-        default_factory=dict, description="memory and roofline readings, as shown to people"
-    )
-    levels: dict[int, LevelRecord] = Field(default_factory=dict, description="per load level, in a levels study")
+    proposal: Proposal = Proposal()
+    launch: LaunchRecord = LaunchRecord()
+    measurement: MeasurementRecord = MeasurementRecord()
+    lessons: Lessons = Lessons()
+
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Printed flat, as before the parts: scripts read ``show --json`` by these keys."""
+        nested: dict[str, Any] = handler(self)
+        flat = {key: value for key, value in nested.items() if key not in PARTS}
+        for part in PARTS:
+            flat.update(nested.get(part) or {})
+        return {key: flat[key] for key in FLAT_ORDER if key in flat}
+
+    @property
+    def flags(self) -> dict[str, FlagValue]:
+        """The flags it launched (or was decided on), secrets redacted."""
+        return self.launch.flags
+
+    @property
+    def engine(self) -> str | None:
+        return self.launch.engine
+
+    @property
+    def confirm_of(self) -> int | None:
+        """The trial whose configuration this one relaunches (a race's launch)."""
+        return self.proposal.confirm_of
 
     @property
     def reused_from(self) -> int | None:
@@ -107,9 +166,9 @@ class TrialRecord(Frozen):
         return self.outcome == "ok" and self.reused_from is None
 
     def metric_value(self, name: str) -> float | None:
-        metric = self.metrics.get(name)
+        metric = self.measurement.metrics.get(name)
         return metric.value if metric else None
 
     def metric_ci95(self, name: str) -> float | None:
-        metric = self.metrics.get(name)
+        metric = self.measurement.metrics.get(name)
         return metric.ci95 if metric else None

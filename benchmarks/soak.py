@@ -208,7 +208,7 @@ class Soak:
         # challenger, confirm_of, is on purpose; a reuse launches nothing)
         records = [trial_record(t) for t in trials]
         measured = [r for r in records if r.outcome == "ok" and isinstance(r.decision, Launch) and r.confirm_of is None]
-        keys = [r.config_key for r in measured]
+        keys = [r.launch.config_key for r in measured]
         leftover = processes_with(str(self.folder))
         db = (self.folder / "studies" / f"{STUDY}.db").stat().st_size
         artifacts = sum(p.stat().st_size for p in (self.folder / "studies" / STUDY).rglob("*") if p.is_file())

@@ -179,7 +179,8 @@ def recorded_subject(path: Path, *, cycle: bool = False) -> Subject:
                                   launcher=launcher, sampler=make_sampler("tpe", seed), name="verdicts")  # fmt: skip
             confirmation, searched, confirmed = _run(runner, lambda: len(launcher.drawn), budget)
             records = runner.records()
-        return Studied(records, confirmation, lambda r: problem.true.get(r.config_key or ""), searched, confirmed)
+        truth = problem.true
+        return Studied(records, confirmation, lambda r: truth.get(r.launch.config_key or ""), searched, confirmed)
 
     return Subject(name=problem.recorded.name, kind="recorded", space=space, optimum=problem.optimum,
                    optimum_baseline=_baseline_of(dict(best.flags), {}), study=study, notes=notes)  # fmt: skip

@@ -96,7 +96,7 @@ def test_a_study_learns_numerics_from_plain_runs_that_were_not_diverged(tmp_path
         agreement = compare(sample(*texts), attrs.agreement_reference(study))
         kind = OutcomeKind.DIVERGED if agreement.diverged else OutcomeKind.OK
         plan = LaunchPlan(engine="llamacpp", flags={"spec-type": "none"})
-        attrs.record_outcome(trial, TrialOutcome(kind=kind, plan=plan, agreement=agreement))
+        attrs.TrialStory(trial).measured(TrialOutcome(kind=kind, plan=plan, agreement=agreement))
         study.tell(trial, 1.0)
         return agreement
 

@@ -7,14 +7,15 @@ import pytest
 from autotune.decision import Reuse
 from autotune.records import MetricRecord, TrialRecord
 from autotune.study.breakeven import SpeedPoint, break_even, speed_point
+from autotune.testing.records import trial_record
 
 
 def record(number: int, tok_s: float, accept: float | None, **flags: object) -> TrialRecord:
     metrics = {"decode_tok_s": MetricRecord(value=tok_s, unit="tok/s")}
     if accept is not None:
         metrics["accept_length"] = MetricRecord(value=accept, unit="tok/step")
-    return TrialRecord(number=number, state="COMPLETE", outcome="ok", value=tok_s, feasible=True, engine="sglang",
-                       effective=flags, metrics=metrics, roofline_share=0.5 if not flags else None)  # fmt: skip
+    return trial_record(number, value=tok_s, engine="sglang", effective=flags, metrics=metrics,
+                        roofline_share=0.5 if not flags else None)  # fmt: skip
 
 
 def cycle_tok_s(accept: float, pass_ms: float, step_ms: float, steps: int) -> float:

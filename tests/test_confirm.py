@@ -97,12 +97,12 @@ def test_a_lucky_first_measurement_is_corrected_by_confirmation(tmp_path: Path) 
     runner.run(trials=2, timeout_s=None)
     view = StudyView(runner.study)
     assert view.best().baseline == "hand-found"  # type: ignore[union-attr]  # the lucky single measurement
-    assert view.best().confirmed_launches is None  # type: ignore[union-attr]
+    assert view.best().measurement.confirmed_launches is None  # type: ignore[union-attr]
     result = race_finalists(runner, FinalistsRace(top=2, launches=2))
     assert result is not None
     view = StudyView(runner.study)
     best = view.best()
-    assert best is not None and best.baseline == "deeper" and best.confirmed_launches == 2
+    assert best is not None and best.baseline == "deeper" and best.measurement.confirmed_launches == 2
     assert result.first_best == view.first_best().number  # type: ignore[union-attr]
     assert view.profile(best).confirmed_launches == 2
     assert best.value == pytest.approx(land.true_value(deeper), rel=0.03)  # the mean over launches, not the max

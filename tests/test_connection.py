@@ -157,10 +157,10 @@ def test_pauses_around_the_keep_alive_expiry_lose_no_request_and_each_resend_is_
     study = optuna.create_study()
     trial = study.ask()
     plan = SGLangEngine().normalise({})
-    attrs.record_outcome(trial, TrialOutcome(kind=OutcomeKind.OK, plan=plan, measurements=[first]))
+    attrs.TrialStory(trial).measured(TrialOutcome(kind=OutcomeKind.OK, plan=plan, measurements=[first]))
     study.tell(trial, first.value)
     record = attrs.trial_record(study.trials[0])
-    assert record.resent_requests == first.resent
+    assert record.measurement.resent_requests == first.resent
     console = Console(width=200, record=True)
     console.print(trial_detail(record))
     shown = [line.split() for line in console.export_text().splitlines()]

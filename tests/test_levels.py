@@ -128,7 +128,7 @@ def test_a_levels_study_optimises_every_level_and_names_a_winner_per_level(tmp_p
             broken = 1 / per_user_speed(steps, level) > ITL_LIMIT
             # A level that breaks the SLO scores 0 there, and only there.
             assert value == (0.0 if broken else pytest.approx(per_user_speed(steps, level), rel=1e-3))
-            assert record.levels[level].slo_broken == (["p95_itl_s"] if broken else [])
+            assert record.measurement.levels[level].slo_broken == (["p95_itl_s"] if broken else [])
         # Infeasible as a whole only when every level breaks the limit.
         all_broken = all(1 / per_user_speed(steps, c) > ITL_LIMIT for c in (1, 4, 16))
         assert (trial.constraints["slo_p95_itl_s"] > 0) == all_broken
@@ -200,11 +200,12 @@ def test_confirmation_keeps_working_for_the_primary_level(tmp_path: Path) -> Non
 
 def test_the_front_ignores_points_that_break_the_slo() -> None:
     from autotune.records import LevelRecord, MetricRecord, TrialRecord
+    from autotune.testing.records import trial_record
 
     def trial(number: int, user: float, aggregate: float, broken: bool) -> TrialRecord:
         level = LevelRecord(concurrency=4, slo_broken=["p95_itl_s"] if broken else [], metrics={
             "decode_tok_s": MetricRecord(value=user), "output_tok_s": MetricRecord(value=aggregate)})  # fmt: skip
-        return TrialRecord(number=number, state="COMPLETE", outcome="ok", levels={4: level})
+        return trial_record(number, levels={4: level})
 
     points = front([trial(0, 50, 100, False), trial(1, 40, 90, False), trial(2, 60, 200, True),
                     trial(3, 30, 150, False)], gpus=2)  # fmt: skip

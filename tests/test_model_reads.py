@@ -111,7 +111,8 @@ def moe_study(tmp_path: Path, model: str) -> tuple[float, float, str]:
     detail = trial_detail(record).renderables[0]
     cells = [str(c) for column in detail.columns for c in column._cells]  # type: ignore[attr-defined]
     draft = float(record.flags.get("speculative-num-draft-tokens", 1))  # type: ignore[arg-type]
-    return (record.roofline_share if record.roofline_share is not None else -1.0), draft, " ".join(cells)
+    share = record.measurement.roofline_share
+    return (share if share is not None else -1.0), draft, " ".join(cells)
 
 
 def test_a_moe_study_shows_its_share_of_what_a_pass_reads(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from autotune.space import SearchSpace, load_space
 from autotune.study.history import History
 from autotune.study.pool_deaths import EngineFractions, PoolDeath, dies_like, first_death, pool_deaths
 from autotune.study.rules.make_room import MakeRoom
+from autotune.testing.records import trial_record
 from tests.conftest import TWIN_SPACE
 
 GIB = 2**30
@@ -41,8 +42,8 @@ def died(number: int, launched: LaunchPlan, *, side: str = "too-low", reason: st
     kind = OutcomeKind.MEMORY_TOO_LOW if side == "too-low" else OutcomeKind.MEMORY_TOO_HIGH
     lesson = MemoryLesson(flags=launched.flags, trial=number, side=side, weights_bytes=WEIGHTS,  # type: ignore[arg-type]
                           server_free_bytes=FREE)  # fmt: skip
-    return TrialRecord(number=number, state="COMPLETE", outcome=kind.value, reason=reason, engine="sglang",
-                       flags=launched.flags, config_key=launched.config_key, memory=lesson)  # fmt: skip
+    return trial_record(number, outcome=kind.value, reason=reason, engine="sglang", flags=launched.flags,
+                        config_key=launched.config_key, memory=lesson)  # fmt: skip
 
 
 def deep(**flags: Any) -> LaunchPlan:
@@ -116,8 +117,8 @@ def test_a_proposal_a_death_speaks_for_gets_the_room_it_lacks() -> None:
 def test_no_room_is_made_past_where_launches_like_it_ran_out_of_headroom() -> None:
     learned = models()
     headroom = died(1, deep(**{"mem-fraction-static": 0.95}), side="too-high", reason="torch.OutOfMemoryError")
-    assert headroom.memory is not None
-    learned["sglang"].learn(headroom.memory)
+    assert headroom.lessons.memory is not None
+    learned["sglang"].learn(headroom.lessons.memory)
     rule = MakeRoom(tight_space(), ENGINES, learned)
     history = History([died(0, deep()), headroom], number=2)
     # 0.95 and above ran out of headroom with graphs at the engine's batch; no offered fraction is left

@@ -21,22 +21,23 @@ from autotune.study.confirm import (
     standing,
     verdict,
 )
+from autotune.testing.records import trial_record
 
 FIXED = ["tp-size"]
 
 
 def searched(number: int, value: float, *, baseline: str | None = None, flags: int = 3) -> TrialRecord:
     chosen = {"tp-size": 2, **{f"flag-{i}": number for i in range(flags)}}
-    return TrialRecord(number=number, state="COMPLETE", outcome="ok", value=value, feasible=True, baseline=baseline,
-                       config_key=f"config-{number}", flags=chosen,
-                       decision=Launch(plan=LaunchPlan(engine="sglang", flags=chosen)))  # fmt: skip
+    return trial_record(number, value=value, baseline=baseline, config_key=f"config-{number}", flags=chosen,
+                        decision=Launch(plan=LaunchPlan(engine="sglang", flags=chosen)))  # fmt: skip
 
 
 def relaunched(number: int, of: TrialRecord, value: float | None) -> TrialRecord:
     served = value is not None
-    return of.model_copy(update={"number": number, "value": value if served else 0.0, "confirm_of": of.number,
-                                 "outcome": "ok" if served else "infeasible-memory-high", "feasible": served,
-                                 "baseline": of.baseline, "reason": None if served else "out of memory"})  # fmt: skip
+    return trial_record(number, value=value if served else 0.0, confirm_of=of.number,
+                        outcome="ok" if served else "infeasible-memory-high", baseline=of.baseline,
+                        reason=None if served else "out of memory", decision=of.decision,
+                        config_key=of.launch.config_key, flags=of.flags)  # fmt: skip
 
 
 def race(finalists: list[TrialRecord], speeds: dict[int, float], rounds: int, *, sd: float, drift: float = 0.0,

@@ -96,7 +96,7 @@ def test_the_race_stops_before_a_round_that_would_pass_its_deadline(tmp_path: Pa
     runner.clock = lambda: timed.now
     runner.enqueue_baselines()
     runner.run(trials=8, timeout_s=None)
-    served = [(r.launch_s or 0.0) + (r.measure_s or 0.0) for r in runner.records() if r.served]
+    served = [(r.launch.launch_s or 0.0) + (r.measurement.measure_s or 0.0) for r in runner.records() if r.served]
     deadline = timed.now + 6.5 * statistics.median(served)  # room for about six launches
     race_finalists(runner, FinalistsRace(top=3, deadline=deadline, budget=40))
     relaunched = [r for r in runner.records() if r.confirm_of is not None]
@@ -109,8 +109,8 @@ def test_the_race_never_spends_past_its_budget_and_relaunches_only_what_is_open(
     assert result is not None and 0 < len(relaunches) <= 9
     by_round: dict[int, list[int]] = {}
     for r in relaunches:
-        assert r.launch_round is not None and r.confirm_of is not None
-        by_round.setdefault(r.launch_round, []).append(r.confirm_of)
+        assert r.proposal.launch_round is not None and r.confirm_of is not None
+        by_round.setdefault(r.proposal.launch_round, []).append(r.confirm_of)
     rounds = [by_round[k] for k in sorted(by_round)]
     assert all(len(r) >= 2 for r in rounds)  # a round needs two configurations
     assert all(set(later) <= set(rounds[0]) for later in rounds[1:])  # only finalists, each once a round

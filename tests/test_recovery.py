@@ -36,7 +36,7 @@ def test_a_trial_its_tuner_never_claimed_is_failed_after_the_grace(tmp_path: Pat
 def test_a_trial_claimed_by_a_live_tuner_elsewhere_is_left_running(tmp_path: Path) -> None:
     study, storage = _study(tmp_path)
     trial = study.ask()
-    attrs.record_start(trial, host="another-host", pid=1, gpus=[])
+    attrs.TrialStory.begin(trial, host="another-host", pid=1, gpus=[])
     servers = tmp_path / "servers"
     servers.mkdir()
 

@@ -24,6 +24,7 @@ from autotune.study.rules.memory import PredictedMemory
 from autotune.study.rules.named_failure import NamedFailure
 from autotune.study.rules.same_rate import SameRate
 from autotune.study.rules.served_sizing import ServedSizing
+from autotune.testing.records import trial_record
 from tests.conftest import TWIN_SPACE
 
 GIB = 2**30
@@ -37,9 +38,8 @@ def plan(**flags: Any) -> LaunchPlan:
 
 
 def served(number: int, launched: LaunchPlan, value: float = 50.0) -> TrialRecord:
-    return TrialRecord(number=number, state="COMPLETE", outcome="ok", value=value, feasible=True, engine="sglang",
-                       flags=launched.flags, config_key=launched.config_key,
-                       decision=Launch(plan=launched))  # fmt: skip
+    return trial_record(number, value=value, engine="sglang", flags=launched.flags, config_key=launched.config_key,
+                        decision=Launch(plan=launched))  # fmt: skip
 
 
 def models() -> dict[str, FeasibilityModel]:
@@ -106,8 +106,8 @@ def test_fraction_inside_launches_the_middle_of_what_memory_deaths_left_open() -
 def test_named_failure_skips_what_shares_the_named_values_until_they_serve() -> None:
     path = "org/drafter-DFlash"
     named = {"speculative-draft-model-path": path}
-    failed = TrialRecord(number=2, state="COMPLETE", outcome="crashed", reason=f"{path} is no NEXTN drafter",
-                         flags=named, failure_names=named)  # fmt: skip
+    failed = trial_record(2, outcome="crashed", reason=f"{path} is no NEXTN drafter", flags=named,
+                          failure_names=named)  # fmt: skip
     sampled = plan(**{"speculative-draft-model-path": path})
     decision = NamedFailure().decide(sampled, History([failed], number=3))
     assert isinstance(decision, Skip) and decision.outcome is OutcomeKind.PREDICTED_FAILURE
@@ -159,8 +159,8 @@ def _histories() -> list[tuple[LaunchPlan, History]]:
              "(twin: the KV pool holds 900 tokens, fewer than one context_length=1000 request)")  # fmt: skip
     lesson = MemoryLesson(flags=plan().flags, trial=0, side="too-low", weights_bytes=27 * GIB,
                           server_free_bytes=40 * GIB)  # fmt: skip
-    pool_death = TrialRecord(number=0, state="COMPLETE", outcome="infeasible-memory-low", reason=short, engine="sglang",
-                             flags=plan(**{"mem-fraction-static": 0.8}).flags, memory=lesson)  # fmt: skip
+    pool_death = trial_record(0, outcome="infeasible-memory-low", reason=short, engine="sglang",
+                              flags=plan(**{"mem-fraction-static": 0.8}).flags, memory=lesson)  # fmt: skip
     return [
         (plan(**{"mem-fraction-static": 0.8, "speculative-num-steps": 5}), History([pool_death], number=1)),
         (plan(**{"mem-fraction-static": 0.81}), History([pool_death], number=1)),
@@ -189,5 +189,5 @@ def test_every_rules_decision_survives_storage(name: str, tmp_path: Path) -> Non
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'rules.db'}")  # attrs as JSON, as stored
     for decision in decisions:
         trial = study.ask()
-        attrs.record_decision(trial, decision, flags={"mem-fraction-static": 0.8})
+        attrs.TrialStory(trial).decided(decision, flags={"mem-fraction-static": 0.8})
         assert attrs.trial_record(study.get_trials()[trial.number]).decision == decision

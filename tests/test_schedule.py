@@ -15,6 +15,7 @@ from autotune.profile import Profile, load_profile, render
 from autotune.records import LevelRecord, MetricRecord, TrialRecord
 from autotune.study.levels import load_levels
 from autotune.study.schedule import SCHEDULE, Launches, NoSchedule, Schedule, build, judge, schedule_profile
+from autotune.testing.records import trial_record
 
 LEVELS = [1, 4, 16]
 SHARED = {"tp-size": 2, "speculative-algorithm": "NEXTN", "mem-fraction-static": 0.85}
@@ -27,10 +28,8 @@ def record(number: int, steps: int, speeds: dict[int, float], **flags: object) -
         c: LevelRecord(concurrency=c, metrics={"decode_tok_s": MetricRecord(value=v, unit="tok/s", ci95=1.0, n=4)})
         for c, v in speeds.items()
     }
-    return TrialRecord(
-        number=number, state="COMPLETE", outcome="ok", value=speeds[1], feasible=True, baseline=f"steps-{steps}",
-        flags={**SHARED, **spec, **flags}, metrics=levels[1].metrics, levels=levels,
-    )  # fmt: skip
+    return trial_record(number, value=speeds[1], baseline=f"steps-{steps}", flags={**SHARED, **spec, **flags},
+                        metrics=levels[1].metrics, levels=levels)  # fmt: skip
 
 
 def schedule_of(records: list[TrialRecord]) -> Schedule | NoSchedule:
@@ -261,10 +260,9 @@ def vllm_record(number: int, k: int, speeds: dict[int, float], **flags: object) 
         c: LevelRecord(concurrency=c, metrics={"decode_tok_s": MetricRecord(value=v, unit="tok/s", ci95=1.0, n=4)})
         for c, v in speeds.items()
     }
-    return TrialRecord(
-        number=number, state="COMPLETE", outcome="ok", value=speeds[1], feasible=True, baseline=f"mtp-{k}",
-        flags={**VLLM_SHARED, "num-speculative-tokens": k, **flags}, metrics=levels[1].metrics, levels=levels,
-    )  # fmt: skip
+    return trial_record(number, value=speeds[1], baseline=f"mtp-{k}",
+                        flags={**VLLM_SHARED, "num-speculative-tokens": k, **flags},
+                        metrics=levels[1].metrics, levels=levels)  # fmt: skip
 
 
 def vllm_schedule_of(records: list[TrialRecord]) -> Schedule | NoSchedule:

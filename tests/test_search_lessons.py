@@ -24,6 +24,7 @@ from autotune.records import TrialRecord
 from autotune.report.console import LiveView
 from autotune.study import StudyView, make_sampler
 from autotune.study.named_failures import named_values, predicted_failure
+from autotune.testing.records import trial_record
 from autotune.trial import TrialOutcome
 from benchmarks import search_efficiency as bench
 from tests.conftest import TWIN_SPACE, run_queued
@@ -56,13 +57,12 @@ def test_named_values_are_whole_words_or_paths_of_text_flags() -> None:
 
 
 def test_a_named_failure_holds_until_a_launch_with_those_values_serves() -> None:
-    failed = TrialRecord(number=3, state="COMPLETE", outcome="crashed", reason="bad drafter",
-                         flags={"algorithm": "EAGLE3", "draft": "d"},
-                         failure_names={"algorithm": "EAGLE3", "draft": "d"})  # fmt: skip
+    failed = trial_record(3, outcome="crashed", reason="bad drafter", flags={"algorithm": "EAGLE3", "draft": "d"},
+                          failure_names={"algorithm": "EAGLE3", "draft": "d"})  # fmt: skip
     same = {"algorithm": "EAGLE3", "draft": "d", "steps": 5}
     assert predicted_failure(same, [failed]) == failed
     assert predicted_failure({"algorithm": "DFLASH", "draft": "d"}, [failed]) is None  # shares only one value
-    served = TrialRecord(number=4, state="COMPLETE", outcome="ok", flags={**same, "steps": 2})
+    served = trial_record(4, flags={**same, "steps": 2})
     assert predicted_failure(same, [failed, served]) is None  # refuted
 
 
@@ -87,12 +87,13 @@ def test_a_wrong_drafter_crash_is_learned_not_repeated_and_does_not_stop_the_stu
     for record in crashed:
         # told to the sampler as the configuration's fault, not dropped as a failed trial
         assert record.state == "COMPLETE" and "counted against this configuration" in (record.reason or "")
-        assert record.failure_names.get("speculative-draft-model-path") in (record.reason or "")
+        assert record.lessons.failure_names.get("speculative-draft-model-path") in (record.reason or "")
     # Propose what the sampler might: the first crash's values with another value of a flag its
     # message did not name.
     first = runner.study.trials[crashed[0].number]
+    named = crashed[0].lessons.failure_names
     other = next(name for name, d in first.distributions.items()
-                 if name not in crashed[0].failure_names and isinstance(d, optuna.distributions.CategoricalDistribution)
+                 if name not in named and isinstance(d, optuna.distributions.CategoricalDistribution)
                  and len(d.choices) > 1)  # fmt: skip
     choices = first.distributions[other].choices  # type: ignore[attr-defined]
     runner.study.enqueue_trial({**first.params, other: next(c for c in choices if c != first.params[other])})
@@ -101,7 +102,7 @@ def test_a_wrong_drafter_crash_is_learned_not_repeated_and_does_not_stop_the_stu
     assert predicted, "a configuration sharing a crashed drafter pairing must be predicted, not launched"
     launched = {p.config_key for p in launcher.plans}
     for record in predicted:
-        assert record.config_key not in launched
+        assert record.launch.config_key not in launched
         assert "predicted without launching: trial" in (record.reason or "")
     assert len(crashed) <= 6, f"{len(crashed)} wrong-drafter launches: the lesson was not applied"
 
@@ -135,7 +136,7 @@ def test_a_config_differing_only_in_memory_sizing_borrows_the_measured_rate(tmp_
     first, second = StudyView(runner.study).records()
     assert len(launcher.plans) == 1 and first.outcome == "ok"
     assert second.reused_from == first.number and second.value == first.value
-    assert second.flags["mem-fraction-static"] == 0.84 and second.config_key != first.config_key
+    assert second.flags["mem-fraction-static"] == 0.84 and second.launch.config_key != first.launch.config_key
     assert "same single-stream decode rate as trial 0" in (second.reason or "")
     assert "--max-running-requests" in (second.reason or "") and "--mem-fraction-static" in (second.reason or "")
 

@@ -16,6 +16,7 @@ from autotune.profile import Profile, render
 from autotune.records import TrialRecord
 from autotune.secrets import auth_headers, is_secret_flag, redact_flags, secret_env_name
 from autotune.stopping import RepeatedFailure
+from autotune.testing.records import trial_record
 from tests.conftest import TWIN_SPACE, autotune_cmd
 
 STUDY = "secret"
@@ -118,7 +119,7 @@ def test_exported_script_reads_the_key_from_the_environment(tmp_path: Path) -> N
 
 
 def record(number: int, outcome: str, reason: str | None = None, state: str = "FAIL") -> TrialRecord:
-    return TrialRecord(number=number, state=state, outcome=outcome, reason=reason)
+    return trial_record(number, state=state, outcome=outcome, reason=reason)
 
 
 def test_repeated_failure_rule() -> None:

@@ -63,7 +63,7 @@ def test_a_resumed_study_predicts_memory_exactly_as_the_live_one(tmp_path: Path)
     records = live.records()
     died = [r for r in records if r.outcome in (OutcomeKind.MEMORY_TOO_LOW.value, OutcomeKind.MEMORY_TOO_HIGH.value)]
     assert died, "the wide space should make some launches die of memory"
-    assert all(r.memory is not None and r.memory.side is not None for r in died)
+    assert all(r.lessons.memory is not None and r.lessons.memory.side is not None for r in died)
 
     resumed = _runner(problem, tmp_path, storage, seed=4)  # a new process reading the same storage
     untaught: FeasibilityModel = feasibility_models(problem.space, live.engines, live.inventory)["sglang"]
@@ -85,7 +85,7 @@ def test_records_carry_the_measurement_and_the_view_reads_them(tmp_path: Path) -
     measured = [r for r in records if r.outcome == OutcomeKind.OK.value and r.reused_from is None]
     assert measured
     for record in measured:
-        speed = record.metrics["decode_tok_s"]
+        speed = record.measurement.metrics["decode_tok_s"]
         assert speed.unit == "tok/s" and speed.value == record.value
     best = view.best()  # unconfirmed: the best first measurement (a relaunch is not one)
     first_measured = [r.value or 0.0 for r in records if r.feasible and r.confirm_of is None]

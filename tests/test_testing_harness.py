@@ -105,7 +105,7 @@ def test_a_runner_from_the_harness_runs_the_study_loop_and_launches_only_what_it
             assert decision.rule, f"trial {record.number} was not launched, and no rule says why"
     # The launcher saw exactly the plans the runner decided to launch, in the order it decided them.
     assert [(p.engine, p.flags) for p in servers.plans] == [(p.engine, p.flags) for p in launched]
-    assert {r.config_key for r in (refused, borrowed)}.isdisjoint(p.config_key for p in servers.plans)
+    assert {r.launch.config_key for r in (refused, borrowed)}.isdisjoint(p.config_key for p in servers.plans)
 
 
 def test_the_checked_space_reads_no_help_and_selects_the_space_s_gpus(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ from rich.text import Text
 
 from autotune.decision import Reuse
 from autotune.records import MetricRecord, TrialRecord
-from autotune.report.console import TrialTable, trials_table
+from autotune.report.trials_table import TrialTable, trials_table
+from autotune.testing.records import trial_record
 
 FLAGS = ["speculative-algorithm", "speculative-draft-model-path", "speculative-num-steps", "mem-fraction-static",
          "max-running-requests", "cuda-graph-max-bs-decode"]  # fmt: skip
@@ -38,8 +39,8 @@ def records(*, hosts: int = 1) -> list[TrialRecord]:
             "max-running-requests": 2 ** (number % 9),
             "cuda-graph-max-bs-decode": "line one\nline two" if number == 5 else number * 1000,
         }
-        found.append(TrialRecord(
-            number=number, state="COMPLETE", outcome=outcome, flags=flags,
+        found.append(trial_record(
+            number, outcome=outcome, flags=flags,
             reason=f"RuntimeError: not enough memory for the KV cache at step {number} " * (number % 3),
             baseline="hand-found" if number == 1 else None,
             decision=Reuse(rule="duplicate", trial=3, same_config=True) if number == 11 else None,

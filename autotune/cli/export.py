@@ -122,7 +122,7 @@ def _schedule_profile(opened: StudyView, config_file: Path) -> Profile:
     if base is None:
         raise UserError(f"study {name!r} has no trial {verdict.schedule.shared_from} (the schedule's shared flags)")
     metric = opened.info.objective_metric
-    unit = base.metrics[metric].unit if metric in base.metrics else "tok/s"
+    unit = base.measurement.metrics[metric].unit if metric in base.measurement.metrics else "tok/s"
     return schedule_profile(opened.profile(base), verdict, config_file=config_file, metric=metric, unit=unit)
 
 

@@ -117,8 +117,8 @@ def _print_overview(opened: StudyView, overview: _Overview) -> None:
         engines_table,
         importance_table,
         levels_table,
-        trials_table,
     )
+    from autotune.report.trials_table import trials_table
 
     all_records, best, importance = overview.records, overview.best, overview.importance
     per_category, levels = overview.per_category, overview.levels

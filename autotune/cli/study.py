@@ -242,7 +242,8 @@ def _print_study_result(
     runner: StudyRunner, space: SearchSpace, paths: StudyPaths, *, simulated: bool, storage: str | None
 ) -> None:
     """Print the trials, per-engine and confirmation tables, the best, and why the study stopped."""
-    from autotune.report.console import best_summary, confirmation_table, engines_table, trials_table
+    from autotune.report.console import best_summary, confirmation_table, engines_table
+    from autotune.report.trials_table import trials_table
     from autotune.study import StudyView
     from autotune.study.paths import shown_url
 

@@ -1,4 +1,5 @@
-"""Rich output: the live view of a running study, trial tables, summaries.
+"""Rich output: the live view of a running study, a trial in full, summaries and verdicts (the trial
+table: :mod:`autotune.report.trials_table`).
 
 Presentation only: every number shown was computed elsewhere and arrives in a model.
 """
@@ -6,24 +7,21 @@ Presentation only: every number shown was computed elsewhere and arrives in a mo
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from rich import box
-from rich.cells import cell_len
-from rich.console import Console, ConsoleOptions, Group, JustifyMethod, RenderableType, RenderResult
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.panel import Panel
-from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from autotune.decision import Adjusted, Launch, Reuse, Skip
 from autotune.engines import DEFAULT_ENGINE, get_engine
-from autotune.engines.names import short_flag
 from autotune.measure.client import CategoryStats, Measurement
 from autotune.records import TrialRecord
-from autotune.space import ENGINE_PARAM, Candidate, FlagValue
+from autotune.report.trials_table import OUTCOME_STYLE, speed_text, value_text
+from autotune.space import Candidate
 from autotune.study.attrs import ROOFLINE_UNKNOWN
 from autotune.study.breakeven import BreakEven
 from autotune.study.confirm import Confirmation
@@ -34,227 +32,10 @@ from autotune.study.schedule import Comparison, LevelVerdict, ScheduleVerdict
 if TYPE_CHECKING:
     from autotune.gpu import GpuInventory
 
-_OUTCOME_STYLE = {
-    "ok": "green",
-    "infeasible-memory-low": "yellow",
-    "infeasible-memory-high": "yellow",
-    "predicted-infeasible-memory-low": "yellow",
-    "predicted-infeasible-memory-high": "yellow",
-    "invalid-config": "magenta",
-    "predicted-failure": "magenta",
-    "interrupted": "dim",
-}
-
-
-def _fmt(value: FlagValue | None) -> str:
-    if isinstance(value, float):
-        return f"{value:g}"
-    return "" if value is None else str(value)
-
-
-def _speed(record: TrialRecord) -> str:
-    value = record.metric_value("decode_tok_s")
-    if value is None:
-        return "-"
-    ci = record.metric_ci95("decode_tok_s")
-    return f"{value:.1f}" + (f" ± {ci:.1f}" if isinstance(ci, (int, float)) else "")
-
-
-# Outcomes as the trial table spells them (the stored spelling is in `show --json` and `show --trial N`).
-_OUTCOME_SHORT = {
-    "infeasible-memory-low": "mem-low",
-    "infeasible-memory-high": "mem-high",
-    "predicted-infeasible-memory-low": "pred mem-low",
-    "predicted-infeasible-memory-high": "pred mem-high",
-    "invalid-config": "invalid",
-    "predicted-failure": "pred fail",
-    "measurement-failed": "measure-fail",
-    "launch-timeout": "launch-t/o",
-}
-NOTE_WIDTH = 36
-
-
-def _header(name: str, width: int = 9) -> str:
-    """A flag's column header on several short lines, broken at hyphens (tables fit 120 columns)."""
-    lines: list[str] = []
-    for part in short_flag(name).split("-"):
-        if lines and len(lines[-1]) + 1 + len(part) <= width:
-            lines[-1] += "-" + part
-        else:
-            lines.append(part)
-    return "\n".join(lines)
-
-
-def _shorten(text: str, width: int) -> str:
-    """Cut at a word boundary, never mid-word; the full text is in ``show --trial N``."""
-    text = " ".join(text.split())
-    if len(text) <= width:
-        return text
-    cut = text[: width - 1].rsplit(" ", 1)[0] if " " in text[: width - 1] else text[: width - 1]
-    return cut.rstrip(",;:") + "…"
-
-
-TABLE_WIDTH = 120
-NOTE_MIN_WIDTH = 12
-
-
-def _cell(name: str, value: FlagValue | None) -> str:
-    """A flag's value in the table: a path by its last part (the full path: ``show --trial N``)."""
-    text = _fmt(value).replace("\n", " ").replace("\t", " ")  # one line per trial, as TrialTable draws it
-    return text.rstrip("/").rsplit("/", 1)[-1] if name.endswith(("-path", "-model")) and "/" in text else text
-
-
-def _flag_cell(record: TrialRecord, name: str) -> str:
-    return _cell(name, record.engine if name == ENGINE_PARAM else record.flags.get(name))
-
-
-def fitting_flags(
-    flag_widths: Mapping[str, int], flag_names: Sequence[str], *, priority: Sequence[str] = (), room: int
-) -> list[str]:
-    """The flag columns that fit in ``room`` (each takes its width and two columns between): the most
-    important first (``priority``, e.g. by parameter importance, then the space's order), shown in
-    the space's order."""
-    kept: set[str] = set()
-    for name in [*[p for p in priority if p in flag_names], *flag_names]:
-        if name not in kept and flag_widths[name] + 2 <= room:
-            kept.add(name)
-            room -= flag_widths[name] + 2
-    return [name for name in flag_names if name in kept]
-
-
-def trials_table(
-    records: Sequence[TrialRecord],
-    *,
-    flag_names: Sequence[str],
-    best: int | None = None,
-    priority: Sequence[str] = (),
-    width: int = TABLE_WIDTH,
-) -> TrialTable:
-    """One row per trial, ``width`` columns wide: the flags that fit, the most important first (the
-    others, and full reasons: ``show --trial N``)."""
-    hosts = sorted({r.host for r in records if r.host})
-    several_hosts = len(hosts) > 1  # then show where each trial ran, so hardware differences are visible
-    rows = [_trial_row(r, flag_names, best=best, with_host=several_hosts) for r in records]
-    headers = ["#", "outcome", *(_header(n) for n in flag_names), "decode tok/s", "accept\nlen", "roof-\nline",
-               *(["host"] if several_hosts else []), "note"]  # fmt: skip
-    # Widths computed here, once, from the cells: Rich would otherwise measure every cell of a long
-    # study (most of show's time at 300 trials). They also decide which flags fit.
-    widths = [max([*map(len, h.splitlines()), *(len(row[i].plain) for row in rows)]) for i, h in enumerate(headers)]
-    if several_hosts:
-        widths[-2] = min(widths[-2], 16)
-    flags_at = range(2, 2 + len(flag_names))
-    others = [w for i, w in enumerate(widths[:-1]) if i not in flags_at]
-    # One column spare; the note at its narrowest.
-    room = width - 1 - sum(w + 2 for w in others) - (NOTE_MIN_WIDTH + 2)
-    shown = fitting_flags(dict(zip(flag_names, widths[2:], strict=False)), flag_names, priority=priority, room=room)
-    keep = [i for i in range(len(headers)) if i not in flags_at or flag_names[i - 2] in shown]
-    headers, widths, rows = [headers[i] for i in keep], [widths[i] for i in keep], [[r[i] for i in keep] for r in rows]
-    # The note takes what is left, up to NOTE_WIDTH.
-    widths[-1] = max(NOTE_MIN_WIDTH, min(widths[-1], NOTE_WIDTH, width - 1 - sum(w + 2 for w in widths) + widths[-1]))
-    left_out = [name for name in flag_names if name not in shown]
-    caption = f"not shown (see show --trial N): {', '.join(short_flag(n) for n in left_out)}" if left_out else None
-    justify: list[JustifyMethod] = ["left" if h in ("outcome", "host", "note") else "right" for h in headers]
-    return TrialTable(headers=headers, widths=widths, justify=justify, rows=rows, caption=caption)
-
-
-class TrialTable:
-    """The trial table: what Rich draws for a table with a row per trial, its rows drawn as ready lines.
-
-    Rich lays out every cell of a table through its whole renderer (0.3 s for 300 trials of 12
-    cells). Here Rich draws the title, headers, rules and caption (the table without rows), and each
-    trial is one line of cells cut and aligned by the same :class:`~rich.text.Text` calls as Rich's
-    cells, two columns apart (the table's padding and column divider)."""
-
-    def __init__(
-        self, *, headers: list[str], widths: list[int], justify: list[JustifyMethod], rows: list[list[Text]],
-        caption: str | None,
-    ) -> None:  # fmt: skip
-        self.headers, self.widths, self.justify, self.rows, self.caption = headers, widths, justify, rows, caption
-
-    def table(self, *, rows: bool = True, caption: bool = True) -> Table:
-        """The same table as Rich's own: the rows in one row of tall cells, a line per trial (Rich cuts
-        and aligns a cell line by line, as separate cells; every cell here is one line)."""
-        table = Table(title="trials", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
-                      caption=self.caption if caption else None, caption_justify="left")  # fmt: skip
-        for header, width, justify in zip(self.headers, self.widths, self.justify, strict=True):
-            table.add_column(header, justify=justify, no_wrap=True, width=width, overflow="ellipsis")
-        if rows and self.rows:
-            table.add_row(*(Text("\n").join(column) for column in zip(*self.rows, strict=True)))
-        return table
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        if sum(w + 2 for w in self.widths) > options.max_width:  # Rich narrows every column: it draws the rows
-            yield self.table()
-            return
-        # The title, top edge, headers and rule, then the bottom edge and caption: the rows go between.
-        framed = console.render_lines(self.table(rows=False), options, pad=False)
-        split = len(console.render_lines(self.table(rows=False, caption=False), options, pad=False)) - 1
-        edges = box.SIMPLE_HEAD.substitute(options, safe=console.safe_box)
-        middle = (edges.mid_left, edges.mid_vertical, edges.mid_right)
-        last = (edges.foot_left, edges.foot_vertical, edges.foot_right)
-        new_line = Segment.line()
-        for line in framed[:split]:
-            yield from line
-            yield new_line
-        for number, row in enumerate(self.rows, start=1):
-            left, divider, right = last if number == len(self.rows) else middle
-            drawn = Text(left)
-            for index, (cell, width, justify) in enumerate(zip(row, self.widths, self.justify, strict=True)):
-                drawn.append_text(_fitted(cell, width, justify))
-                drawn.append(right if index == len(row) - 1 else " " + divider)
-            yield from drawn.render(console)
-            yield new_line
-        for line in framed[split:]:
-            yield from line
-            yield new_line
-
-
-def _fitted(cell: Text, width: int, justify: JustifyMethod) -> Text:
-    """A one-line cell cut to ``width`` (with "…") and aligned as Rich fits a table's cell (``Lines.justify``)."""
-    fitted = cell.copy()
-    if justify == "left":
-        fitted.truncate(width, overflow="ellipsis", pad=True)
-    else:
-        fitted.rstrip()
-        fitted.truncate(width, overflow="ellipsis")
-        fitted.pad_left(width - cell_len(fitted.plain))
-    return fitted
-
-
-def trial_note(r: TrialRecord) -> str:
-    """A trial's note in the tables: its baseline, whose launch it confirms or reuses, why it failed."""
-    parts = [r.baseline or ""]
-    if r.confirm_of is not None:
-        parts.append(f"confirmation launch of #{r.confirm_of}")
-    if r.reused_from is not None:
-        parts.append(f"same as #{r.reused_from}")
-    note = "; ".join(part for part in parts if part)
-    if r.reused_from is None and r.outcome != "ok" and r.reason:
-        note = (note + ": " if note else "") + r.reason
-    return note
-
-
-def _trial_row(r: TrialRecord, flag_names: Sequence[str], *, best: int | None, with_host: bool) -> list[Text]:
-    accept = r.metric_value("accept_length")
-    note = trial_note(r)
-    mark = "★" if best is not None and r.number == best else ""
-    cells = [
-        Text(f"{r.number}{mark}"),
-        Text(_OUTCOME_SHORT.get(r.outcome, r.outcome), style=_OUTCOME_STYLE.get(r.outcome, "red")),
-        *(Text(_flag_cell(r, n)) for n in flag_names),
-        Text(_speed(r)),
-        Text(f"{accept:.2f}" if accept is not None else "-"),
-        Text(_roofline_cell(r)),
-    ]
-    if with_host:
-        cells.append(Text(f"{r.host} ({', '.join(sorted(set(r.gpus)))})" if r.gpus else r.host or "-"))
-    cells.append(Text(_shorten(note, NOTE_WIDTH)))
-    return cells
-
 
 def adjustment_text(change: Adjusted) -> str:
     """One rule's change to what was launched, for people."""
-    values = ", ".join(f"--{a.flag} {_fmt(a.launched) or 'unset'} (sampled {_fmt(a.sampled) or 'unset'})"
+    values = ", ".join(f"--{a.flag} {value_text(a.launched) or 'unset'} (sampled {value_text(a.sampled) or 'unset'})"
                        for a in change.values)  # fmt: skip
     return f"launched {values}: {change.why}"
 
@@ -273,17 +54,11 @@ def decision_text(record: TrialRecord) -> str:
     return changes or "launched as sampled"
 
 
-def _roofline_cell(record: TrialRecord) -> str:
-    if record.roofline_share is not None:
-        return f"{record.roofline_share:.0%}"
-    return "unknown" if ROOFLINE_UNKNOWN in record.readings else "-"
-
-
 def _roofline_text(record: TrialRecord) -> str:
     """The share of the bandwidth ceiling, or why the ceiling is unknown."""
-    if record.roofline_share is not None:
-        return f"{record.roofline_share:.0%} of the memory-bandwidth ceiling"
-    return f"ceiling unknown: {record.readings[ROOFLINE_UNKNOWN]}"
+    if record.measurement.roofline_share is not None:
+        return f"{record.measurement.roofline_share:.0%} of the memory-bandwidth ceiling"
+    return f"ceiling unknown: {record.measurement.readings[ROOFLINE_UNKNOWN]}"
 
 
 def trial_detail(record: TrialRecord) -> Group:
@@ -295,38 +70,39 @@ def trial_detail(record: TrialRecord) -> Group:
     rows.add_row("outcome", record.outcome)
     if record.reason:
         rows.add_row("reason", record.reason)
-    for label, value in (("baseline", record.baseline), ("retry of", record.retry_of), ("confirms", record.confirm_of),
-                         ("engine", record.engine), ("host", record.host)):  # fmt: skip
+    for label, value in (("baseline", record.baseline), ("retry of", record.proposal.retry_of),
+                         ("confirms", record.confirm_of), ("engine", record.engine),
+                         ("host", record.launch.host)):  # fmt: skip
         if value is not None:
             rows.add_row(label, str(value))
     if record.decision is not None:
         rows.add_row("decided", decision_text(record))
-    for dropped in record.dropped_requests:
+    for dropped in record.measurement.dropped_requests:
         rows.add_row("dropped", dropped)
-    for resent in record.resent_requests:
+    for resent in record.measurement.resent_requests:
         rows.add_row("resent", resent)
     if record.value is not None:
         rows.add_row("value", f"{record.value:g} ({'feasible' if record.feasible else 'infeasible'})")
-    for name, metric in record.metrics.items():
+    for name, metric in record.measurement.metrics.items():
         ci = f" ± {metric.ci95:.3g}" if metric.ci95 is not None else ""
         shown = f"{metric.value:.4g}" if metric.value is not None else "-"
         rows.add_row(name, f"{shown}{ci} {metric.unit}".strip())
-    if record.roofline_share is not None or ROOFLINE_UNKNOWN in record.readings:
+    if record.measurement.roofline_share is not None or ROOFLINE_UNKNOWN in record.measurement.readings:
         rows.add_row("roofline", _roofline_text(record))
-    if record.agreement is not None:
+    if record.measurement.agreement is not None:
         rows.add_row("output check", agreement_text(record))
-        for index, text in enumerate(record.agreement.outputs):
+        for index, text in enumerate(record.measurement.agreement.outputs):
             rows.add_row(f"output {index + 1}", repr(text))
     for flag, setting in record.flags.items():
-        rows.add_row(f"--{flag}", _fmt(setting))
-    if record.argv:
-        rows.add_row("argv", " ".join(record.argv))
+        rows.add_row(f"--{flag}", value_text(setting))
+    if record.launch.argv:
+        rows.add_row("argv", " ".join(record.launch.argv))
     return Group(rows)
 
 
 def agreement_text(record: TrialRecord) -> str:
     """The greedy-output check of a trial, in one line."""
-    check = record.agreement
+    check = record.measurement.agreement
     if check is None:
         return "not run"
     if check.error is not None:
@@ -373,7 +149,7 @@ def engines_table(records: Sequence[TrialRecord]) -> Table | None:
         table.add_row(
             engine,
             str(best.number) if best else "-",
-            _speed(best) if best else "-",
+            speed_text(best) if best else "-",
             f"{accept:.2f}" if accept is not None else "-",
             str(len(ok)),
             str(sum(1 for r in mine if r.outcome != "ok" and r.state == "COMPLETE")),
@@ -456,15 +232,15 @@ def best_summary(record: TrialRecord | None, *, simulated: bool) -> RenderableTy
         return Text("No feasible trial measured yet.", style="yellow")
     accept = record.metric_value("accept_length")
     confirmed = (
-        f"confirmed over {record.confirmed_launches} launches"
-        if record.confirmed_launches
+        f"confirmed over {record.measurement.confirmed_launches} launches"
+        if record.measurement.confirmed_launches
         else "UNCONFIRMED: a single measurement (autotune confirm STUDY measures the finalists again)"
     )
     lines = [
         f"best: trial {record.number}" + (f" (baseline {record.baseline})" if record.baseline else ""),
-        f"decode: {_speed(record)} tok/s" + (f", accept length {accept:.2f}" if accept is not None else ""),
+        f"decode: {speed_text(record)} tok/s" + (f", accept length {accept:.2f}" if accept is not None else ""),
         confirmed,
-        "flags: " + " ".join(f"--{k} {_fmt(v)}" if v is not True else f"--{k}" for k, v in record.flags.items()),
+        "flags: " + " ".join(f"--{k} {value_text(v)}" if v is not True else f"--{k}" for k, v in record.flags.items()),
     ]
     if simulated:
         lines.append("(simulated: measured on the autotune twin, not on real GPUs)")
@@ -563,11 +339,11 @@ def depths_table(records: Sequence[TrialRecord], levels: LoadLevels) -> Renderab
         table.add_column(f"at {winner.concurrency}", justify="right")
     winners = {(w.trial, w.concurrency) for w in levels.winners}
     for record in records:
-        if record.outcome != "ok" or not record.levels or record.confirm_of is not None:
+        if record.outcome != "ok" or not record.measurement.levels or record.confirm_of is not None:
             continue
         cells = []
         for winner in levels.winners:
-            level = record.levels.get(winner.concurrency)
+            level = record.measurement.levels.get(winner.concurrency)
             value = level.metric_value(levels.metric) if level is not None else None
             mark = " *" if (record.number, winner.concurrency) in winners else ""
             cells.append(f"{value:.1f}{mark}" if value is not None else "-")
@@ -646,7 +422,7 @@ class LiveView(StudyEvents):
         best = (
             "best so far: -"
             if self.best is None
-            else (f"best so far: {_speed(self.best)} tok/s (trial {self.best.number})")
+            else (f"best so far: {speed_text(self.best)} tok/s (trial {self.best.number})")
         )
         label = " [simulated]" if self.simulated else ""
         return Group(head, Text(best + label, style="green"))
@@ -654,7 +430,7 @@ class LiveView(StudyEvents):
     def trial_started(self, number: int, candidate: Candidate) -> None:
         shown = candidate.params or candidate.flags
         label = f"baseline {candidate.baseline}: " if candidate.baseline else ""
-        self.current = f"#{number} {label}" + " ".join(f"{k}={_fmt(v)}" for k, v in shown.items())
+        self.current = f"#{number} {label}" + " ".join(f"{k}={value_text(v)}" for k, v in shown.items())
         self.phase_text = "planning"
 
     def phase(self, name: str, detail: str) -> None:
@@ -668,8 +444,8 @@ class LiveView(StudyEvents):
             and (self.best is None or record.value > (self.best.value or 0))
         ):
             self.best = record
-        style = _OUTCOME_STYLE.get(record.outcome, "red")
-        extra = f"{_speed(record)} tok/s" if record.outcome == "ok" else (record.reason or "")
+        style = OUTCOME_STYLE.get(record.outcome, "red")
+        extra = f"{speed_text(record)} tok/s" if record.outcome == "ok" else (record.reason or "")
         if record.confirm_of is not None:
             extra += f" (confirmation launch of #{record.confirm_of})"
         if record.reused_from is not None and record.outcome == "ok" and record.reason:

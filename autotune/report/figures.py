@@ -1,68 +1,30 @@
-"""The report's figures, drawn from a :class:`StudySummary` (matplotlib with the headless ``Agg``
-backend, imported only when drawing); they present the summary and compute nothing of their own."""
+"""The report's figures in page order: each with its title and how to read it, drawn by
+:mod:`autotune.report.drawings`, or skipped with the reason."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
-from autotune.engines.names import short_name
-from autotune.records import TrialRecord
+from autotune.report.drawings import (
+    draw_break_even,
+    draw_categories,
+    draw_feasibility,
+    draw_history,
+    draw_importance,
+    draw_levels_front,
+    draw_pareto,
+    draw_schedule,
+    draw_verdict,
+    draw_versus,
+    flag_value,
+    verdict_reference,
+)
 from autotune.report.summary import StudySummary, figure_flags
-from autotune.space import FlagValue
-from autotune.study.confirm import Finalist
 
 if TYPE_CHECKING:
-    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
-
-
-class Look(NamedTuple):
-    """How an outcome is drawn. Markers differ as well as colours, so the figures read in greyscale."""
-
-    colour: str
-    marker: str
-    label: str
-    hollow: bool = False  # predicted, never launched
-
-    def style(self, size: float) -> dict[str, Any]:
-        """Keyword arguments for ``Axes.plot`` / ``errorbar``."""
-        face = "none" if self.hollow else self.colour
-        return {
-            "color": self.colour,
-            "marker": self.marker,
-            "markerfacecolor": face,
-            "markersize": size,
-            "linestyle": "",
-        }
-
-
-_OUTCOME_LOOK = {
-    "ok": Look("#2a9d3a", "o", "ok (measured)"),
-    "infeasible-memory-low": Look("#e69f00", "v", "memory: too little for the KV pools"),
-    "infeasible-memory-high": Look("#d55e00", "^", "memory: too much, CUDA graphs failed"),
-    "invalid-config": Look("#8e44ad", "s", "invalid flag combination"),
-    "diverged": Look("#7f7f7f", "D", "diverged: greedy text differs from the reference"),
-}
-_FAILED_LOOK = Look("#c0392b", "X", "failed (crash, timeout, interrupted)")
-
-
-def outcome_look(outcome: str) -> Look:
-    """How an outcome is drawn; ``predicted-X`` (never launched) is X's look, hollow."""
-    measured = outcome.removeprefix("predicted-")
-    if measured != outcome and measured in _OUTCOME_LOOK:
-        look = _OUTCOME_LOOK[measured]
-        return look._replace(label=f"{look.label} (predicted, not launched)", hollow=True)
-    return _OUTCOME_LOOK.get(outcome, _FAILED_LOOK)
-
-
-def _flag(record: TrialRecord, name: str) -> float | None:
-    """A flag's value as the server ran it (read back), else as requested; None when unknown."""
-    value: FlagValue | None = record.effective.get(name, record.flags.get(name))
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -78,323 +40,12 @@ class ReportFigure:
 FigurePlan: TypeAlias = "tuple[ReportFigure, Callable[[], Figure] | None]"
 
 
-def _new_figure(width: float = 8.0, height: float = 4.5) -> tuple[Figure, Axes]:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
-    return fig, fig.add_subplot()
-
-
-def _outcome_legend(ax: Axes, outcomes: set[str]) -> None:
-    from matplotlib.lines import Line2D
-
-    handles = []
-    for outcome in sorted(outcomes, key=lambda o: (o != "ok", o)):
-        look = outcome_look(outcome)
-        handles.append(Line2D([], [], label=look.label, **look.style(8)))
-    if handles:
-        ax.legend(handles=handles, fontsize=8, loc="best", framealpha=0.9)
-
-
-def _value_label(s: StudySummary) -> str:
-    return f"{s.objective_metric} [{s.objective_unit}]" if s.objective_unit else s.objective_metric
-
-
-def _draw_history(s: StudySummary) -> Figure:
-    from matplotlib.ticker import MaxNLocator
-
-    fig, ax = _new_figure()
-    best_so_far: list[tuple[int, float]] = []
-    current: float | None = None
-    for r in s.trials:
-        value = r.metric_value(s.objective_metric) if r.outcome == "ok" else 0.0
-        ci = r.metric_ci95(s.objective_metric) if r.outcome == "ok" else None
-        if value is None:
-            continue
-        yerr = ci if isinstance(ci, (int, float)) else None
-        ax.errorbar(r.number, value, yerr=yerr, capsize=3, **outcome_look(r.outcome).style(8))
-        if r.baseline:
-            ax.annotate(r.baseline, (r.number, value), textcoords="offset points", xytext=(6, 6), fontsize=8)
-        if r.feasible and r.value is not None and (current is None or r.value > current):
-            current = r.value
-        if current is not None:
-            best_so_far.append((r.number, current))
-    if best_so_far:
-        xs, ys = zip(*best_so_far, strict=True)
-        ax.step(xs, ys, where="post", color="#1f4e9c", linewidth=1.5, label="best feasible so far")
-    _outcome_legend(ax, {r.outcome for r in s.trials})
-    handles, labels = ax.get_legend_handles_labels()
-    legend = ax.get_legend()
-    if legend is not None and handles:
-        ax.legend(handles=[*legend.legend_handles, *handles], fontsize=8, loc="best", framealpha=0.9)
-    ax.set_xlabel("trial number")
-    ax.set_ylabel(_value_label(s))
-    ax.set_title("Optimisation history (failed and infeasible trials drawn at 0)")
-    ax.grid(alpha=0.3)
-    ax.set_ylim(bottom=-1)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    return fig
-
-
-def _draw_importance(s: StudySummary) -> Figure:
-    from matplotlib.ticker import PercentFormatter
-
-    names = list(s.importance.values)[::-1]
-    shares = [s.importance.values[n] for n in names]
-    fig, ax = _new_figure(8.0, 0.5 * len(names) + 1.6)
-    bars = ax.barh(names, shares, color="#1f4e9c")
-    ax.bar_label(bars, labels=[f"{v:.0%}" for v in shares], padding=3, fontsize=9)
-    ax.set_xlim(0, min(max(max(shares) * 1.15, 0.05), 1.12))
-    ax.xaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.set_xlabel(f"share of importance for {s.objective_metric} ({s.importance.method})")
-    ax.set_title(f"Which flags mattered ({s.importance.trials_used} completed trials)")
-    ax.grid(axis="x", alpha=0.3)
-    return fig
-
-
-def _annotate_groups(ax: Axes, points: Sequence[tuple[float, float, str]]) -> None:
-    """Label points, one label per cluster, so trials that landed close together do not print over each other.
-
-    Points closer than ~2 % of the axis span in x and ~4 % in y share one label.
-    """
-    if not points:
-        return
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    dx, dy = (max(xs) - min(xs)) * 0.02 or 1e-9, (max(ys) - min(ys)) * 0.04 or 1e-9
-    clusters: list[tuple[float, float, list[str]]] = []
-    for x, y, text in points:
-        for cx, cy, texts in clusters:
-            if abs(x - cx) <= dx and abs(y - cy) <= dy:
-                texts.append(text)
-                break
-        else:
-            clusters.append((x, y, [text]))
-    for x, y, texts in clusters:
-        ax.annotate(", ".join(texts), (x, y), textcoords="offset points", xytext=(6, 4), fontsize=7, color="#555555")
-
-
-_SERIES = ["#1f4e9c", "#17becf", "#9467bd", "#7f7f7f", "#bcbd22", "#8c564b"]  # no green: that is "ok"
-
-
-def _draw_versus(s: StudySummary, flag: str, *, colour_by: str | None = None) -> Figure:
-    from matplotlib.lines import Line2D
-
-    fig, ax = _new_figure()
-    outcomes: set[str] = set()
-    groups = sorted({g for r in s.trials if r.outcome == "ok" and (g := _flag(r, colour_by or "")) is not None})
-    labels: list[tuple[float, float, str]] = []
-    for r in s.trials:
-        x = _flag(r, flag)
-        value = r.metric_value(s.objective_metric) if r.outcome == "ok" else 0.0
-        if x is None or value is None:
-            continue
-        look = outcome_look(r.outcome)
-        group = _flag(r, colour_by) if colour_by else None
-        if r.outcome == "ok" and group is not None:
-            colour = _SERIES[groups.index(group) % len(_SERIES)]
-            look = look._replace(colour=colour)
-        else:
-            outcomes.add(r.outcome)
-        ax.plot(x, value, **look.style(8))
-        labels.append((x, value, f"#{r.number}"))
-    _annotate_groups(ax, labels)
-    _outcome_legend(ax, outcomes)
-    if colour_by and groups:
-        handles = [
-            Line2D(
-                [],
-                [],
-                color=_SERIES[i % len(_SERIES)],
-                marker="o",
-                linestyle="",
-                markersize=8,
-                label=f"ok, {short_name(colour_by)} {g:g}",
-            )
-            for i, g in enumerate(groups)
-        ]
-        legend = ax.get_legend()
-        ax.legend(
-            handles=[*handles, *(legend.legend_handles if legend else [])], fontsize=8, loc="best", framealpha=0.9
-        )
-    ax.set_xlabel(f"--{flag} (as the server ran it)")
-    ax.set_ylabel(_value_label(s))
-    ax.set_title(f"{s.objective_metric} vs --{flag} (failed and infeasible trials at 0)")
-    ax.grid(alpha=0.3)
-    ax.set_ylim(bottom=-1)
-    return fig
-
-
-def _draw_categories(s: StudySummary) -> Figure:
-    names = sorted({c.category for tc in s.categories for c in tc.categories})
-    fig, ax = _new_figure(8.0, 4.0)
-    width = min(0.8 / len(s.categories), 0.25)
-    palette = ["#1f4e9c", "#9aa7b8", "#c9b27c", "#6c8f6b", "#b07aa1"]
-    for i, tc in enumerate(s.categories):
-        by_name = {c.category: c for c in tc.categories}
-        xs, heights, errors = [], [], []
-        for j, name in enumerate(names):
-            stats = by_name.get(name)
-            if stats is None or stats.accept_length is None:
-                continue
-            xs.append(j + (i - (len(s.categories) - 1) / 2) * width)
-            heights.append(stats.accept_length.value)
-            errors.append(stats.accept_length.ci95 or 0.0)
-        bars = ax.bar(xs, heights, width, yerr=errors, capsize=3, label=tc.label, color=palette[i % len(palette)])
-        ax.bar_label(bars, labels=[f"{h:.2f}" for h in heights], padding=2, fontsize=8)
-    ax.set_xticks(range(len(names)), names)
-    ax.set_xlim(-0.7, len(names) - 0.3)
-    ax.set_ylim(
-        0,
-        max(
-            (
-                c.accept_length.value + (c.accept_length.ci95 or 0)
-                for tc in s.categories
-                for c in tc.categories
-                if c.accept_length
-            ),
-            default=1.0,
-        )
-        * 1.15,
-    )
-    ax.set_xlabel("prompt category")
-    ax.set_ylabel("accept length [tok/step]")
-    ax.set_title("Accepted tokens per verify step, by prompt category")
-    ax.legend(fontsize=8, loc="lower right", framealpha=0.9)
-    ax.grid(axis="y", alpha=0.3)
-    return fig
-
-
-def _draw_feasibility(s: StudySummary, x_flag: str, y_flag: str) -> Figure:
-    from matplotlib.ticker import MaxNLocator
-
-    fig, ax = _new_figure()
-    outcomes: set[str] = set()
-    labels: list[tuple[float, float, str]] = []
-    for r in s.trials:
-        x, y = _flag(r, x_flag), _flag(r, y_flag)
-        if x is None or y is None:
-            continue
-        outcomes.add(r.outcome)
-        ax.plot(x, y, alpha=0.85, **outcome_look(r.outcome).style(10))
-        speed = r.metric_value(s.objective_metric)
-        shown = f" ({speed:.0f})" if speed is not None and r.outcome == "ok" else ""
-        labels.append((x, y, f"#{r.number}{shown}"))
-    _annotate_groups(ax, labels)
-    _outcome_legend(ax, outcomes)
-    ax.set_xlabel(f"--{x_flag}")
-    ax.set_ylabel(f"--{y_flag}")
-    ax.set_title(f"Tried configurations by outcome (label: #trial ({s.objective_unit}))")
-    ax.grid(alpha=0.3)
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    return fig
-
-
-def _draw_pareto(s: StudySummary) -> Figure:
-    assert s.pareto is not None
-    fig, ax = _new_figure()
-    for point in s.pareto:
-        ax.plot(*point.values[:2], marker="o", linestyle="", color="#1f4e9c" if point.on_front else "#bbbbbb")
-    front = sorted((p.values for p in s.pareto if p.on_front), key=lambda v: v[0])
-    if front:
-        ax.plot([v[0] for v in front], [v[1] for v in front], color="#1f4e9c", linewidth=1, label="Pareto front")
-        ax.legend(fontsize=8)
-    ax.set_xlabel(f"objective 1 ({s.directions[0]})")
-    ax.set_ylabel(f"objective 2 ({s.directions[1]})")
-    ax.set_title("Pareto front")
-    ax.grid(alpha=0.3)
-    return fig
-
-
-def _draw_levels_front(s: StudySummary) -> Figure:
-    assert s.load_levels is not None
-    levels = s.load_levels
-    fig, ax = _new_figure()
-    concurrencies = sorted({p.concurrency for p in levels.front})
-    winners = {(w.trial, w.concurrency) for w in levels.winners}
-    for p in levels.front:
-        colour = _SERIES[concurrencies.index(p.concurrency) % len(_SERIES)]
-        ax.plot(p.per_gpu_tok_s, p.per_user_tok_s, marker="o" if not p.slo_broken else "x", linestyle="",
-                color=colour, alpha=1.0 if p.on_front else 0.35, markersize=8 if (p.trial, p.concurrency) in winners
-                else 5)  # fmt: skip
-    on_front = sorted((p for p in levels.front if p.on_front), key=lambda p: p.per_gpu_tok_s)
-    if on_front:
-        ax.plot([p.per_gpu_tok_s for p in on_front], [p.per_user_tok_s for p in on_front], color="#333333",
-                linewidth=1, label="front (no trial better on both)")  # fmt: skip
-    _annotate_groups(ax, [(p.per_gpu_tok_s, p.per_user_tok_s, f"#{p.trial}") for p in on_front])
-    from matplotlib.lines import Line2D
-
-    handles = [Line2D([], [], marker="o", linestyle="", color=_SERIES[i % len(_SERIES)], label=f"concurrency {c}")
-               for i, c in enumerate(concurrencies)]  # fmt: skip
-    if any(p.slo_broken for p in levels.front):
-        handles.append(Line2D([], [], marker="x", linestyle="", color="#555555", label="breaks the SLO"))
-    ax.legend(handles=[*handles, *ax.get_legend_handles_labels()[0]], fontsize=8, loc="best", framealpha=0.9)
-    ax.set_xlabel(f"tokens/s per GPU (output tok/s ÷ {levels.gpus} GPUs)")
-    ax.set_ylabel("tokens/s per user (decode tok/s)")
-    ax.set_title("Per user against per GPU, every measured trial at every load level")
-    ax.grid(alpha=0.3)
-    return fig
-
-
-def _draw_schedule(s: StudySummary) -> Figure:
-    """Grouped by level: the schedule's mean and every static winner's, with intervals and launches."""
-    assert s.schedule is not None
-    verdict = s.schedule
-    fig, ax = _new_figure()
-    statics = list(dict.fromkeys(c.trial for level in verdict.levels for c in level.statics))
-    width = 0.8 / (len(statics) + 1)
-    for x, level in enumerate(verdict.levels):
-        bars = [("schedule", level.schedule_mean, level.schedule_ci95, level.schedule_values, "#2a9d3a")]
-        bars += [(c.label, c.mean, c.ci95, c.values, _SERIES[statics.index(c.trial) % len(_SERIES)])
-                 for c in level.statics]  # fmt: skip
-        for i, (label, mean, ci95, values, colour) in enumerate(bars):
-            at = x - 0.4 + width * (i + 0.5)
-            if mean is not None:
-                ax.errorbar([at], [mean], yerr=[[ci95 or 0.0], [ci95 or 0.0]], fmt="o", color=colour, capsize=4,
-                            markersize=8, label=label if x == 0 else None)  # fmt: skip
-            ax.plot([at] * len(values), values, ".", color="#999999")
-    ax.set_xticks(range(len(verdict.levels)))
-    ax.set_xticklabels([f"{v.concurrency} users\n(schedule: {v.steps} steps)" for v in verdict.levels])
-    ax.set_ylabel(_value_label(s))
-    ax.set_title("recommended" if verdict.recommended else "declined", fontsize=10)
-    ax.legend(fontsize=8, loc="best", framealpha=0.9)
-    ax.grid(axis="y", alpha=0.3)
-    return fig
-
-
-def _draw_break_even(s: StudySummary) -> Figure:
-    """Predicted tok/s against accept length per drafter (its fastest trial's cycle time), the
-    best as a line, every measured drafting trial as a point, and where each line crosses the best."""
-    result = s.break_even
-    assert result is not None and result.best_tok_s is not None
-    fig, ax = _new_figure()
-    top = max([6.0, *(f.break_even + 1 for f in result.drafters), *(p.accept_length + 1 for p in result.points)])
-    lengths = [1 + i * (top - 1) / 100 for i in range(101)]
-    colours = ["#1f4e9c", "#d55e00", "#2a9d3a", "#8e44ad", "#e69f00", "#555555"]
-    for fit, colour in zip(result.drafters, colours * len(result.drafters), strict=False):
-        label = f"{fit.drafter}, {fit.steps} steps: needs {fit.break_even:.2f}"
-        # at its fastest trial's measured cycle time, the cost the break-even number uses
-        cycle_s = fit.measured_accept / fit.measured_tok_s
-        ax.plot(lengths, [x / cycle_s for x in lengths], color=colour, linewidth=1.2, label=label)
-        ax.plot(fit.break_even, result.best_tok_s, marker="|", markersize=14, color=colour)
-        measured = [p for p in result.points if p.drafter == fit.drafter]
-        ax.plot([p.accept_length for p in measured], [p.tok_s for p in measured], marker="o", linestyle="",
-                color=colour, markersize=5)  # fmt: skip
-    ax.axhline(result.best_tok_s, color="#888888", linestyle="--", linewidth=1,
-               label=f"best: trial {result.best_trial}, {result.best_tok_s:.1f} tok/s")  # fmt: skip
-    ax.set_xlabel("accept length (tokens per verify pass)")
-    ax.set_ylabel("decode tok/s (one stream)")
-    ax.set_title("Break-even accept length per drafter")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    return fig
-
-
 def _tuned(s: StudySummary, flag: str) -> str | None:
     if not flag:
         return f"{s.engine} has no such flag"
     if flag not in s.tuned:
         return f"--{flag} is not tuned in this study"
-    if sum(1 for r in s.trials if _flag(r, flag) is not None) < 2:
+    if sum(1 for r in s.trials if flag_value(r, flag) is not None) < 2:
         return f"fewer than 2 trials with a known --{flag}"
     return None
 
@@ -411,7 +62,7 @@ def _verdict_figure(s: StudySummary) -> FigurePlan:
     """The race's outcome: each finalist and baseline with its interval, the recommended one marked."""
     confirmation = s.confirmation
     confirmed = [f for f in confirmation.finalists if f.confirmed] if confirmation is not None else []
-    reference = _reference(s)
+    reference = verdict_reference(s)
     if reference is not None:
         caption = (
             f"Each finalist's gain in {s.objective_metric} over {reference.label} (the verdict's reference) with the "
@@ -428,67 +79,9 @@ def _verdict_figure(s: StudySummary) -> FigurePlan:
         )
     return _plan(
         ReportFigure(VERDICT_FIGURE, "Verdict", caption),
-        lambda: _draw_verdict(s),
+        lambda: draw_verdict(s),
         None if confirmed else "the study has no confirmed finalist",
     )
-
-
-def _reference(s: StudySummary) -> Finalist | None:
-    """The baseline the verdict compares with, when the race stored each configuration's gain over it."""
-    confirmation = s.confirmation
-    if confirmation is None or not confirmation.versus:
-        return None
-    return next((f for f in confirmation.finalists if f.trial == confirmation.reference and f.confirmed), None)
-
-
-def _draw_verdict(s: StudySummary) -> Figure:
-    assert s.confirmation is not None
-    confirmation = s.confirmation
-    shown = [f for f in confirmation.finalists if f.confirmed][::-1]  # the best at the top
-    reference = _reference(s)
-    if reference is not None:
-        return _draw_gains(s, shown, reference)
-    fig, ax = _new_figure(8.0, 1.2 + 0.5 * len(shown))
-    for row, finalist in enumerate(shown):
-        chosen = finalist.trial == confirmation.best
-        colour = "#2a9d3a" if chosen else ("#1f5fa8" if finalist.baseline else "#555555")
-        ax.errorbar([finalist.mean], [row], xerr=[[finalist.ci95 or 0.0], [finalist.ci95 or 0.0]], fmt="o",
-                    color=colour, markersize=9 if chosen else 7, capsize=4)  # fmt: skip
-        ax.plot(finalist.values, [row] * len(finalist.values), ".", color="#999999")
-        if finalist.first is not None:
-            ax.plot([finalist.first], [row], "D", markerfacecolor="none", color="#999999")
-    ax.set_yticks(range(len(shown)))
-    ax.set_yticklabels([f"{f.label}{' (recommended)' if f.trial == confirmation.best else ''}" for f in shown])
-    ax.set_xlabel(_value_label(s))
-    ax.grid(axis="x", alpha=0.3)
-    return fig
-
-
-def _draw_gains(s: StudySummary, shown: Sequence[Finalist], reference: Finalist) -> Figure:
-    """Each finalist's gain over the reference with the verdict's interval; the reference at zero."""
-    assert s.confirmation is not None
-    confirmation = s.confirmation
-    versus = {g.trial: g for g in confirmation.versus}
-    fig, ax = _new_figure(8.0, 1.2 + 0.5 * len(shown))
-    ax.axvline(0.0, color="#1f5fa8", linewidth=1, alpha=0.6)
-    for row, finalist in enumerate(shown):
-        chosen = finalist.trial == confirmation.best
-        colour = "#2a9d3a" if chosen else ("#1f5fa8" if finalist.baseline else "#555555")
-        ax.plot([100 * (v / reference.mean - 1) for v in finalist.values], [row] * len(finalist.values), ".",
-                color="#999999")  # fmt: skip
-        gain = versus.get(finalist.trial)
-        if finalist.trial == reference.trial or gain is None:
-            ax.plot([0.0 if gain is None else 100 * gain.gain], [row], "o", color=colour, markersize=9 if chosen else 7)
-            continue
-        low = gain.low if gain.low is not None else gain.gain
-        high = gain.high if gain.high is not None else gain.gain
-        ax.errorbar([100 * gain.gain], [row], xerr=[[100 * (gain.gain - low)], [100 * (high - gain.gain)]], fmt="o",
-                    color=colour, markersize=9 if chosen else 7, capsize=4)  # fmt: skip
-    ax.set_yticks(range(len(shown)))
-    ax.set_yticklabels([f"{f.label}{' (recommended)' if f.trial == confirmation.best else ''}" for f in shown])
-    ax.set_xlabel(f"gain over {reference.label} [%]")
-    ax.grid(axis="x", alpha=0.3)
-    return fig
 
 
 def _plan(fig: ReportFigure, draw: Callable[[], Figure], skipped: str | None) -> FigurePlan:
@@ -508,7 +101,7 @@ def _search_figures(s: StudySummary) -> list[FigurePlan]:
                 f"Each trial's {s.objective_metric} with its 95% confidence interval; the line is the best feasible "
                 "value so far. Trials that did not fit in memory, were invalid, or failed are drawn at 0.",
             ),
-            lambda: _draw_history(s),
+            lambda: draw_history(s),
             None if s.trials else "no trials yet",
         ),
         _plan(
@@ -519,7 +112,7 @@ def _search_figures(s: StudySummary) -> list[FigurePlan]:
                 f"(Optuna's {s.importance.method}). Infeasible trials count with value 0, so flags that decide "
                 "whether a configuration fits rank high too.",
             ),
-            lambda: _draw_importance(s),
+            lambda: draw_importance(s),
             None if s.importance.values else (s.importance.note or "not available"),
         ),
     ]
@@ -529,9 +122,10 @@ def _configuration_figures(s: StudySummary) -> list[FigurePlan]:
     """What the configurations did: speed against two flags, accept length per category, the feasibility map."""
     knobs = figure_flags(s.engine)
     mem_fraction, draft_depth, draft_tokens, topk = knobs.memory, knobs.depth, knobs.draft_tokens, knobs.width
+    known = [r for r in s.trials if flag_value(r, mem_fraction) is not None]
     feasibility_skip = _tuned(s, mem_fraction) or (
         None
-        if sum(1 for r in s.trials if _flag(r, mem_fraction) is not None and _flag(r, draft_tokens) is not None) >= 2
+        if sum(1 for r in known if flag_value(r, draft_tokens) is not None) >= 2
         else f"fewer than 2 trials with both --{mem_fraction} and --{draft_tokens} known"
     )
     return [
@@ -542,7 +136,7 @@ def _configuration_figures(s: StudySummary) -> list[FigurePlan]:
                 "Share of GPU memory SGLang reserves for weights and KV cache. Too low and the pools do not fit; "
                 "too high and CUDA graphs run out of memory.",
             ),
-            lambda: _draw_versus(s, mem_fraction),
+            lambda: draw_versus(s, mem_fraction),
             _tuned(s, mem_fraction),
         ),
         _plan(
@@ -552,7 +146,7 @@ def _configuration_figures(s: StudySummary) -> list[FigurePlan]:
                 "Deeper drafts propose more tokens per verify step but each further token is accepted less "
                 "often and costs a draft pass. Labels give the trial and its tree width (topk).",
             ),
-            lambda: _draw_versus(s, draft_depth, colour_by=topk),
+            lambda: draw_versus(s, draft_depth, colour_by=topk),
             _tuned(s, draft_depth),
         ),
         _plan(
@@ -562,7 +156,7 @@ def _configuration_figures(s: StudySummary) -> list[FigurePlan]:
                 "Mean accepted tokens per verify step, per prompt category of the suite, for the best trial and "
                 "the measured baselines (error bars: 95% CI).",
             ),
-            lambda: _draw_categories(s),
+            lambda: draw_categories(s),
             None if s.categories else "no per-category measurements stored",
         ),
         _plan(
@@ -572,15 +166,47 @@ def _configuration_figures(s: StudySummary) -> list[FigurePlan]:
                 f"Every tried configuration by --{mem_fraction} and --{draft_tokens}, coloured by outcome: where "
                 "the memory boundary lies and which draft sizes ran.",
             ),
-            lambda: _draw_feasibility(s, mem_fraction, draft_tokens),
+            lambda: draw_feasibility(s, mem_fraction, draft_tokens),
             feasibility_skip,
         ),
     ]
 
 
 def _trade_off_figures(s: StudySummary) -> list[FigurePlan]:
-    """The trade-offs: per user against per GPU (a levels study), the speculation schedule against each static
-    winner, the Pareto front, break-even accept length."""
+    """The trade-offs: a levels study's (per user against per GPU, the schedule), the Pareto front, break-even."""
+    pareto_skip = (
+        None if s.pareto else "a levels study: see the per-user vs per-GPU figure" if s.load_levels
+        else f"the study has {len(s.directions)} objective; a Pareto front needs two"
+    )  # fmt: skip
+    break_even = s.break_even
+    break_even_skip = (
+        None if break_even is not None and break_even.drafters else (break_even.note if break_even else "not computed")
+    )
+    return [
+        *_levels_figures(s),
+        _plan(
+            ReportFigure(
+                "pareto.png", "Pareto front", "Trials on the front are not beaten on both objectives at once."
+            ),
+            lambda: draw_pareto(s),
+            pareto_skip,
+        ),
+        _plan(
+            ReportFigure(
+                "break-even.png",
+                "Break-even accept length",
+                "Predicted decode tok/s = accept length / cycle time, at the cycle (pass + drafting) each drafter's "
+                "fastest trial measured; points are its measured trials. Where a line crosses the best (dashed) is "
+                "the accept length that drafter must reach to beat it.",
+            ),
+            lambda: draw_break_even(s),
+            break_even_skip,
+        ),
+    ]
+
+
+def _levels_figures(s: StudySummary) -> list[FigurePlan]:
+    """A levels study's: per user against per GPU, the speculation schedule against each static winner."""
     plans = []
     if s.load_levels is not None:
         plans.append(
@@ -592,7 +218,7 @@ def _trade_off_figures(s: StudySummary) -> list[FigurePlan]:
                     "throughput from each GPU; the line joins the points no other point beats on both. Large "
                     "markers are each level's winner.",
                 ),
-                lambda: _draw_levels_front(s),
+                lambda: draw_levels_front(s),
                 None if any(p.on_front for p in s.load_levels.front) else "no trial measured at every level yet",
             )
         )
@@ -606,38 +232,8 @@ def _trade_off_figures(s: StudySummary) -> list[FigurePlan]:
                     "each level's best depth) beside every static winner, each mean with its 95% interval; grey "
                     "dots are the single launches.",
                 ),
-                lambda: _draw_schedule(s),
+                lambda: draw_schedule(s),
                 None if any(v.schedule_values for v in s.schedule.levels) else "the schedule never served",
             )
         )
-    pareto_skip = (
-        None if s.pareto else "a levels study: see the per-user vs per-GPU figure" if s.load_levels
-        else f"the study has {len(s.directions)} objective; a Pareto front needs two"
-    )  # fmt: skip
-    plans.append(
-        _plan(
-            ReportFigure(
-                "pareto.png", "Pareto front", "Trials on the front are not beaten on both objectives at once."
-            ),
-            lambda: _draw_pareto(s),
-            pareto_skip,
-        )
-    )
-    break_even = s.break_even
-    break_even_skip = (
-        None if break_even is not None and break_even.drafters else (break_even.note if break_even else "not computed")
-    )
-    plans.append(
-        _plan(
-            ReportFigure(
-                "break-even.png",
-                "Break-even accept length",
-                "Predicted decode tok/s = accept length / cycle time, at the cycle (pass + drafting) each drafter's "
-                "fastest trial measured; points are its measured trials. Where a line crosses the best (dashed) is "
-                "the accept length that drafter must reach to beat it.",
-            ),
-            lambda: _draw_break_even(s),
-            break_even_skip,
-        )
-    )
     return plans

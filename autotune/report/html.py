@@ -16,9 +16,11 @@ from pathlib import Path
 from autotune.engines.names import short_name
 from autotune.errors import UserError
 from autotune.profile import render_yaml
-from autotune.report.console import break_even_text, schedule_comparison, trial_note
-from autotune.report.figures import VERDICT_FIGURE, ReportFigure, outcome_look, plan_figures
+from autotune.report.console import break_even_text, schedule_comparison
+from autotune.report.drawings import outcome_look
+from autotune.report.figures import VERDICT_FIGURE, ReportFigure, plan_figures
 from autotune.report.summary import StudySummary, summarise
+from autotune.report.trials_table import trial_note
 from autotune.study.schedule import ScheduleVerdict
 from autotune.study.view import StudyView
 
@@ -89,8 +91,8 @@ def _summary_rows(s: StudySummary) -> list[tuple[str, str]]:
             ("best accept length", f'<span id="best-accept">{_num(accept, 2)}</span> tok/step'),
             (
                 "confirmed",
-                f'<span id="best-confirmed">{s.best.confirmed_launches or 0}</span> launches'
-                if s.best.confirmed_launches
+                f'<span id="best-confirmed">{s.best.measurement.confirmed_launches or 0}</span> launches'
+                if s.best.measurement.confirmed_launches
                 else '<span id="best-confirmed">0</span> launches: <b>UNCONFIRMED</b>, a single measurement',
             ),
         ]
@@ -236,8 +238,8 @@ def _winner_html(s: StudySummary) -> list[str]:
         return parts
     flag_rows = []
     for name, value in s.best.flags.items():
-        ran = s.best.effective.get(name)
-        changed = name in s.best.effective and ran != value
+        ran = s.best.launch.effective.get(name)
+        changed = name in s.best.launch.effective and ran != value
         shown = f"<b>{e(_fmt(ran))}</b> (the server changed it)" if changed else e(_fmt(ran))
         flag_rows.append([f"--{e(name)}", e(_fmt(value)), shown])
     parts.append(
@@ -253,7 +255,7 @@ def _winner_html(s: StudySummary) -> list[str]:
             e(m.unit),
             e(_fmt(m.n)),
         ]
-        for name, m in s.best.metrics.items()
+        for name, m in s.best.measurement.metrics.items()
     ]
     parts.append(_table(["metric", "value", "±95% CI", "unit", "n"], metric_rows))
     if s.launch_script:

@@ -1,7 +1,8 @@
 """Optuna's user attrs, both ways: the only module that reads or writes them.
 
-Writing: each way a trial ends (:class:`~autotune.outcomes.OutcomeKind`) becomes JSON-able attrs
-with human-readable names, so optuna-dashboard shows them as columns. Reading: a trial's attrs
+Writing: a trial's :class:`TrialStory`, a call per phase; each way a trial ends
+(:class:`~autotune.outcomes.OutcomeKind`) becomes JSON-able attrs with human-readable names, so
+optuna-dashboard shows them as columns. Reading: a trial's attrs
 become a :class:`~autotune.records.TrialRecord`, the study's attrs a :class:`StudyInfo`.
 Everything else in autotune reads those models, never the attrs.
 """
@@ -19,7 +20,16 @@ from autotune.feasibility import MemoryLesson
 from autotune.measure.agreement import Agreement, Reference, compare
 from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
-from autotune.records import AgreementRecord, LevelRecord, MetricRecord, TrialRecord
+from autotune.records import (
+    AgreementRecord,
+    LaunchRecord,
+    Lessons,
+    LevelRecord,
+    MeasurementRecord,
+    MetricRecord,
+    Proposal,
+    TrialRecord,
+)
 from autotune.space import FlagValue, SearchSpace, SLOSpec
 from autotune.study.confirm import Confirmation
 from autotune.study.importance import Importance
@@ -181,13 +191,15 @@ def agreement_reference(study: optuna.Study) -> Reference | None:
         return None
 
 
-def _offer_reference(trial: optuna.Trial, outcome: TrialOutcome, agreement: Agreement) -> Agreement:
+def _offer_reference(
+    trial: optuna.Trial, outcome: TrialOutcome, agreement: Agreement, *, baseline: str | None
+) -> Agreement:
     """The first baseline, or a run without speculation, that found no reference becomes it (and
     agrees with itself). A speculating trial never does (its drafter may be the broken one); trials
     that ran before any reference existed stay unchecked."""
     if outcome.kind is not OutcomeKind.OK or agreement.sample is None or agreement.reference_trial is not None:
         return agreement
-    if not (baseline_of(trial) or _plain(outcome)):
+    if not (baseline or _plain(outcome)):
         return agreement
     current = agreement_reference(trial.study)
     if current is not None and current.sample.key == agreement.sample.key:
@@ -244,105 +256,105 @@ def _confirmation(stored: object) -> Confirmation | None:
 # ---------------------------------------------------------------- one trial, written
 
 
-def record_start(trial: optuna.Trial, *, host: str, pid: int, gpus: list[str]) -> None:
-    trial.set_user_attr("host", host)
-    trial.set_user_attr("worker_pid", pid)
-    trial.set_user_attr("gpus", gpus)
+class TrialStory:
+    """One trial's record, written a phase at a time: who runs it (:meth:`begin`), what it proposes,
+    what the study decided, how the launch ended (measured, or not launched), what it taught.
 
+    What was queued with the trial (a baseline's name, a relaunch's original) is read once, here.
+    """
 
-def record_engine(trial: optuna.Trial, engine: str) -> None:
-    trial.set_user_attr("engine", engine)
+    def __init__(self, trial: optuna.Trial) -> None:
+        self.trial = trial
+        self.proposal = _proposal(trial.user_attrs)
+        name = trial.user_attrs.get("baseline")
+        self.baseline = str(name) if name else None
+        self.busy_wait_s = 0.0  # the wait for idle GPUs, written with the launch's end
+        self.reason: str | None = None
 
+    @classmethod
+    def begin(cls, trial: optuna.Trial, *, host: str, pid: int, gpus: list[str]) -> TrialStory:
+        """The trial names its host and worker first: a tuner that dies later leaves it claimable."""
+        story = cls(trial)
+        story._set(host=host, worker_pid=pid, gpus=gpus)
+        return story
 
-def record_config_key(trial: optuna.Trial, key: str) -> None:
-    """Set before launching, so other workers see which effective config this trial measures."""
-    trial.set_user_attr("config_key", key)
+    def proposed(self, engine: str, *, config_key: str | None) -> None:
+        """Before deciding: other workers see which effective configuration this trial measures."""
+        self._set(engine=engine, **({"config_key": config_key} if config_key else {}))
 
+    def decided(self, decision: Decision, *, flags: Mapping[str, FlagValue], reused: FrozenTrial | None = None) -> None:
+        """What the study decided before launching, with the flags it decided on (secrets redacted). A
+        skip ends the trial here; a reuse copies ``reused``'s measured facts (marked by the decision as
+        borrowed), a reason the decision gave replacing the original's."""
+        self._set(**{DECISION: decision.model_dump(mode="json"), "flags": dict(flags)})
+        if isinstance(decision, Skip):
+            self._ended(decision.outcome, decision.reason, flags)
+            if decision.outcome.predicted:
+                self._set(predicted_infeasible=True)
+            if decision.predicted_pool_gib is not None:
+                self._set(predicted_pool_gib=decision.predicted_pool_gib)
+        if isinstance(decision, Reuse) and reused is not None:
+            self._set(**{key: value for key, value in reused.user_attrs.items() if key not in NOT_COPIED})
+            if decision.reason:
+                self._set(reason=decision.reason)
 
-def record_busy_wait(trial: optuna.Trial, seconds: float) -> None:
-    trial.set_user_attr("busy_wait_s", round(seconds, 1))
+    def not_launched(self, kind: OutcomeKind, reason: str, flags: Mapping[str, FlagValue]) -> None:
+        """A launch that ended without a measurement: busy GPUs, Ctrl-C, a bug."""
+        self._ended(kind, reason, flags)
 
+    def measured(self, outcome: TrialOutcome, *, roofline: Roofline | None = None, slo: SLOSpec | None = None) -> None:
+        """A launched trial's facts: outcome, effective config, metrics with units, memory, durations."""
+        trial = self.trial
+        self._ended(outcome.kind, outcome.reason, outcome.plan.flags)
+        trial.set_user_attr("config_key", outcome.plan.config_key)
+        if outcome.plan.notes:
+            trial.set_user_attr("engine_rules_applied", outcome.plan.notes)
+        if outcome.argv:
+            trial.set_user_attr("argv", outcome.argv)
+        if outcome.effective is not None:
+            trial.set_user_attr("effective", outcome.effective.values)
+            trial.set_user_attr("engine_version", outcome.effective.version)
+        if outcome.measurement is not None:
+            _record_measurement(trial, outcome.measurement)
+        if len(outcome.measurements) > 1:
+            by_level = {str(m.concurrency): _level(m, slo or SLOSpec()) for m in outcome.measurements}
+            trial.set_user_attr(BY_CONCURRENCY, by_level)
+        trial.set_user_attr(LAUNCH_TIME, round(outcome.launch_s, 2))
+        trial.set_user_attr(MEASURE_TIME, round(outcome.measure_s, 2))
+        trial.set_user_attr("stop time [s]", round(outcome.stop_s, 2))
+        _record_memory(trial, outcome)
+        if outcome.agreement is not None:
+            _record_agreement(trial, outcome, outcome.agreement, baseline=self.baseline)
+        if roofline is not None and roofline.share is not None:
+            trial.set_user_attr("roofline_share", round(roofline.share, 3))
+            trial.set_user_attr("ceiling_tok_s", round(roofline.ceiling_tok_s, 1))
+        elif roofline is not None:
+            trial.set_user_attr(ROOFLINE_UNKNOWN, roofline.unknown or ABOVE_COUNT)
 
-def _ended(trial: optuna.Trial, kind: OutcomeKind, reason: str | None, flags: Mapping[str, FlagValue]) -> None:
-    trial.set_user_attr(OUTCOME, kind.value)
-    if reason:
-        trial.set_user_attr("reason", reason)
-    trial.set_user_attr("feasible", kind is OutcomeKind.OK)
-    trial.set_user_attr("flags", dict(flags))
+    def learned(self, lesson: MemoryLesson | None, *, against_config: Mapping[str, str] | None = None) -> None:
+        """The memory lesson in exact bytes (read back by resumed studies). ``against_config``: a server
+        failure the sampler is told to avoid, the set-up having served before it, with the flag values its
+        message names, predicted to fail alike (:mod:`autotune.study.named_failures`)."""
+        if lesson is not None:
+            self._set(**{MEMORY_LESSON: lesson.model_dump(mode="json")})
+            if lesson.runtime_bytes is not None:
+                self._set(memory_runtime_gib=round(lesson.runtime_bytes / 2**30, 3))
+        if against_config is not None:
+            note = "counted against this configuration: the set-up served earlier trials"
+            self._set(reason=f"{self.reason}; {note}" if self.reason else note)
+            if against_config:
+                self._set(failure_names=dict(against_config))
 
+    def _ended(self, kind: OutcomeKind, reason: str | None, flags: Mapping[str, FlagValue]) -> None:
+        self.reason = reason
+        if self.busy_wait_s > 0:
+            self._set(busy_wait_s=round(self.busy_wait_s, 1))
+        self._set(**{OUTCOME: kind.value, **({"reason": reason} if reason else {})})
+        self._set(feasible=kind is OutcomeKind.OK, flags=dict(flags))
 
-def record_not_run(trial: optuna.Trial, kind: OutcomeKind, reason: str, flags: Mapping[str, FlagValue]) -> None:
-    """A trial that ended without a measurement: invalid flags, busy GPUs, Ctrl-C, a bug."""
-    _ended(trial, kind, reason, flags)
-
-
-def record_counted_against_config(trial: optuna.Trial, reason: str | None, named: Mapping[str, str]) -> None:
-    """A server failure the sampler is told to avoid: the set-up had served before it. ``named``: the
-    flag values its message names, predicted to fail alike (:mod:`autotune.study.named_failures`)."""
-    note = "counted against this configuration: the set-up served earlier trials"
-    trial.set_user_attr("reason", f"{reason}; {note}" if reason else note)
-    if named:
-        trial.set_user_attr("failure_names", dict(named))
-
-
-def record_decision(trial: optuna.Trial, decision: Decision, *, flags: Mapping[str, FlagValue]) -> None:
-    """What the study decided before launching, with the flags it decided on (secrets redacted); a
-    skip ends the trial here."""
-    trial.set_user_attr(DECISION, decision.model_dump(mode="json"))
-    trial.set_user_attr("flags", dict(flags))
-    if isinstance(decision, Skip):
-        _ended(trial, decision.outcome, decision.reason, flags)
-        if decision.outcome.predicted:
-            trial.set_user_attr("predicted_infeasible", True)
-        if decision.predicted_pool_gib is not None:
-            trial.set_user_attr("predicted_pool_gib", decision.predicted_pool_gib)
-
-
-def record_reuse(trial: optuna.Trial, original: FrozenTrial) -> None:
-    """A reused trial: its original's measured facts (marked by its decision as borrowed); a reason
-    the decision gave replaces the original's."""
-    for key, value in original.user_attrs.items():
-        if key not in NOT_COPIED:
-            trial.set_user_attr(key, value)
-    decision = _decision(trial.user_attrs.get(DECISION))
-    if isinstance(decision, Reuse) and decision.reason:
-        trial.set_user_attr("reason", decision.reason)
-
-
-def record_outcome(
-    trial: optuna.Trial,
-    outcome: TrialOutcome,
-    *,
-    lesson: MemoryLesson | None = None,
-    roofline: Roofline | None = None,
-    slo: SLOSpec | None = None,
-) -> None:
-    """A launched trial's facts: outcome, effective config, metrics with units, memory, durations."""
-    _ended(trial, outcome.kind, outcome.reason, outcome.plan.flags)
-    trial.set_user_attr("config_key", outcome.plan.config_key)
-    if outcome.plan.notes:
-        trial.set_user_attr("engine_rules_applied", outcome.plan.notes)
-    if outcome.argv:
-        trial.set_user_attr("argv", outcome.argv)
-    if outcome.effective is not None:
-        trial.set_user_attr("effective", outcome.effective.values)
-        trial.set_user_attr("engine_version", outcome.effective.version)
-    if outcome.measurement is not None:
-        _record_measurement(trial, outcome.measurement)
-    if len(outcome.measurements) > 1:
-        by_level = {str(m.concurrency): _level(m, slo or SLOSpec()) for m in outcome.measurements}
-        trial.set_user_attr(BY_CONCURRENCY, by_level)
-    trial.set_user_attr(LAUNCH_TIME, round(outcome.launch_s, 2))
-    trial.set_user_attr(MEASURE_TIME, round(outcome.measure_s, 2))
-    trial.set_user_attr("stop time [s]", round(outcome.stop_s, 2))
-    _record_memory(trial, outcome, lesson)
-    if outcome.agreement is not None:
-        _record_agreement(trial, outcome, outcome.agreement)
-    if roofline is not None and roofline.share is not None:
-        trial.set_user_attr("roofline_share", round(roofline.share, 3))
-        trial.set_user_attr("ceiling_tok_s", round(roofline.ceiling_tok_s, 1))
-    elif roofline is not None:
-        trial.set_user_attr(ROOFLINE_UNKNOWN, roofline.unknown or ABOVE_COUNT)
+    def _set(self, **values: Any) -> None:
+        for key, value in values.items():
+            self.trial.set_user_attr(key, value)
 
 
 def _metrics(measurement: Measurement) -> dict[str, dict[str, Any]]:
@@ -384,8 +396,10 @@ def _record_measurement(trial: optuna.Trial, measurement: Measurement) -> None:
         trial.set_user_attr("server", measurement.server.model_dump(exclude_none=True))
 
 
-def _record_agreement(trial: optuna.Trial, outcome: TrialOutcome, agreement: Agreement) -> None:
-    agreement = _offer_reference(trial, outcome, agreement)
+def _record_agreement(
+    trial: optuna.Trial, outcome: TrialOutcome, agreement: Agreement, *, baseline: str | None
+) -> None:
+    agreement = _offer_reference(trial, outcome, agreement, baseline=baseline)
     _learn_numerics(trial, outcome, agreement)
     share = agreement.share
     stored = AgreementRecord(
@@ -401,10 +415,8 @@ def _record_agreement(trial: optuna.Trial, outcome: TrialOutcome, agreement: Agr
         trial.set_user_attr("agreement [share]", round(share, 3))  # a dashboard column
 
 
-def _record_memory(trial: optuna.Trial, outcome: TrialOutcome, lesson: MemoryLesson | None) -> None:
-    """The lesson in exact bytes (read back by resumed studies), and GiB readings for people."""
-    if lesson is not None:
-        trial.set_user_attr(MEMORY_LESSON, lesson.model_dump(mode="json"))
+def _record_memory(trial: optuna.Trial, outcome: TrialOutcome) -> None:
+    """GiB readings for people."""
     facts = outcome.memory
     if facts is not None:
         for name, value in (("weights", facts.weights_bytes), ("kv_pool", facts.kv_pool_bytes),
@@ -415,8 +427,6 @@ def _record_memory(trial: optuna.Trial, outcome: TrialOutcome, lesson: MemoryLes
             trial.set_user_attr("memory_graph_batch", facts.graph_batch)
         if facts.free_at_start_bytes is not None:
             trial.set_user_attr("memory_server_free_gib", round(facts.free_at_start_bytes / 2**30, 3))
-    if lesson is not None and lesson.runtime_bytes is not None:
-        trial.set_user_attr("memory_runtime_gib", round(lesson.runtime_bytes / 2**30, 3))
     if outcome.gpu_peak_used_bytes is not None:
         trial.set_user_attr("gpu_peak_used_gib", round(outcome.gpu_peak_used_bytes / 2**30, 2))
     if outcome.release_s is not None:
@@ -447,20 +457,9 @@ def enqueue_confirmation(study: optuna.Study, params: dict[str, Any], record: Tr
     study.enqueue_trial(params, user_attrs=extra)
 
 
-def confirm_of(trial: optuna.Trial) -> int | None:
-    number = trial.user_attrs.get("confirm_of")
-    return number if isinstance(number, int) else None
-
-
 def enqueue_retry(study: optuna.Study, params: dict[str, Any], number: int) -> None:
     """Queue an interrupted trial's configuration again, marked as its retry."""
     study.enqueue_trial(params, user_attrs={"retry_of": number})
-
-
-def baseline_of(trial: optuna.Trial) -> str | None:
-    """The baseline an enqueued trial measures (set before it started)."""
-    name = trial.user_attrs.get("baseline")
-    return str(name) if name else None
 
 
 # ---------------------------------------------------------------- one trial, read
@@ -481,7 +480,6 @@ def trial_record(trial: FrozenTrial | StoredTrial) -> TrialRecord:
     attrs = trial.user_attrs
     state = trial.state if isinstance(trial, StoredTrial) else trial.state.name
     default_outcome = OutcomeKind.FAILED.value if state == "FAIL" else state.lower()
-    metrics = _metric_records(attrs.get("metrics"))
     lesson = attrs.get(MEMORY_LESSON)
     agreement = attrs.get(AGREEMENT)
     readings = {
@@ -499,30 +497,41 @@ def trial_record(trial: FrozenTrial | StoredTrial) -> TrialRecord:
         feasible=bool(attrs.get("feasible", False)),
         baseline=attrs.get("baseline"),
         decision=_decision(attrs.get(DECISION), legacy_duplicate_of=attrs.get("duplicate_of")),
-        retry_of=attrs.get("retry_of"),
-        confirm_of=attrs.get("confirm_of"),
-        launch_round=attrs.get("launch_round"),
-        early_stopped=bool(attrs.get("early_stopped", False)),
-        dropped_requests=list(attrs.get("dropped_requests") or []),
-        resent_requests=list(attrs.get("resent_requests") or []),
-        config_key=attrs.get("config_key"),
-        failure_names=attrs.get("failure_names") or {},
-        flags=attrs.get("flags", {}),
-        effective=attrs.get("effective", {}),
-        engine_version=attrs.get("engine_version"),
-        argv=attrs.get("argv", []),
-        metrics=metrics,
-        engine=attrs.get("engine"),
-        roofline_share=attrs.get("roofline_share"),
-        host=attrs.get("host"),
-        worker_pid=attrs.get("worker_pid") if isinstance(attrs.get("worker_pid"), int) else None,
-        gpus=attrs.get("gpus", []),
-        launch_s=attrs.get(LAUNCH_TIME),
-        measure_s=attrs.get(MEASURE_TIME),
-        memory=MemoryLesson.model_validate(lesson) if isinstance(lesson, dict) else None,
-        agreement=AgreementRecord.model_validate(agreement) if isinstance(agreement, dict) else None,
-        readings=readings,
-        levels=_level_records(attrs.get(BY_CONCURRENCY)),
+        proposal=_proposal(attrs),
+        launch=LaunchRecord(
+            engine=attrs.get("engine"),
+            flags=attrs.get("flags", {}),
+            config_key=attrs.get("config_key"),
+            effective=attrs.get("effective", {}),
+            engine_version=attrs.get("engine_version"),
+            argv=attrs.get("argv", []),
+            host=attrs.get("host"),
+            worker_pid=attrs.get("worker_pid") if isinstance(attrs.get("worker_pid"), int) else None,
+            gpus=attrs.get("gpus", []),
+            launch_s=attrs.get(LAUNCH_TIME),
+        ),
+        measurement=MeasurementRecord(
+            metrics=_metric_records(attrs.get("metrics")),
+            levels=_level_records(attrs.get(BY_CONCURRENCY)),
+            measure_s=attrs.get(MEASURE_TIME),
+            early_stopped=bool(attrs.get("early_stopped", False)),
+            dropped_requests=list(attrs.get("dropped_requests") or []),
+            resent_requests=list(attrs.get("resent_requests") or []),
+            roofline_share=attrs.get("roofline_share"),
+            readings=readings,
+            agreement=AgreementRecord.model_validate(agreement) if isinstance(agreement, dict) else None,
+        ),
+        lessons=Lessons(
+            memory=MemoryLesson.model_validate(lesson) if isinstance(lesson, dict) else None,
+            failure_names=attrs.get("failure_names") or {},
+        ),
+    )
+
+
+def _proposal(attrs: Mapping[str, Any]) -> Proposal:
+    """What was enqueued with the trial (nothing, for a sampled one)."""
+    return Proposal(
+        retry_of=attrs.get("retry_of"), confirm_of=attrs.get("confirm_of"), launch_round=attrs.get("launch_round")
     )
 
 

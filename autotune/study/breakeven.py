@@ -156,15 +156,15 @@ def speed_point(record: TrialRecord, *, engine: str) -> SpeedPoint | None:
         return None
 
     def flag(name: str) -> FlagValue | None:
-        return record.effective.get(name, record.flags.get(name))
+        return record.launch.effective.get(name, record.flags.get(name))
 
     algorithm, draft_model = flag(spelling.method), flag(spelling.draft_model)
     if algorithm in (None, "", "none", "None"):
         return SpeedPoint(trial=record.number, drafter=None, steps=0, tok_s=tok_s, accept_length=1.0,
-                          roofline_share=record.roofline_share)  # fmt: skip
+                          roofline_share=record.measurement.roofline_share)  # fmt: skip
     steps = flag(spelling.depth)
     if accept is None or accept < 1 or not isinstance(steps, int) or isinstance(steps, bool):
         return None
     drafter = f"{algorithm} {Path(str(draft_model)).name}" if draft_model else str(algorithm)
     return SpeedPoint(trial=record.number, drafter=drafter, steps=steps, tok_s=tok_s, accept_length=accept,
-                      roofline_share=record.roofline_share, separate_draft=bool(draft_model))  # fmt: skip
+                      roofline_share=record.measurement.roofline_share, separate_draft=bool(draft_model))  # fmt: skip

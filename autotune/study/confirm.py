@@ -138,11 +138,11 @@ def measure_noise(records: Sequence[TrialRecord], objective: str) -> Noise:
     within: list[float] = []
     groups: dict[str, list[float]] = {}
     for record in _objective_runs(records):
-        metric = record.metrics.get(objective)
+        metric = record.measurement.metrics.get(objective)
         if metric is not None and metric.ci95 and metric.n and metric.n >= 2 and metric.value:
             within.append(metric.ci95 / t95(metric.n - 1) * math.sqrt(metric.n) / metric.value)
-        if record.config_key and record.value:
-            groups.setdefault(record.config_key, []).append(record.value)
+        if record.launch.config_key and record.value:
+            groups.setdefault(record.launch.config_key, []).append(record.value)
     squares, dof = 0.0, 0
     for values in groups.values():
         if len(values) >= 2:
@@ -206,10 +206,10 @@ def choose_finalists(records: Sequence[TrialRecord], *, top: int) -> list[TrialR
     chosen: list[TrialRecord] = []
     keys: set[str | None] = set()
     for record in candidates:
-        if record.config_key in keys or (len(chosen) >= top and record.baseline is None):
+        if record.launch.config_key in keys or (len(chosen) >= top and record.baseline is None):
             continue
         chosen.append(record)
-        keys.add(record.config_key)
+        keys.add(record.launch.config_key)
     return chosen
 
 
@@ -218,7 +218,7 @@ def _changed_flags(record: TrialRecord, fixed: Sequence[str]) -> int:
 
 
 def _memory(record: TrialRecord) -> float | None:
-    peak = record.readings.get("gpu_peak_used_gib")
+    peak = record.measurement.readings.get("gpu_peak_used_gib")
     if isinstance(peak, (int, float)):
         return float(peak)
     flag = get_engine(record.engine or DEFAULT_ENGINE).verdict_memory_flag
@@ -279,7 +279,8 @@ def relaunches_by_round(
     for number, runs in relaunches.items():
         for index, run in enumerate(sorted(runs, key=lambda r: r.number)):
             if run.outcome == OutcomeKind.OK.value and run.value:
-                launches[number][run.launch_round if run.launch_round is not None else -1 - index] = run.value
+                launch_round = run.proposal.launch_round
+                launches[number][launch_round if launch_round is not None else -1 - index] = run.value
     return launches
 
 
@@ -496,7 +497,7 @@ def _finalist(
     return Finalist(
         trial=record.number,
         label=f"baseline {record.baseline}" if record.baseline else f"trial {record.number}",
-        config_key=record.config_key,
+        config_key=record.launch.config_key,
         baseline=record.baseline is not None,
         first=record.value,
         values=values,

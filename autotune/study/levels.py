@@ -60,15 +60,16 @@ class LoadLevels(Frozen):
 
 def measured(records: Sequence[TrialRecord]) -> list[TrialRecord]:
     """Launched trials that measured their levels (a duplicate borrows its original's figures)."""
-    return [r for r in records if r.outcome == OutcomeKind.OK.value and r.reused_from is None and r.levels]
+    return [r for r in records if r.outcome == OutcomeKind.OK.value and r.reused_from is None and r.measurement.levels]
 
 
 def at_level(record: TrialRecord, concurrency: int) -> TrialRecord | None:
     """The trial as measured at one level: that level's metrics and objective value; None if unmeasured."""
-    level = record.levels.get(concurrency)
+    level = record.measurement.levels.get(concurrency)
     if level is None:
         return None
-    return record.model_copy(update={"metrics": dict(level.metrics), "confirmed_launches": None})
+    measured = record.measurement.model_copy(update={"metrics": dict(level.metrics), "confirmed_launches": None})
+    return record.model_copy(update={"measurement": measured})
 
 
 def level_best(records: Sequence[TrialRecord], concurrency: int, *, metric: str) -> TrialRecord | None:
@@ -76,7 +77,7 @@ def level_best(records: Sequence[TrialRecord], concurrency: int, *, metric: str)
     best: TrialRecord | None = None
     best_value = 0.0
     for record in measured(records):
-        level = record.levels.get(concurrency)
+        level = record.measurement.levels.get(concurrency)
         value = level.metric_value(metric) if level is not None and not level.slo_broken else None
         if record.confirm_of is None and value is not None and value > best_value:
             best, best_value = record, value
@@ -96,7 +97,7 @@ def _winner(record: TrialRecord | None, concurrency: int, *, metric: str, gpus: 
         per_user_tok_s=record.metric_value(PER_USER),
         per_gpu_tok_s=aggregate / gpus if aggregate is not None else None,
         accept_length=record.metric_value("accept_length"),
-        confirmed_launches=record.confirmed_launches,
+        confirmed_launches=record.measurement.confirmed_launches,
     )
 
 
@@ -105,7 +106,7 @@ def front(records: Sequence[TrialRecord], *, gpus: int) -> list[FrontPoint]:
     on both axes at once, among those that keep the SLO."""
     points = []
     for record in measured(records):
-        for concurrency, level in sorted(record.levels.items()):
+        for concurrency, level in sorted(record.measurement.levels.items()):
             user, aggregate = level.metric_value(PER_USER), level.metric_value(AGGREGATE)
             if user is not None and aggregate is not None:
                 points.append(
@@ -134,12 +135,12 @@ def load_levels(
         if concurrency == primary and primary_best is not None:
             shown = at_level(primary_best, concurrency)
             # The confirmed mean replaces the single measurement of the primary's objective.
+            best = primary_best.measurement
             record = (
-                shown.model_copy(
-                    update={"metrics": {**shown.metrics, metric: primary_best.metrics[metric]},
-                            "confirmed_launches": primary_best.confirmed_launches}
-                )  # fmt: skip
-                if shown is not None and metric in primary_best.metrics
+                shown.model_copy(update={"measurement": shown.measurement.model_copy(
+                    update={"metrics": {**shown.measurement.metrics, metric: best.metrics[metric]},
+                            "confirmed_launches": best.confirmed_launches})})  # fmt: skip
+                if shown is not None and metric in best.metrics
                 else shown
             )
         else:

@@ -35,8 +35,8 @@ def replay(models: Mapping[str, FeasibilityModel], records: Iterable[TrialRecord
     """A resumed study predicts with what its earlier trials taught (in the order they ran)."""
     for record in records:
         model = models.get(record.engine or default_engine)
-        if model is not None and record.memory is not None and record.state == "COMPLETE":
-            model.learn(record.memory)
+        if model is not None and record.lessons.memory is not None and record.state == "COMPLETE":
+            model.learn(record.lessons.memory)
 
 
 def lesson_of(outcome: TrialOutcome, *, trial: int, inventory: GpuInventory) -> MemoryLesson:

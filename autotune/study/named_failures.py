@@ -34,13 +34,14 @@ def open_failures(records: Sequence[TrialRecord]) -> list[TrialRecord]:
     """The failures that named values, each until a served trial had all of them (a served launch
     refutes the lesson)."""
     served = [r.flags for r in records if r.served]
-    return [r for r in records if r.failure_names and not any(shares(flags, r.failure_names) for flags in served)]
+    named = [(r, r.lessons.failure_names) for r in records if r.lessons.failure_names]
+    return [r for r, names in named if not any(shares(flags, names) for flags in served)]
 
 
 def predicted_failure(flags: Mapping[str, FlagValue], records: Sequence[TrialRecord]) -> TrialRecord | None:
     """The earliest open failure whose named values ``flags`` all share; None when no failure speaks
     for these flags."""
-    return next((r for r in open_failures(records) if shares(flags, r.failure_names)), None)
+    return next((r for r in open_failures(records) if shares(flags, r.lessons.failure_names)), None)
 
 
 def shares(flags: Mapping[str, object], named: Mapping[str, str]) -> bool:

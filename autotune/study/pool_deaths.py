@@ -70,7 +70,7 @@ def pool_deaths(records: Sequence[TrialRecord], engine: Engine, engine_name: str
     for record in records:
         if record.outcome != OutcomeKind.MEMORY_TOO_LOW.value or (record.engine or engine_name) != engine_name:
             continue
-        lesson = record.memory
+        lesson = record.lessons.memory
         deaths.append(
             PoolDeath(
                 trial=record.number,

@@ -126,7 +126,11 @@ def _search_launches(records: Sequence[TrialRecord]) -> int:
 
 def _launch_seconds(records: Sequence[TrialRecord]) -> float | None:
     """The median seconds of one served launch (start and measurement), None before any."""
-    spent = [(r.launch_s or 0.0) + (r.measure_s or 0.0) for r in records if r.served and r.launch_s is not None]
+    spent = [
+        (r.launch.launch_s or 0.0) + (r.measurement.measure_s or 0.0)
+        for r in records
+        if r.served and r.launch.launch_s is not None
+    ]
     return statistics.median(spent) if spent else None
 
 
@@ -155,7 +159,7 @@ def others_running(study: optuna.Study) -> bool:
     """Whether another worker is still measuring a trial of this study (then it races at its end)."""
     host, pid = socket.gethostname(), os.getpid()
     running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    return any((r.host, r.worker_pid) != (host, pid) for r in map(attrs.trial_record, running))
+    return any((r.launch.host, r.launch.worker_pid) != (host, pid) for r in map(attrs.trial_record, running))
 
 
 def race_finalists(runner: StudyRunner, race: FinalistsRace) -> Confirmation | None:

@@ -41,14 +41,14 @@ def recover(
     host = socket.gethostname()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         record = attrs.trial_record(trial)
-        if record.host is None and record.worker_pid is None:
+        if record.launch.host is None and record.launch.worker_pid is None:
             started = trial.datetime_start
             if started is not None and (datetime.now() - started).total_seconds() > unclaimed_grace_s:
                 why = "the tuner that asked for it died before starting it"
                 attrs.mark_stale(storage, study.study_name, trial, why)
                 failed += 1
             continue
-        if record.host != host or record.worker_pid is None or pid_alive(record.worker_pid):
+        if record.launch.host != host or record.launch.worker_pid is None or pid_alive(record.launch.worker_pid):
             continue
         attrs.mark_stale(storage, study.study_name, trial, "the tuner running it died")
         failed += 1
@@ -59,12 +59,12 @@ def requeue_interrupted(study: optuna.Study) -> list[int]:
     """Queue again, once, the sampled configurations whose trial was interrupted (Ctrl-C, crash)."""
     trials = study.get_trials(deepcopy=False)
     records = [attrs.trial_record(t) for t in trials]
-    retried = {r.retry_of for r in records}
+    retried = {r.proposal.retry_of for r in records}
     queued = []
     for trial, record in zip(trials, records, strict=True):
         if trial.state is not TrialState.FAIL or record.outcome != OutcomeKind.INTERRUPTED.value:
             continue
-        if record.number in retried or record.retry_of is not None or not trial.params:
+        if record.number in retried or record.proposal.retry_of is not None or not trial.params:
             continue
         if record.baseline:
             continue  # enqueue_baselines queues it again

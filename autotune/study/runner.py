@@ -222,93 +222,94 @@ class StudyRunner:
     # ---------------------------------------------------------------- one trial
 
     def objective(self, trial: optuna.Trial) -> float | list[float]:
-        attrs.record_start(
+        story = attrs.TrialStory.begin(
             trial, host=socket.gethostname(), pid=os.getpid(), gpus=[g.name for g in self.inventory.gpus]
         )
-        candidate = suggest(self.space, trial, self._baseline(trial))
+        candidate = suggest(self.space, trial, self._baseline(story))
         self.events.trial_started(trial.number, candidate)
         engine, flags = self.space.split_engine(candidate.flags)
-        attrs.record_engine(trial, engine)
         history = self._history(trial.number)
-        plan = self._normalised(trial, engine, flags, history)
-        decision, history = self._decide(trial, plan, history)
+        plan = self._normalised(story, engine, flags, history)
+        # Before deciding, other workers see what this trial measures (a relaunch's key comes with its outcome).
+        relaunch = story.proposal.confirm_of is not None
+        story.proposed(engine, config_key=plan.config_key if isinstance(plan, LaunchPlan) and not relaunch else None)
+        decision, history = self._decide(story, plan, history)
         shown = redact_flags(plan.flags if isinstance(plan, LaunchPlan) else flags)
-        attrs.record_decision(trial, self._hidden_decision(decision), flags=shown)
         if isinstance(decision, Reuse):
             reused = self.study.get_trials(deepcopy=False)[decision.trial]
-            attrs.record_reuse(trial, reused)
+            story.decided(decision, flags=shown, reused=reused)
             for key, value in reused.constraints.items():
                 trial.set_constraint(key, value)
             return self._values_of(reused)
+        story.decided(self._hidden_decision(decision), flags=shown)
         if isinstance(decision, Skip):
             constraint = decision.constraint
             set_constraints(trial, self.space.slo, memory=constraint == "memory", config=constraint == "config")
             return self._values(None)
         self.launched += 1
-        outcome = self._launch(trial, decision.plan, history)
-        return self._learn(trial, decision.plan, outcome, history)
+        outcome = self._launch(story, decision.plan, history)
+        return self._learn(story, decision.plan, outcome, history)
 
     def _normalised(
-        self, trial: optuna.Trial, engine: str, flags: Mapping[str, FlagValue], history: History
+        self, story: attrs.TrialStory, engine: str, flags: Mapping[str, FlagValue], history: History
     ) -> LaunchPlan | Skip:
         """The candidate by its engine's rules; a race's relaunch is exactly what its trial launched."""
-        confirming = attrs.confirm_of(trial)
+        confirming = story.proposal.confirm_of
         if confirming is not None:
             return launched_plan(history.records[confirming], self.space)
         try:
-            plan = self.engines[engine].normalise(dict(flags))
+            return self.engines[engine].normalise(dict(flags))
         except InvalidConfig as exc:
             return Skip(
                 rule="engine", outcome=OutcomeKind.INVALID_CONFIG, reason=f"engine rule: {exc}", constraint="config"
             )
-        attrs.record_config_key(trial, plan.config_key)  # before deciding: other workers see what this measures
-        return plan
 
-    def _decide(self, trial: optuna.Trial, plan: LaunchPlan | Skip, history: History) -> tuple[Decision, History]:
+    def _decide(self, story: attrs.TrialStory, plan: LaunchPlan | Skip, history: History) -> tuple[Decision, History]:
         """The study's rules over its history (a race's relaunch goes through none: it relaunches what ran)."""
         if isinstance(plan, Skip):
             return plan, history
-        confirming = attrs.confirm_of(trial)
+        confirming = story.proposal.confirm_of
         if confirming is not None:  # what its trial's rules changed is what it launches again
             return Launch(plan=plan, adjusted=history.records[confirming].adjusted), history
-        baseline = self._baseline(trial) is not None
+        baseline = self._baseline(story) is not None
         while isinstance(decision := decide(self.rules, plan, history, baseline=baseline), Wait):
             self.events.phase("waiting", f"for trial {decision.trial}, measuring the same config on another worker")
             time.sleep(DUPLICATE_POLL_S)
-            history = self._history(trial.number)
+            history = self._history(history.number)
         return decision, history
 
     def _history(self, number: int) -> History:
         return History(self.records(), number=number)
 
-    def _launch(self, trial: optuna.Trial, plan: LaunchPlan, history: History) -> TrialOutcome:
+    def _launch(self, story: attrs.TrialStory, plan: LaunchPlan, history: History) -> TrialOutcome:
         """Launch onto idle GPUs (else the trial is skipped as busy), measure, stop; an interruption or a
         bug is recorded before it propagates."""
         busy, waited = wait_for_idle_gpus(self.checked, self.read_gpus, self.events.phase)
         if waited > 0:
-            attrs.record_busy_wait(trial, waited)
+            story.busy_wait_s = waited
         if busy is not None:
-            attrs.record_not_run(trial, OutcomeKind.SKIPPED_BUSY, busy, redact_flags(plan.flags))
+            story.not_launched(OutcomeKind.SKIPPED_BUSY, busy, redact_flags(plan.flags))
             raise TrialFault(f"{OutcomeKind.SKIPPED_BUSY.value}: {busy}")
         try:
             self.paths.logs.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageError(f"cannot create the log folder {self.paths.logs}: {exc.strerror}") from None
-        log_path = self.paths.logs / f"trial-{trial.number:04d}.log"
+        log_path = self.paths.logs / f"trial-{story.trial.number:04d}.log"
         # Never a baseline or a finalist's relaunch: those are measured in full.
-        stoppable = self.early_stop and attrs.confirm_of(trial) is None and self._baseline(trial) is None
+        stoppable = self.early_stop and story.proposal.confirm_of is None and self._baseline(story) is None
         try:
             bar = early_stop_bar(history.records, self.space.objective.metric) if stoppable else None
             return self.launch(plan, log_path, self.events.phase, bar)
         except BaseException as exc:  # Ctrl-C, SIGTERM, bugs: say so in storage, then let it go
             kind = OutcomeKind.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else OutcomeKind.ERROR
-            attrs.record_not_run(trial, kind, f"{type(exc).__name__}: {exc}".strip(": "), redact_flags(plan.flags))
+            story.not_launched(kind, f"{type(exc).__name__}: {exc}".strip(": "), redact_flags(plan.flags))
             raise
 
     def _learn(
-        self, trial: optuna.Trial, plan: LaunchPlan, outcome: TrialOutcome, history: History
+        self, story: attrs.TrialStory, plan: LaunchPlan, outcome: TrialOutcome, history: History
     ) -> float | list[float]:
         """Record what the launch measured and taught, and what Optuna is told."""
+        trial = story.trial
         outcome = self._redacted(outcome)
         model = self.feasibility[plan.engine]
         lesson = lesson_of(outcome, trial=trial.number, inventory=self.inventory)
@@ -318,7 +319,13 @@ class StudyRunner:
         impossible = above_ceiling(share.decode_tok_s, share.ceiling_tok_s) if share else None
         if impossible is not None and outcome.kind is OutcomeKind.OK:
             outcome = outcome.model_copy(update={"kind": OutcomeKind.MEASUREMENT_FAILED, "reason": impossible})
-        attrs.record_outcome(trial, outcome, lesson=lesson, roofline=share, slo=self.space.slo)
+        story.measured(outcome, roofline=share, slo=self.space.slo)
+        # The set-up has served, so a server that cannot start is most likely this configuration's
+        # doing: the sampler is told (a failed trial teaches it nothing). Still relaunched when proposed again.
+        against_config = outcome.kind.is_server_failure and any(
+            r.served and r.engine in (None, plan.engine) for r in history.records if r.number < trial.number
+        )
+        story.learned(lesson, against_config=named_values(plan.flags, outcome.reason) if against_config else None)
         try:
             upload(self.artifact_store, trial, outcome)
         except OSError as exc:  # a full disk: keep the measurement (the trial completes), then stop
@@ -331,19 +338,13 @@ class StudyRunner:
         if outcome.kind.is_config_fault:
             set_constraints(trial, self.space.slo, memory=outcome.kind.is_memory, config=not outcome.kind.is_memory)
             return self._values(None)
-        served_before = any(
-            r.served and r.engine in (None, plan.engine) for r in history.records if r.number < trial.number
-        )
-        if outcome.kind.is_server_failure and served_before:
-            # The set-up has served, so a server that cannot start is most likely this configuration's
-            # doing: tell the sampler (a failed trial teaches it nothing). Still relaunched when proposed again.
-            attrs.record_counted_against_config(trial, outcome.reason, named_values(plan.flags, outcome.reason))
+        if against_config:
             set_constraints(trial, self.space.slo, config=True)
             return self._values(None)
         raise TrialFault(f"{outcome.kind.value}: {outcome.reason}")
 
-    def _baseline(self, trial: optuna.Trial) -> Baseline | None:
-        name = attrs.baseline_of(trial)
+    def _baseline(self, story: attrs.TrialStory) -> Baseline | None:
+        name = story.baseline
         return next((b for b in self.space.baselines if b.name == name), None) if name else None
 
     def _values_of(self, measured: FrozenTrial) -> float | list[float]:

@@ -160,7 +160,7 @@ def build(
             decisions.append(f"concurrency {winner.concurrency}: its winner ({_label(record)}) runs {steps}; the tier "
                              f"is the best {what} can run there, {_label(substitute)}")  # fmt: skip
             record, steps = by_number[substitute.number], int(tier_steps(substitute, engine))
-        level = record.levels.get(winner.concurrency)
+        level = record.measurement.levels.get(winner.concurrency)
         value = level.metric_value(levels.metric) if level is not None else None
         tiers.append(Tier(concurrency=winner.concurrency, trial=record.number, label=_label(record), steps=steps,
                           value=value))  # fmt: skip

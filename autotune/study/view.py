@@ -39,15 +39,16 @@ def best_of(records: list[TrialRecord], confirmation: Confirmation | None, *, ob
         finalist = next(f for f in confirmation.finalists if f.trial == confirmation.best)
         record = next((r for r in records if r.number == finalist.trial), None)
         if record is not None:
-            measured = record.metrics.get(objective)
-            metrics = dict(record.metrics)
+            measured = record.measurement.metrics.get(objective)
+            metrics = dict(record.measurement.metrics)
             if measured is not None:
                 metrics[objective] = measured.model_copy(
                     update={"value": finalist.mean, "ci95": finalist.ci95, "n": len(finalist.values)}
                 )
-            return record.model_copy(
-                update={"value": finalist.mean, "metrics": metrics, "confirmed_launches": len(finalist.values)}
+            confirmed = record.measurement.model_copy(
+                update={"metrics": metrics, "confirmed_launches": len(finalist.values)}
             )
+            return record.model_copy(update={"value": finalist.mean, "measurement": confirmed})
     return best_first_measured(records)
 
 
@@ -160,14 +161,14 @@ class StudyView:
             raise ValueError(f"study {self.name!r} does not record its search space")
         metrics = {
             name: ProfileMetric(value=float(m.value or 0.0), unit=m.unit, ci95=m.ci95, n=m.n)
-            for name, m in record.metrics.items()
+            for name, m in record.measurement.metrics.items()
         }
         engine = record.engine or space.engine
         return Profile(
             study=self.name,
             trial=record.number,
             engine=engine,
-            engine_version=record.engine_version,
+            engine_version=record.launch.engine_version,
             model=space.model,
             launcher=space.launcher_for(engine),
             flags=record.flags,
@@ -180,7 +181,7 @@ class StudyView:
             if concurrency is not None
             else space.measure_settings(),
             metrics=metrics,
-            confirmed_launches=record.confirmed_launches,
+            confirmed_launches=record.measurement.confirmed_launches,
             verdict=confirmation.note if (confirmation := self.info.confirmation) and confirmation.best == record.number
             else None,
             gain=_gain_of(confirmation, record.number),

@@ -18,7 +18,7 @@ class Duplicate:
     for_baselines = False
 
     def decide(self, plan: LaunchPlan, history: History) -> Decision | Wait | None:
-        same = [r for r in history.records if r.config_key == plan.config_key and r.number != history.number]
+        same = [r for r in history.records if r.launch.config_key == plan.config_key and r.number != history.number]
         for record in same:
             kind = outcome_kind(record.outcome)
             if record.state == "COMPLETE" and record.reused_from is None and kind and not kind.is_server_failure:

@@ -18,7 +18,7 @@ class NamedFailure:
         failed = predicted_failure(plan.flags, history.records)
         if failed is None:
             return None
-        shared = ", ".join(f"--{name} {value}" for name, value in failed.failure_names.items())
+        shared = ", ".join(f"--{name} {value}" for name, value in failed.lessons.failure_names.items())
         reason = f"predicted without launching: trial {failed.number} with {shared} failed: {failed.reason}"
         return Skip(rule=self.name, outcome=OutcomeKind.PREDICTED_FAILURE, reason=reason, constraint="config",
                     trials=[failed.number])  # fmt: skip
