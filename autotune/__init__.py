@@ -18,8 +18,13 @@ if _typing.TYPE_CHECKING:
 __version__ = "0.1.0"
 
 # Imported on first use (PEP 562), so ``autotune --help`` does not pay for pydantic and the engines.
-_LAZY = {"Profile": "autotune.profile", "load_profile": "autotune.profile", "Candidate": "autotune.space",
-         "SearchSpace": "autotune.space", "load_space": "autotune.space"}  # fmt: skip
+_LAZY = {
+    "Profile": "autotune.profile",
+    "load_profile": "autotune.profile",
+    "Candidate": "autotune.space",
+    "SearchSpace": "autotune.space",
+    "load_space": "autotune.space",
+}
 
 
 def __getattr__(name: str) -> _typing.Any:
@@ -28,6 +33,7 @@ def __getattr__(name: str) -> _typing.Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")
+
 
 __all__ = [
     "AutotuneError",

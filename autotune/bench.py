@@ -96,14 +96,21 @@ class Verdict(BaseModel):
             return "confirming the profile over more launches (autotune confirm, then export) would settle it"
         noise = f"±{self.launch_ci95 / self.recorded:.1%}"
         if self.launches is None:
-            return (f"confirming the profile (autotune confirm, then export) could settle it, measuring what one "
-                    f"launch varies by (taken as {noise} until then)")  # fmt: skip
+            return (
+                f"confirming the profile (autotune confirm, then export) could settle it, measuring what one "
+                f"launch varies by (taken as {noise} until then)"
+            )
         narrow = "which more rounds do not narrow: only a wider --margin would settle it"
         return f"one launch varies by {noise} here, {narrow}"
 
 
 def bench_url(
-    engine_name: str, url: str, suite_ref: str, settings: MeasureSettings, *, api_key: str | None = None,
+    engine_name: str,
+    url: str,
+    suite_ref: str,
+    settings: MeasureSettings,
+    *,
+    api_key: str | None = None,
     on_progress: Callable[[str], None] | None = None,
 ) -> Measurement:
     """Measure a server someone else started (nothing is launched or stopped)."""
@@ -184,18 +191,31 @@ def levels_exit_code(verdicts: Iterable[Verdict | None]) -> int:
 
 
 def bench_profile(
-    profile: Profile, *, settings: MeasureSettings, suite_ref: str, workdir: Path,
+    profile: Profile,
+    *,
+    settings: MeasureSettings,
+    suite_ref: str,
+    workdir: Path,
     on_progress: Callable[[str, str], None] | None = None,
 ) -> Measurement:
     """Launch the profile's command, measure it with the given settings, stop it."""
     return bench_profile_levels(
-        profile, settings=settings, suite_ref=suite_ref, workdir=workdir, levels=[settings.concurrency],
+        profile,
+        settings=settings,
+        suite_ref=suite_ref,
+        workdir=workdir,
+        levels=[settings.concurrency],
         on_progress=on_progress,
-    )[0]  # fmt: skip
+    )[0]
 
 
 def bench_profile_levels(
-    profile: Profile, *, settings: MeasureSettings, suite_ref: str, workdir: Path, levels: list[int],
+    profile: Profile,
+    *,
+    settings: MeasureSettings,
+    suite_ref: str,
+    workdir: Path,
+    levels: list[int],
     on_progress: Callable[[str, str], None] | None = None,
 ) -> list[Measurement]:
     """Launch the profile's command once, measure it at each of ``levels`` (concurrency), stop it; a

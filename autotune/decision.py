@@ -73,5 +73,3 @@ class Wait(Frozen):
     """Not yet decidable: another worker is measuring the same configuration (never stored)."""
 
     trial: int
-
-

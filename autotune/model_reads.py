@@ -88,8 +88,9 @@ def _int(config: dict[str, Any], *names: str) -> int | None:
 def _attention_params(c: dict[str, Any], hidden: int, heads: int) -> int | None:
     """One layer's attention projections: multi-head latent attention (DeepSeek) or grouped-query."""
     if "kv_lora_rank" in c:
-        rank, rope, nope, v_dim = (_int(c, n) for n in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-                                                         "v_head_dim"))  # fmt: skip
+        rank, rope, nope, v_dim = (
+            _int(c, n) for n in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+        )
         if rank is None or rope is None or nope is None or v_dim is None:
             return None
         q_rank = _int(c, "q_lora_rank")
@@ -114,8 +115,9 @@ def structure_of(config: dict[str, Any]) -> ModelStructure | None:
     None where the config does not describe one this module can count."""
     c = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     assert isinstance(c, dict)
-    hidden, layers, heads, vocab = (_int(c, n) for n in ("hidden_size", "num_hidden_layers", "num_attention_heads",
-                                                          "vocab_size"))  # fmt: skip
+    hidden, layers, heads, vocab = (
+        _int(c, n) for n in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+    )
     kinds = set(c.get("layer_types") or [])
     if hidden is None or layers is None or heads is None or vocab is None or kinds - {"full_attention"}:
         return None  # linear or sliding attention layers: another count, not guessed
@@ -144,8 +146,14 @@ def structure_of(config: dict[str, Any]) -> ModelStructure | None:
     total = always + embedding + moe_layers * experts * expert
     if not head:  # a tied table is the output head, read whole each pass; an untied one only for a few rows
         always += embedding
-    return ModelStructure(total_params=total, always_read_params=always, moe_layers=moe_layers, experts=experts,
-                          experts_per_token=per_token, expert_params=expert)  # fmt: skip
+    return ModelStructure(
+        total_params=total,
+        always_read_params=always,
+        moe_layers=moe_layers,
+        experts=experts,
+        experts_per_token=per_token,
+        expert_params=expert,
+    )
 
 
 def model_structure(model: str) -> ModelStructure | None:

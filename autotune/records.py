@@ -101,11 +101,40 @@ class Lessons(Frozen):
 
 # ``show --json`` and ``report``'s summary.json print a trial as one flat object, in this order.
 FLAT_ORDER = (
-    "number", "state", "outcome", "reason", "value", "feasible", "baseline", "decision", "retry_of", "confirm_of",
-    "launch_round", "early_stopped", "dropped_requests", "resent_requests", "confirmed_launches", "config_key",
-    "failure_names", "flags", "effective", "engine_version", "argv", "metrics", "engine", "roofline_share", "host",
-    "worker_pid", "gpus", "launch_s", "measure_s", "memory", "agreement", "readings", "levels",
-)  # fmt: skip
+    "number",
+    "state",
+    "outcome",
+    "reason",
+    "value",
+    "feasible",
+    "baseline",
+    "decision",
+    "retry_of",
+    "confirm_of",
+    "launch_round",
+    "early_stopped",
+    "dropped_requests",
+    "resent_requests",
+    "confirmed_launches",
+    "config_key",
+    "failure_names",
+    "flags",
+    "effective",
+    "engine_version",
+    "argv",
+    "metrics",
+    "engine",
+    "roofline_share",
+    "host",
+    "worker_pid",
+    "gpus",
+    "launch_s",
+    "measure_s",
+    "memory",
+    "agreement",
+    "readings",
+    "levels",
+)
 PARTS = ("proposal", "launch", "measurement", "lessons")
 
 

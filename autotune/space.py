@@ -426,8 +426,9 @@ def _expand(value: object, *, path: Path, field: str) -> object:
         def one(match: re.Match[str]) -> str:
             name = match["name"]
             if name not in os.environ:
-                raise SpaceError(f"environment variable {name} is not set", path=path, field=field,
-                                 hint=f"export {name}=... first")  # fmt: skip
+                raise SpaceError(
+                    f"environment variable {name} is not set", path=path, field=field, hint=f"export {name}=... first"
+                )
             return os.environ[name]
 
         return _ENV_REF.sub(one, value)

@@ -139,17 +139,19 @@ def _run_once(
     port = find_free_port(HOST)
     argv = engine.build_argv(setup.launcher, model=setup.model, plan=plan, host=HOST, port=port)
     base_url = f"http://{HOST}:{port}"
-    # The server may print its arguments (SGLang does, --api-key's value with them): its log never holds them.
-    server = ServerProcess(argv, env=setup.env, log_path=log_path, records_dir=setup.records_dir,
-                           secrets=secret_values(setup.env, plan.flags))  # fmt: skip
+    server = _server(setup, plan, argv, log_path)
     launch_started = time.monotonic()
     phase("launching", f"port {port}")
     headers = auth_headers(plan.flags)  # a server launched with --api-key wants it on every request
-    launched = TrialOutcome(kind=OutcomeKind.OK, plan=plan, argv=argv, log_path=log_path,
-                            objective_concurrency=setup.objective_concurrency)  # fmt: skip
+    launched = TrialOutcome(
+        kind=OutcomeKind.OK, plan=plan, argv=argv, log_path=log_path, objective_concurrency=setup.objective_concurrency
+    )
     with server, sync_server_client(headers=headers) as client:
-        ready = server.wait_ready(lambda: engine.is_ready(client, base_url), timeout_s=setup.launch_timeout_s,
-                                  failed=lambda: _lost_its_port(engine, log_path))  # fmt: skip
+        ready = server.wait_ready(
+            lambda: engine.is_ready(client, base_url),
+            timeout_s=setup.launch_timeout_s,
+            failed=lambda: _lost_its_port(engine, log_path),
+        )
         launched = launched.model_copy(update={"launch_s": time.monotonic() - launch_started})
         if not ready.ready:
             phase("stopping", "launch failed")
@@ -158,11 +160,13 @@ def _run_once(
             failure = engine.classify_failure(
                 exit_code=ready.exit_code, log_text=_read_log(log_path), timed_out=ready.timed_out
             )
-            return launched.model_copy(update={"kind": failure.kind, "reason": failure.reason,
-                                               "stop_s": time.monotonic() - stop_started})  # fmt: skip
+            return launched.model_copy(
+                update={"kind": failure.kind, "reason": failure.reason, "stop_s": time.monotonic() - stop_started}
+            )
         measure_started = time.monotonic()
-        effective, measurements, error = _measure_levels(engine, setup, plan, client, base_url, log_path, headers,
-                                                         phase)  # fmt: skip
+        effective, measurements, error = _measure_levels(
+            engine, setup, plan, client, base_url, log_path, headers, phase
+        )
         agreement = _check_outputs(setup, base_url, headers, phase) if error is None else None
         launched = launched.model_copy(update={"effective": effective, "measure_s": time.monotonic() - measure_started})
         phase("stopping", "")
@@ -174,19 +178,43 @@ def _run_once(
     if error is not None:
         kind, reason = _why_measuring_failed(engine, log_path, error, exit_code)
         return launched.model_copy(update={"kind": kind, "reason": reason})
+    return _measured(launched, measurements, agreement)
+
+
+def _measured(launched: TrialOutcome, measurements: list[Measurement], agreement: Agreement | None) -> TrialOutcome:
+    """A launch that served and was measured: OK, or diverged where its greedy outputs departed."""
     diverged = agreement is not None and agreement.diverged
-    return launched.model_copy(update={
-        "kind": OutcomeKind.DIVERGED if diverged else OutcomeKind.OK,
-        "reason": agreement.reason() if agreement is not None and diverged else None,
-        "agreement": agreement,
-        "measurements": measurements,
-    })  # fmt: skip
+    return launched.model_copy(
+        update={
+            "kind": OutcomeKind.DIVERGED if diverged else OutcomeKind.OK,
+            "reason": agreement.reason() if agreement is not None and diverged else None,
+            "agreement": agreement,
+            "measurements": measurements,
+        }
+    )
+
+
+def _server(setup: TrialSetup, plan: LaunchPlan, argv: list[str], log_path: Path) -> ServerProcess:
+    # The server may print its arguments (SGLang does, --api-key's value with them): its log never holds them.
+    return ServerProcess(
+        argv,
+        env=setup.env,
+        log_path=log_path,
+        records_dir=setup.records_dir,
+        secrets=secret_values(setup.env, plan.flags),
+    )
 
 
 def _measure_levels(
-    engine: Engine, setup: TrialSetup, plan: LaunchPlan, client: httpx.Client, base_url: str, log_path: Path,
-    headers: dict[str, str], phase: Callable[[str, str], None],
-) -> tuple[EffectiveConfig | None, list[Measurement], str | None]:  # fmt: skip
+    engine: Engine,
+    setup: TrialSetup,
+    plan: LaunchPlan,
+    client: httpx.Client,
+    base_url: str,
+    log_path: Path,
+    headers: dict[str, str],
+    phase: Callable[[str, str], None],
+) -> tuple[EffectiveConfig | None, list[Measurement], str | None]:
     """The effective config, then one measurement per load level; the first measurement error stops it."""
     effective: EffectiveConfig | None = None
     measurements: list[Measurement] = []
@@ -197,18 +225,21 @@ def _measure_levels(
             early_stop = setup.measure.early_stop if level == setup.objective_concurrency else None
             settings = setup.measure.model_copy(update={"concurrency": level, "early_stop": early_stop})
             measured = measure_with_server_stats(
-                engine, base_url, setup.suite, settings, log=LogWindow(log_path),
-                on_progress=functools.partial(_progress, phase, level), headers=headers,
-            )  # fmt: skip
+                engine,
+                base_url,
+                setup.suite,
+                settings,
+                log=LogWindow(log_path),
+                on_progress=functools.partial(_progress, phase, level),
+                headers=headers,
+            )
             measurements.append(asyncio.run(measured))
     except MeasurementError as exc:
         return effective, measurements, exc.message
     return effective, measurements, None
 
 
-def _why_measuring_failed(
-    engine: Engine, log_path: Path, error: str, exit_code: int | None
-) -> tuple[OutcomeKind, str]:
+def _why_measuring_failed(engine: Engine, log_path: Path, error: str, exit_code: int | None) -> tuple[OutcomeKind, str]:
     """A measurement that failed: the server's death where it died (its log says why), a memory
     failure it logged while alive (the boundary the search must learn), else the error itself."""
     if exit_code is not None:

@@ -110,8 +110,9 @@ def bench(
             _bench_levels(profile, settings, suite_ref, workdir, api_key, margin=margin, as_json=as_json)
             return
         else:
-            measurement, verdict = _bench_profile(profile, profile_file, settings, suite_ref, workdir, api_key,
-                                                  margin=margin)  # fmt: skip
+            measurement, verdict = _bench_profile(
+                profile, profile_file, settings, suite_ref, workdir, api_key, margin=margin
+            )
         _print_bench(measurement, verdict, suite_ref=suite_ref, as_json=as_json)
         if verdict is not None and verdict.category.exit_code:
             raise typer.Exit(verdict.category.exit_code)
@@ -136,8 +137,9 @@ def _bench_levels(
         os.environ.setdefault("AUTOTUNE_API_KEY", api_key)
     levels = [level.concurrency for level in profile.levels]
     err_console.print(f"launching the profile at concurrency {levels}: {profile.summary()}", highlight=False)
-    measurements = bench_profile_levels(profile, settings=settings, suite_ref=suite_ref, workdir=workdir,
-                                        levels=levels, on_progress=_bench_progress)  # fmt: skip
+    measurements = bench_profile_levels(
+        profile, settings=settings, suite_ref=suite_ref, workdir=workdir, levels=levels, on_progress=_bench_progress
+    )
     verdicts = compare_levels(profile, measurements, margin=margin)
     if as_json:
         payload = {
@@ -147,15 +149,19 @@ def _bench_levels(
         print(json.dumps(payload, indent=2))
     else:
         for measurement in measurements:
-            console.print(measurement_table(measurement, title=f"bench ({suite_ref}), concurrency "
-                                            f"{measurement.concurrency}"))  # fmt: skip
+            console.print(
+                measurement_table(measurement, title=f"bench ({suite_ref}), concurrency {measurement.concurrency}")
+            )
         for concurrency, verdict in verdicts.items():
             if verdict is None:
                 console.print(f"[yellow]concurrency {concurrency}: not measured[/yellow]")
                 continue
             style = VERDICT_STYLES[verdict.category.value]
-            console.print(f"concurrency {concurrency}: [{style}]{verdict.text()}[/{style}] (measured "
-                          f"{verdict.measured:.1f}, recorded {verdict.recorded:.1f})", highlight=False)  # fmt: skip
+            console.print(
+                f"concurrency {concurrency}: [{style}]{verdict.text()}[/{style}] (measured "
+                f"{verdict.measured:.1f}, recorded {verdict.recorded:.1f})",
+                highlight=False,
+            )
     code = levels_exit_code(verdicts.values())
     if code:
         raise typer.Exit(code)

@@ -134,11 +134,14 @@ def _confirm_schedule(
             levels = opened.load_levels()
             if levels is not None:
                 console.print(depths_table(opened.records(), levels))
-            console.print(f"no schedule to race: {built.reason}; run trial {built.run} "
-                          f"(autotune export {study_name})", highlight=False)  # fmt: skip
+            console.print(
+                f"no schedule to race: {built.reason}; run trial {built.run} (autotune export {study_name})",
+                highlight=False,
+            )
             return
-        console.print(f"racing the schedule ({built.text()}) against each level's static winner, {rounds} rounds",
-                      highlight=False)  # fmt: skip
+        console.print(
+            f"racing the schedule ({built.text()}) against each level's static winner, {rounds} rounds", highlight=False
+        )
         for decision in built.decisions:
             console.print(f"  decided: {decision}", highlight=False)
         paths = StudyPaths(studies_dir, study_name)

@@ -88,8 +88,9 @@ def export(
             chosen = opened.record(trial)
             if chosen is None or chosen.outcome != "ok":
                 raise UserError(f"trial {trial} of study {study_name!r} was not measured successfully")
-        _write_export(render(opened.profile(chosen, concurrency=concurrency), fmt.value, host=host, port=port),
-                      output, fmt)  # fmt: skip
+        _write_export(
+            render(opened.profile(chosen, concurrency=concurrency), fmt.value, host=host, port=port), output, fmt
+        )
 
 
 def _write_export(text: str, output: Path | None, fmt: Format) -> None:
@@ -112,8 +113,10 @@ def _schedule_profile(opened: StudyView, config_file: Path) -> Profile:
     if verdict is None:
         built = build_schedule(opened)
         if isinstance(built, NoSchedule):
-            raise UserError(f"study {name!r} has no schedule: {built.reason}",
-                            hint=f"export the static winner: autotune export {name}")  # fmt: skip
+            raise UserError(
+                f"study {name!r} has no schedule: {built.reason}",
+                hint=f"export the static winner: autotune export {name}",
+            )
         raise UserError(f"study {name!r}: the schedule was never raced", hint=f"autotune confirm {name} --schedule")
     if not verdict.recommended:
         hint = f"export the static winner: autotune export {name} (or --concurrency N per level)"

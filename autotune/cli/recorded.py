@@ -25,8 +25,10 @@ def space_to_launch(opened: StudyView, space_file: Path | None) -> SearchSpace:
         raise UserError(f"study {opened.name!r} does not record its search space", hint="pass --space FILE")
     env = {name: value for name, value in opened.info.env.items() if value is not None}
     if len(env) < len(opened.info.env):
-        raise UserError(f"study {opened.name!r} launches with secret environment values, which are never stored",
-                        hint="pass --space FILE (the space the study ran with)")  # fmt: skip
+        raise UserError(
+            f"study {opened.name!r} launches with secret environment values, which are never stored",
+            hint="pass --space FILE (the space the study ran with)",
+        )
     # the record keeps the env apart from the space (secrets redacted): without it put back, a race
     # relaunched another server than the study measured (a vLLM twin its default profile)
     return space.model_copy(update={"env": env})
@@ -38,8 +40,9 @@ def build_schedule(opened: StudyView) -> Schedule | NoSchedule:
 
     levels = opened.load_levels()
     if levels is None:
-        raise UserError(f"--schedule: study {opened.name!r} has no objective.levels: a schedule needs a winner per "
-                        "load level")  # fmt: skip
+        raise UserError(
+            f"--schedule: study {opened.name!r} has no objective.levels: a schedule needs a winner per load level"
+        )
     engine = opened.info.space.engine if opened.info.space else None
     if engine not in schedule_engines():
         able = " and ".join(schedule_engines())

@@ -123,9 +123,15 @@ def _print_overview(opened: StudyView, overview: _Overview) -> None:
     all_records, best, importance = overview.records, overview.best, overview.importance
     per_category, levels = overview.per_category, overview.levels
     tuned = opened.info.tuned
-    console.print(trials_table(all_records, flag_names=tuned, best=best.number if best else None,
-                               priority=sorted(tuned, key=lambda n: -importance.values.get(n, 0.0)),
-                               width=console.width))  # fmt: skip
+    console.print(
+        trials_table(
+            all_records,
+            flag_names=tuned,
+            best=best.number if best else None,
+            priority=sorted(tuned, key=lambda n: -importance.values.get(n, 0.0)),
+            width=console.width,
+        )
+    )
     per_engine = engines_table(all_records)
     if per_engine is not None:
         console.print(per_engine)

@@ -139,10 +139,18 @@ def study(
         console.print(f"[bold]autotune study[/bold] {study_name}  ({shown_url(storage_url)})", highlight=False)
         checked, simulated = _preflight_study(space)
         with storage_errors(storage_url):
-            runner = _open_runner(checked, paths, storage_url, sampler=sampler, seed=seed, heartbeat=heartbeat,
-                                  early_stop=early_stop)  # fmt: skip
-            night = Night(trials=trials, timeout_s=timeout_s, patience=patience, total_trials=total_trials,
-                          top=confirm_top, race_launches=confirm_launches, share=race_share)  # fmt: skip
+            runner = _open_runner(
+                checked, paths, storage_url, sampler=sampler, seed=seed, heartbeat=heartbeat, early_stop=early_stop
+            )
+            night = Night(
+                trials=trials,
+                timeout_s=timeout_s,
+                patience=patience,
+                total_trials=total_trials,
+                top=confirm_top,
+                race_launches=confirm_launches,
+                share=race_share,
+            )
             interrupted = _run_night(runner, night, simulated=simulated)
             _print_study_result(runner, space, paths, simulated=simulated, storage=storage)
             _exit_after_study(runner, interrupted=interrupted)
@@ -250,8 +258,9 @@ def _print_study_result(
     opened = StudyView(runner.study, artifacts_dir=paths.artifacts)
     all_records = opened.records()
     best = opened.best()
-    console.print(trials_table(all_records, flag_names=list(space.tuned), best=best.number if best else None,
-                               width=console.width))  # fmt: skip
+    console.print(
+        trials_table(all_records, flag_names=list(space.tuned), best=best.number if best else None, width=console.width)
+    )
     per_engine = engines_table(all_records)
     if per_engine is not None:
         console.print(per_engine)

@@ -187,8 +187,11 @@ def failure_in(rules: FailureRules, log_text: str) -> tuple[OutcomeKind, str] | 
     if retry is not None:
         return OutcomeKind.CRASHED, f"retryable: {retry[1]}"
     low, high = rules.first(rules.too_low, lines), rules.first(rules.too_high, lines)
-    named = [(hit[0], kind, hit[1]) for hit, kind in ((low, OutcomeKind.MEMORY_TOO_LOW),
-                                                      (high, OutcomeKind.MEMORY_TOO_HIGH)) if hit]  # fmt: skip
+    named = [
+        (hit[0], kind, hit[1])
+        for hit, kind in ((low, OutcomeKind.MEMORY_TOO_LOW), (high, OutcomeKind.MEMORY_TOO_HIGH))
+        if hit
+    ]
     if named:
         _, kind, line = min(named)
         return kind, line

@@ -385,8 +385,9 @@ class LlamaCppEngine(Engine):
         llama.cpp's: 1 + accepted / verify steps)."""
         requests = parse_request_logs(log_window)
         accepts = [r.mean_accept_length for r in requests if r.mean_accept_length is not None]
-        return base.LogFigures(gen_tok_s={"server": [r.eval_tok_s for r in requests]} if requests else {},
-                          accept_lengths=accepts)  # fmt: skip
+        return base.LogFigures(
+            gen_tok_s={"server": [r.eval_tok_s for r in requests]} if requests else {}, accept_lengths=accepts
+        )
 
     async def stream_generate(
         self, client: httpx.AsyncClient, base_url: str, prompt: Prompt, *, max_tokens: int, ignore_eos: bool

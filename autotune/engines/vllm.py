@@ -98,7 +98,7 @@ class VLLMEngine(Engine):
         pool_irrelevant=_LOG_NOISE,
         pool_scale={
             KV_DTYPE: {"auto": 2.0, "bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
-        },  # fmt: skip
+        },
         headroom_demand=frozenset({MAX_SEQS, TOKENS, MAX_BATCHED, "max-cudagraph-capture-size"}),
         headroom_irrelevant=_LOG_NOISE | {MAX_MODEL_LEN},
         weights_flags=frozenset({SPEC_CONFIG, "quantization", "dtype", "load-format"}),

@@ -51,7 +51,7 @@ FAILURES = FailureRules(
             r"|, in (?:_dummy_sampler_run|run_engine_loop|engine_step|run_busy_loop|step_with_batch_queue)$",
             SERVING,
         ),
-    ),  # fmt: skip
+    ),
     too_low=(
         r"No available memory for the cache blocks",
         r"To serve at least one request with the model's max seq len",

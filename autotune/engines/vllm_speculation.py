@@ -85,8 +85,10 @@ def speculative_rules(
     if spec.get(PER_BATCH_KEY) is not None:
         spec[PER_BATCH_KEY] = json.dumps(batch_ranges(spec[PER_BATCH_KEY]), separators=(",", ":"))
         if method not in PER_BATCH_METHODS:
-            notes.append(f"{PER_BATCH_KEY} runs with Model Runner V2 only for method {method}: "
-                         "on V1 vLLM falls back to static num_speculative_tokens")  # fmt: skip
+            notes.append(
+                f"{PER_BATCH_KEY} runs with Model Runner V2 only for method {method}: "
+                "on V1 vLLM falls back to static num_speculative_tokens"
+            )
         dp = flags.get(DATA_PARALLEL, 1)
         if isinstance(dp, int) and dp > 1:
             notes.append(f"{PER_BATCH_KEY} is off under data parallelism (vLLM falls back to static k)")

@@ -88,8 +88,10 @@ class Reference(Frozen):
         if agreement.reference_trial != self.trial:
             return self
         known = self.numerics_from + [None] * (len(self.sample.texts) - len(self.numerics_from))
-        merged = [at if old is None else old if at is None else min(old, at)
-                  for old, at in zip(known, agreement.first_difference, strict=True)]  # fmt: skip
+        merged = [
+            at if old is None else old if at is None else min(old, at)
+            for old, at in zip(known, agreement.first_difference, strict=True)
+        ]
         return self.model_copy(update={"numerics_from": merged})
 
 

@@ -322,8 +322,10 @@ def stream_rate(first_tokens: int, tokens: int, ttft_s: float, e2e_s: float) -> 
     if first_tokens * 2 > tokens:
         return None, f"{first_tokens} of {tokens} tokens arrived in the first update"
     if span < BURST_SHARE * e2e_s:
-        return None, (f"{decode_tokens} tokens arrived within {span * 1000:.3g} ms of a {e2e_s:.3g} s request "
-                      "(streamed in a burst)")  # fmt: skip
+        return None, (
+            f"{decode_tokens} tokens arrived within {span * 1000:.3g} ms of a {e2e_s:.3g} s request "
+            "(streamed in a burst)"
+        )
     return decode_tokens / span, None
 
 
@@ -371,9 +373,14 @@ async def run_measurement(
     if not rounds.values:
         raise MeasurementError(f"no round of {len(rounds.untimed)} gave a decode rate: {rounds.untimed[0]}")
     return summarise(
-        rounds.records, rounds.values, settings, stop_reason=rounds.stop_reason, duration_s=clock() - started,
-        early_stopped=rounds.early_stopped, round_output_tok_s=rounds.output,
-    )  # fmt: skip
+        rounds.records,
+        rounds.values,
+        settings,
+        stop_reason=rounds.stop_reason,
+        duration_s=clock() - started,
+        early_stopped=rounds.early_stopped,
+        round_output_tok_s=rounds.output,
+    )
 
 
 def _report(on_progress: Progress | None, text: str) -> None:
@@ -385,9 +392,13 @@ class _Sender:
     """Sends a batch of prompts, ``settings.concurrency`` at a time, each streamed and timed."""
 
     def __init__(
-        self, engine: Engine, client: httpx.AsyncClient, base_url: str, settings: MeasureSettings,
+        self,
+        engine: Engine,
+        client: httpx.AsyncClient,
+        base_url: str,
+        settings: MeasureSettings,
         clock: Callable[[], float],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.engine, self.client, self.base_url, self.settings, self.clock = engine, client, base_url, settings, clock
 
     def cap(self, prompt: Prompt) -> int:
@@ -403,9 +414,15 @@ class _Sender:
             while queue:
                 index, prompt = queue.pop(0)
                 results[index] = await measure_request(
-                    self.engine, self.client, self.base_url, prompt, max_tokens=self.cap(prompt),
-                    ignore_eos=self.settings.ignore_eos, round_index=round_index, clock=self.clock,
-                )  # fmt: skip
+                    self.engine,
+                    self.client,
+                    self.base_url,
+                    prompt,
+                    max_tokens=self.cap(prompt),
+                    ignore_eos=self.settings.ignore_eos,
+                    round_index=round_index,
+                    clock=self.clock,
+                )
 
         await asyncio.gather(*(worker() for _ in range(min(self.settings.concurrency, len(batch)))))
         return [r for r in results if r is not None]
@@ -424,9 +441,15 @@ class _Rounds:
 
 
 async def _run_rounds(
-    sender: _Sender, prompts: Sequence[Prompt], settings: MeasureSettings, rounds: _Rounds, *,
-    on_progress: Progress | None, clock: Callable[[], float], started: float,
-) -> None:  # fmt: skip
+    sender: _Sender,
+    prompts: Sequence[Prompt],
+    settings: MeasureSettings,
+    rounds: _Rounds,
+    *,
+    on_progress: Progress | None,
+    clock: Callable[[], float],
+    started: float,
+) -> None:
     """Rounds over the suite until the objective's interval is precise enough, the trial is hopeless,
     or a cap on rounds or time is reached."""
     # A round holds at least one request per concurrent user (the suite repeated), so a level of 16
@@ -466,9 +489,7 @@ async def _run_rounds(
             return
 
 
-async def greedy_texts(
-    client: httpx.AsyncClient, base_url: str, prompts: Sequence[str], *, tokens: int
-) -> list[str]:
+async def greedy_texts(client: httpx.AsyncClient, base_url: str, prompts: Sequence[str], *, tokens: int) -> list[str]:
     """Each prompt's first ``tokens`` greedy tokens as text, one request at a time (one stream in
     the batch, as the reference ran). OpenAI's ``/v1/completions`` is served alike by SGLang, vLLM
     and llama-server (the model named as ``/v1/models`` lists it), so no engine needs a text path."""

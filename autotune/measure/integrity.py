@@ -34,14 +34,18 @@ def failed_check(measurement: Measurement) -> str | None:
     dropped = [r for r in measured if r.dropped]
     if measured and len(dropped) * 2 > len(measured):
         first = dropped[0]
-        return (f"{len(dropped)} of {len(measured)} requests gave no decode rate the client could time, e.g. "
-                f"{first.describe()}: {first.dropped}")  # fmt: skip
+        return (
+            f"{len(dropped)} of {len(measured)} requests gave no decode rate the client could time, e.g. "
+            f"{first.describe()}: {first.dropped}"
+        )
     decode = measurement.metric("decode_tok_s")
     stats = measurement.server
     server = stats.gen_tok_s if stats is not None and stats.log_lines >= MIN_SERVER_LINES else None
     if decode is not None and server and decode.value > SERVER_FACTOR * server:
-        return (f"decode {decode.value:.4g} tok/s is more than {SERVER_FACTOR:g}x the {server:.4g} tok/s the server "
-                "logged over the same requests")  # fmt: skip
+        return (
+            f"decode {decode.value:.4g} tok/s is more than {SERVER_FACTOR:g}x the {server:.4g} tok/s the server "
+            "logged over the same requests"
+        )
     return None
 
 
@@ -49,5 +53,7 @@ def above_ceiling(decode_tok_s: float, ceiling_tok_s: float) -> str | None:
     """Why a decode rate cannot be physical (far above what the GPUs' bandwidth allows), or None."""
     if ceiling_tok_s <= 0 or decode_tok_s <= CEILING_FACTOR * ceiling_tok_s:
         return None
-    return (f"integrity check: decode {decode_tok_s:.4g} tok/s is more than {CEILING_FACTOR:g}x the "
-            f"{ceiling_tok_s:.4g} tok/s the GPUs' memory bandwidth allows at this accept length")  # fmt: skip
+    return (
+        f"integrity check: decode {decode_tok_s:.4g} tok/s is more than {CEILING_FACTOR:g}x the "
+        f"{ceiling_tok_s:.4g} tok/s the GPUs' memory bandwidth allows at this accept length"
+    )

@@ -35,8 +35,10 @@ if TYPE_CHECKING:
 
 def adjustment_text(change: Adjusted) -> str:
     """One rule's change to what was launched, for people."""
-    values = ", ".join(f"--{a.flag} {value_text(a.launched) or 'unset'} (sampled {value_text(a.sampled) or 'unset'})"
-                       for a in change.values)  # fmt: skip
+    values = ", ".join(
+        f"--{a.flag} {value_text(a.launched) or 'unset'} (sampled {value_text(a.sampled) or 'unset'})"
+        for a in change.values
+    )
     return f"launched {values}: {change.why}"
 
 
@@ -70,9 +72,13 @@ def trial_detail(record: TrialRecord) -> Group:
     rows.add_row("outcome", record.outcome)
     if record.reason:
         rows.add_row("reason", record.reason)
-    for label, value in (("baseline", record.baseline), ("retry of", record.proposal.retry_of),
-                         ("confirms", record.confirm_of), ("engine", record.engine),
-                         ("host", record.launch.host)):  # fmt: skip
+    for label, value in (
+        ("baseline", record.baseline),
+        ("retry of", record.proposal.retry_of),
+        ("confirms", record.confirm_of),
+        ("engine", record.engine),
+        ("host", record.launch.host),
+    ):
         if value is not None:
             rows.add_row(label, str(value))
     if record.decision is not None:
@@ -118,8 +124,11 @@ def break_even_text(result: BreakEven) -> Text:
     text = Text("Break-even accept length", style="bold")
     if result.note is not None or result.best_tok_s is None:
         return text.append(f": {result.note}", style="default")
-    bare = (f"bare pass {result.bare_pass_s * 1e3:.1f} ms (trials {', '.join(map(str, result.bare_trials))})"
-            if result.bare_pass_s is not None else "no run without speculation")  # fmt: skip
+    bare = (
+        f"bare pass {result.bare_pass_s * 1e3:.1f} ms (trials {', '.join(map(str, result.bare_trials))})"
+        if result.bare_pass_s is not None
+        else "no run without speculation"
+    )
     floor = f"; at full bandwidth even a free drafter needs {result.floor:.2f}" if result.floor is not None else ""
     text.append(f" to beat trial {result.best_trial} ({result.best_tok_s:.1f} tok/s); {bare}{floor}\n", style="default")
     for fit in result.drafters:
@@ -252,14 +261,23 @@ def confirmation_table(confirmation: Confirmation, *, unit: str = "tok/s") -> Re
     baseline to compare with, each configuration's gain over it with the interval the verdict uses (a
     per-configuration interval could look clear of the baseline's while the verdict's crosses zero);
     then the verdict and the gain over each baseline."""
-    table = Table(title="confirmation: finalists and baselines raced on fresh, interleaved launches",
-                  title_justify="left")  # fmt: skip
+    table = Table(
+        title="confirmation: finalists and baselines raced on fresh, interleaved launches", title_justify="left"
+    )
     reference = next((f for f in confirmation.finalists if f.trial == confirmation.reference), None)
     versus = {g.trial: g for g in confirmation.versus}
     compared = reference is not None and bool(versus)
     last = f"vs {reference.label} (verdict's 95% CI)" if compared and reference else "mean ± 95% CI"
-    for column in ("configuration", "first", "relaunches", unit, "mean" if compared else last, "flags changed",
-                   "memory", *([last] if compared else [])):  # fmt: skip
+    for column in (
+        "configuration",
+        "first",
+        "relaunches",
+        unit,
+        "mean" if compared else last,
+        "flags changed",
+        "memory",
+        *([last] if compared else []),
+    ):
         table.add_column(column, justify="left" if column == "configuration" else "right")
     for f in confirmation.finalists:
         mark = " *" if f.trial == confirmation.best else ""
@@ -273,8 +291,11 @@ def confirmation_table(confirmation: Confirmation, *, unit: str = "tok/s") -> Re
                 if f.confirmed
                 else "not confirmed"
             )
-        gain = "reference" if f.trial == confirmation.reference else (
-            versus[f.trial].interval_text() if f.trial in versus else "-")  # fmt: skip
+        gain = (
+            "reference"
+            if f.trial == confirmation.reference
+            else (versus[f.trial].interval_text() if f.trial in versus else "-")
+        )
         table.add_row(
             f"{f.label} (#{f.trial}){mark}{dropped}",
             f"{f.first:.1f}" if f.first is not None else "-",
@@ -285,24 +306,35 @@ def confirmation_table(confirmation: Confirmation, *, unit: str = "tok/s") -> Re
             f"{f.memory:g}" if f.memory is not None else "-",
             *([gain] if compared else []),
         )
+    return Group(table, *_verdict_lines(confirmation))
+
+
+def _verdict_lines(confirmation: Confirmation) -> list[Text]:
+    """Under the race's table: the verdict, the gains, the relaunches that failed, the noise."""
     lines = [Text(f"verdict: {confirmation.note}", style="bold")]
     lines += [Text(f"  trial {g.trial}: {g.text()}") for g in confirmation.gains]
-    lines += [Text(f"  {f.label} (#{f.trial}) relaunch failed: {reason}", style="red")
-              for f in confirmation.finalists for reason in f.failed]  # fmt: skip
+    lines += [
+        Text(f"  {f.label} (#{f.trial}) relaunch failed: {reason}", style="red")
+        for f in confirmation.finalists
+        for reason in f.failed
+    ]
     noise, parts = confirmation.noise, [f"{confirmation.rounds} rounds, margin ±{confirmation.margin:.0%}"]
     if noise.between_launches is not None:
         parts.append(f"noise between launches ±{noise.between_launches:.1%} sd ({noise.launches} relaunches)")
     if noise.within_launch is not None:
         parts.append(f"between rounds ±{noise.within_launch:.1%} sd")
-    return Group(table, *lines, Text("; ".join(parts), style="dim"))
+    return [*lines, Text("; ".join(parts), style="dim")]
 
 
 def schedule_table(verdict: ScheduleVerdict, *, metric: str = "decode_tok_s", unit: str = "tok/s") -> RenderableType:
     """The speculation schedule per level beside every static winner, on fresh interleaved launches:
     each mean with its interval and the schedule's gain with its own (* marks the level's winner)."""
     schedule = verdict.schedule
-    table = Table(title=f"speculation schedule ({metric}, {unit}) against each level's static winner, "
-                  f"{verdict.rounds} interleaved rounds", title_justify="left")  # fmt: skip
+    table = Table(
+        title=f"speculation schedule ({metric}, {unit}) against each level's static winner, "
+        f"{verdict.rounds} interleaved rounds",
+        title_justify="left",
+    )
     for column in ("concurrency", "schedule", "± 95% CI", "static", "± 95% CI ", "schedule's gain (95%)", "verdict"):
         table.add_column(column, justify="left" if column in ("static", "verdict") else "right")
     speculation = get_engine(schedule.engine).speculation

@@ -301,18 +301,31 @@ def draw_levels_front(s: StudySummary) -> Figure:
     winners = {(w.trial, w.concurrency) for w in levels.winners}
     for p in levels.front:
         colour = _SERIES[concurrencies.index(p.concurrency) % len(_SERIES)]
-        ax.plot(p.per_gpu_tok_s, p.per_user_tok_s, marker="o" if not p.slo_broken else "x", linestyle="",
-                color=colour, alpha=1.0 if p.on_front else 0.35, markersize=8 if (p.trial, p.concurrency) in winners
-                else 5)  # fmt: skip
+        ax.plot(
+            p.per_gpu_tok_s,
+            p.per_user_tok_s,
+            marker="o" if not p.slo_broken else "x",
+            linestyle="",
+            color=colour,
+            alpha=1.0 if p.on_front else 0.35,
+            markersize=8 if (p.trial, p.concurrency) in winners else 5,
+        )
     on_front = sorted((p for p in levels.front if p.on_front), key=lambda p: p.per_gpu_tok_s)
     if on_front:
-        ax.plot([p.per_gpu_tok_s for p in on_front], [p.per_user_tok_s for p in on_front], color="#333333",
-                linewidth=1, label="front (no trial better on both)")  # fmt: skip
+        ax.plot(
+            [p.per_gpu_tok_s for p in on_front],
+            [p.per_user_tok_s for p in on_front],
+            color="#333333",
+            linewidth=1,
+            label="front (no trial better on both)",
+        )
     _annotate_groups(ax, [(p.per_gpu_tok_s, p.per_user_tok_s, f"#{p.trial}") for p in on_front])
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], marker="o", linestyle="", color=_SERIES[i % len(_SERIES)], label=f"concurrency {c}")
-               for i, c in enumerate(concurrencies)]  # fmt: skip
+    handles = [
+        Line2D([], [], marker="o", linestyle="", color=_SERIES[i % len(_SERIES)], label=f"concurrency {c}")
+        for i, c in enumerate(concurrencies)
+    ]
     if any(p.slo_broken for p in levels.front):
         handles.append(Line2D([], [], marker="x", linestyle="", color="#555555", label="breaks the SLO"))
     ax.legend(handles=[*handles, *ax.get_legend_handles_labels()[0]], fontsize=8, loc="best", framealpha=0.9)
@@ -332,13 +345,22 @@ def draw_schedule(s: StudySummary) -> Figure:
     width = 0.8 / (len(statics) + 1)
     for x, level in enumerate(verdict.levels):
         bars = [("schedule", level.schedule_mean, level.schedule_ci95, level.schedule_values, "#2a9d3a")]
-        bars += [(c.label, c.mean, c.ci95, c.values, _SERIES[statics.index(c.trial) % len(_SERIES)])
-                 for c in level.statics]  # fmt: skip
+        bars += [
+            (c.label, c.mean, c.ci95, c.values, _SERIES[statics.index(c.trial) % len(_SERIES)]) for c in level.statics
+        ]
         for i, (label, mean, ci95, values, colour) in enumerate(bars):
             at = x - 0.4 + width * (i + 0.5)
             if mean is not None:
-                ax.errorbar([at], [mean], yerr=[[ci95 or 0.0], [ci95 or 0.0]], fmt="o", color=colour, capsize=4,
-                            markersize=8, label=label if x == 0 else None)  # fmt: skip
+                ax.errorbar(
+                    [at],
+                    [mean],
+                    yerr=[[ci95 or 0.0], [ci95 or 0.0]],
+                    fmt="o",
+                    color=colour,
+                    capsize=4,
+                    markersize=8,
+                    label=label if x == 0 else None,
+                )
             ax.plot([at] * len(values), values, ".", color="#999999")
     ax.set_xticks(range(len(verdict.levels)))
     ax.set_xticklabels([f"{v.concurrency} users\n(schedule: {v.steps} steps)" for v in verdict.levels])
@@ -365,10 +387,21 @@ def draw_break_even(s: StudySummary) -> Figure:
         ax.plot(lengths, [x / cycle_s for x in lengths], color=colour, linewidth=1.2, label=label)
         ax.plot(fit.break_even, result.best_tok_s, marker="|", markersize=14, color=colour)
         measured = [p for p in result.points if p.drafter == fit.drafter]
-        ax.plot([p.accept_length for p in measured], [p.tok_s for p in measured], marker="o", linestyle="",
-                color=colour, markersize=5)  # fmt: skip
-    ax.axhline(result.best_tok_s, color="#888888", linestyle="--", linewidth=1,
-               label=f"best: trial {result.best_trial}, {result.best_tok_s:.1f} tok/s")  # fmt: skip
+        ax.plot(
+            [p.accept_length for p in measured],
+            [p.tok_s for p in measured],
+            marker="o",
+            linestyle="",
+            color=colour,
+            markersize=5,
+        )
+    ax.axhline(
+        result.best_tok_s,
+        color="#888888",
+        linestyle="--",
+        linewidth=1,
+        label=f"best: trial {result.best_trial}, {result.best_tok_s:.1f} tok/s",
+    )
     ax.set_xlabel("accept length (tokens per verify pass)")
     ax.set_ylabel("decode tok/s (one stream)")
     ax.set_title("Break-even accept length per drafter")
@@ -396,8 +429,15 @@ def draw_verdict(s: StudySummary) -> Figure:
     for row, finalist in enumerate(shown):
         chosen = finalist.trial == confirmation.best
         colour = "#2a9d3a" if chosen else ("#1f5fa8" if finalist.baseline else "#555555")
-        ax.errorbar([finalist.mean], [row], xerr=[[finalist.ci95 or 0.0], [finalist.ci95 or 0.0]], fmt="o",
-                    color=colour, markersize=9 if chosen else 7, capsize=4)  # fmt: skip
+        ax.errorbar(
+            [finalist.mean],
+            [row],
+            xerr=[[finalist.ci95 or 0.0], [finalist.ci95 or 0.0]],
+            fmt="o",
+            color=colour,
+            markersize=9 if chosen else 7,
+            capsize=4,
+        )
         ax.plot(finalist.values, [row] * len(finalist.values), ".", color="#999999")
         if finalist.first is not None:
             ax.plot([finalist.first], [row], "D", markerfacecolor="none", color="#999999")
@@ -418,16 +458,27 @@ def draw_gains(s: StudySummary, shown: Sequence[Finalist], reference: Finalist) 
     for row, finalist in enumerate(shown):
         chosen = finalist.trial == confirmation.best
         colour = "#2a9d3a" if chosen else ("#1f5fa8" if finalist.baseline else "#555555")
-        ax.plot([100 * (v / reference.mean - 1) for v in finalist.values], [row] * len(finalist.values), ".",
-                color="#999999")  # fmt: skip
+        ax.plot(
+            [100 * (v / reference.mean - 1) for v in finalist.values],
+            [row] * len(finalist.values),
+            ".",
+            color="#999999",
+        )
         gain = versus.get(finalist.trial)
         if finalist.trial == reference.trial or gain is None:
             ax.plot([0.0 if gain is None else 100 * gain.gain], [row], "o", color=colour, markersize=9 if chosen else 7)
             continue
         low = gain.low if gain.low is not None else gain.gain
         high = gain.high if gain.high is not None else gain.gain
-        ax.errorbar([100 * gain.gain], [row], xerr=[[100 * (gain.gain - low)], [100 * (high - gain.gain)]], fmt="o",
-                    color=colour, markersize=9 if chosen else 7, capsize=4)  # fmt: skip
+        ax.errorbar(
+            [100 * gain.gain],
+            [row],
+            xerr=[[100 * (gain.gain - low)], [100 * (high - gain.gain)]],
+            fmt="o",
+            color=colour,
+            markersize=9 if chosen else 7,
+            capsize=4,
+        )
     ax.set_yticks(range(len(shown)))
     ax.set_yticklabels([f"{f.label}{' (recommended)' if f.trial == confirmation.best else ''}" for f in shown])
     ax.set_xlabel(f"gain over {reference.label} [%]")

@@ -175,9 +175,12 @@ def _configuration_figures(s: StudySummary) -> list[FigurePlan]:
 def _trade_off_figures(s: StudySummary) -> list[FigurePlan]:
     """The trade-offs: a levels study's (per user against per GPU, the schedule), the Pareto front, break-even."""
     pareto_skip = (
-        None if s.pareto else "a levels study: see the per-user vs per-GPU figure" if s.load_levels
+        None
+        if s.pareto
+        else "a levels study: see the per-user vs per-GPU figure"
+        if s.load_levels
         else f"the study has {len(s.directions)} objective; a Pareto front needs two"
-    )  # fmt: skip
+    )
     break_even = s.break_even
     break_even_skip = (
         None if break_even is not None and break_even.drafters else (break_even.note if break_even else "not computed")

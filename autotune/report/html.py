@@ -195,8 +195,10 @@ def _verdict_html(s: StudySummary, figures: Sequence[ReportFigure]) -> list[str]
     e = html.escape
     confirmation = s.confirmation
     if confirmation is None:
-        return ['<p class="verdict">No verdict: the finalists were not measured again, so the best is a single '
-                "first measurement (<code>autotune confirm STUDY</code> races them).</p>"]  # fmt: skip
+        return [
+            '<p class="verdict">No verdict: the finalists were not measured again, so the best is a single '
+            "first measurement (<code>autotune confirm STUDY</code> races them).</p>"
+        ]
     parts = ["<h2>Verdict</h2>", f'<p class="verdict" id="verdict">{e(confirmation.note)}.</p>']
     if confirmation.gains:
         parts.append("<ul>" + "".join(f"<li>trial {g.trial}: {e(g.text())}</li>" for g in confirmation.gains) + "</ul>")
@@ -216,17 +218,27 @@ def _confirmation_html(s: StudySummary) -> list[str]:
         f"±{confirmation.margin:.0%}; the search's first measurement is not in the mean (it was chosen for being "
         "high).</p>",
         _table(
-            ["configuration", "first", "launches", f"{e(s.objective_unit)} per launch", "mean ± 95% CI",
-             "flags changed"],
             [
-                [e(f"{f.label} (#{f.trial})") + (" ★" if f.trial == confirmation.best else ""), _num(f.first, 1),
-                 str(len(f.values)) + (f" (+{len(f.failed)} failed)" if f.failed else ""),
-                 e(" ".join(f"{v:.1f}" for v in f.values)),
-                 f"{_num(f.mean, 2)} ± {_num(f.ci95, 2)}" if f.confirmed else "not confirmed", str(f.changed_flags)]
+                "configuration",
+                "first",
+                "launches",
+                f"{e(s.objective_unit)} per launch",
+                "mean ± 95% CI",
+                "flags changed",
+            ],
+            [
+                [
+                    e(f"{f.label} (#{f.trial})") + (" ★" if f.trial == confirmation.best else ""),
+                    _num(f.first, 1),
+                    str(len(f.values)) + (f" (+{len(f.failed)} failed)" if f.failed else ""),
+                    e(" ".join(f"{v:.1f}" for v in f.values)),
+                    f"{_num(f.mean, 2)} ± {_num(f.ci95, 2)}" if f.confirmed else "not confirmed",
+                    str(f.changed_flags),
+                ]
                 for f in confirmation.finalists
             ],
         ),
-    ]  # fmt: skip
+    ]
 
 
 def _winner_html(s: StudySummary) -> list[str]:
@@ -357,8 +369,15 @@ def _levels_html(s: StudySummary) -> str:
         ]
         for w in s.load_levels.winners
     ]
-    head = ["concurrency", "winner", f"{e(s.objective_metric)} [{e(s.objective_unit)}]", "tok/s per user",
-            "tok/s per GPU", "accept length", "confirmed"]  # fmt: skip
+    head = [
+        "concurrency",
+        "winner",
+        f"{e(s.objective_metric)} [{e(s.objective_unit)}]",
+        "tok/s per user",
+        "tok/s per GPU",
+        "accept length",
+        "confirmed",
+    ]
     return _table(head, rows) + (
         f"<p>Each level's winner: <code>autotune export {e(s.study)} --concurrency N</code>. Only the primary "
         "level's winner is confirmed on fresh launches.</p>"
@@ -375,15 +394,32 @@ def _schedule_html(s: StudySummary) -> str:
             interval, said = schedule_comparison(level, static)
             winner = " (this level's winner)" if static.trial == level.winner else ""
             mine = _num(level.schedule_mean, 1, level.schedule_ci95)
-            rows.append([str(level.concurrency), f"{level.steps} steps", mine, e(static.label) + winner,
-                         _num(static.mean, 1, static.ci95), interval, e(said)])  # fmt: skip
-    head = ["concurrency", "schedule's depth", "schedule", "static", "static's figure", "schedule's gain (95%)",
-            "verdict"]  # fmt: skip
+            rows.append(
+                [
+                    str(level.concurrency),
+                    f"{level.steps} steps",
+                    mine,
+                    e(static.label) + winner,
+                    _num(static.mean, 1, static.ci95),
+                    interval,
+                    e(said),
+                ]
+            )
+    head = [
+        "concurrency",
+        "schedule's depth",
+        "schedule",
+        "static",
+        "static's figure",
+        "schedule's gain (95%)",
+        "verdict",
+    ]
     export = f"<code>autotune export {e(s.study)} --schedule</code>" if s.schedule.recommended else "not exported"
     return (
-        f"<p><b>{e(s.schedule.note)}</b></p>" + _table(head, rows)
+        f"<p><b>{e(s.schedule.note)}</b></p>"
+        + _table(head, rows)
         + f"<p>The engine reads: <code>{e(s.schedule.schedule.config_text())}</code>; {export}.</p>"
-    )  # fmt: skip
+    )
 
 
 def _one_flag_a_line(script: str) -> str:

@@ -192,8 +192,14 @@ def _baseline_comparisons(
         best_value = best.metric_value(metric) if best else None
         gain = (best_value - value) / value if best_value is not None and value else None
         baselines.append(
-            BaselineComparison(name=r.baseline, trial=r.number, outcome=r.outcome, value=value, best_gain=gain,
-                               confirmed=r.number in confirmed)  # fmt: skip
+            BaselineComparison(
+                name=r.baseline,
+                trial=r.number,
+                outcome=r.outcome,
+                value=value,
+                best_gain=gain,
+                confirmed=r.number in confirmed,
+            )
         )
     return baselines
 

@@ -120,8 +120,16 @@ def trials_table(
     hosts = sorted({r.launch.host for r in records if r.launch.host})
     several_hosts = len(hosts) > 1  # then show where each trial ran, so hardware differences are visible
     rows = [_trial_row(r, flag_names, best=best, with_host=several_hosts) for r in records]
-    headers = ["#", "outcome", *(_header(n) for n in flag_names), "decode tok/s", "accept\nlen", "roof-\nline",
-               *(["host"] if several_hosts else []), "note"]  # fmt: skip
+    headers = [
+        "#",
+        "outcome",
+        *(_header(n) for n in flag_names),
+        "decode tok/s",
+        "accept\nlen",
+        "roof-\nline",
+        *(["host"] if several_hosts else []),
+        "note",
+    ]
     # Widths computed here, once, from the cells: Rich would otherwise measure every cell of a long
     # study (most of show's time at 300 trials). They also decide which flags fit.
     widths = [max([*map(len, h.splitlines()), *(len(row[i].plain) for row in rows)]) for i, h in enumerate(headers)]
@@ -151,16 +159,28 @@ class TrialTable:
     cells, two columns apart (the table's padding and column divider)."""
 
     def __init__(
-        self, *, headers: list[str], widths: list[int], justify: list[JustifyMethod], rows: list[list[Text]],
+        self,
+        *,
+        headers: list[str],
+        widths: list[int],
+        justify: list[JustifyMethod],
+        rows: list[list[Text]],
         caption: str | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.headers, self.widths, self.justify, self.rows, self.caption = headers, widths, justify, rows, caption
 
     def table(self, *, rows: bool = True, caption: bool = True) -> Table:
         """The same table as Rich's own: the rows in one row of tall cells, a line per trial (Rich cuts
         and aligns a cell line by line, as separate cells; every cell here is one line)."""
-        table = Table(title="trials", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
-                      caption=self.caption if caption else None, caption_justify="left")  # fmt: skip
+        table = Table(
+            title="trials",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            collapse_padding=True,
+            caption=self.caption if caption else None,
+            caption_justify="left",
+        )
         for header, width, justify in zip(self.headers, self.widths, self.justify, strict=True):
             table.add_column(header, justify=justify, no_wrap=True, width=width, overflow="ellipsis")
         if rows and self.rows:

@@ -60,8 +60,18 @@ ABOVE_COUNT = "the measured rate is above the ceiling counted from config.json: 
 # A reuse copies its original's facts, except who ran it, what it taught (learned once) and what
 # was decided for it and launched.
 NOT_COPIED = frozenset(
-    {"baseline", "host", "worker_pid", "retry_of", "confirm_of", "launch_round", MEMORY_LESSON, DECISION, "flags",
-     "config_key"}
+    {
+        "baseline",
+        "host",
+        "worker_pid",
+        "retry_of",
+        "confirm_of",
+        "launch_round",
+        MEMORY_LESSON,
+        DECISION,
+        "flags",
+        "config_key",
+    }
 )
 CONFIRMATION = "confirmation"
 SCHEDULE_VERDICT = "schedule_verdict"
@@ -153,8 +163,10 @@ def schedule_verdict(study: StoredStudy) -> ScheduleVerdict | None:
     try:
         return ScheduleVerdict.model_validate(stored)
     except ValidationError as exc:
-        raise StorageError(f"study {study.study_name!r}: cannot read the schedule's verdict: {exc}",
-                           hint=f"run `autotune confirm {study.study_name} --schedule` again") from None  # fmt: skip
+        raise StorageError(
+            f"study {study.study_name!r}: cannot read the schedule's verdict: {exc}",
+            hint=f"run `autotune confirm {study.study_name} --schedule` again",
+        ) from None
 
 
 def study_info(study: StoredStudy) -> StudyInfo:
@@ -419,8 +431,11 @@ def _record_memory(trial: optuna.Trial, outcome: TrialOutcome) -> None:
     """GiB readings for people."""
     facts = outcome.memory
     if facts is not None:
-        for name, value in (("weights", facts.weights_bytes), ("kv_pool", facts.kv_pool_bytes),
-                            ("graph", facts.graph_bytes)):  # fmt: skip
+        for name, value in (
+            ("weights", facts.weights_bytes),
+            ("kv_pool", facts.kv_pool_bytes),
+            ("graph", facts.graph_bytes),
+        ):
             if value is not None:
                 trial.set_user_attr(f"memory_{name}_gib", round(value / 2**30, 2))
         if facts.graph_batch is not None:

@@ -125,9 +125,13 @@ def break_even(points: list[SpeedPoint], *, best_tok_s: float | None, best_trial
     fits = [
         fit
         for name in drafters
-        if (fit := fit_drafter(name, [p for p in points if p.drafter == name], bare_pass_s=bare_pass_s,
-                               best_tok_s=best_tok_s)) is not None
-    ]  # fmt: skip
+        if (
+            fit := fit_drafter(
+                name, [p for p in points if p.drafter == name], bare_pass_s=bare_pass_s, best_tok_s=best_tok_s
+            )
+        )
+        is not None
+    ]
     note = None
     if not drafters:
         note = "no speculative trial measured: nothing to fit"
@@ -160,11 +164,24 @@ def speed_point(record: TrialRecord, *, engine: str) -> SpeedPoint | None:
 
     algorithm, draft_model = flag(spelling.method), flag(spelling.draft_model)
     if algorithm in (None, "", "none", "None"):
-        return SpeedPoint(trial=record.number, drafter=None, steps=0, tok_s=tok_s, accept_length=1.0,
-                          roofline_share=record.measurement.roofline_share)  # fmt: skip
+        return SpeedPoint(
+            trial=record.number,
+            drafter=None,
+            steps=0,
+            tok_s=tok_s,
+            accept_length=1.0,
+            roofline_share=record.measurement.roofline_share,
+        )
     steps = flag(spelling.depth)
     if accept is None or accept < 1 or not isinstance(steps, int) or isinstance(steps, bool):
         return None
     drafter = f"{algorithm} {Path(str(draft_model)).name}" if draft_model else str(algorithm)
-    return SpeedPoint(trial=record.number, drafter=drafter, steps=steps, tok_s=tok_s, accept_length=accept,
-                      roofline_share=record.measurement.roofline_share, separate_draft=bool(draft_model))  # fmt: skip
+    return SpeedPoint(
+        trial=record.number,
+        drafter=drafter,
+        steps=steps,
+        tok_s=tok_s,
+        accept_length=accept,
+        roofline_share=record.measurement.roofline_share,
+        separate_draft=bool(draft_model),
+    )

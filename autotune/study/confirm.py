@@ -53,8 +53,9 @@ class Finalist(Frozen):
     label: str
     config_key: str | None
     baseline: bool = False
-    first: float | None = Field(default=None, description="the search's measurement (chosen for being high: not "
-                                "in the mean)")
+    first: float | None = Field(
+        default=None, description="the search's measurement (chosen for being high: not in the mean)"
+    )
     values: list[float] = Field(description="the objective of every confirmation launch that served, by round")
     rounds: list[int] = Field(default_factory=list, description="the round of each value")
     failed: list[str] = Field(default_factory=list, description="confirmation launches that did not serve, and why")
@@ -287,9 +288,11 @@ def relaunches_by_round(
 class Standing(Frozen):
     """Where the race stands after a round: who is still relaunched, and whether the verdict is decided."""
 
-    racing: list[int] = Field(description="the leader, then the configurations whose comparison with it is open "
-                              "(the decisive ones first); a configuration whose comparisons are decided is not "
-                              "relaunched")
+    racing: list[int] = Field(
+        description="the leader, then the configurations whose comparison with it is open "
+        "(the decisive ones first); a configuration whose comparisons are decided is not "
+        "relaunched"
+    )
     leader: int | None
     equivalent: list[int] = Field(default_factory=list, description="within the margin of the leader")
     decisive: list[int] = Field(default_factory=list, description="open comparisons the verdict waits for")
@@ -308,9 +311,12 @@ def _claims(effects: Collection[int], baselines: Collection[int]) -> int:
 
 
 def standing(
-    launches: dict[int, dict[int, float]], *, margin: float, baselines: Collection[int] = (),
+    launches: dict[int, dict[int, float]],
+    *,
+    margin: float,
+    baselines: Collection[int] = (),
     until: RaceStop | None = None,
-) -> Standing:  # fmt: skip
+) -> Standing:
     """After a round, each configuration against the leader: significantly behind (decided, no longer
     relaunched), equivalent (both ends of the interval within ``margin``: decided), or open. The
     comparison with the best baseline is judged as the verdict judges it (widened for the number of
@@ -344,8 +350,9 @@ def standing(
         decisive = [c for c in open_ if c == best_baseline]
     settled = model.sd is not None and not decisive
     others = [c for c in open_ if c not in decisive]
-    return Standing(racing=[leader, *decisive, *others], leader=leader, equivalent=equivalent, decisive=decisive,
-                    settled=settled)  # fmt: skip
+    return Standing(
+        racing=[leader, *decisive, *others], leader=leader, equivalent=equivalent, decisive=decisive, settled=settled
+    )
 
 
 # Degrees of freedom the prior launch noise counts as when the planning estimate shrinks the race's sd.
@@ -401,8 +408,11 @@ def verdict(
     baselines = [f for f in built if f.baseline and f.confirmed]
     # The leader is the highest of the configurations raced: its gain is judged as one of that many claims.
     picked_from = max(sum(1 for f in built if f.confirmed and not f.baseline), 1)
-    gains = [_gain(leader, b, model, launches, comparisons=picked_from) for b in baselines
-             if b.trial != leader.trial and model is not None]  # fmt: skip
+    gains = [
+        _gain(leader, b, model, launches, comparisons=picked_from)
+        for b in baselines
+        if b.trial != leader.trial and model is not None
+    ]
     best_baseline = max(baselines, key=lambda f: f.mean, default=None)
     # Shown beside each configuration: an interval per configuration from the pooled sd can look clear of
     # the baseline's while the paired, widened one the verdict uses crosses zero.
@@ -457,9 +467,14 @@ def _finalists(
 
 
 def _chosen(
-    now: Standing, by_trial: dict[int, Finalist], leader: Finalist, best_baseline: Finalist | None,
-    beats: Gain | None, *, within: bool,
-) -> Finalist:  # fmt: skip
+    now: Standing,
+    by_trial: dict[int, Finalist],
+    leader: Finalist,
+    best_baseline: Finalist | None,
+    beats: Gain | None,
+    *,
+    within: bool,
+) -> Finalist:
     """The configuration the verdict recommends."""
     if now.settled and len(now.equivalent) > 1:  # equals within the margin: the nearest the engine's defaults
         return min([by_trial[t] for t in now.equivalent], key=_nearest_defaults)
@@ -483,13 +498,19 @@ def _more_launches(
 
 
 def _finalist(
-    record: TrialRecord, records: Sequence[TrialRecord], launches: dict[int, float], model: Fit | None,
+    record: TrialRecord,
+    records: Sequence[TrialRecord],
+    launches: dict[int, float],
+    model: Fit | None,
     fixed: Sequence[str],
-) -> Finalist:  # fmt: skip
+) -> Finalist:
     rounds = sorted(launches)
     values = [launches[r] for r in rounds]
-    failed = [f"{r.outcome}: {r.reason}" if r.reason else r.outcome for r in records
-              if r.confirm_of == record.number and not (r.outcome == OutcomeKind.OK.value and r.value)]  # fmt: skip
+    failed = [
+        f"{r.outcome}: {r.reason}" if r.reason else r.outcome
+        for r in records
+        if r.confirm_of == record.number and not (r.outcome == OutcomeKind.OK.value and r.value)
+    ]
     mean = statistics.fmean(values) if values else None  # what a reader can check; comparisons use the fit
     half = None
     if model is not None and model.sd is not None and model.dof and mean is not None:
@@ -522,18 +543,28 @@ def _gain(
     shared = len(set(launches[leader.trial]) & set(launches[baseline.trial]))
     difference, half = model.interval(leader.trial, baseline.trial, comparisons=comparisons)
     return Gain(
-        trial=leader.trial, baseline=baseline.label.removeprefix("baseline "), baseline_trial=baseline.trial,
+        trial=leader.trial,
+        baseline=baseline.label.removeprefix("baseline "),
+        baseline_trial=baseline.trial,
         gain=math.exp(difference) - 1,
         low=math.exp(difference - half) - 1 if half is not None else None,
         high=math.exp(difference + half) - 1 if half is not None else None,
         rounds=shared,
-    )  # fmt: skip
+    )
 
 
 def _verdict(
-    chosen: Finalist, leader: Finalist, beats: Gain | None, best_baseline: Finalist | None,
-    built: Sequence[Finalist], now: Standing, more: int | None, *, within: bool = False, margin: float = 0.02,
-) -> str:  # fmt: skip
+    chosen: Finalist,
+    leader: Finalist,
+    beats: Gain | None,
+    best_baseline: Finalist | None,
+    built: Sequence[Finalist],
+    now: Standing,
+    more: int | None,
+    *,
+    within: bool = False,
+    margin: float = 0.02,
+) -> str:
     """The study's answer in one sentence."""
     unconfirmed = [f.label for f in built if not f.confirmed]
     tail = f" ({', '.join(unconfirmed)}: no relaunch served, not confirmed)" if unconfirmed else ""
@@ -545,15 +576,19 @@ def _verdict(
     if within and not now.settled and beats is not None and best_baseline is not None and not beats.significant:
         other = best_baseline if chosen.trial == leader.trial else leader
         head = f"keep {chosen.label}: {leader.label} is" if chosen.baseline else f"{chosen.label} is the best:"
-        return (f"{head} {beats.text()}, a gap inside the ±{margin:.0%} margin: equivalent, and {chosen.label} "
-                f"changes fewer flags ({chosen.changed_flags} against {other.changed_flags}){tail}")  # fmt: skip
+        return (
+            f"{head} {beats.text()}, a gap inside the ±{margin:.0%} margin: equivalent, and {chosen.label} "
+            f"changes fewer flags ({chosen.changed_flags} against {other.changed_flags}){tail}"
+        )
     if chosen.baseline and chosen.trial != leader.trial and beats is not None:
         return f"keep {chosen.label}: the best, {leader.label}, is {beats.text()}{settle}{tail}"
     if chosen.baseline and best_baseline is not None and chosen.trial == leader.trial:
         return f"keep {chosen.label}: no configuration beat it{settle}{tail}"
     if chosen.trial != leader.trial:  # equivalent within the margin
-        return (f"{chosen.label} is as fast as {leader.label} within the margin and nearer the engine's defaults "
-                f"({chosen.changed_flags} flags changed){tail}")  # fmt: skip
+        return (
+            f"{chosen.label} is as fast as {leader.label} within the margin and nearer the engine's defaults "
+            f"({chosen.changed_flags} flags changed){tail}"
+        )
     if beats is not None:
         return f"{chosen.label} is the best: {beats.text()}{settle}{tail}"
     return f"{chosen.label} is the best (no baseline to compare with){settle}{tail}"

@@ -110,17 +110,23 @@ def front(records: Sequence[TrialRecord], *, gpus: int) -> list[FrontPoint]:
             user, aggregate = level.metric_value(PER_USER), level.metric_value(AGGREGATE)
             if user is not None and aggregate is not None:
                 points.append(
-                    FrontPoint(trial=record.number, concurrency=concurrency, per_user_tok_s=user,
-                               per_gpu_tok_s=aggregate / gpus, slo_broken=bool(level.slo_broken))
-                )  # fmt: skip
+                    FrontPoint(
+                        trial=record.number,
+                        concurrency=concurrency,
+                        per_user_tok_s=user,
+                        per_gpu_tok_s=aggregate / gpus,
+                        slo_broken=bool(level.slo_broken),
+                    )
+                )
     kept = [p for p in points if not p.slo_broken]
 
     def beaten(p: FrontPoint) -> bool:
         return any(
-            q.per_user_tok_s >= p.per_user_tok_s and q.per_gpu_tok_s >= p.per_gpu_tok_s
+            q.per_user_tok_s >= p.per_user_tok_s
+            and q.per_gpu_tok_s >= p.per_gpu_tok_s
             and (q.per_user_tok_s > p.per_user_tok_s or q.per_gpu_tok_s > p.per_gpu_tok_s)
             for q in kept
-        )  # fmt: skip
+        )
 
     return [p.model_copy(update={"on_front": not p.slo_broken and not beaten(p)}) for p in points]
 
@@ -137,9 +143,16 @@ def load_levels(
             # The confirmed mean replaces the single measurement of the primary's objective.
             best = primary_best.measurement
             record = (
-                shown.model_copy(update={"measurement": shown.measurement.model_copy(
-                    update={"metrics": {**shown.measurement.metrics, metric: best.metrics[metric]},
-                            "confirmed_launches": best.confirmed_launches})})  # fmt: skip
+                shown.model_copy(
+                    update={
+                        "measurement": shown.measurement.model_copy(
+                            update={
+                                "metrics": {**shown.measurement.metrics, metric: best.metrics[metric]},
+                                "confirmed_launches": best.confirmed_launches,
+                            }
+                        )
+                    }
+                )
                 if shown is not None and metric in best.metrics
                 else shown
             )

@@ -55,8 +55,9 @@ def preflight(space: SearchSpace, *, read_gpus: bool = True) -> Preflight:
     inventory = read_inventory(space.gpus, source=space.source) if read_gpus else None
     if not read_gpus:  # `check` keeps no inventory, but devices the inventory lacks are still the space's fault
         check_devices(space.gpus, source=space.source)
-    return Preflight(space=space, engines=engines, suite=suite, inventory=inventory,
-                     baselines=checked_baselines(space, engines))  # fmt: skip
+    return Preflight(
+        space=space, engines=engines, suite=suite, inventory=inventory, baselines=checked_baselines(space, engines)
+    )
 
 
 def checked_baselines(space: SearchSpace, engines: Mapping[str, PreparedEngine]) -> list[CheckedBaseline]:

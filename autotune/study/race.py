@@ -104,8 +104,10 @@ class RacePlan:
     def text(self) -> str:
         took = f", about {self.seconds / 60:.0f} min" if self.seconds else ""
         until = f", until the night's end in {self.deadline_s / 60:.0f} min" if self.deadline_s is not None else ""
-        return (f"racing {self.configurations} configurations ({self.baselines} of them baselines) on at most "
-                f"{self.launches} fresh launches{took}{until}, dropping each as soon as it is decided")  # fmt: skip
+        return (
+            f"racing {self.configurations} configurations ({self.baselines} of them baselines) on at most "
+            f"{self.launches} fresh launches{took}{until}, dropping each as soon as it is decided"
+        )
 
 
 class FinalistsRace(Frozen):
@@ -178,8 +180,13 @@ def race_finalists(runner: StudyRunner, race: FinalistsRace) -> Confirmation | N
     try:
         _eliminate(runner, race, finalists, budget=_budget(race, records, len(finalists)), margin=margin)
     finally:
-        result = verdict(runner.records(), finalists, objective=runner.space.objective.metric,
-                         fixed=list(runner.space.fixed), margin=margin)  # fmt: skip
+        result = verdict(
+            runner.records(),
+            finalists,
+            objective=runner.space.objective.metric,
+            fixed=list(runner.space.fixed),
+            margin=margin,
+        )
         attrs.record_confirmation(runner.study, result)
         if result is not None:
             _publish_note(runner.study, result)
@@ -218,8 +225,9 @@ def _relaunch(runner: StudyRunner, finalists: Sequence[TrialRecord]) -> None:
     with exclusive(runner.storage, runner.paths):
         for finalist in finalists:
             attrs.enqueue_confirmation(runner.study, params[finalist.number], finalist, round_=len(trials))
-    runner.study.optimize(runner.objective, n_trials=len(finalists), catch=(TrialFault,),
-                          callbacks=[runner.after_trial])  # fmt: skip
+    runner.study.optimize(
+        runner.objective, n_trials=len(finalists), catch=(TrialFault,), callbacks=[runner.after_trial]
+    )
 
 
 def _publish_note(study: optuna.Study, result: Confirmation) -> None:
@@ -228,10 +236,16 @@ def _publish_note(study: optuna.Study, result: Confirmation) -> None:
         import optuna_dashboard
     except ImportError:
         return
-    rows = [f"| {f.label} (#{f.trial}) | {len(f.values)} | {f.mean:.2f}" + (f" ± {f.ci95:.2f}" if f.ci95 else "")
-            + f" | {f.changed_flags} |" for f in result.finalists]  # fmt: skip
-    gains = [f"- {result.recommended.label if g.trial == result.best else f'trial {g.trial}'}: {g.text()}"
-             for g in result.gains]  # fmt: skip
+    rows = [
+        f"| {f.label} (#{f.trial}) | {len(f.values)} | {f.mean:.2f}"
+        + (f" ± {f.ci95:.2f}" if f.ci95 else "")
+        + f" | {f.changed_flags} |"
+        for f in result.finalists
+    ]
+    gains = [
+        f"- {result.recommended.label if g.trial == result.best else f'trial {g.trial}'}: {g.text()}"
+        for g in result.gains
+    ]
     header = ["| configuration | launches | mean ± 95% CI | flags changed |", "|---|---|---|---|"]
     note = "\n".join(["## Verdict", "", result.note, "", *gains, "", *header, *rows])
     with warnings.catch_warnings():
@@ -286,8 +300,15 @@ def race_schedule(
                 continue
             outcome = launch(plan, paths.logs / f"schedule-race-r{round_index + 1}-{name}.log", phase, None)
             _gather(checked, gathered, config, round_index, outcome, where=where)
-    return judge(schedule, gathered.launches, rounds=rounds, failed=gathered.failed, slo_broken=gathered.slo_broken,
-                 slots=gathered.slots, margin=checked.space.measurement.target_rel_ci)  # fmt: skip
+    return judge(
+        schedule,
+        gathered.launches,
+        rounds=rounds,
+        failed=gathered.failed,
+        slo_broken=gathered.slo_broken,
+        slots=gathered.slots,
+        margin=checked.space.measurement.target_rel_ci,
+    )
 
 
 def _schedule_plans(

@@ -87,4 +87,3 @@ def enqueue_baselines(study: optuna.Study, space: SearchSpace) -> list[str]:
         attrs.enqueue_baseline(study, baseline_params(space, baseline), baseline.name)
         queued.append(baseline.name)
     return queued
-

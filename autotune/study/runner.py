@@ -206,9 +206,12 @@ class StudyRunner:
         shown = self.space.model_copy(update={"fixed": redact_flags(self.space.fixed)})
         with exclusive(self.storage, self.paths):  # two workers writing the same attrs at once
             attrs.describe_study(
-                self.study, space=shown, env=redact_env(self.space.env), suite=self.checked.suite.name,
+                self.study,
+                space=shown,
+                env=redact_env(self.space.env),
+                suite=self.checked.suite.name,
                 inventory=self.inventory,
-            )  # fmt: skip
+            )
         with warnings.catch_warnings():  # Optuna 5 still calls metric names experimental
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             # optuna-dashboard names the objective axis with it (instead of "Objective 0").
@@ -314,8 +317,9 @@ class StudyRunner:
         model = self.feasibility[plan.engine]
         lesson = lesson_of(outcome, trial=trial.number, inventory=self.inventory)
         model.learn(lesson)
-        share = roofline_of(outcome, inventory=self.inventory, model=model, engine=self.engines[plan.engine],
-                            structure=self.structure)  # fmt: skip
+        share = roofline_of(
+            outcome, inventory=self.inventory, model=model, engine=self.engines[plan.engine], structure=self.structure
+        )
         impossible = above_ceiling(share.decode_tok_s, share.ceiling_tok_s) if share else None
         if impossible is not None and outcome.kind is OutcomeKind.OK:
             outcome = outcome.model_copy(update={"kind": OutcomeKind.MEASUREMENT_FAILED, "reason": impossible})

@@ -143,43 +143,69 @@ def build(
     by_number = {r.number: r for r in records}
     primary = next((w for w in levels.winners if w.concurrency == levels.primary), None)
     run = primary.trial if primary is not None else None
-    runnable = [r for r in measured(records) if isinstance(tier_steps(r, engine), int)]
-    what = schedule_form(engine).what
-    tiers: list[Tier] = []
     decisions: list[str] = []
-    for winner in levels.winners:
-        record = by_number.get(winner.trial) if winner.trial is not None else None
-        if record is None:
-            return NoSchedule(reason=f"no trial keeps the SLO at concurrency {winner.concurrency}", run=run)
-        steps = tier_steps(record, engine)
-        if isinstance(steps, str):
-            substitute = level_best(runnable, winner.concurrency, metric=levels.metric)
-            if substitute is None:
-                return NoSchedule(reason=f"the winner at concurrency {winner.concurrency} runs {steps}, and no "
-                                  f"measured configuration {what} can run keeps the SLO there", run=run)  # fmt: skip
-            decisions.append(f"concurrency {winner.concurrency}: its winner ({_label(record)}) runs {steps}; the tier "
-                             f"is the best {what} can run there, {_label(substitute)}")  # fmt: skip
-            record, steps = by_number[substitute.number], int(tier_steps(substitute, engine))
-        level = record.measurement.levels.get(winner.concurrency)
-        value = level.metric_value(levels.metric) if level is not None else None
-        tiers.append(Tier(concurrency=winner.concurrency, trial=record.number, label=_label(record), steps=steps,
-                          value=value))  # fmt: skip
+    tiers = _tiers(records, levels, engine, decisions)
+    if isinstance(tiers, str):
+        return NoSchedule(reason=tiers, run=run)
     if len({t.steps for t in tiers}) == 1:
-        return NoSchedule(reason=f"every level's best drafts {tiers[0].steps} steps: one static configuration "
-                          "serves them all", run=run)  # fmt: skip
+        return NoSchedule(
+            reason=f"every level's best drafts {tiers[0].steps} steps: one static configuration serves them all",
+            run=run,
+        )
     deepest = max(tiers, key=lambda t: (t.steps, t.concurrency == levels.primary))
     shared = _shared(by_number[deepest.trial], engine)
     if not schedule_form(engine).drafts(shared):
-        return NoSchedule(reason=f"no tier drafts: nothing for {what} to schedule", run=run)
+        return NoSchedule(reason=f"no tier drafts: nothing for {schedule_form(engine).what} to schedule", run=run)
     for tier in tiers:
         theirs = _shared(by_number[tier.trial], engine)
         differ = sorted(k for k in {*shared, *theirs} if shared.get(k) != theirs.get(k))
         if differ:
             ran = ", ".join(f"--{k} {theirs.get(k, 'unset')}" for k in differ)
-            decisions.append(f"concurrency {tier.concurrency}: its tier ({tier.label}) ran {ran}; the schedule runs"
-                             f" the deepest tier's ({deepest.label}): its launch held the deepest drafts")  # fmt: skip
-    return Schedule(study=study, engine=engine, primary=levels.primary, tiers=tiers, flags=shared,
-                    shared_from=deepest.trial, decisions=decisions)  # fmt: skip
+            decisions.append(
+                f"concurrency {tier.concurrency}: its tier ({tier.label}) ran {ran}; the schedule runs"
+                f" the deepest tier's ({deepest.label}): its launch held the deepest drafts"
+            )
+    return Schedule(
+        study=study,
+        engine=engine,
+        primary=levels.primary,
+        tiers=tiers,
+        flags=shared,
+        shared_from=deepest.trial,
+        decisions=decisions,
+    )
+
+
+def _tiers(records: Sequence[TrialRecord], levels: LoadLevels, engine: str, decisions: list[str]) -> list[Tier] | str:
+    """Each level's tier (its winner, else its best that the schedule can run, said in ``decisions``),
+    or why a level has none."""
+    by_number = {r.number: r for r in records}
+    runnable = [r for r in measured(records) if isinstance(tier_steps(r, engine), int)]
+    what = schedule_form(engine).what
+    tiers: list[Tier] = []
+    for winner in levels.winners:
+        record = by_number.get(winner.trial) if winner.trial is not None else None
+        if record is None:
+            return f"no trial keeps the SLO at concurrency {winner.concurrency}"
+        steps = tier_steps(record, engine)
+        if isinstance(steps, str):
+            substitute = level_best(runnable, winner.concurrency, metric=levels.metric)
+            if substitute is None:
+                return (
+                    f"the winner at concurrency {winner.concurrency} runs {steps}, and no "
+                    f"measured configuration {what} can run keeps the SLO there"
+                )
+            decisions.append(
+                f"concurrency {winner.concurrency}: its winner ({_label(record)}) runs {steps}; the tier "
+                f"is the best {what} can run there, {_label(substitute)}"
+            )
+            record, steps = by_number[substitute.number], int(tier_steps(substitute, engine))
+        level = record.measurement.levels.get(winner.concurrency)
+        value = level.metric_value(levels.metric) if level is not None else None
+        tiers.append(
+            Tier(concurrency=winner.concurrency, trial=record.number, label=_label(record), steps=steps, value=value)
+        )
+    return tiers
 
 
 def _label(record: TrialRecord) -> str:
@@ -276,10 +302,18 @@ def judge(
     statics = list(dict.fromkeys(t.trial for t in schedule.tiers))
     labels = {t.trial: t.label for t in schedule.tiers}
     verdicts = [
-        _level(tier, launches.get(tier.concurrency, {}), statics, labels, comparisons=len(schedule.tiers),
-               slo_broken=broken.get(tier.concurrency, []), slots=slots or {}, margin=margin)
+        _level(
+            tier,
+            launches.get(tier.concurrency, {}),
+            statics,
+            labels,
+            comparisons=len(schedule.tiers),
+            slo_broken=broken.get(tier.concurrency, []),
+            slots=slots or {},
+            margin=margin,
+        )
         for tier in schedule.tiers
-    ]  # fmt: skip
+    ]
     primary = next(t for t in schedule.tiers if t.concurrency == schedule.primary)
     unbeaten = [s for s in statics if not any(c.better for v in verdicts for c in v.statics if c.trial == s)]
     worse = [v for v in verdicts if v.worse]
@@ -288,18 +322,30 @@ def judge(
     run = None
     if not recommended:  # the primary level's winner (the study's best) unless another static serves as well
         run = primary.trial if primary.trial in unbeaten or not unbeaten else unbeaten[0]
-    note = _note(schedule, verdicts, worse=worse, unbeaten=unbeaten, open_=open_, run=run, labels=labels,
-                 failed=failed)  # fmt: skip
+    note = _note(schedule, verdicts, worse=worse, unbeaten=unbeaten, open_=open_, run=run, labels=labels, failed=failed)
     return ScheduleVerdict(
-        schedule=schedule, config=schedule.adaptive_config(), rounds=rounds, levels=verdicts, failed=list(failed),
-        recommended=recommended, run_trial=run, note=note,
-    )  # fmt: skip
+        schedule=schedule,
+        config=schedule.adaptive_config(),
+        rounds=rounds,
+        levels=verdicts,
+        failed=list(failed),
+        recommended=recommended,
+        run_trial=run,
+        note=note,
+    )
 
 
 def _level(
-    tier: Tier, launches: dict[int, dict[int, float]], statics: Sequence[int], labels: dict[int, str], *,
-    comparisons: int, slo_broken: list[str], slots: dict[int, int], margin: float,
-) -> LevelVerdict:  # fmt: skip
+    tier: Tier,
+    launches: dict[int, dict[int, float]],
+    statics: Sequence[int],
+    labels: dict[int, str],
+    *,
+    comparisons: int,
+    slo_broken: list[str],
+    slots: dict[int, int],
+    margin: float,
+) -> LevelVerdict:
     mine = launches.get(SCHEDULE, {})
     served = {c: v for c, v in launches.items() if v}
     model = fit(served) if SCHEDULE in served and len(served) > 1 else None
@@ -313,38 +359,78 @@ def _level(
     for trial in statics:
         theirs = launches.get(trial, {})
         values = [theirs[r] for r in sorted(theirs)]
-        comparison = Comparison(trial=trial, label=labels[trial], values=values, slots=slots.get(trial),
-                                mean=statistics.fmean(values) if values else None, ci95=ci(values))  # fmt: skip
+        comparison = Comparison(
+            trial=trial,
+            label=labels[trial],
+            values=values,
+            slots=slots.get(trial),
+            mean=statistics.fmean(values) if values else None,
+            ci95=ci(values),
+        )
         if model is not None and trial in served:
-            # The pair's own fit, not the level's pooled one: a shallow draft's launches scatter far less
-            # than a deep one's (1.5 % against 8 % sd at one user), so a pooled sd made the schedule's
-            # interval against its deep winner too narrow and declined it on noise.
-            pair = fit({SCHEDULE: mine, trial: theirs})
-            difference, half = pair.interval(SCHEDULE, trial)
-            _, widened = pair.interval(SCHEDULE, trial, comparisons=comparisons)
-            gain = Gain(
-                trial=SCHEDULE, baseline=labels[trial], baseline_trial=trial, gain=math.exp(difference) - 1,
-                low=math.exp(difference - half) - 1 if half is not None else None,
-                high=math.exp(difference + half) - 1 if half is not None else None,
-                rounds=len(set(mine) & set(theirs)),
-            )  # fmt: skip
-            comparison = comparison.model_copy(
-                update={"gain": gain, "better": widened is not None and difference - widened > 0 and not slo_broken,
-                        "worse": half is not None and difference + half < math.log(1 - margin)}
-            )  # fmt: skip
+            comparison = _paired(
+                comparison, mine, theirs, comparisons=comparisons, slo_broken=slo_broken, margin=margin
+            )
         compared.append(comparison)
     values = [mine[r] for r in sorted(mine)]
     return LevelVerdict(
-        concurrency=tier.concurrency, steps=tier.steps, winner=tier.trial, schedule_values=values,
-        schedule_mean=statistics.fmean(values) if values else None, schedule_ci95=ci(values), statics=compared,
-        slo_broken=slo_broken, slots=slots.get(SCHEDULE),
-    )  # fmt: skip
+        concurrency=tier.concurrency,
+        steps=tier.steps,
+        winner=tier.trial,
+        schedule_values=values,
+        schedule_mean=statistics.fmean(values) if values else None,
+        schedule_ci95=ci(values),
+        statics=compared,
+        slo_broken=slo_broken,
+        slots=slots.get(SCHEDULE),
+    )
+
+
+def _paired(
+    comparison: Comparison,
+    mine: dict[int, float],
+    theirs: dict[int, float],
+    *,
+    comparisons: int,
+    slo_broken: list[str],
+    margin: float,
+) -> Comparison:
+    """``comparison`` with the schedule's gain over that static, from the pair's own fit: not the
+    level's pooled one, since a shallow draft's launches scatter far less than a deep one's (1.5 %
+    against 8 % sd at one user), and a pooled sd declined the schedule against its deep winner on noise."""
+    trial = comparison.trial
+    pair = fit({SCHEDULE: mine, trial: theirs})
+    difference, half = pair.interval(SCHEDULE, trial)
+    _, widened = pair.interval(SCHEDULE, trial, comparisons=comparisons)
+    gain = Gain(
+        trial=SCHEDULE,
+        baseline=comparison.label,
+        baseline_trial=trial,
+        gain=math.exp(difference) - 1,
+        low=math.exp(difference - half) - 1 if half is not None else None,
+        high=math.exp(difference + half) - 1 if half is not None else None,
+        rounds=len(set(mine) & set(theirs)),
+    )
+    return comparison.model_copy(
+        update={
+            "gain": gain,
+            "better": widened is not None and difference - widened > 0 and not slo_broken,
+            "worse": half is not None and difference + half < math.log(1 - margin),
+        }
+    )
 
 
 def _note(
-    schedule: Schedule, verdicts: Sequence[LevelVerdict], *, worse: Sequence[LevelVerdict], unbeaten: Sequence[int],
-    open_: Sequence[LevelVerdict], run: int | None, labels: dict[int, str], failed: Sequence[str],
-) -> str:  # fmt: skip
+    schedule: Schedule,
+    verdicts: Sequence[LevelVerdict],
+    *,
+    worse: Sequence[LevelVerdict],
+    unbeaten: Sequence[int],
+    open_: Sequence[LevelVerdict],
+    run: int | None,
+    labels: dict[int, str],
+    failed: Sequence[str],
+) -> str:
     shown = f"schedule ({schedule.text()})"
     instead = f"run {labels[run]}" if run is not None else ""
     if worse:
@@ -357,12 +443,18 @@ def _note(
     if unbeaten:
         names = " and ".join(labels[s] for s in unbeaten)
         verb = "is" if len(unbeaten) == 1 else "are each"
-        return (f"{shown} declined: {names} {verb} significantly slower than it at no level (one static "
-                f"configuration serves every load as well); {instead}")  # fmt: skip
+        return (
+            f"{shown} declined: {names} {verb} significantly slower than it at no level (one static "
+            f"configuration serves every load as well); {instead}"
+        )
     beats = []
     for static in dict.fromkeys(c.trial for v in verdicts for c in v.statics):
-        wins = [(c.gain.gain, v.concurrency, c) for v in verdicts for c in v.statics
-                if c.trial == static and c.better and c.gain is not None]  # fmt: skip
+        wins = [
+            (c.gain.gain, v.concurrency, c)
+            for v in verdicts
+            for c in v.statics
+            if c.trial == static and c.better and c.gain is not None
+        ]
         _, level, best = max(wins, key=lambda win: win[0])
         beats.append(f"{_against(best, None)} at {level}")
     return f"run the {shown}: no level slower than its own winner; {'; '.join(beats)}"
@@ -372,8 +464,10 @@ def _against(comparison: Comparison, level: LevelVerdict | None) -> str:
     if level is not None and level.slo_broken:
         return f"breaks the SLO ({', '.join(level.slo_broken)})"
     if level is not None and level.queues:
-        return (f"runs {level.slots} of its {level.concurrency} users at once where {comparison.label} runs "
-                f"{comparison.slots} (the rest wait)")  # fmt: skip
+        return (
+            f"runs {level.slots} of its {level.concurrency} users at once where {comparison.label} runs "
+            f"{comparison.slots} (the rest wait)"
+        )
     return comparison.gain.text() if comparison.gain is not None else f"not measured against {comparison.label}"
 
 

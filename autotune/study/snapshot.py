@@ -68,8 +68,9 @@ class StoredStudy:
 def from_optuna(study: optuna.Study) -> StoredStudy:
     """A study opened through Optuna (a live one, or one of another storage) as the same plain data."""
     trials = [
-        StoredTrial(number=t.number, state=t.state.name, values=t.values, user_attrs=t.user_attrs,
-                    system_attrs=t.system_attrs)  # fmt: skip
+        StoredTrial(
+            number=t.number, state=t.state.name, values=t.values, user_attrs=t.user_attrs, system_attrs=t.system_attrs
+        )
         for t in study.get_trials(deepcopy=False)
     ]
     directions = [d.name for d in study.directions]

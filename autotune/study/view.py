@@ -104,8 +104,9 @@ class StudyView:
         if not levels or space is None:
             return None
         gpus = len(space.gpus.devices) if space.gpus.devices else max(len(self.info.gpus), 1)
-        return load_levels(self.records(), levels, metric=self.info.objective_metric, primary_best=self.best(),
-                           gpus=gpus)  # fmt: skip
+        return load_levels(
+            self.records(), levels, metric=self.info.objective_metric, primary_best=self.best(), gpus=gpus
+        )
 
     def schedule_verdict(self) -> ScheduleVerdict | None:
         """The speculation schedule's race as ``confirm --schedule`` kept it; None if never raced."""
@@ -182,7 +183,8 @@ class StudyView:
             else space.measure_settings(),
             metrics=metrics,
             confirmed_launches=record.measurement.confirmed_launches,
-            verdict=confirmation.note if (confirmation := self.info.confirmation) and confirmation.best == record.number
+            verdict=confirmation.note
+            if (confirmation := self.info.confirmation) and confirmation.best == record.number
             else None,
             gain=_gain_of(confirmation, record.number),
         )

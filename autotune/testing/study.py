@@ -113,27 +113,68 @@ def simulated_outcome(
     measure_s: float = 0.0,
     stop_s: float = 0.0,
 ) -> TrialOutcome:
-    """What :func:`~autotune.trial.run_trial` would return for ``plan``, from a simulation's numbers.
-
-    A launch that did not serve (``kind`` other than OK) carries its reason, memory facts and timing
-    and no measurement. One that served was measured at the space's objective concurrency under its
-    measurement settings: ``rounds`` rounds that each measured ``tok_s``, the decode rate standing for
-    the space's objective metric (with ``ci95``, the half width of its 95 % interval), plus the
-    accept length where given and ``decode_tok_s`` where the objective is another metric.
-    """
+    """What :func:`~autotune.trial.run_trial` would return for ``plan``, from a simulation's numbers:
+    a launch that did not serve carries its reason, memory facts and timing and no measurement; one
+    that served, ``rounds`` rounds at the objective concurrency that each measured ``tok_s``."""
     objective = space.objective
     if kind is not OutcomeKind.OK:
-        return TrialOutcome(kind=kind, reason=reason, plan=plan, objective_concurrency=objective.concurrency,
-                            memory=memory, launch_s=launch_s, measure_s=measure_s, stop_s=stop_s)  # fmt: skip
+        return TrialOutcome(
+            kind=kind,
+            reason=reason,
+            plan=plan,
+            objective_concurrency=objective.concurrency,
+            memory=memory,
+            launch_s=launch_s,
+            measure_s=measure_s,
+            stop_s=stop_s,
+        )
     if tok_s is None:
         raise ValueError("an outcome that served needs its measured rate (tok_s)")
-    settings = space.measurement
+    measurement = _simulated_measurement(
+        space,
+        tok_s=tok_s,
+        rounds=rounds,
+        ci95=ci95,
+        accept_length=accept_length,
+        early_stopped=early_stopped,
+        stop_reason=stop_reason,
+        measure_s=measure_s,
+    )
+    return TrialOutcome(
+        kind=kind,
+        reason=reason,
+        plan=plan,
+        measurements=[measurement],
+        objective_concurrency=objective.concurrency,
+        memory=memory,
+        gpu_peak_used_bytes=gpu_peak_used_bytes,
+        launch_s=launch_s,
+        measure_s=measure_s,
+        stop_s=stop_s,
+    )
+
+
+def _simulated_measurement(
+    space: SearchSpace,
+    *,
+    tok_s: float,
+    rounds: int,
+    ci95: float | None,
+    accept_length: float | None,
+    early_stopped: bool,
+    stop_reason: str,
+    measure_s: float,
+) -> Measurement:
+    """One measurement at the space's objective concurrency whose every round measured ``tok_s``,
+    standing for the objective metric (``ci95`` the half width of its 95 % interval); the accept length
+    where given, and ``decode_tok_s`` where the objective is another metric."""
+    objective, settings = space.objective, space.measurement
     metrics = [Metric(name=objective.metric, unit="tok/s", value=tok_s, n=rounds, ci95=ci95)]
     if accept_length is not None:
         metrics.append(Metric(name="accept_length", unit="tok/step", value=accept_length, n=rounds))
     if objective.metric != "decode_tok_s":
         metrics.append(Metric(name="decode_tok_s", unit="tok/s", value=tok_s, n=rounds))
-    measurement = Measurement(
+    return Measurement(
         objective=objective.metric,
         concurrency=objective.concurrency,
         max_tokens_cap=settings.max_tokens,
@@ -151,10 +192,6 @@ def simulated_outcome(
         requests=[],
         early_stopped=early_stopped,
     )
-    return TrialOutcome(kind=kind, reason=reason, plan=plan, measurements=[measurement],
-                        objective_concurrency=objective.concurrency, memory=memory,
-                        gpu_peak_used_bytes=gpu_peak_used_bytes, launch_s=launch_s, measure_s=measure_s,
-                        stop_s=stop_s)  # fmt: skip
 
 
 def memory_as_logged(

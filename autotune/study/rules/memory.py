@@ -27,6 +27,10 @@ class PredictedMemory:
         if prediction.feasible or prediction.side is None:
             return None
         pool = round(prediction.pool_bytes / 2**30, 2) if prediction.pool_bytes is not None else None
-        return Skip(rule=self.name, outcome=OutcomeKind.predicted_for(prediction.side),
-                    reason=f"predicted without launching: {prediction.reason}", constraint="memory",
-                    predicted_pool_gib=pool)  # fmt: skip
+        return Skip(
+            rule=self.name,
+            outcome=OutcomeKind.predicted_for(prediction.side),
+            reason=f"predicted without launching: {prediction.reason}",
+            constraint="memory",
+            predicted_pool_gib=pool,
+        )

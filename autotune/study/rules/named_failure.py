@@ -20,5 +20,10 @@ class NamedFailure:
             return None
         shared = ", ".join(f"--{name} {value}" for name, value in failed.lessons.failure_names.items())
         reason = f"predicted without launching: trial {failed.number} with {shared} failed: {failed.reason}"
-        return Skip(rule=self.name, outcome=OutcomeKind.PREDICTED_FAILURE, reason=reason, constraint="config",
-                    trials=[failed.number])  # fmt: skip
+        return Skip(
+            rule=self.name,
+            outcome=OutcomeKind.PREDICTED_FAILURE,
+            reason=reason,
+            constraint="config",
+            trials=[failed.number],
+        )

@@ -38,7 +38,9 @@ class SameRate:
                     k for k in {*hidden.flags, *record.flags} if hidden.flags.get(k) != record.flags.get(k)
                 )
                 shown = ", ".join(f"--{name}" for name in differing) or "no flags"
-                reason = (f"same single-stream decode rate as trial {record.number} (differs only in {shown}, which "
-                          "size memory); not launched")  # fmt: skip
+                reason = (
+                    f"same single-stream decode rate as trial {record.number} (differs only in {shown}, which "
+                    "size memory); not launched"
+                )
                 return Reuse(rule=self.name, trial=record.number, same_config=False, reason=reason)
         return None
