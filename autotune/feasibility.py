@@ -9,7 +9,7 @@ candidate: docs/how-it-works.md, "Memory: predicted and learned".
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from autotune.memory_types import (
@@ -118,10 +118,13 @@ def _loosely_dominates(
     ``scale``: flags compared by a known factor of their values, never presumed."""
     kept = only_here | (demand if ordered else frozenset())
     presumed = {
-        n for n in set(failed) & set(candidate)
-        if n not in relevant and n != tp_flag and n not in kept
+        n
+        for n in set(failed) & set(candidate)
+        if n not in relevant
+        and n != tp_flag
+        and n not in kept
         and _factors(scale, n, failed.get(n), candidate.get(n)) is None
-    }  # fmt: skip
+    }
     tp_failed, tp_candidate = _number(failed.get(tp_flag)), _number(candidate.get(tp_flag))
     if tp_failed is not None and tp_candidate is not None:
         if tp_candidate > tp_failed:
@@ -138,6 +141,8 @@ class FeasibilityModel:
         free_bytes: free memory per GPU at study start (the smallest over the GPUs used).
         total_bytes: memory per GPU (the smallest); needed by rules whose budget is of the total.
         weight_bytes: the model's weight bytes, all shards together (None if unknown).
+        unset_graph_tokens: the tokens the engine's own graph batch captures for flags that leave it
+            unset (:meth:`~autotune.engines.base.Engine.graph_tokens_captured`); None: unknown.
     """
 
     def __init__(
@@ -147,8 +152,10 @@ class FeasibilityModel:
         free_bytes: float | None,
         weight_bytes: float | None,
         total_bytes: float | None = None,
+        unset_graph_tokens: Callable[[Mapping[str, FlagValue]], float | None] | None = None,
     ) -> None:
         self.rules = rules
+        self.unset_graph_tokens = unset_graph_tokens
         self.free_bytes = free_bytes
         self.server_free_logged: float | None = None
         self.total_bytes = total_bytes
@@ -175,9 +182,13 @@ class FeasibilityModel:
             self.observe_server_free(lesson.server_free_bytes)
             if lesson.runtime_bytes is not None:
                 self.observe_headroom(
-                    HeadroomUse(flags=lesson.flags, server_free_bytes=lesson.server_free_bytes,
-                                runtime_bytes=lesson.runtime_bytes, trial=lesson.trial)
-                )  # fmt: skip
+                    HeadroomUse(
+                        flags=lesson.flags,
+                        server_free_bytes=lesson.server_free_bytes,
+                        runtime_bytes=lesson.runtime_bytes,
+                        trial=lesson.trial,
+                    )
+                )
 
     def observe(self, flags: Mapping[str, FlagValue], side: Side, *, trial: int | None = None) -> None:
         failure = Observation(flags=dict(flags), side=side, trial=trial)
@@ -196,9 +207,10 @@ class FeasibilityModel:
         if self.rules is not None and self._presumed(failure, served):
             failed, served = self._filled(failure.flags), self._filled(served)
             self.relevant[failure.side] |= {
-                name for name in set(failed) & set(served)
+                name
+                for name in set(failed) & set(served)
                 if failed[name] != served[name] and name != self.rules.fraction_flag
-            }  # fmt: skip
+            }
 
     def _filled(self, flags: Mapping[str, FlagValue]) -> dict[str, FlagValue]:
         """``flags`` with each scaled flag left unset at the value the engine takes for it (``auto``), so
@@ -223,10 +235,16 @@ class FeasibilityModel:
             only_here, scale = rules.pool_irrelevant - demand, {}
         ignore = ignore | {rules.fraction_flag}
         return beyond and _loosely_dominates(
-            self._filled(failure.flags), self._filled(flags), demand=demand, ignore=ignore,
+            self._filled(failure.flags),
+            self._filled(flags),
+            demand=demand,
+            ignore=ignore,
             relevant=self.relevant[failure.side],
-            tp_flag=rules.tp_flag, only_here=only_here - ignore, ordered=failure.side == "too-high", scale=scale,
-        )  # fmt: skip
+            tp_flag=rules.tp_flag,
+            only_here=only_here - ignore,
+            ordered=failure.side == "too-high",
+            scale=scale,
+        )
 
     def covers(self, served: Mapping[str, FlagValue], candidate: Mapping[str, FlagValue]) -> bool:
         """Whether a launch that served with ``served`` shows that ``candidate`` fits too (it vouches
@@ -287,9 +305,11 @@ class FeasibilityModel:
             elif high is None or fraction < high[0]:
                 high = (fraction, failure.trial)
         return FractionWindow(
-            low=low[0] if low else None, low_trial=low[1] if low else None,
-            high=high[0] if high else None, high_trial=high[1] if high else None,
-        )  # fmt: skip
+            low=low[0] if low else None,
+            low_trial=low[1] if low else None,
+            high=high[0] if high else None,
+            high_trial=high[1] if high else None,
+        )
 
     def _differing(self, failure: Observation, flags: Mapping[str, FlagValue]) -> str:
         """The unordered values a prediction presumed not to matter, for its reason."""
@@ -297,10 +317,13 @@ class FeasibilityModel:
         failed, flags = self._filled(failure.flags), self._filled(flags)
         ordered = self.rules.pool_scale if failure.side == "too-low" else {}  # compared by factor, not presumed
         names = sorted(
-            n for n in set(failed) & set(flags)
-            if failed[n] != flags[n] and n != self.rules.fraction_flag and _number(flags[n]) is None
+            n
+            for n in set(failed) & set(flags)
+            if failed[n] != flags[n]
+            and n != self.rules.fraction_flag
+            and _number(flags[n]) is None
             and _factors(ordered, n, failed[n], flags[n]) is None
-        )  # fmt: skip
+        )
         return f" (presuming {', '.join(names)} do not matter)" if names else ""
 
     def observe_weights(self, bytes_per_gpu: float, *, flags: Mapping[str, FlagValue]) -> None:
@@ -341,6 +364,8 @@ class FeasibilityModel:
         if self.rules is None or self.rules.graph_batch_flag is None:
             return None
         batch = _number(flags.get(self.rules.graph_batch_flag))
+        if batch is None and not logged_batch and self.unset_graph_tokens is not None:
+            return self.unset_graph_tokens(flags)
         batch = batch if batch is not None else (float(logged_batch) if logged_batch else None)
         cap = _number(flags.get(self.rules.graph_batch_cap_flag)) if self.rules.graph_batch_cap_flag else None
         if batch is not None and cap is not None:
@@ -456,52 +481,76 @@ class FeasibilityModel:
             budget = fraction * base  # type: ignore[operator]
             if budget > self.free_bytes:  # type: ignore[operator]
                 return Prediction(
-                    feasible=False, side="too-high", pool_bytes=pool,
+                    feasible=False,
+                    side="too-high",
+                    pool_bytes=pool,
                     reason=f"{rules.fraction_flag} {fraction:g} asks for {budget / 2**30:.1f} GiB of the GPU's "
                     f"{base / 2**30:.1f} GiB, but only {self.free_bytes / 2**30:.1f} GiB are free",  # type: ignore[operator]
-                )  # fmt: skip
+                )
         if weights is not None and free is not None and weights >= free:
             return Prediction(
-                feasible=False, side="too-high", pool_bytes=pool,
+                feasible=False,
+                side="too-high",
+                pool_bytes=pool,
                 reason=f"the weights ({weights / 2**30:.1f} GiB per GPU) exceed the free memory "
                 f"({free / 2**30:.1f} GiB)",
-            )  # fmt: skip
+            )
         if pool is not None and pool <= 0:
             return Prediction(
-                feasible=False, side="too-low", pool_bytes=pool,
+                feasible=False,
+                side="too-low",
+                pool_bytes=pool,
                 reason=f"{rules.fraction_flag} {fraction:g} of {base / 2**30:.1f} GiB {rules.budget_of} leaves nothing "  # type: ignore[operator]
                 f"after {weights / 2**30:.1f} GiB of weights per GPU",  # type: ignore[operator]
-            )  # fmt: skip
+            )
+        failed_alike = self._failed_alike(rules, flags, fraction, pool)
+        if failed_alike is not None:
+            return failed_alike
+        served = self._served_bound(flags, fraction) if fraction is not None else None
+        if served is not None:
+            headroom = (1 - fraction) * served.server_free_bytes  # type: ignore[operator]
+            return Prediction(
+                feasible=False,
+                side="too-high",
+                pool_bytes=pool,
+                reason=f"{rules.fraction_flag} {fraction:g} leaves {headroom / 2**30:.2f} GiB of headroom; trial "
+                f"{served.trial} used {served.runtime_bytes / 2**30:.2f} GiB besides its graphs, and these graphs "
+                f"need at least {self.graph_bytes_at_least(self.graph_tokens(flags)) / 2**30:.2f} GiB",
+            )
+        return Prediction(feasible=True, pool_bytes=pool)
+
+    def _failed_alike(
+        self, rules: MemoryRules, flags: Mapping[str, FlagValue], fraction: float | None, pool: float | None
+    ) -> Prediction | None:
+        """The death that speaks for ``flags``: a pool death with demands no larger, or a headroom
+        death with graphs no smaller by more than the headroom gained; None if none does."""
         for failure in self.failures:
             failed_fraction = self._fraction(failure.flags)
-            at = f"{rules.fraction_flag} {failed_fraction:g}" if failed_fraction is not None else (
-                f"the engine's own {rules.fraction_flag} (the same for both)"
-            )  # fmt: skip
+            at = (
+                f"{rules.fraction_flag} {failed_fraction:g}"
+                if failed_fraction is not None
+                else (f"the engine's own {rules.fraction_flag} (the same for both)")
+            )
             if failure.side == "too-low" and self._presumed(failure, flags):
                 return Prediction(
-                    feasible=False, side="too-low", pool_bytes=pool,
+                    feasible=False,
+                    side="too-low",
+                    pool_bytes=pool,
                     reason=f"trial {failure.trial} ran out of pool memory at {at} with demands no larger"
                     f"{self._differing(failure, flags)}",
-                )  # fmt: skip
+                )
             if failure.side == "too-high" and (
                 self._presumed(failure, flags)
                 or (fraction is not None and self._headroom_bound(failure, flags, fraction))
             ):
                 return Prediction(
-                    feasible=False, side="too-high", pool_bytes=pool,
+                    feasible=False,
+                    side="too-high",
+                    pool_bytes=pool,
                     reason=f"trial {failure.trial} ran out of headroom at {at}; graphs no smaller by more than "
                     f"the headroom gained{self._differing(failure, flags)}",
-                )  # fmt: skip
-        served = self._served_bound(flags, fraction) if fraction is not None else None
-        if served is not None:
-            headroom = (1 - fraction) * served.server_free_bytes  # type: ignore[operator]
-            return Prediction(
-                feasible=False, side="too-high", pool_bytes=pool,
-                reason=f"{rules.fraction_flag} {fraction:g} leaves {headroom / 2**30:.2f} GiB of headroom; trial "
-                f"{served.trial} used {served.runtime_bytes / 2**30:.2f} GiB besides its graphs, and these graphs "
-                f"need at least {self.graph_bytes_at_least(self.graph_tokens(flags)) / 2**30:.2f} GiB",
-            )  # fmt: skip
-        return Prediction(feasible=True, pool_bytes=pool)
+                )
+        return None
 
 
 def headroom_use(
@@ -516,8 +565,9 @@ def headroom_use(
     """What a served launch used of its headroom besides the graphs: the memory available after
     the pools, less the graphs, less what NVML still showed free at the peak."""
     runtime = avail_after_pools_bytes - graph_bytes - max(free_at_peak_bytes, 0.0)
-    return HeadroomUse(flags=dict(flags), server_free_bytes=server_free_bytes, runtime_bytes=max(runtime, 0.0),
-                       trial=trial)  # fmt: skip
+    return HeadroomUse(
+        flags=dict(flags), server_free_bytes=server_free_bytes, runtime_bytes=max(runtime, 0.0), trial=trial
+    )
 
 
 def model_weight_bytes(model: str) -> float | None:

@@ -50,6 +50,17 @@ class MemoryRules(BaseModel):
     weights_flags: frozenset[str] = Field(
         default=frozenset(), description="flags that choose which weights load (a drafter): never presumed alike"
     )
+    per_token_neutral: frozenset[str] = Field(
+        default=frozenset(),
+        description="flags that change neither the pool's bytes per token nor the tokens one request needs, "
+        "so a pool death's printed figures speak across their values (SGLang: the draft's shape, the running "
+        "requests, the graph batch; the pool is the fraction's budget less the weights, over the KV cell)",
+    )
+    per_token_coupled: frozenset[str] = Field(
+        default=frozenset(),
+        description="flags under which those are no longer neutral (SGLang's explicit mamba cache size: its "
+        "slots take pool room per running request and draft token)",
+    )
 
 
 class Prediction(BaseModel):
@@ -110,6 +121,10 @@ class FractionWindow(BaseModel):
     def open(self, fraction: float) -> bool:
         """Whether ``fraction`` lies strictly between the deaths (no death bounds it on its side)."""
         return (self.low is None or fraction > self.low) and (self.high is None or fraction < self.high)
+
+    def open_above(self, fraction: float) -> bool:
+        """Whether ``fraction`` lies above the pool deaths (the headroom side left to a prediction)."""
+        return self.low is None or fraction > self.low
 
     def middle(self, low: float, high: float, step: float | None) -> float | None:
         """The middle of the window within a tuned range ``low``..``high`` (on its ``step`` grid):

@@ -41,6 +41,7 @@ from autotune.engines.base import Engine, InvalidConfig, LaunchPlan, MemoryFacts
 from autotune.gpu import GpuInventory  # noqa: E402
 from autotune.measure.protocol import EarlyStop  # noqa: E402
 from autotune.measure.suites import load_suite  # noqa: E402
+from autotune.memory_types import FractionWindow  # noqa: E402
 from autotune.records import TrialRecord  # noqa: E402
 from autotune.space import (  # noqa: E402
     CategoricalParam,
@@ -650,6 +651,12 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
         "autotune-stalling": Method("autotune, TPE without Unstuck", stalling_night),
         # The night as it was before the engine's own fraction was bounded for a plan that leaves it unset.
         "autotune-unbounded-fraction": Method("autotune, engine fraction unbounded", unbounded_fraction_night),
+        # The night as it was before a pool death's figures spoke across the draft's shape, the running
+        # requests and the graph batch, and before make-room's room was judged per plan's own graphs.
+        "autotune-pool-by-demand": Method("autotune, pool lessons by ordered demand", pool_by_demand_night),
+        # The night as it was before the memory model knew the engine's own graph batch for a plan that
+        # leaves it unset, and before make-room read the pool figures of other deaths alike.
+        "autotune-unset-graphs-unknown": Method("autotune, unset graphs unknown", unset_graphs_unknown_night),
         "random-runner": Method("random (autotune loop)", lambda p, s, b: night(p, s, b, sampler="random")),
         "bound-perfect-race": Method(
             "bound-perfect-race", lambda p, s, b: peers.perfect_race(night(p, s, b, sampler="tpe"))
@@ -715,6 +722,29 @@ def unbounded_fraction_night(problem: Problem, seed: int, budget: int) -> Run:
     engine = type(get_engine(problem.space.engine))
     with mock.patch.object(engine, "graph_tokens_captured", lambda self, flags, *, gpu_total_bytes: None):
         return run_study(problem, seed, budget, sampler="tpe", name="autotune, engine fraction unbounded", confirm=True)
+
+
+def pool_by_demand_night(problem: Problem, seed: int, budget: int) -> Run:
+    """The study's night with no flag neutral to a pool's bytes per token
+    (``MemoryRules.per_token_neutral`` empty) and make-room's fractions below every headroom death of
+    alike launches (``FractionWindow.open_above`` as ``open``)."""
+    engine = type(get_engine(problem.space.engine))
+    rules = engine.memory_rules
+    unordered = rules.model_copy(update={"per_token_neutral": frozenset()}) if rules is not None else None
+    with mock.patch.object(engine, "memory_rules", unordered), \
+            mock.patch.object(FractionWindow, "open_above", FractionWindow.open):  # fmt: skip
+        return run_study(problem, seed, budget, sampler="tpe", name="autotune, pool lessons by ordered demand",
+                         confirm=True)  # fmt: skip
+
+
+def unset_graphs_unknown_night(problem: Problem, seed: int, budget: int) -> Run:
+    """The study's night with no graph tokens known for an unset graph batch
+    (``FeasibilityModel.unset_graph_tokens`` None) and make-room reading only the figures of the death
+    that speaks for the proposal."""
+    with mock.patch("autotune.study.memory.partial", lambda *args, **kwargs: None), \
+            mock.patch("autotune.study.rules.make_room.fraction_needed",
+                       lambda death, plan, rules, deaths: death.fraction_needed):  # fmt: skip
+        return run_study(problem, seed, budget, sampler="tpe", name="autotune, unset graphs unknown", confirm=True)
 
 
 def _ablated(name: str, *, sampler: SamplerName = "tpe", rules_off: Collection[str] = ()) -> Method:

@@ -5,6 +5,7 @@ where the space offers it (rule ``make-room``)."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from autotune.records import TrialRecord
 from autotune.space import SearchSpace, load_space
 from autotune.study.history import History
 from autotune.study.pool_deaths import EngineFractions, PoolDeath, dies_like, first_death, pool_deaths
-from autotune.study.rules.make_room import MakeRoom
+from autotune.study.rules.make_room import MakeRoom, fraction_needed
 from autotune.testing.records import trial_record
 from tests.conftest import TWIN_SPACE
 
@@ -114,15 +115,39 @@ def test_a_proposal_a_death_speaks_for_gets_the_room_it_lacks() -> None:
     assert rule.decide(plan(**{"speculative-num-steps": 2, "speculative-num-draft-tokens": 3}), history) is None
 
 
-def test_no_room_is_made_past_where_launches_like_it_ran_out_of_headroom() -> None:
+def test_room_past_a_headroom_death_is_made_only_for_smaller_graphs() -> None:
     learned = models()
     headroom = died(1, deep(**{"mem-fraction-static": 0.95}), side="too-high", reason="torch.OutOfMemoryError")
     assert headroom.lessons.memory is not None
     learned["sglang"].learn(headroom.lessons.memory)
     rule = MakeRoom(tight_space(), ENGINES, learned)
     history = History([died(0, deep()), headroom], number=2)
-    # 0.95 and above ran out of headroom with graphs at the engine's batch; no offered fraction is left
-    assert rule.decide(deep(**{"speculative-num-steps": 6, "speculative-num-draft-tokens": 7}), history) is None
+    # 0.95 ran out of headroom with graphs at the engine's batch: a deeper draft gets 0.95 (the smallest
+    # fraction the printed figures call for) only with the smallest graph batch offered
+    room = rule.decide(deep(**{"speculative-num-steps": 6, "speculative-num-draft-tokens": 7}), history)
+    assert isinstance(room, Launch)
+    assert (room.plan.flags["mem-fraction-static"], room.plan.flags["cuda-graph-max-bs-decode"]) == (0.95, 1)
+    # without the printed figures, no room is made past where launches like it ran out of headroom
+    bare = History([died(0, deep(), reason=SHORT.split(" (twin")[0]), headroom], number=2)
+    assert rule.decide(deep(**{"speculative-num-steps": 6, "speculative-num-draft-tokens": 7}), bare) is None
+
+
+def test_a_pool_deaths_figures_speak_across_what_does_not_size_the_pool() -> None:
+    rules = ENGINE.memory_rules
+    assert rules is not None
+    (death,) = pool_deaths([died(0, deep(**{"speculative-num-steps": 6, "speculative-num-draft-tokens": 7}))],
+                           ENGINE, "sglang")  # fmt: skip
+    # a shallower draft, a graph batch and running requests the death did not set: the same pool per token
+    shallow = {"speculative-num-steps": 2, "speculative-num-draft-tokens": 3, "cuda-graph-max-bs-decode": 4,
+               "max-running-requests": 1}  # fmt: skip
+    short = dies_like(death, plan(**shallow, **{"mem-fraction-static": 0.943}), rules)
+    assert short is not None and "fewer than the 8192 one request needs" in short
+    assert dies_like(death, plan(**shallow, **{"mem-fraction-static": 0.93}), rules) is not None
+    assert dies_like(death, plan(**shallow, **{"mem-fraction-static": 0.945}), rules) is None  # holds one
+    # what sizes the pool or the request must be equal: a drafter, a context, an explicit mamba cache
+    for other in ({"speculative-draft-model-path": "org/other"}, {"context-length": 4096},
+                  {"max-mamba-cache-size": 64}):  # fmt: skip
+        assert dies_like(death, plan(**shallow, **other, **{"mem-fraction-static": 0.943}), rules) is None
 
 
 def graphs_logged(per_token: float) -> dict[str, FeasibilityModel]:
@@ -181,3 +206,42 @@ def test_a_proposal_dead_at_its_bounded_fraction_gets_room_or_is_skipped() -> No
     assert isinstance(skip, Skip) and skip.outcome == OutcomeKind.predicted_for("too-low") and skip.trials == [0]
     # a proposal no death speaks for even at its bound is left alone
     assert MakeRoom(short_space, ENGINES, graphs_logged(0.01 * GIB)).decide(sampled, history) is None
+
+
+def test_the_memory_model_counts_the_engines_own_graph_batch_where_a_plan_leaves_it_unset() -> None:
+    total = 32 * GIB
+
+    def model(*, engine_knows: bool) -> FeasibilityModel:
+        unset = partial(ENGINE.graph_tokens_captured, gpu_total_bytes=total) if engine_knows else None
+        learned = FeasibilityModel(ENGINE.memory_rules, free_bytes=FREE, total_bytes=total, weight_bytes=WEIGHTS * 2,
+                                   unset_graph_tokens=unset)  # fmt: skip
+        learned.observe_graph(20 * 0.01 * GIB, flags=deep(**{"cuda-graph-max-bs-decode": 4}).flags)
+        headroom = died(1, deep(**{"mem-fraction-static": 0.95, "cuda-graph-max-bs-decode": 4}), side="too-high")
+        assert headroom.lessons.memory is not None
+        learned.learn(headroom.lessons.memory)
+        return learned
+
+    # graphs of 4 x 5 tokens ran out of headroom at 0.95; SGLang's own batch here captures 24 x 5
+    unset = deep(**{"mem-fraction-static": 0.95}).flags
+    assert model(engine_knows=True).graph_tokens(unset) == 24 * 5
+    prediction = model(engine_knows=True).predict(unset)
+    assert not prediction.feasible and prediction.side == "too-high"
+    assert model(engine_knows=False).predict(unset).feasible  # unknown graphs: nothing to compare
+    assert (
+        model(engine_knows=True)
+        .predict(deep(**{"mem-fraction-static": 0.95, "cuda-graph-max-bs-decode": 1}).flags)
+        .feasible
+    )
+
+
+def test_room_is_sized_by_the_figures_of_any_death_with_the_same_pool_per_token() -> None:
+    rules = ENGINE.memory_rules
+    assert rules is not None
+    bare_reason = SHORT.split(" (twin")[0]  # the engine's fraction, no tokens
+    shallow = plan(**{"speculative-num-steps": 2, "speculative-num-draft-tokens": 3})
+    bare, figures = pool_deaths([died(0, deep(), reason=bare_reason), died(1, shallow)], ENGINE, "sglang")
+    sampled = deep(**{"speculative-num-steps": 6, "speculative-num-draft-tokens": 7})
+    assert bare.fraction_needed is None and figures.fraction_needed is not None
+    assert fraction_needed(bare, sampled, rules, [bare, figures]) == figures.fraction_needed
+    other = sampled.model_copy(update={"flags": {**sampled.flags, "speculative-draft-model-path": "org/other"}})
+    assert fraction_needed(bare, other, rules, [bare, figures]) is None  # another drafter: another pool per token

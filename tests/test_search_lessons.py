@@ -250,11 +250,14 @@ def test_a_fraction_inside_what_deaths_left_open_is_launched_as_sampled(tmp_path
     assert StudyView(runner.study).records()[2].adjusted == []
 
 
-def test_under_load_a_fraction_below_a_death_is_kept_and_predicted_to_die(tmp_path: Path) -> None:
+def test_under_load_a_fraction_below_a_pool_death_gets_the_room_that_death_lacked(tmp_path: Path) -> None:
     runner, launcher, _ = _run_two_new_drafters(tmp_path, 0.75, 0.72, concurrency=4)
-    assert [p.flags["mem-fraction-static"] for p in launcher.plans] == [0.88, 0.75]  # the pool is what load buys
-    kept = StudyView(runner.study).records()[2]
-    assert kept.outcome == "predicted-infeasible-memory-low" and kept.flags["mem-fraction-static"] == 0.72
+    _, died, moved = StudyView(runner.study).records()
+    # The smaller block leaves the pool per token as it was: 0.72 would die as 0.75 did, so make-room
+    # launches it just above the death, where the printed pool holds one request, and it serves.
+    assert died.outcome == "infeasible-memory-low" and adjusted_by(moved, "make-room") == [died.number]
+    launched = [p.flags["mem-fraction-static"] for p in launcher.plans]
+    assert launched[:2] == [0.88, 0.75] and 0.75 < launched[2] < 0.85 and moved.outcome == "ok"
 
 
 def test_a_borrowed_sizing_that_killed_a_launch_demanding_more_is_not_borrowed_again(tmp_path: Path) -> None:

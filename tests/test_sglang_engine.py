@@ -180,7 +180,7 @@ PUBLIC_DECODE_LINES = [
 
 
 def test_decode_batch_lines_hybrid_plain_and_old_format() -> None:
-    from autotune.engines.sglang import parse_decode_line
+    from autotune.engines.sglang_logs import parse_decode_line
 
     hybrid, plain, old = (parse_decode_line(line) for line in PUBLIC_DECODE_LINES)
     assert hybrid is not None and plain is not None and old is not None
@@ -289,7 +289,7 @@ def test_data_parallel_groups_decode_side_by_side() -> None:
 def test_decode_lines_read_by_field_whatever_the_prefix_order_or_extra_fields() -> None:
     """One real line (sglang#6081, DP attention with MTP) under the variations releases and log
     collectors produce: a ``[N]`` prefix, a pipeline rank tag, fields reordered, a field added."""
-    from autotune.engines.sglang import parse_decode_line
+    from autotune.engines.sglang_logs import parse_decode_line
 
     real = (
         "[2025-05-31 18:31:21 DP0 TP0] Decode batch. #running-req: 8, #token: 37217, token usage: 0.13, "

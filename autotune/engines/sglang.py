@@ -13,11 +13,10 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from autotune.engines import base
 from autotune.engines.base import Engine, InvalidConfig, LaunchPlan, first_rank_search, flag_argv, sse_events
 from autotune.engines.failures import CAPTURING, LOADING_WEIGHTS, SERVING, SIZING_POOLS, FailureRules
+from autotune.engines.sglang_logs import decode_group, parse_decode_line
 from autotune.engines.speculation import ScheduleConfig, ScheduleForm, SpeculationFlags
 from autotune.errors import MeasurementError
 from autotune.feasibility import MemoryRules
@@ -71,13 +70,21 @@ _SHORT_TOKENS = re.compile(r"holds (?P<pool>\d+) tokens, fewer than one context_
 FAILURES = FailureRules(
     stages=(
         (r"Load weight begin|[Ll]oading (?:safetensors checkpoint )?shards|, in load_model$", LOADING_WEIGHTS),
-        (r"Load weight end|Memory pool|KV Cache is allocated|Mamba Cache is allocated"
-         r"|, in (?:init_memory_pool|profile_max_num_token)$", SIZING_POOLS),
-        (r"Capture (?:piecewise )?cuda graph (?:begin|bs)|Capturing batches|, in (?:init_cuda_graphs|capture)$",
-         CAPTURING),
-        (r"Capture (?:piecewise )?cuda graph end|max_total_num_tokens=|fired up and ready|(?:Prefill|Decode) batch"
-         r"|POST /generate|, in (?:event_loop_\w+|run_batch|_wait_and_warmup)$", SERVING),
-    ),  # fmt: skip
+        (
+            r"Load weight end|Memory pool|KV Cache is allocated|Mamba Cache is allocated"
+            r"|, in (?:init_memory_pool|profile_max_num_token)$",
+            SIZING_POOLS,
+        ),
+        (
+            r"Capture (?:piecewise )?cuda graph (?:begin|bs)|Capturing batches|, in (?:init_cuda_graphs|capture)$",
+            CAPTURING,
+        ),
+        (
+            r"Capture (?:piecewise )?cuda graph end|max_total_num_tokens=|fired up and ready|(?:Prefill|Decode) batch"
+            r"|POST /generate|, in (?:event_loop_\w+|run_batch|_wait_and_warmup)$",
+            SERVING,
+        ),
+    ),
     too_low=(
         r"Loaded weights leave no GPU memory for the KV cache",
         r"Not enough memory\. Please try to increase --mem-fraction-static",
@@ -95,81 +102,6 @@ FAILURES = FailureRules(
     ),
     prefixes=(r"^Capture (?:piecewise )?cuda graph failed:\s*",),
 )
-
-_DECODE = re.compile(
-    r"(?:\[(?P<time>(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d)(?:[.,]\d+)?(?P<rank>(?: [A-Z]+\d+)+)?\]\s*)?"
-    r"(?:\[\d+\]\s*)?Decode batch(?: \[\d+\])?[.,:]?\s+(?P<fields>.*)$"
-)
-_FIELD = re.compile(r"\s*(?P<key>[^:,]+?):\s*(?P<value>[^,]+?)\s*(?:,|$)")
-_RANK = re.compile(r"(?P<dim>[A-Z]+)(?P<index>\d+)")
-
-
-class DecodeBatchLine(BaseModel):
-    """One ``Decode batch`` log line (plain or hybrid usage fields, with or without a rank tag)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    time: str | None
-    rank: str | None = Field(description="the rank tag: TP0, DP1 TP4, PP0 TP0 ...; None when untagged")
-    running_req: int
-    tokens: int | None = Field(description="#token, or #full token on hybrid models")
-    token_usage: float | None
-    mamba_usage: float | None = None
-    accept_len: float | None = None
-    accept_rate: float | None = None
-    cuda_graph: bool | None = None
-    gen_throughput: float
-    queue_req: int | None = None
-
-
-def parse_decode_line(line: str) -> DecodeBatchLine | None:
-    """Parse SGLang's ``Decode batch`` line by field name; None for any other line."""
-    match = _DECODE.search(line.strip())
-    if match is None:
-        return None
-    fields = {m["key"].strip(): m["value"].strip() for m in _FIELD.finditer(match["fields"])}
-
-    def number(*keys: str) -> float | None:
-        for key in keys:
-            if key in fields:
-                try:
-                    return float(fields[key])
-                except ValueError:
-                    return None
-        return None
-
-    running, throughput = number("#running-req"), number("gen throughput (token/s)")
-    if running is None or throughput is None:
-        return None
-    tokens = number("#token", "#full token")
-    queue = number("#queue-req")
-    graph = next((fields[k] for k in fields if k.endswith(" graph")), None)
-    return DecodeBatchLine(
-        time=match["time"],
-        rank=match["rank"].strip() if match["rank"] else None,
-        running_req=int(running),
-        tokens=int(tokens) if tokens is not None else None,
-        token_usage=number("token usage", "full token usage"),
-        mamba_usage=number("mamba usage"),
-        accept_len=number("accept len"),
-        accept_rate=number("accept rate"),
-        cuda_graph=graph == "True" if graph is not None else None,
-        gen_throughput=throughput,
-        queue_req=int(queue) if queue is not None else None,
-    )
-
-
-def decode_group(rank: str | None) -> tuple[str, tuple[int, ...]]:
-    """A rank tag's data-parallel group (``DP1``; ``""`` without one) and its place in the group
-    (the other dimensions' indices): ``DP1 TP4`` -> ``("DP1", (4,))``."""
-    group, place = "", []
-    for match in _RANK.finditer(rank or ""):
-        if match["dim"] == "DP":
-            group = f"DP{match['index']}"
-        else:
-            place.append(int(match["index"]))
-    return group, tuple(place)
-
 
 _SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 _IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
@@ -399,8 +331,18 @@ class SGLangEngine(Engine):
         pool_demand=_SPEC_DEMAND | {CONTEXT, "max-running-requests", "max-mamba-cache-size"},
         pool_irrelevant=_LOG_NOISE | {"cuda-graph-max-bs-decode", "cuda-graph-max-bs-prefill"},
         # auto is the model's dtype (bf16 for most checkpoints): never smaller than fp8.
-        pool_scale={KV_DTYPE: {"auto": 2.0, "bf16": 2.0, "bfloat16": 2.0, "fp16": 2.0, "float16": 2.0,
-                                       "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp4_e2m1": 0.5}},  # fmt: skip
+        pool_scale={
+            KV_DTYPE: {
+                "auto": 2.0,
+                "bf16": 2.0,
+                "bfloat16": 2.0,
+                "fp16": 2.0,
+                "float16": 2.0,
+                "fp8_e4m3": 1.0,
+                "fp8_e5m2": 1.0,
+                "fp4_e2m1": 0.5,
+            }
+        },
         headroom_demand=_SPEC_DEMAND | {"cuda-graph-max-bs-decode", "max-running-requests", "chunked-prefill-size"},
         headroom_irrelevant=_LOG_NOISE | {"mamba-full-memory-ratio", "max-mamba-cache-size", CONTEXT},
         graph_batch_flag="cuda-graph-max-bs-decode",
@@ -409,11 +351,25 @@ class SGLangEngine(Engine):
         # With the graph batch and draft tokens known, the steps, the tree width and the running
         # requests no longer change what the graphs hold.
         graph_ignored=_LOG_NOISE
-        | {"mamba-full-memory-ratio", "max-mamba-cache-size", CONTEXT, STEPS, TOPK, "max-running-requests",
-           "cuda-graph-max-bs-decode", DRAFT, DFLASH_BLOCK},  # fmt: skip
+        | {
+            "mamba-full-memory-ratio",
+            "max-mamba-cache-size",
+            CONTEXT,
+            STEPS,
+            TOPK,
+            "max-running-requests",
+            "cuda-graph-max-bs-decode",
+            DRAFT,
+            DFLASH_BLOCK,
+        },
         # Outside the graphs, run-time memory is mostly the prefill chunk's activations.
         activation_demand=frozenset({"chunked-prefill-size", "max-prefill-tokens"}),
         weights_flags=frozenset({ALGORITHM, DRAFT_MODEL, "quantization", "dtype", "load-format"}),
+        # The KV pool is fraction x free - weights, over a cell of the target's and drafter's KV layers;
+        # one request needs its context. The draft's shape, the running requests and the graphs size
+        # other things (the headroom, the request slots).
+        per_token_neutral=_SPEC_DEMAND | {RUNNING, GRAPH_BATCH, "cuda-graph-max-bs-prefill", "chunked-prefill-size"},
+        per_token_coupled=frozenset({"max-mamba-cache-size"}),
     )
     renamed_flags = {
         "mamba-scheduler-strategy": RADIX_STRATEGY,
@@ -523,9 +479,17 @@ class SGLangEngine(Engine):
         then the weights are the drop in ``avail mem`` from ``Load weight begin`` to its end)."""
         weights, kv, graph, total, free, loaded, pools, capture = (
             first_rank_search(p, log_text)
-            for p in (_WEIGHTS_LINE, _KV_LINE, _GRAPH_LINE, _TOTAL_TOKENS_LINE, _FREE_LINE, _LOADED_LINE, _POOLS_LINE,
-                      _CAPTURE_LINE)
-        )  # fmt: skip
+            for p in (
+                _WEIGHTS_LINE,
+                _KV_LINE,
+                _GRAPH_LINE,
+                _TOTAL_TOKENS_LINE,
+                _FREE_LINE,
+                _LOADED_LINE,
+                _POOLS_LINE,
+                _CAPTURE_LINE,
+            )
+        )
         if all(m is None for m in (weights, kv, graph, total, free, loaded, pools)):
             return None
         sizes = [int(size) for size in capture["sizes"].split(",") if size.strip()] if capture else []

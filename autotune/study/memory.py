@@ -7,6 +7,7 @@ resumed study learns the same stored lessons in trial order. One path, nothing r
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import partial
 
 from autotune.engines.base import Engine
 from autotune.feasibility import FeasibilityModel, MemoryLesson, headroom_use, model_weight_bytes
@@ -26,7 +27,13 @@ def feasibility_models(
     free = min((g.memory_free_bytes for g in inventory.gpus), default=None)
     total = min((g.memory_total_bytes for g in inventory.gpus), default=None)
     return {
-        name: FeasibilityModel(engine.memory_rules, free_bytes=free, total_bytes=total, weight_bytes=weight_bytes)
+        name: FeasibilityModel(
+            engine.memory_rules,
+            free_bytes=free,
+            total_bytes=total,
+            weight_bytes=weight_bytes,
+            unset_graph_tokens=partial(engine.graph_tokens_captured, gpu_total_bytes=total),
+        )
         for name, engine in engines.items()
     }
 

@@ -7,7 +7,9 @@ fraction dies the same way. Left to the engine, the fraction is the engine's own
 leaves more headroom for larger graph demands, so a configuration that demands no less of the headroom
 gets a fraction no larger. Where the death printed its fraction, the tokens its pool held and the tokens
 one request needs, and the server logged its free memory and weights, the pool per token is known: the
-pool at another fraction, and the smallest fraction that holds one request, follow.
+pool at another fraction, and the smallest fraction that holds one request, follow. Those figures do not
+depend on what sizes only the headroom and the request slots (:func:`same_pool_per_token`), so they
+speak across the draft's shape, the running requests and the graph batch too.
 
 A plan that leaves the fraction to the engine, and that no death speaks for as it is, gets the engine's
 fraction bounded from above (:class:`EngineFractions`): the engine reserves headroom for the decode
@@ -121,6 +123,16 @@ def demands_at_least(death: PoolDeath, plan: LaunchPlan, rules: MemoryRules, *, 
     return True
 
 
+def same_pool_per_token(death: PoolDeath, plan: LaunchPlan, rules: MemoryRules) -> bool:
+    """Whether ``plan``'s pool holds as many tokens as ``death``'s at any one fraction, for a request as
+    long: every flag apart from the fraction equal but those that change neither
+    (``MemoryRules.per_token_neutral``, unless a ``per_token_coupled`` flag is set)."""
+    names = set(death.flags) | set(plan.flags)
+    neutral = rules.per_token_neutral if not names & rules.per_token_coupled else frozenset()
+    skipped = neutral | rules.pool_irrelevant | {rules.fraction_flag}
+    return bool(neutral) and all(death.flags.get(name) == plan.flags.get(name) for name in names - skipped)
+
+
 def dies_like(death: PoolDeath, plan: LaunchPlan, rules: MemoryRules) -> str | None:
     """Why ``plan`` runs out of pool memory as ``death`` did (None: it may not): at the same or a smaller
     fraction with demands no smaller, or at a larger fraction whose pool still holds fewer tokens than
@@ -134,7 +146,9 @@ def dies_like(death: PoolDeath, plan: LaunchPlan, rules: MemoryRules) -> str | N
         return None  # the engine's fraction for this plan is not known against a given one
     printed = death.shortfall.fraction if death.shortfall is not None else None
     died_at = died_at if died_at is not None else printed
-    if died_at is None or not demands_at_least(death, plan, rules, engine_fraction=False):
+    if died_at is None or not (
+        demands_at_least(death, plan, rules, engine_fraction=False) or same_pool_per_token(death, plan, rules)
+    ):
         return None
     if fraction <= died_at:
         return f"{rules.fraction_flag} {fraction:g}, no larger than its {died_at:g}"
@@ -142,8 +156,10 @@ def dies_like(death: PoolDeath, plan: LaunchPlan, rules: MemoryRules) -> str | N
         return None  # the weights per GPU differ: its pool per token does not carry over
     tokens, needed = death.tokens_at(fraction), death.shortfall.needed_tokens if death.shortfall else None
     if tokens is not None and needed is not None and tokens < needed:
-        return (f"{rules.fraction_flag} {fraction:g}: a pool of about {tokens:.0f} tokens, fewer than the "
-                f"{needed} one request needs")  # fmt: skip
+        return (
+            f"{rules.fraction_flag} {fraction:g}: a pool of about {tokens:.0f} tokens, fewer than the "
+            f"{needed} one request needs"
+        )
     return None
 
 

@@ -1,8 +1,9 @@
 """Rule ``make-room``: a proposal that would run out of pool memory as an earlier launch did
 (:mod:`autotune.study.pool_deaths`) is launched with the room it lacks, where the space offers it,
 before its region is written off: the smallest fraction the space offers that holds one request by the
-death's printed figures (without them: halfway to the top of what is left), below the fraction at which
-launches like it ran out of headroom (a proposal that leaves the fraction to the engine is asked at the
+death's printed figures, its headroom judged by the memory model for the proposal's own graphs (without
+the figures: halfway to the top of what is left, below the fraction at which launches like it ran out of
+headroom) (a proposal that leaves the fraction to the engine is asked at the
 most the engine's fraction for it can be, :class:`~autotune.study.pool_deaths.EngineFractions`); with the
 smallest graph batch the space offers when the memory model says the headroom left cannot hold the graphs
 otherwise. A proposal that dies only at that bounded engine fraction, and that no offered fraction makes
@@ -11,13 +12,16 @@ room for, is skipped (``predicted-infeasible-memory-low``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from autotune.decision import Decision, Launch, Skip
 from autotune.engines.base import InvalidConfig, LaunchPlan
 from autotune.feasibility import FeasibilityModel
+from autotune.memory_types import MemoryRules
 from autotune.outcomes import OutcomeKind
 from autotune.space import CategoricalParam, FlagValue, FloatParam, IntParam
 from autotune.study.history import History
-from autotune.study.pool_deaths import EngineFractions, PoolDeath, first_death, pool_deaths
+from autotune.study.pool_deaths import EngineFractions, PoolDeath, first_death, pool_deaths, same_pool_per_token
 from autotune.study.rules.served_sizing import SizingRule, adjusted
 
 # Above the printed figures' bare minimum: the pool is rounded to pages, and the log to two decimals.
@@ -32,6 +36,17 @@ def offered(param: IntParam | FloatParam | CategoricalParam | None) -> list[floa
         count = int(round((param.high - param.low) / param.step))
         return [round(param.low + i * param.step, 10) for i in range(count + 1)]
     return []
+
+
+def fraction_needed(
+    death: PoolDeath, plan: LaunchPlan, rules: MemoryRules, deaths: Sequence[PoolDeath]
+) -> float | None:
+    """The smallest fraction whose pool holds one request of ``plan``: by ``death``'s printed figures,
+    else by those of any death whose pool per token is ``plan``'s (the most any of them calls for)."""
+    if death.fraction_needed is not None:
+        return death.fraction_needed
+    known = [d.fraction_needed for d in deaths if d.fraction_needed is not None and same_pool_per_token(d, plan, rules)]
+    return max(known, default=None)
 
 
 class MakeRoom(SizingRule):
@@ -51,7 +66,7 @@ class MakeRoom(SizingRule):
         fractions = offered(self.space.tuned.get(rules.fraction_flag))
         graph_flag = rules.graph_batch_flag
         graphs = offered(self.space.tuned.get(graph_flag)) if graph_flag else []
-        for fraction in self._fractions(death, plan, model, fractions) if fractions else []:
+        for fraction in self._fractions(death, plan, model, fractions, deaths) if fractions else []:
             for graph in [None, *graphs[:1]]:
                 changes: dict[str, FlagValue] = {rules.fraction_flag: fraction}
                 if graph_flag is not None and graph is not None:
@@ -64,27 +79,39 @@ class MakeRoom(SizingRule):
                     why = f"the pool memory that trial {death.trial} ran out of"
                     return Launch(plan=launched, adjusted=[adjusted(self.name, plan, launched, [death.trial], why)])
         if found.at_bounded_fraction:
-            return Skip(rule=self.name, outcome=OutcomeKind.predicted_for("too-low"), constraint="memory",
-                        reason=f"predicted without launching: trial {death.trial} ran out of pool memory, and at "
-                        f"{found.why}; no offered fraction holds it", trials=[death.trial])  # fmt: skip
+            return Skip(
+                rule=self.name,
+                outcome=OutcomeKind.predicted_for("too-low"),
+                constraint="memory",
+                reason=f"predicted without launching: trial {death.trial} ran out of pool memory, and at "
+                f"{found.why}; no offered fraction holds it",
+                trials=[death.trial],
+            )
         return None
 
     def _fractions(
-        self, death: PoolDeath, plan: LaunchPlan, model: FeasibilityModel, fractions: list[float]
+        self,
+        death: PoolDeath,
+        plan: LaunchPlan,
+        model: FeasibilityModel,
+        fractions: list[float],
+        deaths: Sequence[PoolDeath],
     ) -> list[float]:
         """The offered fractions worth trying, the most promising first: from the one the death's figures
-        call for (or halfway up what is left) upwards, below where alike launches ran out of headroom."""
+        call for upwards, the memory model judging each one's headroom for the plan's own graphs (a
+        headroom death of larger graphs does not close it); without the figures, from halfway up what is
+        left, below where alike launches ran out of headroom."""
         assert model.rules is not None
         flag = model.rules.fraction_flag
         window = model.fraction_window(plan.flags)
         shortfall = death.shortfall
         died_at = death.flags.get(flag)
         floor = float(died_at) if isinstance(died_at, (int, float)) else shortfall.fraction if shortfall else 0.0
+        needed = fraction_needed(death, plan, model.rules, deaths)
+        if needed is not None:
+            return [f for f in fractions if f > floor and f >= needed + FRACTION_MARGIN and window.open_above(f)]
         open_ = [f for f in fractions if f > floor and window.open(f)]
         if not open_:
             return []
-        needed = death.fraction_needed
-        if needed is not None:
-            return [f for f in open_ if f >= needed + FRACTION_MARGIN]
         middle = (floor + (window.high if window.high is not None else open_[-1])) / 2
         return [f for f in open_ if f >= middle] + [f for f in reversed(open_) if f < middle]
