@@ -42,9 +42,8 @@ ScheduleOpt = Annotated[
     bool,
     typer.Option(
         "--schedule",
-        help="A levels study on SGLang or vLLM: race a speculation schedule instead "
-        "(each level's best draft depth as a batch-size slot of SGLang's adaptive config, or a range "
-        "of vLLM's per-batch-size draft tokens) against each level's "
+        help="A levels study on an engine with a speculation schedule: race the schedule instead "
+        "(each level's best draft depth in the engine's per-batch-size form) against each level's "
         "static winner; recommended only when it is significantly slower than no level's own winner "
         "and each static winner is significantly slower than it at some level, else the output names "
         "the static config to run. Then: export --schedule.",
@@ -74,7 +73,7 @@ def confirm(
 ) -> None:
     """Race the study's finalists and baselines on fresh, interleaved launches and state the verdict.
 
-    With --schedule (a levels study on SGLang or vLLM): race a speculation schedule per load against every
+    With --schedule (a levels study on an engine with a schedule): race a speculation schedule per load against every
     level's static winner instead, print it per level and keep the verdict for export --schedule
     (docs/speculation-schedule.md).
     """

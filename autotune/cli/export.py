@@ -36,7 +36,7 @@ ScheduleOpt = Annotated[
     typer.Option(
         "--schedule",
         help="Export the speculation schedule that `confirm --schedule` recommended: "
-        "its adaptive config file (SGLang) and the launch command (refused when it was declined).",
+        "its config file where the engine takes one, and the launch command (refused when it was declined).",
     ),
 ]
 ScheduleConfigOpt = Annotated[

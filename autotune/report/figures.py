@@ -133,7 +133,7 @@ def _configuration_figures(s: StudySummary) -> list[FigurePlan]:
             ReportFigure(
                 "speed-vs-mem-fraction.png",
                 f"{s.objective_metric} vs {mem_fraction or 'the memory fraction'}",
-                "Share of GPU memory SGLang reserves for weights and KV cache. Too low and the pools do not fit; "
+                "Share of GPU memory the engine reserves for weights and KV cache. Too low and the pools do not fit; "
                 "too high and CUDA graphs run out of memory.",
             ),
             lambda: draw_versus(s, mem_fraction),
