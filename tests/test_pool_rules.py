@@ -39,9 +39,11 @@ def plan(**flags: Any) -> LaunchPlan:
     return ENGINE.normalise({**DRAFT, **flags})
 
 
-def died(number: int, launched: LaunchPlan, *, side: str = "too-low", reason: str = SHORT) -> TrialRecord:
+def died(
+    number: int, launched: LaunchPlan, *, side: str = "too-low", reason: str = SHORT, weights: float = WEIGHTS
+) -> TrialRecord:
     kind = OutcomeKind.MEMORY_TOO_LOW if side == "too-low" else OutcomeKind.MEMORY_TOO_HIGH
-    lesson = MemoryLesson(flags=launched.flags, trial=number, side=side, weights_bytes=WEIGHTS,  # type: ignore[arg-type]
+    lesson = MemoryLesson(flags=launched.flags, trial=number, side=side, weights_bytes=weights,  # type: ignore[arg-type]
                           server_free_bytes=FREE)  # fmt: skip
     return trial_record(number, outcome=kind.value, reason=reason, engine="sglang", flags=launched.flags,
                         config_key=launched.config_key, memory=lesson)  # fmt: skip
@@ -127,9 +129,12 @@ def test_room_past_a_headroom_death_is_made_only_for_smaller_graphs() -> None:
     room = rule.decide(deep(**{"speculative-num-steps": 6, "speculative-num-draft-tokens": 7}), history)
     assert isinstance(room, Launch)
     assert (room.plan.flags["mem-fraction-static"], room.plan.flags["cuda-graph-max-bs-decode"]) == (0.95, 1)
-    # without the printed figures, no room is made past where launches like it ran out of headroom
+    # without the printed figures, no room is made past where launches like it ran out of headroom, and
+    # the proposal, which the death speaks for at the engine's fraction, is not launched
     bare = History([died(0, deep(), reason=SHORT.split(" (twin")[0]), headroom], number=2)
-    assert rule.decide(deep(**{"speculative-num-steps": 6, "speculative-num-draft-tokens": 7}), bare) is None
+    skipped = rule.decide(deep(**{"speculative-num-steps": 6, "speculative-num-draft-tokens": 7}), bare)
+    assert isinstance(skipped, Skip) and skipped.rule == "make-room" and skipped.trials == [0]
+    assert skipped.outcome is OutcomeKind.PREDICTED_MEMORY_TOO_LOW
 
 
 def test_a_pool_deaths_figures_speak_across_what_does_not_size_the_pool() -> None:
@@ -245,3 +250,61 @@ def test_room_is_sized_by_the_figures_of_any_death_with_the_same_pool_per_token(
     assert fraction_needed(bare, sampled, rules, [bare, figures]) == figures.fraction_needed
     other = sampled.model_copy(update={"flags": {**sampled.flags, "speculative-draft-model-path": "org/other"}})
     assert fraction_needed(bare, other, rules, [bare, figures]) is None  # another drafter: another pool per token
+
+
+def test_room_where_headroom_died_gets_graphs_no_larger_than_served_there() -> None:
+    learned = models()
+    served = deep(**{"mem-fraction-static": 0.96, "cuda-graph-max-bs-decode": 4})  # 4 x 5 = 20 graph tokens
+    learned["sglang"].observe_served(served.flags)
+    rule = MakeRoom(tight_space(), ENGINES, learned)
+    pool = History([died(0, deep())], number=1)
+    wide = {"speculative-num-steps": 6, "speculative-num-draft-tokens": 7, "mem-fraction-static": 0.94}
+    sampled = deep(**wide, **{"cuda-graph-max-bs-decode": 16})  # 16 x 7 = 112 graph tokens
+    # no launch ran out of headroom: the sampled graphs are kept
+    kept = rule.decide(sampled, pool)
+    assert isinstance(kept, Launch) and kept.plan.flags["cuda-graph-max-bs-decode"] == 16
+    # a launch alike ran out of headroom at 0.96 (a fraction above the 0.95 given): graphs of more tokens
+    # than the 20 that served at 0.96 give way to the largest offered batch within them (1 x 7)
+    ran_out = deep(**{"speculative-num-steps": 8, "speculative-num-draft-tokens": 9, "mem-fraction-static": 0.96,
+                      "cuda-graph-max-bs-decode": 16})  # fmt: skip
+    headroom = died(1, ran_out, side="too-high", reason="torch.OutOfMemoryError")
+    assert headroom.lessons.memory is not None
+    learned["sglang"].learn(headroom.lessons.memory)
+    history = History([died(0, deep()), headroom], number=2)
+    shrunk = rule.decide(sampled, history)
+    assert isinstance(shrunk, Launch)
+    assert (shrunk.plan.flags["mem-fraction-static"], shrunk.plan.flags["cuda-graph-max-bs-decode"]) == (0.95, 1)
+    # graphs within what served there are kept
+    within = rule.decide(deep(**{"mem-fraction-static": 0.94, "cuda-graph-max-bs-decode": 4}), history)
+    assert isinstance(within, Launch) and within.plan.flags["cuda-graph-max-bs-decode"] == 4
+
+
+# what SGLang prints when the weights leave nothing for the pool at its own fraction (no pool figures)
+NO_POOL = ("ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.9. "
+           "Raise --mem-fraction-static")  # fmt: skip
+
+
+def test_a_death_that_logged_its_weights_speaks_for_every_fraction_they_fill() -> None:
+    rules = ENGINE.memory_rules
+    assert rules is not None
+    (death,) = pool_deaths([died(0, deep(), reason=NO_POOL, weights=0.945 * FREE)], ENGINE, "sglang")
+    assert death.shortfall is not None and death.shortfall.pool_tokens is None
+    assert death.weights_floor is not None and abs(death.weights_floor - 0.945) < 1e-12
+    at = {"mem-fraction-static": 0.94}
+    shallower = plan(**at, **{"speculative-num-steps": 2, "speculative-num-draft-tokens": 3})
+    shallow = dies_like(death, shallower, rules)  # not ordered against the death, but the same weights
+    assert shallow is not None and "the weights it logged alone fill 0.945" in shallow
+    assert dies_like(death, deep(**{"mem-fraction-static": 0.95}), rules) is None
+    assert dies_like(death, deep(**at, **{"tp-size": 4}), rules) is None  # half the weights per GPU
+    assert dies_like(death, deep(**at, **{"speculative-draft-model-path": "org/other"}), rules) is None
+    # make-room does not offer a fraction the weights fill: 0.95, not the 0.94 halfway up from 0.90
+    rule = MakeRoom(tight_space(), ENGINES, models())
+    room = rule.decide(deep(**{"speculative-num-steps": 6, "speculative-num-draft-tokens": 7}), History(
+        [died(0, deep(), reason=NO_POOL, weights=0.945 * FREE)], number=1))  # fmt: skip
+    assert isinstance(room, Launch) and room.plan.flags["mem-fraction-static"] == 0.95
+
+
+def test_a_given_fraction_a_death_speaks_for_with_no_room_to_give_is_not_launched() -> None:
+    rule = MakeRoom(tight_space(fractions=(0.90, 0.92, 0.94)), ENGINES, models())
+    skipped = rule.decide(deep(**{"mem-fraction-static": 0.94}), History([died(0, deep())], number=1))
+    assert isinstance(skipped, Skip) and skipped.trials == [0] and "no offered fraction holds it" in skipped.reason
