@@ -662,8 +662,6 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
         "autotune-room-keeps-graphs": Method("autotune, make-room keeps the sampled graphs", room_keeps_graphs_night),
         # ... before a proposal a death speaks for as it is, with no room to give, was skipped by make-room.
         "autotune-room-launches-covered": Method("autotune, make-room launches covered", room_launches_covered_night),
-        # ... before a death's logged weights over its free memory bounded the fractions that hold a pool.
-        "autotune-no-weights-floor": Method("autotune, no weights floor", no_weights_floor_night),
         # Follow-up 7's three changes off: the night as judged in follow-up 6.
         "autotune-before-7": Method("autotune, before follow-up 7", before_7_night),
         "random-runner": Method("random (autotune loop)", lambda p, s, b: night(p, s, b, sampler="random")),
@@ -772,13 +770,6 @@ def _launches_covered() -> Any:
                              lambda rule, found: skip(rule, found) if found.at_bounded_fraction else None)  # fmt: skip
 
 
-def _no_weights_floor() -> Any:
-    """No death speaks for a fraction by its logged weights over its free memory."""
-    from autotune.study.pool_deaths import PoolDeath
-
-    return mock.patch.object(PoolDeath, "weights_floor", property(lambda self: None))
-
-
 def _night_with(name: str, *patches: Callable[[], Any]) -> Callable[[Problem, int, int], Run]:
     def run(problem: Problem, seed: int, budget: int) -> Run:
         with contextlib.ExitStack() as stack:
@@ -791,8 +782,7 @@ def _night_with(name: str, *patches: Callable[[], Any]) -> Callable[[Problem, in
 
 room_keeps_graphs_night = _night_with("autotune, make-room keeps the sampled graphs", _keeps_graphs)
 room_launches_covered_night = _night_with("autotune, make-room launches covered", _launches_covered)
-no_weights_floor_night = _night_with("autotune, no weights floor", _no_weights_floor)
-before_7_night = _night_with("autotune, before follow-up 7", _keeps_graphs, _launches_covered, _no_weights_floor)
+before_7_night = _night_with("autotune, before follow-up 7", _keeps_graphs, _launches_covered)
 
 
 def _ablated(name: str, *, sampler: SamplerName = "tpe", rules_off: Collection[str] = ()) -> Method:

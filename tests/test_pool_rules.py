@@ -39,11 +39,9 @@ def plan(**flags: Any) -> LaunchPlan:
     return ENGINE.normalise({**DRAFT, **flags})
 
 
-def died(
-    number: int, launched: LaunchPlan, *, side: str = "too-low", reason: str = SHORT, weights: float = WEIGHTS
-) -> TrialRecord:
+def died(number: int, launched: LaunchPlan, *, side: str = "too-low", reason: str = SHORT) -> TrialRecord:
     kind = OutcomeKind.MEMORY_TOO_LOW if side == "too-low" else OutcomeKind.MEMORY_TOO_HIGH
-    lesson = MemoryLesson(flags=launched.flags, trial=number, side=side, weights_bytes=weights,  # type: ignore[arg-type]
+    lesson = MemoryLesson(flags=launched.flags, trial=number, side=side, weights_bytes=WEIGHTS,  # type: ignore[arg-type]
                           server_free_bytes=FREE)  # fmt: skip
     return trial_record(number, outcome=kind.value, reason=reason, engine="sglang", flags=launched.flags,
                         config_key=launched.config_key, memory=lesson)  # fmt: skip
@@ -277,31 +275,6 @@ def test_room_where_headroom_died_gets_graphs_no_larger_than_served_there() -> N
     # graphs within what served there are kept
     within = rule.decide(deep(**{"mem-fraction-static": 0.94, "cuda-graph-max-bs-decode": 4}), history)
     assert isinstance(within, Launch) and within.plan.flags["cuda-graph-max-bs-decode"] == 4
-
-
-# what SGLang prints when the weights leave nothing for the pool at its own fraction (no pool figures)
-NO_POOL = ("ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.9. "
-           "Raise --mem-fraction-static")  # fmt: skip
-
-
-def test_a_death_that_logged_its_weights_speaks_for_every_fraction_they_fill() -> None:
-    rules = ENGINE.memory_rules
-    assert rules is not None
-    (death,) = pool_deaths([died(0, deep(), reason=NO_POOL, weights=0.945 * FREE)], ENGINE, "sglang")
-    assert death.shortfall is not None and death.shortfall.pool_tokens is None
-    assert death.weights_floor is not None and abs(death.weights_floor - 0.945) < 1e-12
-    at = {"mem-fraction-static": 0.94}
-    shallower = plan(**at, **{"speculative-num-steps": 2, "speculative-num-draft-tokens": 3})
-    shallow = dies_like(death, shallower, rules)  # not ordered against the death, but the same weights
-    assert shallow is not None and "the weights it logged alone fill 0.945" in shallow
-    assert dies_like(death, deep(**{"mem-fraction-static": 0.95}), rules) is None
-    assert dies_like(death, deep(**at, **{"tp-size": 4}), rules) is None  # half the weights per GPU
-    assert dies_like(death, deep(**at, **{"speculative-draft-model-path": "org/other"}), rules) is None
-    # make-room does not offer a fraction the weights fill: 0.95, not the 0.94 halfway up from 0.90
-    rule = MakeRoom(tight_space(), ENGINES, models())
-    room = rule.decide(deep(**{"speculative-num-steps": 6, "speculative-num-draft-tokens": 7}), History(
-        [died(0, deep(), reason=NO_POOL, weights=0.945 * FREE)], number=1))  # fmt: skip
-    assert isinstance(room, Launch) and room.plan.flags["mem-fraction-static"] == 0.95
 
 
 def test_a_given_fraction_a_death_speaks_for_with_no_room_to_give_is_not_launched() -> None:

@@ -7,9 +7,7 @@ fraction dies the same way. Left to the engine, the fraction is the engine's own
 leaves more headroom for larger graph demands, so a configuration that demands no less of the headroom
 gets a fraction no larger. Where the death printed its fraction, the tokens its pool held and the tokens
 one request needs, and the server logged its free memory and weights, the pool per token is known: the
-pool at another fraction, and the smallest fraction that holds one request, follow; and any death that
-logged its weights and free memory says that the same weights leave no pool at a fraction they fill
-(:attr:`PoolDeath.weights_floor`). Those figures do not
+pool at another fraction, and the smallest fraction that holds one request, follow. Those figures do not
 depend on what sizes only the headroom and the request slots (:func:`same_pool_per_token`), so they
 speak across the draft's shape, the running requests and the graph batch too.
 
@@ -57,13 +55,6 @@ class PoolDeath:
         if per_token is None or self.weights_bytes is None or not self.server_free_bytes:
             return None
         return (fraction * self.server_free_bytes - self.weights_bytes) / per_token
-
-    @property
-    def weights_floor(self) -> float | None:
-        """The fraction its logged weights alone fill: at it or below, the same weights leave no pool."""
-        if self.weights_bytes is None or not self.server_free_bytes:
-            return None
-        return self.weights_bytes / self.server_free_bytes
 
     @property
     def fraction_needed(self) -> float | None:
@@ -153,10 +144,6 @@ def dies_like(death: PoolDeath, plan: LaunchPlan, rules: MemoryRules) -> str | N
         return None
     if fraction is None:
         return None  # the engine's fraction for this plan is not known against a given one
-    floor = death.weights_floor
-    same = rules.weights_flags | {rules.tp_flag}
-    if floor is not None and fraction <= floor and all(death.flags.get(n) == plan.flags.get(n) for n in same):
-        return f"{rules.fraction_flag} {fraction:g}: the weights it logged alone fill {floor:.3f} of the free memory"
     printed = death.shortfall.fraction if death.shortfall is not None else None
     died_at = died_at if died_at is not None else printed
     if died_at is None or not (
