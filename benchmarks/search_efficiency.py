@@ -15,7 +15,6 @@ See docs/benchmarks.md for what is measured and the assumptions behind the simul
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import math
@@ -658,12 +657,6 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
         # The night as it was before the memory model knew the engine's own graph batch for a plan that
         # leaves it unset, and before make-room read the pool figures of other deaths alike.
         "autotune-unset-graphs-unknown": Method("autotune, unset graphs unknown", unset_graphs_unknown_night),
-        # The night as it was before make-room shrank graphs beyond what served where headroom died.
-        "autotune-room-keeps-graphs": Method("autotune, make-room keeps the sampled graphs", room_keeps_graphs_night),
-        # ... before a proposal a death speaks for as it is, with no room to give, was skipped by make-room.
-        "autotune-room-launches-covered": Method("autotune, make-room launches covered", room_launches_covered_night),
-        # Follow-up 7's three changes off: the night as judged in follow-up 6.
-        "autotune-before-7": Method("autotune, before follow-up 7", before_7_night),
         "random-runner": Method("random (autotune loop)", lambda p, s, b: night(p, s, b, sampler="random")),
         "bound-perfect-race": Method(
             "bound-perfect-race", lambda p, s, b: peers.perfect_race(night(p, s, b, sampler="tpe"))
@@ -752,37 +745,6 @@ def unset_graphs_unknown_night(problem: Problem, seed: int, budget: int) -> Run:
             mock.patch("autotune.study.rules.make_room.fraction_needed",
                        lambda death, plan, rules, deaths: death.fraction_needed):  # fmt: skip
         return run_study(problem, seed, budget, sampler="tpe", name="autotune, unset graphs unknown", confirm=True)
-
-
-def _keeps_graphs() -> Any:
-    """make-room tries the sampled graph batch, then the smallest offered one, whatever the headroom
-    deaths and served launches say (``make_room.graph_batches`` before follow-up 7)."""
-    return mock.patch("autotune.study.rules.make_room.graph_batches",
-                      lambda model, plan, fraction, batches: [None, *batches[:1]])  # fmt: skip
-
-
-def _launches_covered() -> Any:
-    """make-room skips only a proposal that dies at the engine's fraction bounded for it."""
-    from autotune.study.rules import make_room
-
-    skip = make_room.without_room
-    return mock.patch.object(make_room, "without_room",
-                             lambda rule, found: skip(rule, found) if found.at_bounded_fraction else None)  # fmt: skip
-
-
-def _night_with(name: str, *patches: Callable[[], Any]) -> Callable[[Problem, int, int], Run]:
-    def run(problem: Problem, seed: int, budget: int) -> Run:
-        with contextlib.ExitStack() as stack:
-            for patch in patches:
-                stack.enter_context(patch())
-            return run_study(problem, seed, budget, sampler="tpe", name=name, confirm=True)
-
-    return run
-
-
-room_keeps_graphs_night = _night_with("autotune, make-room keeps the sampled graphs", _keeps_graphs)
-room_launches_covered_night = _night_with("autotune, make-room launches covered", _launches_covered)
-before_7_night = _night_with("autotune, before follow-up 7", _keeps_graphs, _launches_covered)
 
 
 def _ablated(name: str, *, sampler: SamplerName = "tpe", rules_off: Collection[str] = ()) -> Method:

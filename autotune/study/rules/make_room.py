@@ -6,17 +6,13 @@ the figures: halfway to the top of what is left, below the fraction at which lau
 headroom) (a proposal that leaves the fraction to the engine is asked at the
 most the engine's fraction for it can be, :class:`~autotune.study.pool_deaths.EngineFractions`); with the
 smallest graph batch the space offers when the memory model says the headroom left cannot hold the graphs
-otherwise. Where a launch alike (same weights and tensor-parallel size) ran out of headroom at that
-fraction or a higher one, graphs of more tokens than any alike launch served with there are not trusted:
-the largest offered graph batch within those tokens is tried before the sampled one
-(:func:`graph_batches`). A proposal that dies only at that bounded engine fraction, and that no offered
-fraction makes room for, is skipped (``predicted-infeasible-memory-low``), as is one a death speaks for
-as it is, given or engine's fraction alike (:func:`without_room`).
+otherwise. A proposal that dies only at that bounded engine fraction, and that no offered fraction makes
+room for, is skipped (``predicted-infeasible-memory-low``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from autotune.decision import Decision, Launch, Skip
 from autotune.engines.base import InvalidConfig, LaunchPlan
@@ -25,14 +21,7 @@ from autotune.memory_types import MemoryRules
 from autotune.outcomes import OutcomeKind
 from autotune.space import CategoricalParam, FlagValue, FloatParam, IntParam
 from autotune.study.history import History
-from autotune.study.pool_deaths import (
-    DiesLike,
-    EngineFractions,
-    PoolDeath,
-    first_death,
-    pool_deaths,
-    same_pool_per_token,
-)
+from autotune.study.pool_deaths import EngineFractions, PoolDeath, first_death, pool_deaths, same_pool_per_token
 from autotune.study.rules.served_sizing import SizingRule, adjusted
 
 # Above the printed figures' bare minimum: the pool is rounded to pages, and the log to two decimals.
@@ -60,53 +49,6 @@ def fraction_needed(
     return max(known, default=None)
 
 
-def _at_least(flags: Mapping[str, FlagValue], flag: str, fraction: float) -> bool:
-    value = flags.get(flag)
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= fraction
-
-
-def graph_batches(
-    model: FeasibilityModel, plan: LaunchPlan, fraction: float, offered_batches: list[float]
-) -> list[float | None]:
-    """The graph batches to try at ``fraction``, the sampled one (None) included: where an alike launch
-    ran out of headroom at ``fraction`` or a higher one and the sampled graphs capture more tokens than
-    any alike launch served with there, the largest offered batch within those tokens comes first; the
-    smallest offered batch last."""
-    rules = model.rules
-    assert rules is not None and rules.graph_batch_flag is not None
-    smallest: list[float | None] = list(offered_batches[:1])
-    flag, same = rules.fraction_flag, rules.weights_flags | {rules.tp_flag}
-
-    def alike(flags: Mapping[str, FlagValue]) -> bool:
-        return all(flags.get(name) == plan.flags.get(name) for name in same) and _at_least(flags, flag, fraction)
-
-    if not any(f.side == "too-high" and alike(f.flags) for f in model.failures):
-        return [None, *smallest]
-    held = [model.graph_tokens(served) for served in model.served if alike(served)]
-    most = max((t for t in held if t is not None), default=None)
-    sampled = model.graph_tokens({**plan.flags, flag: fraction})
-    if most is None or sampled is None or sampled <= most:
-        return [None, *smallest]
-    fitting = []
-    for batch in offered_batches:
-        tokens = model.graph_tokens({**plan.flags, flag: fraction, rules.graph_batch_flag: int(batch)})
-        if tokens is not None and tokens <= most:
-            fitting.append(batch)
-    return [*fitting[-1:], None, *smallest]
-
-
-def without_room(rule: str, found: DiesLike) -> Skip | None:
-    """A proposal a death speaks for, and that no offered fraction makes room for: not launched."""
-    return Skip(
-        rule=rule,
-        outcome=OutcomeKind.predicted_for("too-low"),
-        constraint="memory",
-        reason=f"predicted without launching: trial {found.death.trial} ran out of pool memory, and at "
-        f"{found.why}; no offered fraction holds it",
-        trials=[found.death.trial],
-    )
-
-
 class MakeRoom(SizingRule):
     name = "make-room"
     for_baselines = False
@@ -125,7 +67,7 @@ class MakeRoom(SizingRule):
         graph_flag = rules.graph_batch_flag
         graphs = offered(self.space.tuned.get(graph_flag)) if graph_flag else []
         for fraction in self._fractions(death, plan, model, fractions, deaths) if fractions else []:
-            for graph in graph_batches(model, plan, fraction, graphs) if graph_flag else [None]:
+            for graph in [None, *graphs[:1]]:
                 changes: dict[str, FlagValue] = {rules.fraction_flag: fraction}
                 if graph_flag is not None and graph is not None:
                     changes[graph_flag] = int(graph)
@@ -136,7 +78,16 @@ class MakeRoom(SizingRule):
                 if first_death(deaths, launched, rules) is None and model.predict(launched.flags).feasible:
                     why = f"the pool memory that trial {death.trial} ran out of"
                     return Launch(plan=launched, adjusted=[adjusted(self.name, plan, launched, [death.trial], why)])
-        return without_room(self.name, found)
+        if found.at_bounded_fraction:
+            return Skip(
+                rule=self.name,
+                outcome=OutcomeKind.predicted_for("too-low"),
+                constraint="memory",
+                reason=f"predicted without launching: trial {death.trial} ran out of pool memory, and at "
+                f"{found.why}; no offered fraction holds it",
+                trials=[death.trial],
+            )
+        return None
 
     def _fractions(
         self,
