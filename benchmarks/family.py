@@ -1,14 +1,17 @@
 """A family of twin landscapes: from a seed, a GPU set, a model, its drafters and a search space.
 
 For judging a search on landscapes nobody tuned it on (issue 14). :func:`member` draws one
-deployment: 1-8 GPUs from 24 GB consumer cards to 141 GB HBM parts (their real bandwidth, PCIe or
-NVLink), a dense, hybrid (linear attention) or MoE model of 1B-250B parameters in bf16, fp8 or int4
-whose weights fit at the smallest tensor-parallel size offered (else the draw is repeated), its MTP
-heads and/or a separate drafter with acceptance curves of different shapes, per-pass overheads from
-negligible to dominant, and a context length that leaves memory roomy or tight. The result is a
-validated :class:`TwinProfile` and a matching :class:`SearchSpace` with only the engine's defaults
-and a cautious launch as baselines. The numbers are plausible, not calibrated: a family member is
-a simulation, as the twin is.
+deployment: 1-8 GPUs from 24 GB consumer cards to 141 GB HBM parts (``autotune_twin.setup``'s
+datasheets, PCIe or NVLink), a dense, hybrid (linear attention) or MoE model of 1B-250B parameters in
+bf16, fp8 or int4 (a drawn ``config.json``) whose weights fit at the smallest tensor-parallel size
+offered (else the draw is repeated), its MTP heads and/or a separate EAGLE3 or DFlash drafter (their
+configs), and a context length that leaves memory roomy or tight. Those facts become the profile
+through :func:`autotune_twin.setup.profile_from_setup`, the path a user's ``SETUP.yaml`` takes, with
+each pass cost drawn around ``DEFAULT_COSTS`` (``COST_SPREAD``); acceptance curves of different
+shapes, the tree's miss factor, the attention backends' costs and memory reservations are drawn on
+top. The result is a validated :class:`TwinProfile` and a matching :class:`SearchSpace` with only the
+engine's defaults and a cautious launch as baselines. The numbers are plausible, not calibrated: a
+family member is a simulation, as the twin is.
 
 Each member is also one of four cases (issue 32), drawn from the seed apart from the rest, so a
 ``base`` member is what it was before the cases existed:
@@ -18,8 +21,8 @@ Each member is also one of four cases (issue 32), drawn from the seed apart from
   the best draft-token count depends on the width under the token ceiling;
 - ``flat-top``: drafting whose last steps about pay for themselves and backends that differ
   little, so many configurations lie within the launch-to-launch noise of the best;
-- ``huge``: a model of 300B-1T parameters on 8 data-centre GPUs, where the per-pass overhead
-  and the per-step draft cost dominate.
+- ``huge``: a model of 300B-1T parameters on 8 data-centre GPUs, whose TP of 4-8 puts
+  collectives into every pass and draft step (the builder's TP terms).
 
 The twin's launch-to-launch spread (``timing.launch_sd``, 4 %) is in every profile; the search
 benchmark applies it with ``--launch-sd``.
