@@ -125,6 +125,8 @@ class PassCosts(_Strict):
     draft_step_tp_ms: float = Field(ge=0)  # per draft step per doubling of TP (its collectives)
     verify_token_ms: float = Field(ge=0)  # per verified token beyond the first, per request
     batch_scale: float = Field(ge=0)  # draft and verify overheads grow by 1 + this x (batch - 1)
+    per_request_ms: float = Field(ge=0)  # per running request per pass (host and per-sequence kernels)
+    moe_draft_token_spread: float = Field(ge=0, le=1)  # a draft token's new experts, as a share of a request's
     tree_branch_ms: float = Field(ge=0)  # per draft step per branch beyond the first (topk > 1)
     tree_bookkeeping_ms: float = Field(ge=0)  # per pass with a tree (masks, bookkeeping)
     bandwidth_efficiency: float = Field(gt=0, le=1)
@@ -132,20 +134,22 @@ class PassCosts(_Strict):
 
 
 DEFAULT_COSTS = PassCosts(
-    layer_launch_us=49.6,
-    moe_layer_launch_us=84.6,
-    allreduce_latency_us=8.9,
+    layer_launch_us=48.2,
+    moe_layer_launch_us=103.4,
+    allreduce_latency_us=1.63,
     pcie_allreduce_latency_us=25.0,
-    spec_pass_ms=0.55,
-    spec_pass_tp_ms=0.77,
-    draft_step_ms=0.61,
-    draft_step_tp_ms=0.64,
-    verify_token_ms=0.0007,
-    batch_scale=0.0058,
-    tree_branch_ms=0.01,
-    tree_bookkeeping_ms=3.75,
+    spec_pass_ms=1.44,
+    spec_pass_tp_ms=1.11,
+    draft_step_ms=0.311,
+    draft_step_tp_ms=0.823,
+    verify_token_ms=0.0031,
+    batch_scale=0.027,
+    per_request_ms=0.0668,
+    moe_draft_token_spread=0.0832,
+    tree_branch_ms=0.006,
+    tree_bookkeeping_ms=3.66,
     bandwidth_efficiency=0.85,
-    compute_efficiency=0.5,
+    compute_efficiency=0.38,
 )
 
 
@@ -376,7 +380,7 @@ def profile_from_setup(setup: Setup, costs: PassCosts = DEFAULT_COSTS, *, name: 
         allreduce_bandwidth_bytes_per_s=200e9 if gpu.nvlink else 12e9,
         allreduces_per_layer=2,
     )
-    model = model_spec(facts, setup, per_param)
+    model = model_spec(facts, setup, per_param, costs)
     moe_layers = facts.num_layers - facts.dense_layers if facts.experts else 0
     fixed_ms = (facts.num_layers * costs.layer_launch_us + moe_layers * costs.moe_layer_launch_us) * 1e-3
     step_ms = draft_step_ms(costs, setup.tp)
@@ -400,7 +404,7 @@ def profile_from_setup(setup: Setup, costs: PassCosts = DEFAULT_COSTS, *, name: 
         ),
         overheads=OverheadSpec(
             fixed_pass_ms=fixed_ms,
-            per_request_pass_ms=0.05,
+            per_request_pass_ms=costs.per_request_ms,
             batch_scale=costs.batch_scale,
             verify_token_ms=costs.verify_token_ms,
             draft_step_ms=step_ms,
@@ -429,8 +433,8 @@ def acceptance_table(rate: float, length: int = 16) -> dict[str, list[float]]:
     return {c: probs for c in CATEGORIES}
 
 
-def model_spec(facts: ConfigFacts, setup: Setup, per_param: float) -> ModelSpec:
-    total, _, active = facts.sizes()
+def model_spec(facts: ConfigFacts, setup: Setup, per_param: float, costs: PassCosts = DEFAULT_COSTS) -> ModelSpec:
+    total, routed, active = facts.sizes()
     embed = facts.vocab_size * facts.hidden_size
     kv = facts.full_attention_layers * facts.kv_heads * facts.head_dim * 2 * 2
     # Linear-attention state per request: a value x key state per head in fp32, per linear layer.
@@ -471,6 +475,10 @@ def model_spec(facts: ConfigFacts, setup: Setup, per_param: float) -> ModelSpec:
         eos_token_id=facts.eos_token_id,
         mtp=mtp,
         drafters=drafters,
+        moe_expert_bytes=int(routed * per_param),
+        moe_experts=facts.experts,
+        moe_experts_per_token=facts.experts_per_token,
+        moe_draft_token_spread=costs.moe_draft_token_spread,
     )
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune_twin import calibrate
+from autotune_twin import calibrate, physics
 from autotune_twin.calibrate import Point
 from autotune_twin.profile import TwinProfile, load_profile
 from autotune_twin.setup import load_setup, profile_from_setup
@@ -42,6 +42,20 @@ def test_setup_gives_sizes_from_the_config() -> None:
     llama = profile_from_setup(load_setup(LLAMA))
     assert 15e9 < llama.model.weight_bytes < 17e9  # 8B parameters in bf16
     assert llama.model.active_params > 7e9 and llama.model.drafters[0].algorithm == "EAGLE"
+    assert glm.model.moe_experts == 160 and glm.model.moe_experts_per_token == 8
+    assert llama.model.moe_experts == 0
+
+
+def test_an_moe_pass_reads_more_experts_the_more_requests_and_tokens_it_verifies() -> None:
+    glm = profile_from_setup(load_setup(GLM))
+    reads = [physics.weight_read_bytes(glm, batch, 1) for batch in (1, 8, 64, 4096)]
+    assert reads[0] == pytest.approx(glm.model.decode_read_bytes)
+    assert reads[0] < reads[1] < reads[2] < reads[3] <= reads[0] + glm.model.moe_expert_bytes
+    spread = glm.model.moe_draft_token_spread
+    assert 0 < spread < 1  # a request's draft tokens spread over fewer new experts than new requests
+    assert reads[1] < physics.weight_read_bytes(glm, 8, 4) < physics.weight_read_bytes(glm, 32, 1)
+    llama = profile_from_setup(load_setup(LLAMA))
+    assert physics.weight_read_bytes(llama, 64, 8) == llama.model.decode_read_bytes
 
 
 def test_fitted_profile_recovers_a_known_profiles_predictions(tmp_path: Path) -> None:
