@@ -268,7 +268,7 @@ def _built(
 ) -> TwinProfile:
     """The member's profile: ``setup`` built with costs drawn around DEFAULT_COSTS, then what public
     facts leave open drawn per member (acceptance curves, tree misses, memory, attention backends)."""
-    costs = _costs(rng)
+    costs = _costs(name)
     profile = profile_from_setup(setup, costs, name=name)
     model = profile.model
     mtp = model.mtp.model_copy(update={"acceptance": _acceptance(rng, 8)}) if model.mtp is not None else None
@@ -308,15 +308,30 @@ def _built(
     )
 
 
-def _costs(rng: random.Random) -> PassCosts:
-    """A member's pass costs: each of DEFAULT_COSTS's times its own factor in ``COST_SPREAD``, the
-    efficiencies drawn over what decode kernels reach."""
+def _costs(name: str) -> PassCosts:
+    """Member ``name``'s pass costs: each of DEFAULT_COSTS's times its own factor in ``COST_SPREAD``,
+    the efficiencies drawn over what decode kernels reach. Each from its own stream, so a cost added to
+    the builder changes no other draw of any member."""
+
+    def draw(field: str) -> random.Random:
+        return random.Random(f"{name}-costs-{field}")
+
     drawn = {
-        field: value * _log_uniform(rng, *COST_SPREAD)
+        field: min(value * _log_uniform(draw(field), *COST_SPREAD), _upper_bound(field))
         for field, value in DEFAULT_COSTS.model_dump().items()
         if field not in ("bandwidth_efficiency", "compute_efficiency")
     }
-    return PassCosts(**drawn, bandwidth_efficiency=rng.uniform(0.75, 0.92), compute_efficiency=rng.uniform(0.35, 0.6))
+    return PassCosts(
+        **drawn,
+        bandwidth_efficiency=draw("bandwidth_efficiency").uniform(0.75, 0.92),
+        compute_efficiency=draw("compute_efficiency").uniform(0.35, 0.6),
+    )
+
+
+def _upper_bound(field: str) -> float:
+    """A pass cost's upper limit where it has one (a share, such as an MoE draft token's spread)."""
+    limits = [m.le for m in PassCosts.model_fields[field].metadata if getattr(m, "le", None) is not None]
+    return float(min(limits, default=math.inf))
 
 
 def _cased(rng: random.Random, case: Case, profile: TwinProfile, *, tp: int) -> TwinProfile:
