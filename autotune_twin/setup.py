@@ -123,6 +123,7 @@ class PassCosts(_Strict):
     draft_step_tp_ms: float = Field(ge=0)  # per draft step per doubling of TP (its collectives)
     verify_token_ms: float = Field(ge=0)  # per verified token beyond the first, per request
     batch_scale: float = Field(ge=0)  # draft and verify overheads grow by 1 + this x (batch - 1)
+    per_request_ms: float = Field(ge=0)  # per running request per pass (host and per-sequence kernels)
     moe_draft_token_spread: float = Field(ge=0, le=1)  # a draft token's new experts, as a share of a request's
     tree_branch_ms: float = Field(ge=0)  # per draft step per branch beyond the first (topk > 1)
     tree_bookkeeping_ms: float = Field(ge=0)  # per pass with a tree (masks, bookkeeping)
@@ -141,6 +142,7 @@ DEFAULT_COSTS = PassCosts(
     draft_step_tp_ms=0.823,
     verify_token_ms=0.0031,
     batch_scale=0.027,
+    per_request_ms=0.0668,
     moe_draft_token_spread=0.0832,
     tree_branch_ms=0.006,
     tree_bookkeeping_ms=3.66,
@@ -398,7 +400,7 @@ def profile_from_setup(setup: Setup, costs: PassCosts = DEFAULT_COSTS, *, name: 
         ),
         overheads=OverheadSpec(
             fixed_pass_ms=fixed_ms,
-            per_request_pass_ms=0.05,
+            per_request_pass_ms=costs.per_request_ms,
             batch_scale=costs.batch_scale,
             verify_token_ms=costs.verify_token_ms,
             draft_step_ms=step_ms,

@@ -35,6 +35,7 @@ FITTED = (
     "draft_step_tp_ms",
     "verify_token_ms",
     "batch_scale",
+    "per_request_ms",
     "tree_branch_ms",
     "tree_bookkeeping_ms",
     "compute_efficiency",

@@ -52,7 +52,7 @@ SETUPS = Path(__file__).parent / "spec_setups"
 TABLES = Path(__file__).resolve().parents[2] / "shared" / "spec-tables" / "tables.jsonl"
 MAX_SUBSETS = 8
 # Today's physics on the same setups: none of the new terms (no experts touched either: see
-# VARIANT_PROFILE), the built-in profile's draft step, tree costs and batch scale.
+# VARIANT_PROFILE), the built-in profile's draft step, tree costs, batch scale and per-request cost.
 TODAY_COSTS = DEFAULT_COSTS.model_copy(
     update={
         "spec_pass_ms": 0.0,
@@ -62,6 +62,7 @@ TODAY_COSTS = DEFAULT_COSTS.model_copy(
         "tree_branch_ms": 0.3,
         "tree_bookkeeping_ms": 1.5,
         "batch_scale": 0.1,
+        "per_request_ms": 0.05,
     }
 )
 
@@ -182,6 +183,7 @@ VARIANTS: dict[str, PassCosts] = {
     "new - draft_step_tp": DEFAULT_COSTS.model_copy(update={"draft_step_tp_ms": 0.0}),
     "new - tree costs": DEFAULT_COSTS.model_copy(update={"tree_branch_ms": 0.3, "tree_bookkeeping_ms": 1.5}),
     "new - batch_scale": DEFAULT_COSTS.model_copy(update={"batch_scale": 0.1}),
+    "new - per_request": DEFAULT_COSTS.model_copy(update={"per_request_ms": 0.05}),
     "new - experts touched": DEFAULT_COSTS,
 }
 
