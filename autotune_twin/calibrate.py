@@ -273,7 +273,6 @@ def _scale_acceptance(profile: TwinProfile, factor: float) -> TwinProfile:
 COST_KNOBS = (
     Knob("bandwidth", _scale_bandwidth),
     Knob("fixed_pass_ms", _scale_overhead("fixed_pass_ms")),
-    Knob("per_request_pass_ms", _scale_overhead("per_request_pass_ms")),
     Knob("spec_pass_ms", _scale_overhead("spec_pass_ms")),
     Knob("draft_step_ms", _scale_draft_step),
     Knob("verify_token_ms", _scale_overhead("verify_token_ms")),
@@ -287,10 +286,10 @@ def identifiable_knobs(points: Sequence[Point], configs: Sequence[LaunchConfig])
     """The knobs the points can tell apart; the others keep the setup's values.
 
     Bandwidth (the level of every pass) is always free. A cost that only the points' variation can
-    separate from it is free only where they vary it: the fixed and per-request per-pass costs and
-    compute need more than one concurrency, the fixed cost of speculation a speculative and a plain
-    point, the draft step more than one depth, verify cost more than one count of tokens verified a
-    pass; acceptance is free where a speculative point gives no accept length.
+    separate from it is free only where they vary it: the fixed per-pass cost and compute need more
+    than one concurrency, the fixed cost of speculation a speculative and a plain point, the draft
+    step more than one depth, verify cost more than one count of tokens verified a pass; acceptance
+    is free where a speculative point gives no accept length.
     """
     pairs = list(zip(points, configs, strict=True))
     spec = [(p, c) for p, c in pairs if c.spec.enabled]
@@ -298,7 +297,6 @@ def identifiable_knobs(points: Sequence[Point], configs: Sequence[LaunchConfig])
     free = {
         "bandwidth": True,
         "fixed_pass_ms": len(batches) > 1,
-        "per_request_pass_ms": len(batches) > 1,
         "compute": len(batches) > 1,
         "spec_pass_ms": bool(spec) and len(spec) < len(pairs),
         "draft_step_ms": len({c.spec.num_steps for _, c in spec}) > 1,

@@ -2,13 +2,15 @@
 
 The loss, summed over the tables of ``shared/spec-tables`` (``benchmarks/spec_tables.py`` replays
 them): the squared log error of each row's rate over its table's first row at the same concurrency
-(mean plus half the worst), the same for each row's rate over its own smallest batch (the batch
-curve), a weak pull on absolute rates, and a small price per row-to-row sign the twin gets wrong.
-A Nelder-Mead search on the log of every constant (``calibrate.nelder_mead``) from
-``DEFAULT_COSTS``. Everything it fits on is the corpus: the judge's ratio and sign columns are
-in-sample for the constants it prints.
+(mean plus half the worst, plus a steep price beyond ``RATIO_TARGET``), the same for each row's
+rate over its own smallest batch (the batch curve; not for ``HOST_BOUND_CURVES``), a weak pull on
+absolute rates, and a price per row-to-row sign the twin gets wrong. A Nelder-Mead search on the
+log of every constant in ``FITTED`` (``calibrate.nelder_mead``) from ``DEFAULT_COSTS`` updated by
+``--start``; ``--variant`` fits a judge variant (``new - experts touched``: without that term).
+Everything it fits on is the corpus: the judge's ratio and sign columns are in-sample for the
+constants it prints.
 
-    python -m benchmarks.fit_pass_costs [--iterations N] [--without TERM]
+    python -m benchmarks.fit_pass_costs [--iterations N] [--variant V] [--start JSON]
 """
 
 from __future__ import annotations
