@@ -525,6 +525,26 @@ def _draft_step_costs(profile: TwinProfile, cfg: LaunchConfig) -> tuple[int, flo
     return mtp.step_read_bytes, profile.overheads.draft_step_ms
 
 
+def weight_read_bytes(profile: TwinProfile, batch: int, tokens: int) -> float:
+    """Weights one forward pass over ``batch`` requests of ``tokens`` tokens each reads (all TP
+    ranks together).
+
+    A dense model reads ``decode_read_bytes`` whatever the tokens. An MoE model's
+    ``decode_read_bytes`` holds one token's top-k experts; a pass reads every expert at least one
+    of its tokens routes to: with E experts and k per token, a share 1 - (1 - k/E)^n of
+    ``moe_expert_bytes``, routing taken as uniform over n independent tokens. Requests route
+    independently; a request's further tokens (its draft tokens, consecutive positions of one
+    text) each count as ``moe_draft_token_spread`` of an independent token.
+    """
+    model = profile.model
+    if model.moe_experts <= 0 or model.moe_expert_bytes <= 0:
+        return float(model.decode_read_bytes)
+    share = min(model.moe_experts_per_token / model.moe_experts, 1.0)
+    independent = max(batch, 1) * (1 + model.moe_draft_token_spread * (max(tokens, 1) - 1))
+    touched = 1.0 - float((1.0 - share) ** independent)
+    return model.decode_read_bytes + model.moe_expert_bytes * (touched - share)
+
+
 def decode_pass_seconds(profile: TwinProfile, cfg: LaunchConfig, contexts: Sequence[int]) -> float:
     """One verify pass over a batch; ``contexts`` holds each running request's current length.
 
@@ -536,7 +556,7 @@ def decode_pass_seconds(profile: TwinProfile, cfg: LaunchConfig, contexts: Seque
         return 0.0
     model = profile.model
     tokens = cfg.spec.tokens_per_pass
-    read = model.decode_read_bytes / cfg.tp_size + sum(contexts) * kv_cell_bytes(profile, cfg)
+    read = weight_read_bytes(profile, batch, tokens) / cfg.tp_size + sum(contexts) * kv_cell_bytes(profile, cfg)
     if model.hybrid:
         state = model.mamba_state_bytes_per_request / cfg.tp_size
         intermediate = model.mamba_state_bytes_per_draft_token / cfg.tp_size

@@ -156,6 +156,13 @@ class ModelSpec(_Strict):
     eos_token_id: int
     mtp: MtpSpec | None = None
     drafters: list[DrafterSpec] = Field(default_factory=list)
+    # MoE: a pass reads the routed experts its tokens touch, not a fixed top-k share (0: dense).
+    moe_expert_bytes: int = Field(default=0, ge=0)
+    moe_experts: int = Field(default=0, ge=0)
+    moe_experts_per_token: int = Field(default=0, ge=0)
+    # How far each further token one request verifies spreads over new experts, as a share of an
+    # independent token's spread (0: a request's draft tokens route with its first; 1: independently).
+    moe_draft_token_spread: float = Field(default=1.0, ge=0, le=1)
 
     @model_validator(mode="after")
     def _hybrid_has_state(self) -> ModelSpec:

@@ -3,14 +3,16 @@
 ``SETUP.yaml`` (docs/twin-profile.md, "A profile from public facts") is what a user knows about a
 deployment; :func:`profile_from_setup` turns it into a :class:`TwinProfile` whose sizes come from
 the model's config and whose per-pass costs come from :data:`DEFAULT_COSTS`, the constants fitted on
-the published tables of ``shared/spec-tables`` (``benchmarks/spec_tables.py``). :func:`build_profile`
-is the builder underneath, also used by the generated family (``benchmarks/family.py``).
+the published tables of ``shared/spec-tables`` (``benchmarks/spec_tables.py``). The generated family
+(``benchmarks/family.py``) takes the same path: it draws facts (a GPU, a count, a config.json, a dtype,
+drafters) and costs around :data:`DEFAULT_COSTS`, and builds each member with :func:`profile_from_setup`.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -123,6 +125,8 @@ class PassCosts(_Strict):
     draft_step_tp_ms: float = Field(ge=0)  # per draft step per doubling of TP (its collectives)
     verify_token_ms: float = Field(ge=0)  # per verified token beyond the first, per request
     batch_scale: float = Field(ge=0)  # draft and verify overheads grow by 1 + this x (batch - 1)
+    per_request_ms: float = Field(ge=0)  # per running request per pass (host and per-sequence kernels)
+    moe_draft_token_spread: float = Field(ge=0, le=1)  # a draft token's new experts, as a share of a request's
     tree_branch_ms: float = Field(ge=0)  # per draft step per branch beyond the first (topk > 1)
     tree_bookkeeping_ms: float = Field(ge=0)  # per pass with a tree (masks, bookkeeping)
     bandwidth_efficiency: float = Field(gt=0, le=1)
@@ -130,20 +134,22 @@ class PassCosts(_Strict):
 
 
 DEFAULT_COSTS = PassCosts(
-    layer_launch_us=49.6,
-    moe_layer_launch_us=84.6,
-    allreduce_latency_us=8.9,
+    layer_launch_us=48.2,
+    moe_layer_launch_us=103.4,
+    allreduce_latency_us=1.63,
     pcie_allreduce_latency_us=25.0,
-    spec_pass_ms=0.55,
-    spec_pass_tp_ms=0.77,
-    draft_step_ms=0.61,
-    draft_step_tp_ms=0.64,
-    verify_token_ms=0.0007,
-    batch_scale=0.0058,
-    tree_branch_ms=0.01,
-    tree_bookkeeping_ms=3.75,
+    spec_pass_ms=1.44,
+    spec_pass_tp_ms=1.11,
+    draft_step_ms=0.311,
+    draft_step_tp_ms=0.823,
+    verify_token_ms=0.0031,
+    batch_scale=0.027,
+    per_request_ms=0.0668,
+    moe_draft_token_spread=0.0832,
+    tree_branch_ms=0.006,
+    tree_bookkeeping_ms=3.66,
     bandwidth_efficiency=0.85,
-    compute_efficiency=0.5,
+    compute_efficiency=0.38,
 )
 
 
@@ -358,7 +364,7 @@ def profile_from_setup(setup: Setup, costs: PassCosts = DEFAULT_COSTS, *, name: 
     gpus = GpuSpec(
         count=setup.gpu_count,
         name=gpu.name,
-        memory_total_bytes=int(gpu.memory_gb * 1e9),
+        memory_total_bytes=int(gpu.memory_gb * GIB),  # a datasheet's GB of GPU memory are GiB (nvidia-smi)
         idle_used_bytes=0,
         runtime_reserved_bytes=int((0.6 + 0.15 * math.log2(setup.gpu_count)) * GIB),
         bandwidth_bytes_per_s=int(gpu.bandwidth_gb_s * 1e9),
@@ -374,13 +380,15 @@ def profile_from_setup(setup: Setup, costs: PassCosts = DEFAULT_COSTS, *, name: 
         allreduce_bandwidth_bytes_per_s=200e9 if gpu.nvlink else 12e9,
         allreduces_per_layer=2,
     )
-    model = model_spec(facts, setup, per_param)
+    model = model_spec(facts, setup, per_param, costs)
     moe_layers = facts.num_layers - facts.dense_layers if facts.experts else 0
     fixed_ms = (facts.num_layers * costs.layer_launch_us + moe_layers * costs.moe_layer_launch_us) * 1e-3
-    step_ms = costs.draft_step_ms + costs.draft_step_tp_ms * math.log2(setup.tp)
+    step_ms = draft_step_ms(costs, setup.tp)
     if model.drafters and model.drafters[0].algorithm != "DFLASH":
         model = model.model_copy(update={"drafters": [model.drafters[0].model_copy(update={"step_ms": step_ms})]})
-    builtin = load_profile()
+    if setup.drafter is not None and setup.drafter.algorithm == "DFLASH" and setup.drafter.config:
+        model = model.model_copy(update={"drafters": [dflash_drafter_spec(setup.drafter, costs, setup.tp)]})
+    builtin = _builtin()
     return TwinProfile(
         name=name,
         simulated=f"SIMULATION: built from public facts (autotune_twin/setup.py) for {facts.architectures[0]} "
@@ -396,7 +404,7 @@ def profile_from_setup(setup: Setup, costs: PassCosts = DEFAULT_COSTS, *, name: 
         ),
         overheads=OverheadSpec(
             fixed_pass_ms=fixed_ms,
-            per_request_pass_ms=0.05,
+            per_request_pass_ms=costs.per_request_ms,
             batch_scale=costs.batch_scale,
             verify_token_ms=costs.verify_token_ms,
             draft_step_ms=step_ms,
@@ -425,8 +433,8 @@ def acceptance_table(rate: float, length: int = 16) -> dict[str, list[float]]:
     return {c: probs for c in CATEGORIES}
 
 
-def model_spec(facts: ConfigFacts, setup: Setup, per_param: float) -> ModelSpec:
-    total, _, active = facts.sizes()
+def model_spec(facts: ConfigFacts, setup: Setup, per_param: float, costs: PassCosts = DEFAULT_COSTS) -> ModelSpec:
+    total, routed, active = facts.sizes()
     embed = facts.vocab_size * facts.hidden_size
     kv = facts.full_attention_layers * facts.kv_heads * facts.head_dim * 2 * 2
     # Linear-attention state per request: a value x key state per head in fp32, per linear layer.
@@ -447,7 +455,8 @@ def model_spec(facts: ConfigFacts, setup: Setup, per_param: float) -> ModelSpec:
             kv_bytes_per_token=facts.kv_heads * facts.head_dim * 4,
             acceptance=acceptance_table(rate),
         )
-    drafters = [drafter_spec(setup.drafter)] if setup.drafter is not None and setup.drafter.config else []
+    separate = setup.drafter is not None and setup.drafter.config and setup.drafter.algorithm != "DFLASH"
+    drafters = [drafter_spec(setup.drafter)] if setup.drafter is not None and separate else []
     return ModelSpec(
         name=facts.architectures[0],
         architectures=facts.architectures,
@@ -466,6 +475,10 @@ def model_spec(facts: ConfigFacts, setup: Setup, per_param: float) -> ModelSpec:
         eos_token_id=facts.eos_token_id,
         mtp=mtp,
         drafters=drafters,
+        moe_expert_bytes=int(routed * per_param),
+        moe_experts=facts.experts,
+        moe_experts_per_token=facts.experts_per_token,
+        moe_draft_token_spread=costs.moe_draft_token_spread,
     )
 
 
@@ -493,3 +506,56 @@ def drafter_spec(drafter: DrafterFacts, path: str = "drafter") -> DrafterSpec:
         step_read_bytes=int(read),
         acceptance=acceptance_table(drafter.acceptance_rate),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# DFlash drafters, and what the generated family shares with a setup
+
+
+def draft_step_ms(costs: PassCosts, tp: int) -> float:
+    """One draft step's cost beyond its weight read at TP ``tp``: launches and host work, and its
+    collectives per doubling of TP."""
+    return costs.draft_step_ms + costs.draft_step_tp_ms * math.log2(tp)
+
+
+def dflash_drafter_spec(drafter: DrafterFacts, costs: PassCosts, tp: int, path: str = "drafter") -> DrafterSpec:
+    """A DFlash block drafter from its config.json: per drafted block it reads its own layers (it
+    shares the target's embeddings and lm_head), costs its layers' launches plus one draft step, and
+    each drafted token costs what a verified one does. No table of the corpus has a DFlash row, so
+    these follow from :data:`DEFAULT_COSTS` and are not fitted.
+
+    Raises:
+        ValueError: the drafter is not DFLASH or has no config.
+    """
+    if drafter.algorithm != "DFLASH" or not isinstance(drafter.config, dict):
+        raise ValueError(
+            f"drafter.algorithm: a DFlash drafter needs algorithm DFLASH and a config, not {drafter.algorithm}"
+        )
+    draft = ConfigFacts.of(drafter.config)
+    layer, _ = draft.layer_params(False)
+    weight = (
+        draft.num_layers * layer + 2 * draft.hidden_size**2
+    ) * 2  # its layers and the fc joining the target's features
+    return DrafterSpec(
+        path=path,
+        algorithm="DFLASH",
+        weight_bytes=int(weight),
+        kv_bytes_per_token=draft.num_layers * draft.kv_heads * draft.head_dim * 4,
+        default_block_size=int(drafter.config.get("block_size") or 16),
+        block_fixed_ms=draft.num_layers * costs.layer_launch_us * 1e-3 + draft_step_ms(costs, tp),
+        per_token_ms=costs.verify_token_ms,
+        acceptance=acceptance_table(drafter.acceptance_rate, 15),
+    )
+
+
+def model_sizes(setup: Setup) -> ModelSpec:
+    """The target's sizes (weights, KV, state, MTP head, an EAGLE drafter) without building a profile:
+    what a caller needs to pick a TP and a context before it builds."""
+    assert isinstance(setup.model.config, dict)
+    return model_spec(ConfigFacts.of(setup.model.config), setup, BYTES_PER_PARAM[setup.model.dtype.lower()])
+
+
+@cache
+def _builtin() -> TwinProfile:
+    """The built-in profile, read once: a setup borrows its prompt classifier and tree miss factor."""
+    return load_profile()

@@ -1,14 +1,17 @@
 """A family of twin landscapes: from a seed, a GPU set, a model, its drafters and a search space.
 
 For judging a search on landscapes nobody tuned it on (issue 14). :func:`member` draws one
-deployment: 1-8 GPUs from 24 GB consumer cards to 141 GB HBM parts (their real bandwidth, PCIe or
-NVLink), a dense, hybrid (linear attention) or MoE model of 1B-250B parameters in bf16, fp8 or int4
-whose weights fit at the smallest tensor-parallel size offered (else the draw is repeated), its MTP
-heads and/or a separate drafter with acceptance curves of different shapes, per-pass overheads from
-negligible to dominant, and a context length that leaves memory roomy or tight. The result is a
-validated :class:`TwinProfile` and a matching :class:`SearchSpace` with only the engine's defaults
-and a cautious launch as baselines. The numbers are plausible, not calibrated: a family member is
-a simulation, as the twin is.
+deployment: 1-8 GPUs from 24 GB consumer cards to 141 GB HBM parts (``autotune_twin.setup``'s
+datasheets, PCIe or NVLink), a dense, hybrid (linear attention) or MoE model of 1B-250B parameters in
+bf16, fp8 or int4 (a drawn ``config.json``) whose weights fit at the smallest tensor-parallel size
+offered (else the draw is repeated), its MTP heads and/or a separate EAGLE3 or DFlash drafter (their
+configs), and a context length that leaves memory roomy or tight. Those facts become the profile
+through :func:`autotune_twin.setup.profile_from_setup`, the path a user's ``SETUP.yaml`` takes, with
+each pass cost drawn around ``DEFAULT_COSTS`` (``COST_SPREAD``); acceptance curves of different
+shapes, the tree's miss factor, the attention backends' costs and memory reservations are drawn on
+top. The result is a validated :class:`TwinProfile` and a matching :class:`SearchSpace` with only the
+engine's defaults and a cautious launch as baselines. The numbers are plausible, not calibrated: a
+family member is a simulation, as the twin is.
 
 Each member is also one of four cases (issue 32), drawn from the seed apart from the rest, so a
 ``base`` member is what it was before the cases existed:
@@ -18,8 +21,8 @@ Each member is also one of four cases (issue 32), drawn from the seed apart from
   the best draft-token count depends on the width under the token ceiling;
 - ``flat-top``: drafting whose last steps about pay for themselves and backends that differ
   little, so many configurations lie within the launch-to-launch noise of the best;
-- ``huge``: a model of 300B-1T parameters on 8 data-centre GPUs, where the per-pass overhead
-  and the per-step draft cost dominate.
+- ``huge``: a model of 300B-1T parameters on 8 data-centre GPUs, whose TP of 4-8 puts
+  collectives into every pass and draft step (the builder's TP terms).
 
 The twin's launch-to-launch spread (``timing.launch_sd``, 4 %) is in every profile; the search
 benchmark applies it with ``--launch-sd``.
@@ -30,6 +33,7 @@ from __future__ import annotations
 import math
 import random
 from functools import cache
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -39,16 +43,26 @@ from autotune_twin.profile import (
     CATEGORIES,
     DrafterSpec,
     GpuSpec,
-    InterconnectSpec,
     MemorySpec,
     ModelSpec,
-    MtpSpec,
-    OverheadSpec,
     PromptsSpec,
     TimingSpec,
-    TreeSpec,
     TwinProfile,
     load_profile,
+)
+from autotune_twin.setup import (
+    BYTES_PER_PARAM,
+    DEFAULT_COSTS,
+    KNOWN_GPUS,
+    DrafterFacts,
+    GpuFacts,
+    ModelFacts,
+    PassCosts,
+    Setup,
+    dflash_drafter_spec,
+    load_setup,
+    model_sizes,
+    profile_from_setup,
 )
 
 GIB = 1 << 30
@@ -58,6 +72,7 @@ Tightness = Literal["roomy", "medium", "tight"]
 CurveShape = Literal["geometric", "plateau", "steep"]
 Case = Literal["base", "wide-trees", "flat-top", "huge"]
 CASE_WEIGHTS: dict[Case, float] = {"base": 0.4, "wide-trees": 0.2, "flat-top": 0.2, "huge": 0.2}
+ISSUE_46_SETUP = Path(__file__).parent / "spec_setups" / "angelslim-163-qwen3-30b-a3b.yaml"
 LAUNCH_SD = 0.04  # the twin's default spread between launches, as a real H200 showed it
 
 
@@ -82,115 +97,40 @@ class _Frozen(BaseModel):
 
 
 class GpuKind(_Frozen):
-    """A GPU as its datasheet gives it."""
+    """A GPU of the catalog: its datasheet (``autotune_twin.setup.KNOWN_GPUS``), what NVML shows of
+    its memory bus, and the most of it one host holds."""
 
-    name: str
-    memory_bytes: int
-    bandwidth_bytes_per_s: float
-    flops: float  # dense bf16 tensor-core peak
+    facts: GpuFacts
     bus_bits: int
     clock_mhz: int
-    nvlink: bool
     max_count: int
 
+    @property
+    def name(self) -> str:
+        return self.facts.name
 
-# Datasheet figures (memory, bandwidth, dense bf16 FLOPs); consumer and workstation cards talk over PCIe.
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.facts.memory_gb * GIB)  # as autotune_twin.setup reads a datasheet
+
+
+# Consumer and workstation cards talk over PCIe (the catalog's nvlink: false).
 GPUS: tuple[GpuKind, ...] = (
-    GpuKind(
-        name="NVIDIA GeForce RTX 3090",
-        memory_bytes=24 * GIB,
-        bandwidth_bytes_per_s=936e9,
-        flops=71e12,
-        bus_bits=384,
-        clock_mhz=9751,
-        nvlink=False,
-        max_count=4,
-    ),
-    GpuKind(
-        name="NVIDIA GeForce RTX 4090",
-        memory_bytes=24 * GIB,
-        bandwidth_bytes_per_s=1008e9,
-        flops=165e12,
-        bus_bits=384,
-        clock_mhz=10501,
-        nvlink=False,
-        max_count=8,
-    ),
-    GpuKind(
-        name="NVIDIA L4",
-        memory_bytes=24 * GIB,
-        bandwidth_bytes_per_s=300e9,
-        flops=121e12,
-        bus_bits=192,
-        clock_mhz=6251,
-        nvlink=False,
-        max_count=8,
-    ),
-    GpuKind(
-        name="NVIDIA GeForce RTX 5090",
-        memory_bytes=32 * GIB,
-        bandwidth_bytes_per_s=1792e9,
-        flops=209e12,
-        bus_bits=512,
-        clock_mhz=14001,
-        nvlink=False,
-        max_count=4,
-    ),
-    GpuKind(
-        name="NVIDIA RTX A6000",
-        memory_bytes=48 * GIB,
-        bandwidth_bytes_per_s=768e9,
-        flops=155e12,
-        bus_bits=384,
-        clock_mhz=8001,
-        nvlink=False,
-        max_count=8,
-    ),
-    GpuKind(
-        name="NVIDIA L40S",
-        memory_bytes=48 * GIB,
-        bandwidth_bytes_per_s=864e9,
-        flops=362e12,
-        bus_bits=384,
-        clock_mhz=9001,
-        nvlink=False,
-        max_count=8,
-    ),
-    GpuKind(
-        name="NVIDIA A100-SXM4-80GB",
-        memory_bytes=80 * GIB,
-        bandwidth_bytes_per_s=2039e9,
-        flops=312e12,
-        bus_bits=5120,
-        clock_mhz=1593,
-        nvlink=True,
-        max_count=8,
-    ),
-    GpuKind(
-        name="NVIDIA H100 80GB HBM3",
-        memory_bytes=80 * GIB,
-        bandwidth_bytes_per_s=3350e9,
-        flops=989e12,
-        bus_bits=5120,
-        clock_mhz=2619,
-        nvlink=True,
-        max_count=8,
-    ),
-    GpuKind(
-        name="NVIDIA H200",
-        memory_bytes=141_000_000_000,
-        bandwidth_bytes_per_s=4800e9,
-        flops=989e12,
-        bus_bits=6144,
-        clock_mhz=3201,
-        nvlink=True,
-        max_count=8,
-    ),
+    GpuKind(facts=KNOWN_GPUS["RTX 3090"], bus_bits=384, clock_mhz=9751, max_count=4),
+    GpuKind(facts=KNOWN_GPUS["RTX 4090"], bus_bits=384, clock_mhz=10501, max_count=8),
+    GpuKind(facts=KNOWN_GPUS["L4"], bus_bits=192, clock_mhz=6251, max_count=8),
+    GpuKind(facts=KNOWN_GPUS["RTX 5090"], bus_bits=512, clock_mhz=14001, max_count=4),
+    GpuKind(facts=KNOWN_GPUS["A6000"], bus_bits=384, clock_mhz=8001, max_count=8),
+    GpuKind(facts=KNOWN_GPUS["L40S"], bus_bits=384, clock_mhz=9001, max_count=8),
+    GpuKind(facts=KNOWN_GPUS["A100"], bus_bits=5120, clock_mhz=1593, max_count=8),
+    GpuKind(facts=KNOWN_GPUS["H100"], bus_bits=5120, clock_mhz=2619, max_count=8),
+    GpuKind(facts=KNOWN_GPUS["H200"], bus_bits=6144, clock_mhz=3201, max_count=8),
 )
 
-BYTES_PER_PARAM = {"bfloat16": 2.0, "float8_e4m3fn": 1.0, "int4": 0.55}  # int4: scales and zeros on top
+DTYPES = ("bfloat16", "float8_e4m3fn", "int4")
 VOCAB = 152_064
 MAX_DRAWS = 200
+COST_SPREAD = (0.5, 2.0)  # each pass cost of a member: DEFAULT_COSTS's times a log-uniform factor in this range
 
 
 class Member(_Frozen):
@@ -240,54 +180,53 @@ def _draw(rng: random.Random, seed: int, *, case: Case = "base", cased: random.R
     count = rng.choice([c for c in (1, 2, 4, 8) if c <= gpu.max_count])
     kind: ModelKind = rng.choice(["dense", "hybrid", "moe"])
     params = _log_uniform(rng, 1e9, 250e9)
-    dtype = rng.choice(list(BYTES_PER_PARAM))
+    dtype = rng.choice(DTYPES)
     drafting: Drafting = rng.choice(["mtp", "eagle3", "dflash", "mtp+dflash", "eagle3+dflash"])
     tightness: Tightness = rng.choice(["roomy", "medium", "tight"])
     if cased is not None and case == "huge":
-        gpu, count = cased.choice([g for g in GPUS if g.nvlink]), 8
+        gpu, count = cased.choice([g for g in GPUS if g.facts.nvlink]), 8
         kind, params = cased.choice(["dense", "moe", "moe"]), _log_uniform(cased, 300e9, 1000e9)
         dtype = cased.choice(["float8_e4m3fn", "int4"])
-    if cased is not None and case == "wide-trees":
+    if cased is not None and case in ("wide-trees", "flat-top"):
         drafting = cased.choice(["mtp", "eagle3"])
-    if cased is not None and case == "flat-top":
-        drafting = cased.choice(["mtp", "eagle3"])
+    config = _config(rng, kind, params, mtp="mtp" in drafting)
+    eagle = _eagle_config(rng, config) if "eagle3" in drafting else None
+    dflash = _dflash_config(rng, config) if "dflash" in drafting else None
+    setup = _setup(gpu, count, config, dtype, eagle)
+    sizes = model_sizes(setup)
     gpus = _gpu_spec(rng, gpu, count)
-    model = _model(rng, seed, kind, params, dtype, drafting)
     free = gpus.memory_total_bytes - gpus.idle_used_bytes - gpus.runtime_reserved_bytes
-    extra = max([model.mtp.head_bytes if model.mtp else 0] + [d.weight_bytes for d in model.drafters])
-    tps = [tp for tp in (1, 2, 4, 8) if tp <= count and (model.weight_bytes + extra) / tp < 0.8 * free]
+    drafter_bytes = [d.weight_bytes for d in sizes.drafters]
+    if dflash is not None:
+        drafter_bytes.append(
+            dflash_drafter_spec(DrafterFacts(algorithm="DFLASH", config=dflash), DEFAULT_COSTS, 1).weight_bytes
+        )
+    extra = max([sizes.mtp.head_bytes if sizes.mtp else 0, *drafter_bytes])
+    tps = [tp for tp in (1, 2, 4, 8) if tp <= count and (sizes.weight_bytes + extra) / tp < 0.8 * free]
     if not tps:
         return None  # the weights do not fit these GPUs: draw again
     smallest = tps[0]
-    context = _context_length(rng, model, tightness, free=free, tp=smallest, extra=extra)
+    context = _context_length(rng, sizes, tightness, free=free, tp=smallest, extra=extra)
     if context is None:
         return None
-    interconnect = _interconnect(rng, gpu)  # the draws in the order a base member always made them
-    tree = TreeSpec(
-        miss_factor_per_doubling=rng.uniform(0.55, 0.8),
-        bookkeeping_ms=rng.uniform(0.3, 1.5),
-        draft_step_per_extra_branch_ms=rng.uniform(0.05, 0.3),
-    )
-    overheads = _overheads(rng, kind)
-    if cased is not None:
-        model, overheads, tree = _cased(cased, case, model, overheads, tree, gpus=gpus, tp=smallest)
-    profile = TwinProfile(
+    profile = _built(
+        rng,
+        setup.model_copy(update={"tp": smallest}),
+        gpu,
+        gpus,
         name=f"family-{seed}",
+        seed=seed,
+        dflash=dflash,
         simulated="SIMULATION: a generated landscape of the search benchmark's family "
-        f"(benchmarks/family.py, seed {seed}); plausible, uncalibrated numbers.",
-        gpus=gpus,
-        interconnect=interconnect,
-        model=model,
-        prompts=_prompts(),
-        tree=tree,
-        overheads=overheads,
-        memory=_memory(rng, gpu),
-        timing=TimingSpec(load_seconds=1.0, noise_rel=0.015, launch_sd=LAUNCH_SD),
+        f"(benchmarks/family.py, seed {seed}): drawn facts built by autotune_twin.setup, costs drawn "
+        "around its DEFAULT_COSTS; plausible, uncalibrated numbers.",
     )
+    if cased is not None:
+        profile = _cased(cased, case, profile, tp=smallest)
     space = _space(rng, profile, tps=tps, context=context, wide=case == "wide-trees")
     summary = (
         f"{'' if case == 'base' else case + ': '}{count}x {gpu.name.removeprefix('NVIDIA ').removeprefix('GeForce ')}"
-        f"{' NVLink' if gpu.nvlink and count > 1 else ''}, {kind} {params / 1e9:.0f}B {dtype}, "
+        f"{' NVLink' if gpu.facts.nvlink and count > 1 else ''}, {kind} {params / 1e9:.0f}B {dtype}, "
         f"TP>={smallest}, {drafting}, {tightness} (context {context})"
     )
     return Member(
@@ -302,141 +241,212 @@ def _draw(rng: random.Random, seed: int, *, case: Case = "base", cased: random.R
     )
 
 
-def _cased(
-    rng: random.Random, case: Case, model: ModelSpec, over: OverheadSpec, tree: TreeSpec, *, gpus: GpuSpec, tp: int
-) -> tuple[ModelSpec, OverheadSpec, TreeSpec]:
-    """A drawn member's costs made into ``case`` (module docstring)."""
+def _setup(gpu: GpuKind, count: int, config: dict[str, Any], dtype: str, eagle: dict[str, Any] | None) -> Setup:
+    """The facts a user would write in SETUP.yaml for this member (the drawn config.json inline)."""
+    mtp = bool(config.get("num_nextn_predict_layers"))
+    drafter = (
+        DrafterFacts(algorithm="EAGLE3", config=eagle)
+        if eagle is not None
+        else DrafterFacts(algorithm="NEXTN")
+        if mtp
+        else None
+    )
+    return Setup(gpu=gpu.facts, gpu_count=count, tp=1, model=ModelFacts(config=config, dtype=dtype), drafter=drafter)
+
+
+def _built(
+    rng: random.Random,
+    setup: Setup,
+    gpu: GpuKind,
+    gpus: GpuSpec,
+    *,
+    name: str,
+    seed: int,
+    simulated: str,
+    dflash: dict[str, Any] | None,
+    memory: MemorySpec | None = None,
+) -> TwinProfile:
+    """The member's profile: ``setup`` built with costs drawn around DEFAULT_COSTS, then what public
+    facts leave open drawn per member (acceptance curves, tree misses, memory, attention backends)."""
+    costs = _costs(name)
+    profile = profile_from_setup(setup, costs, name=name)
+    model = profile.model
+    mtp = model.mtp.model_copy(update={"acceptance": _acceptance(rng, 8)}) if model.mtp is not None else None
+    drafters = [
+        d.model_copy(update={"path": f"family/drafter-{seed}-EAGLE3", "acceptance": _acceptance(rng, 8)})
+        for d in model.drafters
+    ]
+    if dflash is not None:
+        spec = dflash_drafter_spec(DrafterFacts(algorithm="DFLASH", config=dflash), costs, setup.tp)
+        drafters.append(
+            spec.model_copy(update={"path": f"family/drafter-{seed}-DFlash", "acceptance": _acceptance(rng, 15)})
+        )
+    model = model.model_copy(update={"name": f"family/model-{seed}", "mtp": mtp, "drafters": drafters})
+    backends = {
+        "flashinfer": rng.uniform(0, 0.6),
+        "fa3": rng.uniform(0, 0.6),
+        "triton": rng.uniform(0.1, 1.5),
+        "flex_attention": rng.uniform(1, 3),
+        "torch_native": rng.uniform(8, 20),
+    }
+    return profile.model_copy(
+        update={
+            "simulated": simulated,
+            "gpus": gpus.model_copy(
+                update={
+                    "bandwidth_efficiency": costs.bandwidth_efficiency,
+                    "compute_efficiency": costs.compute_efficiency,
+                }
+            ),
+            "model": model,
+            "prompts": _prompts(),
+            "tree": profile.tree.model_copy(update={"miss_factor_per_doubling": rng.uniform(0.55, 0.8)}),
+            "overheads": profile.overheads.model_copy(update={"attention_backend_pass_ms": backends}),
+            "memory": memory if memory is not None else _memory(rng, gpu),
+            "timing": TimingSpec(load_seconds=1.0, noise_rel=0.015, launch_sd=LAUNCH_SD),
+        }
+    )
+
+
+def _costs(name: str) -> PassCosts:
+    """Member ``name``'s pass costs: each of DEFAULT_COSTS's times its own factor in ``COST_SPREAD``,
+    the efficiencies drawn over what decode kernels reach. Each from its own stream, so a cost added to
+    the builder changes no other draw of any member."""
+
+    def draw(field: str) -> random.Random:
+        return random.Random(f"{name}-costs-{field}")
+
+    drawn = {
+        field: min(value * _log_uniform(draw(field), *COST_SPREAD), _upper_bound(field))
+        for field, value in DEFAULT_COSTS.model_dump().items()
+        if field not in ("bandwidth_efficiency", "compute_efficiency")
+    }
+    return PassCosts(
+        **drawn,
+        bandwidth_efficiency=draw("bandwidth_efficiency").uniform(0.75, 0.92),
+        compute_efficiency=draw("compute_efficiency").uniform(0.35, 0.6),
+    )
+
+
+def _upper_bound(field: str) -> float:
+    """A pass cost's upper limit where it has one (a share, such as an MoE draft token's spread)."""
+    limits = [m.le for m in PassCosts.model_fields[field].metadata if getattr(m, "le", None) is not None]
+    return float(min(limits, default=math.inf))
+
+
+def _cased(rng: random.Random, case: Case, profile: TwinProfile, *, tp: int) -> TwinProfile:
+    """A drawn member's costs made into ``case`` (module docstring); ``huge`` is its facts alone."""
+    model, over, tree = profile.model, profile.overheads, profile.tree
     if case == "huge":
-        step_ms = _log_uniform(rng, 1.0, 4.0)
-        drafters = [d.model_copy(update={"step_ms": step_ms}) if d.algorithm == "EAGLE3" else d for d in model.drafters]
-        over = over.model_copy(update={"fixed_pass_ms": _log_uniform(rng, 8.0, 30.0), "draft_step_ms": step_ms})
-        return model.model_copy(update={"drafters": drafters}), over, tree
-    bandwidth = gpus.bandwidth_bytes_per_s * gpus.bandwidth_efficiency
-    pass_s = model.decode_read_bytes / tp / bandwidth + over.fixed_pass_ms * 1e-3
+        return profile
+    bandwidth = profile.gpus.bandwidth_bytes_per_s * profile.gpus.bandwidth_efficiency
+    pass_s = model.decode_read_bytes / tp / bandwidth + (over.fixed_pass_ms + over.spec_pass_ms) * 1e-3
     if case == "wide-trees":  # widening pays, each verified token costs: a wide tree peaks part-filled
         tree = tree.model_copy(update={"miss_factor_per_doubling": rng.uniform(0.4, 0.55),
                                        "draft_step_per_extra_branch_ms": rng.uniform(0.02, 0.1)})  # fmt: skip
-        return model, over.model_copy(update={"verify_token_ms": pass_s * 1e3 * rng.uniform(0.01, 0.03)}), tree
+        over = over.model_copy(update={"verify_token_ms": pass_s * 1e3 * rng.uniform(0.01, 0.03)})
+        return profile.model_copy(update={"overheads": over, "tree": tree})
     # flat-top: a draft step costs what the k-th position's acceptance gains, so steps k to k + 1 tie
     backends = {**over.attention_backend_pass_ms, **{b: rng.uniform(0, 0.15) for b in ("flashinfer", "fa3", "triton")}}
     over = over.model_copy(update={"attention_backend_pass_ms": backends, "verify_token_ms": rng.uniform(0.01, 0.05)})
     eagle = next((d for d in model.drafters if d.algorithm == "EAGLE3"), None)
     table = eagle.acceptance if eagle is not None else model.mtp.acceptance if model.mtp is not None else None
     if table is None:
-        return model, over, tree
+        return profile.model_copy(update={"overheads": over})
     probs, k = table["code"], rng.randint(2, 4)
     accepted = 1 + sum(probs[:k])
     if accepted <= k * probs[k]:
-        return model, over, tree
+        return profile.model_copy(update={"overheads": over})
     step_s = probs[k] * pass_s / (accepted - k * probs[k])
     read = eagle.step_bytes if eagle is not None else model.mtp.step_read_bytes if model.mtp is not None else 0
     step_ms = max(0.05, (step_s - read / tp / bandwidth) * 1e3 - over.verify_token_ms)
     if eagle is not None:
         drafters = [d.model_copy(update={"step_ms": step_ms}) if d is eagle else d for d in model.drafters]
-        return model.model_copy(update={"drafters": drafters}), over, tree
-    return model, over.model_copy(update={"draft_step_ms": step_ms}), tree
+        return profile.model_copy(update={"overheads": over, "model": model.model_copy(update={"drafters": drafters})})
+    return profile.model_copy(update={"overheads": over.model_copy(update={"draft_step_ms": step_ms})})
 
 
 def _gpu_spec(rng: random.Random, gpu: GpuKind, count: int) -> GpuSpec:
+    """What the builder does not know of a host: memory a desktop session holds, the runtime's
+    reservation, the bus NVML shows (efficiencies are drawn with the costs)."""
     return GpuSpec(
         count=count,
         name=gpu.name,
         memory_total_bytes=gpu.memory_bytes,
-        idle_used_bytes=rng.choice([0, 0, 256 << 20, 512 << 20]),  # a desktop session holds some memory
+        idle_used_bytes=rng.choice([0, 0, 256 << 20, 512 << 20]),
         runtime_reserved_bytes=int((0.6 + 0.15 * math.log2(count) + rng.uniform(0, 0.5)) * GIB),
-        bandwidth_bytes_per_s=int(gpu.bandwidth_bytes_per_s),
-        bandwidth_efficiency=rng.uniform(0.75, 0.92),
+        bandwidth_bytes_per_s=int(gpu.facts.bandwidth_gb_s * 1e9),
+        bandwidth_efficiency=0.85,
         memory_bus_width_bits=gpu.bus_bits,
         memory_max_clock_mhz=gpu.clock_mhz,
-        compute_flops=gpu.flops,
-        compute_efficiency=rng.uniform(0.35, 0.6),
+        compute_flops=gpu.facts.bf16_tflops * 1e12,
+        compute_efficiency=0.5,
     )
 
 
-def _interconnect(rng: random.Random, gpu: GpuKind) -> InterconnectSpec:
-    if gpu.nvlink:
-        return InterconnectSpec(
-            name="NVLink (NVSwitch)",
-            allreduce_latency_us=rng.uniform(5, 10),
-            allreduce_bandwidth_bytes_per_s=rng.uniform(150e9, 400e9),
-            allreduces_per_layer=2,
-        )
-    return InterconnectSpec(
-        name="PCIe (no NVLink)",
-        allreduce_latency_us=rng.uniform(10, 30),
-        allreduce_bandwidth_bytes_per_s=rng.uniform(8e9, 25e9),
-        allreduces_per_layer=2,
-    )
-
-
-def _model(rng: random.Random, seed: int, kind: ModelKind, params: float, dtype: str, drafting: Drafting) -> ModelSpec:
-    per_param = BYTES_PER_PARAM[dtype]
+def _config(rng: random.Random, kind: ModelKind, params: float, *, mtp: bool) -> dict[str, Any]:
+    """A Hugging Face config.json of a ``kind`` model of about ``params`` parameters."""
     layers = int(min(96, max(16, round(8 * math.log2(params / 1e8)))))
     hidden = int(max(1024, round(math.sqrt(params / (12 * layers)) / 256) * 256))
-    full = layers if kind != "hybrid" else max(1, layers // 4)
     kv_heads, head_dim = rng.choice([2, 4, 8]), rng.choice([128, 256])
-    active = params * rng.uniform(0.04, 0.15) if kind == "moe" else params
-    weight_bytes = int(params * per_param)
-    read = int(active * per_param + (0.02 * weight_bytes if kind == "moe" else 0))
-    linear = layers - full
-    state = int(linear * hidden * rng.uniform(400, 600)) if kind == "hybrid" else 0
-    layer_bytes = weight_bytes / layers
-    mtp = None
-    if "mtp" in drafting:
-        head = int(layer_bytes * rng.uniform(1.0, 1.5))
-        step_read = int(head * (active / params) + VOCAB * hidden * 2)
-        mtp = MtpSpec(
-            head_bytes=head,
-            step_read_bytes=step_read,
-            kv_bytes_per_token=kv_heads * head_dim * 4,
-            acceptance=_acceptance(rng, 8),
-        )
-    drafters = []
-    if "eagle3" in drafting:  # one decoder layer and its own lm_head, trained on the target's features
-        eagle = int(layer_bytes * rng.uniform(1.0, 1.3) + VOCAB * hidden * 2)
-        drafters.append(
-            DrafterSpec(
-                path=f"family/drafter-{seed}-EAGLE3",
-                algorithm="EAGLE3",
-                weight_bytes=eagle,
-                kv_bytes_per_token=kv_heads * head_dim * 4,
-                step_read_bytes=int(eagle * rng.uniform(0.8, 1.0)),
-                step_ms=_log_uniform(rng, 0.05, 1.5),
-                acceptance=_acceptance(rng, 8),
-            )
-        )
-    if "dflash" in drafting:
-        drafters.append(
-            DrafterSpec(
-                path=f"family/drafter-{seed}-DFlash",
-                algorithm="DFLASH",
-                weight_bytes=int(_log_uniform(rng, 0.3e9, 4e9)),
-                kv_bytes_per_token=rng.choice([2, 4, 5]) * kv_heads * head_dim * 4,
-                default_block_size=16,
-                block_fixed_ms=_log_uniform(rng, 0.3, 6.0),
-                per_token_ms=_log_uniform(rng, 0.02, 0.5),
-                acceptance=_acceptance(rng, 15),
-            )
-        )
-    return ModelSpec(
-        name=f"family/model-{seed}",
-        architectures=["FamilyForCausalLM"],
-        dtype=dtype,
-        hybrid=kind == "hybrid",
-        num_layers=layers,
-        full_attention_layers=full,
-        hidden_size=hidden,
-        weight_bytes=weight_bytes,
-        decode_read_bytes=read,
-        active_params=active,
-        max_context_length=rng.choice([32768, 131072, 262144]),
-        kv_bytes_per_token=full * kv_heads * head_dim * 2 * 2,
-        mamba_state_bytes_per_request=state,
-        mamba_state_bytes_per_draft_token=int(state * rng.uniform(0.8, 1.0)),
-        eos_token_id=2,
-        mtp=mtp,
-        drafters=drafters,
-    )
+    heads = max(kv_heads, hidden // head_dim // kv_heads * kv_heads)
+    attention = 2 * hidden * (heads + kv_heads) * head_dim
+    mlp = max((params - 2 * VOCAB * hidden) / layers - attention, 3 * hidden * 256)  # one layer's MLP parameters
+    config: dict[str, Any] = {
+        "architectures": ["FamilyForCausalLM"],
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "intermediate_size": int(mlp / (3 * hidden)),
+        "vocab_size": VOCAB,
+        "max_position_embeddings": rng.choice([32768, 131072, 262144]),
+        "eos_token_id": 2,
+    }
+    if kind == "moe":  # routed experts only; a token uses 2-12 % of them
+        experts, top = rng.choice([64, 128, 256]), rng.choice([4, 8])
+        config |= {"num_experts": experts, "num_experts_per_tok": top,
+                   "moe_intermediate_size": max(64, int(mlp / (3 * hidden * experts)))}  # fmt: skip
+    if kind == "hybrid":  # every fourth layer full attention, the rest linear attention with a recurrent state
+        config |= {"layer_types": ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(layers)],
+                   "linear_num_value_heads": hidden // 128 // rng.choice([1, 2]),
+                   "linear_key_head_dim": 128, "linear_value_head_dim": 128}  # fmt: skip
+    if mtp:
+        config["num_nextn_predict_layers"] = 1
+    return config
+
+
+def _eagle_config(rng: random.Random, target: dict[str, Any]) -> dict[str, Any]:
+    """An EAGLE3 head's config.json: one decoder layer on the target's width, its own (often smaller)
+    draft vocabulary."""
+    return {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": target["hidden_size"],
+        "num_hidden_layers": 1,
+        "num_attention_heads": target["num_attention_heads"],
+        "num_key_value_heads": target["num_key_value_heads"],
+        "head_dim": target["head_dim"],
+        "intermediate_size": int(target["hidden_size"] * rng.uniform(2.5, 4.0)),
+        "vocab_size": VOCAB,
+        "draft_vocab_size": rng.choice([32000, VOCAB]),
+    }
+
+
+def _dflash_config(rng: random.Random, target: dict[str, Any]) -> dict[str, Any]:
+    """A DFlash drafter's config.json: a few layers on the target's width (its embeddings and lm_head
+    are the target's)."""
+    return {
+        "architectures": ["DFlashDraftModel"],
+        "hidden_size": target["hidden_size"],
+        "num_hidden_layers": rng.randint(1, 6),
+        "num_attention_heads": target["num_attention_heads"],
+        "num_key_value_heads": target["num_key_value_heads"],
+        "head_dim": target["head_dim"],
+        "intermediate_size": int(target["hidden_size"] * rng.uniform(2.5, 4.0)),
+        "vocab_size": VOCAB,
+        "block_size": 16,
+    }
 
 
 def _acceptance(rng: random.Random, length: int) -> dict[str, list[float]]:
@@ -465,25 +475,6 @@ def _non_increasing(probs: list[float]) -> list[float]:
         p = min(1.0, max(0.0, round(p, 4)))
         out.append(min(p, out[-1]) if out else p)
     return out
-
-
-def _overheads(rng: random.Random, kind: ModelKind) -> OverheadSpec:
-    return OverheadSpec(
-        fixed_pass_ms=_log_uniform(rng, 0.3, 15.0),  # negligible to dominant
-        per_request_pass_ms=rng.uniform(0.05, 0.25),
-        batch_scale=0.1,
-        verify_token_ms=_log_uniform(rng, 0.5, 2.5) if kind == "hybrid" else _log_uniform(rng, 0.03, 0.6),
-        draft_step_ms=_log_uniform(rng, 0.1, 2.0),
-        no_cuda_graph_pass_ms=rng.uniform(4.0, 12.0),
-        attention_backend_pass_ms={
-            "flashinfer": rng.uniform(0, 0.6),
-            "fa3": rng.uniform(0, 0.6),
-            "triton": rng.uniform(0.1, 1.5),
-            "flex_attention": rng.uniform(1, 3),
-            "torch_native": rng.uniform(8, 20),
-        },
-        prefill_fixed_ms=rng.uniform(4, 12),
-    )
 
 
 def _memory(rng: random.Random, gpu: GpuKind) -> MemorySpec:
@@ -666,14 +657,15 @@ def tight_members(count: int, first_seed: int = 0) -> list[Member]:
 
 
 def issue_46_member() -> Member:
-    """The landscape issue 46 reported: a 30B-A3B MoE in bf16 on two 32 GB GPUs (TP 2, no NVLink), with
-    a separate EAGLE3 drafter, context 8192, steps 1-8, topk 1/2/4, an optional fraction and graph batch."""
+    """The landscape issue 46 reported: Qwen3-30B-A3B in bf16 on two RTX 5090 (TP 2, no NVLink), with
+    a separate EAGLE3 drafter (the public configs of ``benchmarks/spec_setups/angelslim-163-qwen3-30b-a3b.yaml``),
+    context 8192, steps 1-8, topk 1/2/4, an optional fraction and graph batch."""
     rng = random.Random("autotune-family-issue-46")
     gpu = next(g for g in GPUS if g.name == "NVIDIA GeForce RTX 5090")
-    shape = {"num_layers": 48, "full_attention_layers": 48, "hidden_size": 2048, "kv_bytes_per_token": 98_304,
-             "max_context_length": 40960, "active_params": 3.3e9, "decode_read_bytes": int(3.3e9 * 2)}  # fmt: skip
+    published = load_setup(ISSUE_46_SETUP)
+    setup = published.model_copy(update={"gpu": gpu.facts, "gpu_count": 2, "tp": 2})
     drawn = _tight(rng, 46, gpu=gpu, count=2, kind="moe", dtype="bfloat16", weight_share=0.0, drafter_scale=1.0,
-                   params=30.5e9, shape=shape, drafter_bytes=int(0.75e9), context=8192, running=False)  # fmt: skip
+                   setup=setup, context=8192, running=False)  # fmt: skip
     assert drawn is not None, "the issue's landscape leaves room for one request"
     return drawn
 
@@ -688,49 +680,47 @@ def _tight(
     dtype: str,
     weight_share: float,
     drafter_scale: float,
-    params: float | None = None,
-    shape: dict[str, float] | None = None,
-    drafter_bytes: int | None = None,
+    setup: Setup | None = None,
     context: int | None = None,
     running: bool | None = None,
 ) -> Member | None:
-    """A tight member: the target's weights take ``weight_share`` of each GPU (or ``params`` given),
-    its EAGLE3 drafter is ``drafter_scale`` times the usual one (``shape``, ``drafter_bytes``: a known
-    model's figures instead of drawn ones). None when no fraction of 0.90-0.98
-    leaves room for one request of at least 4096 tokens besides a 1-wide graph."""
+    """A tight member: the target's weights take ``weight_share`` of each GPU, its EAGLE3 drafter is
+    ``drafter_scale`` times the size its config gives (``setup``: a known model's facts instead of
+    drawn ones). None when no fraction of 0.90-0.98 leaves room for one request of at least 4096
+    tokens besides a 1-wide graph."""
     from benchmarks.landscape import Landscape  # here: the landscape module reads profiles, not families
 
     gpus = _gpu_spec(rng, gpu, count)
-    per_param = BYTES_PER_PARAM[dtype]
-    params = params if params is not None else weight_share * gpu.memory_bytes * count / per_param
-    model = _model(rng, seed, kind, params, dtype, "eagle3")
-    model = model.model_copy(update=shape or {})
+    if setup is None:
+        params = weight_share * gpu.memory_bytes * count / BYTES_PER_PARAM[dtype]
+        config = _config(rng, kind, params, mtp=False)
+        setup = _setup(gpu, count, config, dtype, _eagle_config(rng, config)).model_copy(update={"tp": count})
+    memory = _memory(rng, gpu).model_copy(update={"activation_base_bytes": int(rng.uniform(0.1, 0.3) * GIB)})
+    profile = _built(
+        rng,
+        setup,
+        gpu,
+        gpus,
+        name=f"family-tight-{seed}",
+        seed=seed,
+        dflash=None,
+        memory=memory,
+        simulated="SIMULATION: a generated tight-memory landscape of the search benchmark's family "
+        f"(benchmarks/family.py, tight seed {seed}): drawn facts built by autotune_twin.setup, costs drawn "
+        "around its DEFAULT_COSTS; plausible, uncalibrated numbers.",
+    )
+    model = profile.model
     eagle = model.drafters[0]
-    scale = drafter_bytes / eagle.weight_bytes if drafter_bytes is not None else drafter_scale
-    drafter = eagle.model_copy(update={"weight_bytes": int(eagle.weight_bytes * scale),
-                                       "step_read_bytes": int((eagle.step_read_bytes or 0) * scale)})  # fmt: skip
+    read = int((eagle.step_read_bytes or 0) * drafter_scale)
+    drafter = eagle.model_copy(
+        update={"weight_bytes": int(eagle.weight_bytes * drafter_scale), "step_read_bytes": read}
+    )
     model = model.model_copy(update={"drafters": [drafter]})
+    profile = profile.model_copy(update={"model": model})
     free = gpus.memory_total_bytes - gpus.idle_used_bytes - gpus.runtime_reserved_bytes
     weights = (model.weight_bytes + drafter.weight_bytes) / count
     if weights >= 0.985 * free:
         return None  # not even the top fraction holds the weights
-    profile = TwinProfile(
-        name=f"family-tight-{seed}",
-        simulated="SIMULATION: a generated tight-memory landscape of the search benchmark's family "
-        f"(benchmarks/family.py, tight seed {seed}); plausible, uncalibrated numbers.",
-        gpus=gpus,
-        interconnect=_interconnect(rng, gpu),
-        model=model,
-        prompts=_prompts(),
-        tree=TreeSpec(
-            miss_factor_per_doubling=rng.uniform(0.55, 0.8),
-            bookkeeping_ms=rng.uniform(0.3, 1.5),
-            draft_step_per_extra_branch_ms=rng.uniform(0.05, 0.3),
-        ),
-        overheads=_overheads(rng, kind),
-        memory=_memory(rng, gpu).model_copy(update={"activation_base_bytes": int(rng.uniform(0.1, 0.3) * GIB)}),
-        timing=TimingSpec(load_seconds=1.0, noise_rel=0.015, launch_sd=LAUNCH_SD),
-    )
     landscape = Landscape(profile, ["Write a haiku."], model_path=model.name, noise_rel=0.0)
     mildest = {"tp-size": count, "speculative-algorithm": "EAGLE3", "speculative-draft-model-path": drafter.path,
                "speculative-num-steps": 1, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 2,
@@ -752,7 +742,8 @@ def _tight(
     space = _tight_space(rng, profile, tp=count, context=context, drafter=drafter, running=running)
     summary = (
         f"tight: {count}x {gpu.name.removeprefix('NVIDIA ').removeprefix('GeForce ')}"
-        f"{' NVLink' if gpu.nvlink and count > 1 else ''}, {kind} {model.weight_bytes / per_param / 1e9:.0f}B {dtype}, "
+        f"{' NVLink' if gpu.facts.nvlink and count > 1 else ''}, {kind} "
+        f"{model.weight_bytes / BYTES_PER_PARAM[setup.model.dtype] / 1e9:.0f}B {setup.model.dtype}, "
         f"weights {weights / gpus.memory_total_bytes:.0%} of each GPU with a {drafter.weight_bytes / 1e9:.1f} GB "
         f"EAGLE3 drafter, TP {count} (context {context})"
     )

@@ -26,6 +26,7 @@ import json
 import random
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,8 +51,8 @@ from autotune_twin.setup import (
 SETUPS = Path(__file__).parent / "spec_setups"
 TABLES = Path(__file__).resolve().parents[2] / "shared" / "spec-tables" / "tables.jsonl"
 MAX_SUBSETS = 8
-# Today's physics on the same setups: none of the new terms, the built-in profile's draft step,
-# tree costs and batch scale.
+# Today's physics on the same setups: none of the new terms (no experts touched either: see
+# VARIANT_PROFILE), the built-in profile's draft step, tree costs, batch scale and per-request cost.
 TODAY_COSTS = DEFAULT_COSTS.model_copy(
     update={
         "spec_pass_ms": 0.0,
@@ -61,6 +62,7 @@ TODAY_COSTS = DEFAULT_COSTS.model_copy(
         "tree_branch_ms": 0.3,
         "tree_bookkeeping_ms": 1.5,
         "batch_scale": 0.1,
+        "per_request_ms": 0.05,
     }
 )
 
@@ -181,6 +183,24 @@ VARIANTS: dict[str, PassCosts] = {
     "new - draft_step_tp": DEFAULT_COSTS.model_copy(update={"draft_step_tp_ms": 0.0}),
     "new - tree costs": DEFAULT_COSTS.model_copy(update={"tree_branch_ms": 0.3, "tree_bookkeeping_ms": 1.5}),
     "new - batch_scale": DEFAULT_COSTS.model_copy(update={"batch_scale": 0.1}),
+    "new - per_request": DEFAULT_COSTS.model_copy(update={"per_request_ms": 0.05}),
+    "new - experts touched": DEFAULT_COSTS,
+}
+
+
+def _same(profile: TwinProfile) -> TwinProfile:
+    return profile
+
+
+def _without_experts_touched(profile: TwinProfile) -> TwinProfile:
+    """An MoE pass reads one token's top-k experts whatever its tokens (today's weight read)."""
+    return profile.model_copy(update={"model": profile.model.model_copy(update={"moe_expert_bytes": 0})})
+
+
+VARIANT_PROFILE: dict[str, Callable[[TwinProfile], TwinProfile]] = {
+    "today": _without_experts_touched,
+    "new": _same,
+    "new - experts touched": _without_experts_touched,
 }
 
 
@@ -258,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         for variant in variants:
             costs = VARIANTS[variant]
             subsets = args.subsets if variant in ("today", "new") else 0
-            verdict = judge(table, build(table, costs), subsets=subsets)
+            profile = VARIANT_PROFILE.get(variant, _same)(build(table, costs))
+            verdict = judge(table, profile, subsets=subsets)
             named = "yes" if table.gpus_named else "no (assumed)"
             print(f"| {table.id} | {named} | {len(table.cells)} | {variant} | {_cell(verdict)} |", flush=True)
     return 0

@@ -10,6 +10,7 @@ import yaml
 
 from autotune.space import load_space
 from autotune_twin.profile import load_profile
+from autotune_twin.setup import DEFAULT_COSTS
 from benchmarks import search_efficiency as bench
 from benchmarks.family import member
 
@@ -54,7 +55,9 @@ def test_cases_leave_base_members_alone_and_make_what_broke_the_search() -> None
     assert wide["speculative-eagle-topk"].choices == [1, 2, 4, 8]  # type: ignore[union-attr]
     assert wide["speculative-num-draft-tokens"].high == 64  # type: ignore[union-attr]
     huge = by_case["huge"].profile
-    assert huge.gpus.count == 8 and huge.model.weight_bytes > 150e9 and huge.overheads.fixed_pass_ms >= 8
+    assert huge.gpus.count == 8 and huge.model.weight_bytes > 150e9
+    # its TP of 4 or 8 puts collectives into every speculative pass and draft step (the builder's TP parts)
+    assert huge.overheads.spec_pass_ms > DEFAULT_COSTS.spec_pass_ms * 1.5
     assert all(m.profile.timing.launch_sd == 0.04 for m in by_case.values())
 
 
@@ -75,16 +78,17 @@ def test_tight_members_fill_their_gpus_and_leave_the_others_alone() -> None:
         assert tuned["cuda-graph-max-bs-decode"].choices[0] is False  # type: ignore[union-attr]
     issue = issue_46_member()
     assert issue.space.fixed == {"context-length": 8192, "tp-size": 2} and issue.kind == "moe"
-    assert issue.profile.gpus.memory_total_bytes == 32 * 2**30 and issue.profile.model.weight_bytes == 61e9
+    assert issue.profile.gpus.memory_total_bytes == 32 * 2**30
+    assert issue.profile.model.weight_bytes == pytest.approx(61e9, rel=0.01)  # Qwen3-30B-A3B's config, in bf16
 
 
 @pytest.mark.slow
-def test_issue_46s_optimum_is_a_deep_chain_at_an_explicit_fraction() -> None:
-    from benchmarks.family import issue_46_member
+def test_issue_46s_optimum_drafts_deep_at_an_explicit_fraction() -> None:
+    from benchmarks.family import TIGHT_FRACTIONS, issue_46_member
 
     issue = issue_46_member()
     optimum = bench.solve(bench.problem_of(issue.profile, issue.space))
-    assert optimum.flags["speculative-num-steps"] == 6 and optimum.flags["mem-fraction-static"] == 0.95
+    assert optimum.flags["speculative-num-steps"] >= 5 and optimum.flags["mem-fraction-static"] in TIGHT_FRACTIONS
     landscape = bench.problem_of(issue.profile, issue.space).landscape(0)
     at_engines_own = {k: v for k, v in optimum.flags.items() if k not in ("mem-fraction-static",)}
     assert landscape.evaluate(at_engines_own).outcome == "too_low"  # the engine's own fraction leaves too small a pool

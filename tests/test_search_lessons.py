@@ -263,17 +263,16 @@ def test_under_load_a_fraction_below_a_pool_death_gets_the_room_that_death_lacke
 def test_a_borrowed_sizing_that_killed_a_launch_demanding_more_is_not_borrowed_again(tmp_path: Path) -> None:
     from benchmarks import family
 
-    member = family.member(1225)  # 4x L40S, 149B fp8 at TP 4: little headroom left at a high fraction
+    member = family.member(1259)  # 8x H100, a 354B MoE in int4 at TP 4: little headroom left at a high fraction
     problem = bench.problem_of(member.profile, member.space)
     launcher = Counting(bench.LandscapeLauncher(problem, problem.landscape(0), random.Random(0)))
     runner = bench.make_runner(problem, tmp_path, sampler=make_sampler("tpe", 0), launcher=launcher,
                                storage=optuna.storages.InMemoryStorage())  # fmt: skip
-    nextn = {"tp-size": 4, "speculative-algorithm": "NEXTN", "speculative-eagle-topk": 2,
-             "attention-backend": "fa3", "chunked-prefill-size": 8192}  # fmt: skip
+    nextn = {"tp-size": 4, "speculative-algorithm": "NEXTN", "speculative-eagle-topk": 2, "attention-backend": "fa3"}
     sampled = {"mem-fraction-static": 0.87, "max-running-requests": 4, "cuda-graph-max-bs-decode": 4}
     served = {"mem-fraction-static": 0.97, "max-running-requests": 32, "cuda-graph-max-bs-decode": 32}
-    for params in ({**nextn, "speculative-num-steps": 5, "speculative-num-draft-tokens": 8, **served},
-                   {**nextn, "speculative-num-steps": 4, "speculative-num-draft-tokens": 15, **sampled},
+    for params in ({**nextn, "speculative-num-steps": 6, "speculative-num-draft-tokens": 8, **served},
+                   {**nextn, "speculative-num-steps": 5, "speculative-num-draft-tokens": 15, **sampled},
                    {**nextn, "speculative-num-steps": 6, "speculative-num-draft-tokens": 12, **sampled}):  # fmt: skip
         runner.study.enqueue_trial(params)
         run_queued(runner)

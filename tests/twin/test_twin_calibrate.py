@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune_twin import calibrate
+from autotune_twin import calibrate, physics
 from autotune_twin.calibrate import Point
 from autotune_twin.profile import TwinProfile, load_profile
-from autotune_twin.setup import load_setup, profile_from_setup
+from autotune_twin.setup import DEFAULT_COSTS, DrafterFacts, load_setup, profile_from_setup
 from tests.twin.processes import REPO, twin
 
 GLM = REPO / "benchmarks" / "spec_setups" / "sgl-23336-glm47-mtp.yaml"
@@ -42,6 +42,42 @@ def test_setup_gives_sizes_from_the_config() -> None:
     llama = profile_from_setup(load_setup(LLAMA))
     assert 15e9 < llama.model.weight_bytes < 17e9  # 8B parameters in bf16
     assert llama.model.active_params > 7e9 and llama.model.drafters[0].algorithm == "EAGLE"
+    assert glm.model.moe_experts == 160 and glm.model.moe_experts_per_token == 8
+    assert llama.model.moe_experts == 0
+
+
+def test_a_dflash_drafter_is_built_from_its_config_and_drafts_longer_blocks_for_more() -> None:
+    llama = load_setup(LLAMA)
+    target = llama.model.config
+    assert isinstance(target, dict)
+    block = {k: target[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "vocab_size")}
+    config = {**block, "num_hidden_layers": 5, "head_dim": 128, "intermediate_size": 14336}
+    dflash = llama.model_copy(update={"drafter": DrafterFacts(algorithm="DFLASH", config=config)})
+    profile = profile_from_setup(dflash)
+    drafter = profile.model.drafters[0]
+    assert drafter.algorithm == "DFLASH" and profile.model.mtp is None
+    assert 1.0e9 < drafter.weight_bytes < 2.5e9  # five Llama-8B layers and the fc, bf16; the target's lm_head shared
+    assert drafter.block_fixed_ms > 5 * DEFAULT_COSTS.layer_launch_us * 1e-3
+    assert drafter.per_token_ms == DEFAULT_COSTS.verify_token_ms
+
+    def pass_s(size: int) -> float:
+        flags = {"speculative-algorithm": "DFLASH", "speculative-dflash-block-size": size}
+        cfg = calibrate.launch_config(profile, {**flags, "speculative-draft-model-path": drafter.path})
+        return physics.decode_pass_seconds(profile, cfg, [1000])
+
+    assert pass_s(4) < pass_s(16)
+
+
+def test_an_moe_pass_reads_more_experts_the_more_requests_and_tokens_it_verifies() -> None:
+    glm = profile_from_setup(load_setup(GLM))
+    reads = [physics.weight_read_bytes(glm, batch, 1) for batch in (1, 8, 64, 4096)]
+    assert reads[0] == pytest.approx(glm.model.decode_read_bytes)
+    assert reads[0] < reads[1] < reads[2] < reads[3] <= reads[0] + glm.model.moe_expert_bytes
+    spread = glm.model.moe_draft_token_spread
+    assert 0 < spread < 1  # a request's draft tokens spread over fewer new experts than new requests
+    assert reads[1] < physics.weight_read_bytes(glm, 8, 4) < physics.weight_read_bytes(glm, 32, 1)
+    llama = profile_from_setup(load_setup(LLAMA))
+    assert physics.weight_read_bytes(llama, 64, 8) == llama.model.decode_read_bytes
 
 
 def test_fitted_profile_recovers_a_known_profiles_predictions(tmp_path: Path) -> None:

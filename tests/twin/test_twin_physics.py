@@ -13,6 +13,7 @@ import pytest
 from autotune_twin import physics
 from autotune_twin.launch import LaunchConfig, LaunchError, default_cuda_graph_max_bs, resolve_launch
 from autotune_twin.profile import ProfileError, TwinProfile, load_profile
+from autotune_twin.setup import DEFAULT_COSTS, draft_step_ms
 from autotune_twin.sglang.flags import parse_args
 
 CODE = (
@@ -80,6 +81,20 @@ def test_hand_found_config_on_code(profile: TwinProfile) -> None:
     result = measured(profile, launch(profile, *nextn(3, 1, 4), *HAND_FOUND_MEMORY), CODE)
     assert 47.0 <= result.decode_tok_s <= 57.0
     assert 3.0 <= result.accept_length <= 3.5
+
+
+def test_the_seed_profile_speculates_at_the_default_costs_of_its_tp(profile: TwinProfile) -> None:
+    """The seed fixes only totals: the pass's launches, the fixed cost of speculation, the draft step and
+    the tree and batch costs are what a profile built from public facts gets for 64 layers at TP 2; verify
+    per token is the one constant fitted to the seed."""
+    costs = DEFAULT_COSTS
+    assert profile.overheads.spec_pass_ms == pytest.approx(costs.spec_pass_ms + costs.spec_pass_tp_ms, abs=0.005)
+    assert profile.overheads.draft_step_ms == pytest.approx(draft_step_ms(costs, 2), abs=0.005)
+    assert profile.overheads.batch_scale == pytest.approx(costs.batch_scale)
+    assert profile.overheads.fixed_pass_ms == pytest.approx(64 * costs.layer_launch_us * 1e-3, abs=0.005)
+    assert profile.overheads.per_request_pass_ms == pytest.approx(costs.per_request_ms)
+    assert profile.tree.bookkeeping_ms == pytest.approx(costs.tree_bookkeeping_ms)
+    assert profile.tree.draft_step_per_extra_branch_ms == pytest.approx(costs.tree_branch_ms)
 
 
 def test_hand_found_config_on_repetitive_text_reaches_the_remembered_70(profile: TwinProfile) -> None:

@@ -1,0 +1,121 @@
+"""Fit the setup defaults (``autotune_twin.setup.DEFAULT_COSTS``) to the corpus's published tables.
+
+The loss, summed over the tables of ``shared/spec-tables`` (``benchmarks/spec_tables.py`` replays
+them): the squared log error of each row's rate over its table's first row at the same concurrency
+(mean plus half the worst, plus a steep price beyond ``RATIO_TARGET``), the same for each row's
+rate over its own smallest batch (the batch curve; not for ``HOST_BOUND_CURVES``), a weak pull on
+absolute rates, and a price per row-to-row sign the twin gets wrong. A Nelder-Mead search on the
+log of every constant in ``FITTED`` (``calibrate.nelder_mead``) from ``DEFAULT_COSTS`` updated by
+``--start``; ``--variant`` fits a judge variant (``new - experts touched``: without that term).
+Everything it fits on is the corpus: the judge's ratio and sign columns are in-sample for the
+constants it prints.
+
+    python -m benchmarks.fit_pass_costs [--iterations N] [--variant V] [--start JSON]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+
+import numpy as np
+
+from autotune_twin import calibrate
+from autotune_twin.setup import DEFAULT_COSTS, PassCosts
+from benchmarks import spec_tables
+
+FITTED = (
+    "layer_launch_us",
+    "moe_layer_launch_us",
+    "allreduce_latency_us",
+    "spec_pass_ms",
+    "spec_pass_tp_ms",
+    "draft_step_ms",
+    "draft_step_tp_ms",
+    "verify_token_ms",
+    "batch_scale",
+    "per_request_ms",
+    "tree_branch_ms",
+    "tree_bookkeeping_ms",
+    "compute_efficiency",
+    "moe_draft_token_spread",
+)
+RATIO_TARGET = 0.13  # a ratio error beyond this (the issue's 15 %, less a margin) costs more
+SIGN_PRICE = 0.05  # per row-to-row change drawn the wrong way
+HINGE_WEIGHT = 30.0
+CAPPED = ("compute_efficiency", "moe_draft_token_spread")  # shares: at most 1
+# Tables whose batch curve is left out of the loss: AngelSlim's output rate stops near 1,300 tok/s
+# at batch 32-64 with or without speculation (0.75-0.8 ms per output token), a host-side ceiling
+# no GPU term draws and that the Qwen3-235B table (3,700 tok/s) rules out as a default.
+HOST_BOUND_CURVES = frozenset({"angelslim-163-qwen3-30b-a3b"})
+FLOOR = 1e-4  # a constant fitted on a log scale starts at least here
+
+
+def costs_at(base: PassCosts, logs: np.ndarray) -> PassCosts:
+    values = {name: max(getattr(base, name), FLOOR) * math.exp(x) for name, x in zip(FITTED, logs, strict=True)}
+    for name in CAPPED:
+        values[name] = min(values[name], 1.0)
+    return base.model_copy(update=values)
+
+
+def _log_ratio_error(cells: list[spec_tables.Cell], predicted: list[float], i: int, first: int) -> float:
+    """Log of the twin's rate ratio (cell i over cell ``first``) over the published one."""
+    return math.log(predicted[i] / predicted[first] * cells[first].point.tok_s / cells[i].point.tok_s)
+
+
+def table_loss(table: spec_tables.Table, costs: PassCosts, variant: str) -> float:
+    profile = spec_tables.VARIANT_PROFILE[variant](spec_tables.build(table, costs))
+    cells = table.cells
+    configs = [calibrate.launch_config(profile, c.point.flags) for c in cells]
+    predicted = [calibrate.predict_point(profile, c.point, cfg).tok_s for c, cfg in zip(cells, configs, strict=True)]
+    ratio: list[float] = []
+    misses = 0
+    for batch in sorted({c.point.concurrency for c in cells}):
+        group = [i for i, c in enumerate(cells) if c.point.concurrency == batch]
+        for i in group[1:]:
+            ratio.append(_log_ratio_error(cells, predicted, i, group[0]))
+        for a, b in itertools.pairwise(group):
+            misses += (cells[b].point.tok_s > cells[a].point.tok_s) != (predicted[b] > predicted[a])
+    curve: list[float] = []
+    for row in sorted({c.row for c in cells}):
+        group = sorted((i for i, c in enumerate(cells) if c.row == row), key=lambda i: cells[i].point.concurrency)
+        for i in group[1:]:
+            curve.append(_log_ratio_error(cells, predicted, i, group[0]))
+    absolute = [math.log(p / c.point.tok_s) for p, c in zip(predicted, cells, strict=True)]
+    loss = 0.02 * float(np.mean(np.square(absolute))) + SIGN_PRICE * misses
+    if ratio:
+        loss += float(np.mean(np.square(ratio)) + 0.5 * np.max(np.square(ratio)))
+        loss += HINGE_WEIGHT * sum(max(abs(e) - RATIO_TARGET, 0.0) ** 2 for e in ratio)
+    if curve and table.id not in HOST_BOUND_CURVES:
+        loss += float(np.mean(np.square(curve)))
+    return loss
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fit_pass_costs", description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=300)
+    parser.add_argument("--start", type=json.loads, default={}, help="constants to start from (JSON)")
+    parser.add_argument("--variant", default="new", choices=sorted(spec_tables.VARIANT_PROFILE))
+    args = parser.parse_args(argv)
+    tables = spec_tables.load_tables(spec_tables.TABLES)
+    base = DEFAULT_COSTS.model_copy(update=args.start)
+
+    def loss(logs: np.ndarray) -> float:
+        costs = costs_at(base, logs)
+        return sum(table_loss(t, costs, args.variant) for t in tables)
+
+    start = np.zeros(len(FITTED))
+    print(f"start loss {loss(start):.4f}", flush=True)
+    best = calibrate.nelder_mead(loss, start, iterations=args.iterations, restarts=2)
+    print(f"loss {loss(best):.4f}")
+    fitted = costs_at(base, best)
+    for name in FITTED:
+        print(f"    {name}={getattr(fitted, name):.4g},")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
