@@ -59,25 +59,16 @@ class MakeRoom(SizingRule):
         if rules is None:
             return None
         deaths = pool_deaths(history.finished, engine, plan.engine)
+        fractions = offered(self.space.tuned.get(rules.fraction_flag))
         found = first_death(deaths, plan, rules, EngineFractions(engine, model))
         if found is None:
-            return None
+            return self._clear_of_weights(plan, model, fractions, deaths)
         death = found.death
-        fractions = offered(self.space.tuned.get(rules.fraction_flag))
-        graph_flag = rules.graph_batch_flag
-        graphs = offered(self.space.tuned.get(graph_flag)) if graph_flag else []
-        for fraction in self._fractions(death, plan, model, fractions, deaths) if fractions else []:
-            for graph in [None, *graphs[:1]]:
-                changes: dict[str, FlagValue] = {rules.fraction_flag: fraction}
-                if graph_flag is not None and graph is not None:
-                    changes[graph_flag] = int(graph)
-                try:
-                    launched = engine.normalise({**plan.flags, **changes})
-                except InvalidConfig:
-                    continue
-                if first_death(deaths, launched, rules) is None and model.predict(launched.flags).feasible:
-                    why = f"the pool memory that trial {death.trial} ran out of"
-                    return Launch(plan=launched, adjusted=[adjusted(self.name, plan, launched, [death.trial], why)])
+        tried = self._fractions(death, plan, model, fractions, deaths) if fractions else []
+        why = f"the pool memory that trial {death.trial} ran out of"
+        room = self._launch_at(plan, tried, deaths, why, [death.trial])
+        if room is not None:
+            return room
         if found.at_bounded_fraction:
             return Skip(
                 rule=self.name,
@@ -88,6 +79,48 @@ class MakeRoom(SizingRule):
                 trials=[death.trial],
             )
         return None
+
+    def _launch_at(
+        self, plan: LaunchPlan, fractions: Sequence[float], deaths: Sequence[PoolDeath], why: str, trials: list[int]
+    ) -> Launch | None:
+        """``plan`` at the first of ``fractions`` (with its own graph batch, else the smallest offered)
+        that no death speaks for and the memory model says fits."""
+        engine, model = self.engines[plan.engine], self.feasibility[plan.engine]
+        rules = engine.memory_rules
+        assert rules is not None
+        graph_flag = rules.graph_batch_flag
+        graphs = offered(self.space.tuned.get(graph_flag)) if graph_flag else []
+        for fraction in fractions:
+            for graph in [None, *graphs[:1]]:
+                changes: dict[str, FlagValue] = {rules.fraction_flag: fraction}
+                if graph_flag is not None and graph is not None:
+                    changes[graph_flag] = int(graph)
+                try:
+                    launched = engine.normalise({**plan.flags, **changes})
+                except InvalidConfig:
+                    continue
+                if first_death(deaths, launched, rules) is None and model.predict(launched.flags).feasible:
+                    return Launch(plan=launched, adjusted=[adjusted(self.name, plan, launched, trials, why)])
+        return None
+
+    def _clear_of_weights(
+        self, plan: LaunchPlan, model: FeasibilityModel, fractions: list[float], deaths: Sequence[PoolDeath]
+    ) -> Launch | None:
+        """A plan whose fraction (given, or the most the engine's own can be for it) leaves no pool at
+        all after the weights, by the memory model, is launched at the smallest offered fraction above it
+        that fits: the weights alone rule that fraction out, whatever the draft or the graphs."""
+        assert model.rules is not None
+        flag = model.rules.fraction_flag
+        given = plan.flags.get(flag)
+        engine_at_most = EngineFractions(self.engines[plan.engine], model).at_most
+        asked = given if isinstance(given, float) else engine_at_most(plan, deaths)
+        if asked is None:
+            return None
+        short = model.predict({**plan.flags, flag: asked})
+        if short.feasible or short.pool_bytes is None or short.pool_bytes > 0:
+            return None
+        why = f"the pool that {flag} {asked:g} leaves after the weights (none)"
+        return self._launch_at(plan, [f for f in fractions if f > asked], deaths, why, [])
 
     def _fractions(
         self,
