@@ -751,8 +751,11 @@ def unset_graphs_unknown_night(problem: Problem, seed: int, budget: int) -> Run:
 
 def weights_no_room_night(problem: Problem, seed: int, budget: int) -> Run:
     """The study's night where make-room leaves a fraction the weights fill to the memory rule
-    (``MakeRoom._clear_of_weights`` off): follow-up 7 as kept."""
-    with mock.patch.object(MakeRoom, "_clear_of_weights", lambda self, plan, model, fractions, deaths: None):
+    (``MakeRoom._clear_of_weights`` off) and, without a death's figures, makes no room at or past an
+    alike headroom death (``MakeRoom._past_headroom_deaths`` empty): follow-up 7 as kept."""
+    no_window = staticmethod(lambda fractions, floor, open_: [])
+    with mock.patch.object(MakeRoom, "_clear_of_weights", lambda self, plan, model, fractions, deaths: None), \
+            mock.patch.object(MakeRoom, "_past_headroom_deaths", no_window):  # fmt: skip
         return run_study(problem, seed, budget, sampler="tpe", name="autotune, no room above the weights", confirm=True)
 
 

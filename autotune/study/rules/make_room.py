@@ -122,6 +122,13 @@ class MakeRoom(SizingRule):
         why = f"the pool that {flag} {asked:g} leaves after the weights (none)"
         return self._launch_at(plan, [f for f in fractions if f > asked], deaths, why, [])
 
+    @staticmethod
+    def _past_headroom_deaths(fractions: list[float], floor: float, open_: list[float]) -> list[float]:
+        """The fractions above ``floor`` at or past where alike launches ran out of headroom, tried last:
+        the memory model judges the plan's own graphs there (a headroom death of larger graphs, or a
+        death of the weights alone, does not close them)."""
+        return [f for f in fractions if f > floor and f not in open_]
+
     def _fractions(
         self,
         death: PoolDeath,
@@ -144,7 +151,8 @@ class MakeRoom(SizingRule):
         if needed is not None:
             return [f for f in fractions if f > floor and f >= needed + FRACTION_MARGIN and window.open_above(f)]
         open_ = [f for f in fractions if f > floor and window.open(f)]
+        above = self._past_headroom_deaths(fractions, floor, open_)
         if not open_:
-            return []
+            return above
         middle = (floor + (window.high if window.high is not None else open_[-1])) / 2
-        return [f for f in open_ if f >= middle] + [f for f in reversed(open_) if f < middle]
+        return [f for f in open_ if f >= middle] + [f for f in reversed(open_) if f < middle] + above
