@@ -3,13 +3,14 @@
 before its region is written off: the smallest fraction the space offers that holds one request by the
 death's printed figures, its headroom judged by the memory model for the proposal's own graphs (without
 the figures: halfway to the top of what is left, below the fraction at which launches like it ran out of
-headroom, then past it as the memory model judges the plan's graphs) (a proposal that leaves the fraction to the engine is asked at the
-most the engine's fraction for it can be, :class:`~autotune.study.pool_deaths.EngineFractions`); with the
-smallest graph batch the space offers when the memory model says the headroom left cannot hold the graphs
-otherwise. A proposal that dies only at that bounded engine fraction, and that no offered fraction makes
-room for, is skipped (``predicted-infeasible-memory-low``). A proposal no death speaks for, whose fraction
-(given, or the engine's bounded) leaves no pool at all after the weights by the memory model, is
-launched at the smallest offered fraction that fits rather than skipped: the weights alone rule it out.
+headroom, then past it as the memory model judges the plan's graphs) (a proposal that leaves the fraction
+to the engine is asked at the most the engine's fraction for it can be,
+:class:`~autotune.study.pool_deaths.EngineFractions`); with the smallest graph batch the space offers
+when the memory model says the headroom left cannot hold the graphs otherwise. A proposal that dies only
+at that bounded engine fraction, and that no offered fraction makes room for, is skipped
+(``predicted-infeasible-memory-low``). A proposal no death speaks for, whose fraction (given, or the
+engine's bounded) leaves no pool at all after the weights by the memory model, is launched at the
+smallest offered fraction that fits rather than skipped: the weights alone rule it out.
 """
 
 from __future__ import annotations
