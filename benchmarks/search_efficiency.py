@@ -55,6 +55,7 @@ from autotune.study.confirm import Confirmation  # noqa: E402
 from autotune.study.night import Night, run_night  # noqa: E402
 from autotune.study.race import RACE_SHARE  # noqa: E402
 from autotune.study.rules import RULE_NAMES  # noqa: E402
+from autotune.study.rules.make_room import MakeRoom  # noqa: E402
 from autotune.study.sampler import SamplerName  # noqa: E402
 from autotune.testing import memory_as_logged, simulated_outcome, study_runner  # noqa: E402
 from autotune.trial import TrialOutcome  # noqa: E402
@@ -657,6 +658,7 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
         # The night as it was before the memory model knew the engine's own graph batch for a plan that
         # leaves it unset, and before make-room read the pool figures of other deaths alike.
         "autotune-unset-graphs-unknown": Method("autotune, unset graphs unknown", unset_graphs_unknown_night),
+        "autotune-weights-no-room": Method("autotune, no room above the weights", weights_no_room_night),
         "random-runner": Method("random (autotune loop)", lambda p, s, b: night(p, s, b, sampler="random")),
         "bound-perfect-race": Method(
             "bound-perfect-race", lambda p, s, b: peers.perfect_race(night(p, s, b, sampler="tpe"))
@@ -745,6 +747,16 @@ def unset_graphs_unknown_night(problem: Problem, seed: int, budget: int) -> Run:
             mock.patch("autotune.study.rules.make_room.fraction_needed",
                        lambda death, plan, rules, deaths: death.fraction_needed):  # fmt: skip
         return run_study(problem, seed, budget, sampler="tpe", name="autotune, unset graphs unknown", confirm=True)
+
+
+def weights_no_room_night(problem: Problem, seed: int, budget: int) -> Run:
+    """The study's night where make-room leaves a fraction the weights fill to the memory rule
+    (``MakeRoom._clear_of_weights`` off) and, without a death's figures, makes no room at or past an
+    alike headroom death (``MakeRoom._past_headroom_deaths`` empty): follow-up 7 as kept."""
+    no_window = staticmethod(lambda fractions, floor, open_: [])
+    with mock.patch.object(MakeRoom, "_clear_of_weights", lambda self, plan, model, fractions, deaths: None), \
+            mock.patch.object(MakeRoom, "_past_headroom_deaths", no_window):  # fmt: skip
+        return run_study(problem, seed, budget, sampler="tpe", name="autotune, no room above the weights", confirm=True)
 
 
 def _ablated(name: str, *, sampler: SamplerName = "tpe", rules_off: Collection[str] = ()) -> Method:

@@ -127,9 +127,20 @@ def test_room_past_a_headroom_death_is_made_only_for_smaller_graphs() -> None:
     room = rule.decide(deep(**{"speculative-num-steps": 6, "speculative-num-draft-tokens": 7}), history)
     assert isinstance(room, Launch)
     assert (room.plan.flags["mem-fraction-static"], room.plan.flags["cuda-graph-max-bs-decode"]) == (0.95, 1)
-    # without the printed figures, no room is made past where launches like it ran out of headroom
+    # without the printed figures, room past where launches like it ran out of headroom is left to the
+    # memory model: knowing SGLang's own graph batch, it gives 0.95 only with the smallest graph batch
+    total = 32 * GIB
+    engine_batch = partial(ENGINE.graph_tokens_captured, gpu_total_bytes=total)
+    knowing = FeasibilityModel(ENGINE.memory_rules, free_bytes=FREE, total_bytes=total, weight_bytes=WEIGHTS * 2,
+                               unset_graph_tokens=engine_batch)  # fmt: skip
+    knowing.observe_graph(20 * 0.01 * GIB, flags=deep(**{"cuda-graph-max-bs-decode": 4}).flags)
+    knowing.learn(headroom.lessons.memory)
     bare = History([died(0, deep(), reason=SHORT.split(" (twin")[0]), headroom], number=2)
-    assert rule.decide(deep(**{"speculative-num-steps": 6, "speculative-num-draft-tokens": 7}), bare) is None
+    past = MakeRoom(tight_space(), ENGINES, {"sglang": knowing}).decide(
+        deep(**{"speculative-num-steps": 6, "speculative-num-draft-tokens": 7}), bare
+    )
+    assert isinstance(past, Launch)
+    assert (past.plan.flags["mem-fraction-static"], past.plan.flags["cuda-graph-max-bs-decode"]) == (0.95, 1)
 
 
 def test_a_pool_deaths_figures_speak_across_what_does_not_size_the_pool() -> None:
@@ -245,3 +256,17 @@ def test_room_is_sized_by_the_figures_of_any_death_with_the_same_pool_per_token(
     assert fraction_needed(bare, sampled, rules, [bare, figures]) == figures.fraction_needed
     other = sampled.model_copy(update={"flags": {**sampled.flags, "speculative-draft-model-path": "org/other"}})
     assert fraction_needed(bare, other, rules, [bare, figures]) is None  # another drafter: another pool per token
+
+
+def test_a_fraction_the_weights_fill_is_raised_to_the_smallest_offered_one_that_fits() -> None:
+    # 28.8 GiB of weights per GPU in 31 GiB free: 0.92 leaves no pool at all, 0.94 does
+    history = History([], number=0)
+    starved = MakeRoom(tight_space(), ENGINES, models()).decide(deep(**{"mem-fraction-static": 0.92}), history)
+    assert isinstance(starved, Launch) and starved.plan.flags["mem-fraction-static"] == 0.94
+    (change,) = starved.adjusted
+    assert change.rule == "make-room" and change.trials == []
+    assert [(v.flag, v.sampled, v.launched) for v in change.values] == [("mem-fraction-static", 0.92, 0.94)]
+    # a fraction that leaves a pool is the sampler's; no offered fraction above the weights: the memory rule's
+    assert MakeRoom(tight_space(), ENGINES, models()).decide(deep(**{"mem-fraction-static": 0.95}), history) is None
+    short_space = tight_space((0.90, 0.92))
+    assert MakeRoom(short_space, ENGINES, models()).decide(deep(**{"mem-fraction-static": 0.90}), history) is None

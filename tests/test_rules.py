@@ -144,7 +144,13 @@ def test_adjustments_accumulate_and_the_first_skip_ends_the_chain() -> None:
     decision = decide(rules, plan(**{"speculative-num-steps": 4, "mem-fraction-static": 0.93}),
                       History([first], number=1), baseline=False)  # fmt: skip
     assert isinstance(decision, Launch) and [a.rule for a in decision.adjusted] == ["served-sizing"]
-    skipped = decide(rules, plan(**{"mem-fraction-static": 0.5}), History([], number=0), baseline=False)
+    # a fraction the weights fill is raised by make-room; where no offered fraction clears them, memory skips
+    raised = decide(rules, plan(**{"mem-fraction-static": 0.5}), History([], number=0), baseline=False)
+    assert isinstance(raised, Launch) and [a.rule for a in raised.adjusted] == ["make-room"]
+    heavy = {"sglang": FeasibilityModel(ENGINE.memory_rules, free_bytes=47 * GIB, total_bytes=48 * GIB,
+                                        weight_bytes=2 * 46.9 * GIB)}  # fmt: skip
+    skipped = decide(build_rules(space(), ENGINES, heavy), plan(**{"mem-fraction-static": 0.5}),
+                     History([], number=0), baseline=False)  # fmt: skip
     assert isinstance(skipped, Skip) and skipped.rule == "memory"
 
 

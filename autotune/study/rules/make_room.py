@@ -3,11 +3,14 @@
 before its region is written off: the smallest fraction the space offers that holds one request by the
 death's printed figures, its headroom judged by the memory model for the proposal's own graphs (without
 the figures: halfway to the top of what is left, below the fraction at which launches like it ran out of
-headroom) (a proposal that leaves the fraction to the engine is asked at the
-most the engine's fraction for it can be, :class:`~autotune.study.pool_deaths.EngineFractions`); with the
-smallest graph batch the space offers when the memory model says the headroom left cannot hold the graphs
-otherwise. A proposal that dies only at that bounded engine fraction, and that no offered fraction makes
-room for, is skipped (``predicted-infeasible-memory-low``).
+headroom, then past it as the memory model judges the plan's graphs) (a proposal that leaves the fraction
+to the engine is asked at the most the engine's fraction for it can be,
+:class:`~autotune.study.pool_deaths.EngineFractions`); with the smallest graph batch the space offers
+when the memory model says the headroom left cannot hold the graphs otherwise. A proposal that dies only
+at that bounded engine fraction, and that no offered fraction makes room for, is skipped
+(``predicted-infeasible-memory-low``). A proposal no death speaks for, whose fraction (given, or the
+engine's bounded) leaves no pool at all after the weights by the memory model, is launched at the
+smallest offered fraction that fits rather than skipped: the weights alone rule it out.
 """
 
 from __future__ import annotations
@@ -59,25 +62,16 @@ class MakeRoom(SizingRule):
         if rules is None:
             return None
         deaths = pool_deaths(history.finished, engine, plan.engine)
+        fractions = offered(self.space.tuned.get(rules.fraction_flag))
         found = first_death(deaths, plan, rules, EngineFractions(engine, model))
         if found is None:
-            return None
+            return self._clear_of_weights(plan, model, fractions, deaths)
         death = found.death
-        fractions = offered(self.space.tuned.get(rules.fraction_flag))
-        graph_flag = rules.graph_batch_flag
-        graphs = offered(self.space.tuned.get(graph_flag)) if graph_flag else []
-        for fraction in self._fractions(death, plan, model, fractions, deaths) if fractions else []:
-            for graph in [None, *graphs[:1]]:
-                changes: dict[str, FlagValue] = {rules.fraction_flag: fraction}
-                if graph_flag is not None and graph is not None:
-                    changes[graph_flag] = int(graph)
-                try:
-                    launched = engine.normalise({**plan.flags, **changes})
-                except InvalidConfig:
-                    continue
-                if first_death(deaths, launched, rules) is None and model.predict(launched.flags).feasible:
-                    why = f"the pool memory that trial {death.trial} ran out of"
-                    return Launch(plan=launched, adjusted=[adjusted(self.name, plan, launched, [death.trial], why)])
+        tried = self._fractions(death, plan, model, fractions, deaths) if fractions else []
+        why = f"the pool memory that trial {death.trial} ran out of"
+        room = self._launch_at(plan, tried, deaths, why, [death.trial])
+        if room is not None:
+            return room
         if found.at_bounded_fraction:
             return Skip(
                 rule=self.name,
@@ -88,6 +82,55 @@ class MakeRoom(SizingRule):
                 trials=[death.trial],
             )
         return None
+
+    def _launch_at(
+        self, plan: LaunchPlan, fractions: Sequence[float], deaths: Sequence[PoolDeath], why: str, trials: list[int]
+    ) -> Launch | None:
+        """``plan`` at the first of ``fractions`` (with its own graph batch, else the smallest offered)
+        that no death speaks for and the memory model says fits."""
+        engine, model = self.engines[plan.engine], self.feasibility[plan.engine]
+        rules = engine.memory_rules
+        assert rules is not None
+        graph_flag = rules.graph_batch_flag
+        graphs = offered(self.space.tuned.get(graph_flag)) if graph_flag else []
+        for fraction in fractions:
+            for graph in [None, *graphs[:1]]:
+                changes: dict[str, FlagValue] = {rules.fraction_flag: fraction}
+                if graph_flag is not None and graph is not None:
+                    changes[graph_flag] = int(graph)
+                try:
+                    launched = engine.normalise({**plan.flags, **changes})
+                except InvalidConfig:
+                    continue
+                if first_death(deaths, launched, rules) is None and model.predict(launched.flags).feasible:
+                    return Launch(plan=launched, adjusted=[adjusted(self.name, plan, launched, trials, why)])
+        return None
+
+    def _clear_of_weights(
+        self, plan: LaunchPlan, model: FeasibilityModel, fractions: list[float], deaths: Sequence[PoolDeath]
+    ) -> Launch | None:
+        """A plan whose fraction (given, or the most the engine's own can be for it) leaves no pool at
+        all after the weights, by the memory model, is launched at the smallest offered fraction above it
+        that fits: the weights alone rule that fraction out, whatever the draft or the graphs."""
+        assert model.rules is not None
+        flag = model.rules.fraction_flag
+        given = plan.flags.get(flag)
+        engine_at_most = EngineFractions(self.engines[plan.engine], model).at_most
+        asked = given if isinstance(given, float) else engine_at_most(plan, deaths)
+        if asked is None:
+            return None
+        short = model.predict({**plan.flags, flag: asked})
+        if short.feasible or short.pool_bytes is None or short.pool_bytes > 0:
+            return None
+        why = f"the pool that {flag} {asked:g} leaves after the weights (none)"
+        return self._launch_at(plan, [f for f in fractions if f > asked], deaths, why, [])
+
+    @staticmethod
+    def _past_headroom_deaths(fractions: list[float], floor: float, open_: list[float]) -> list[float]:
+        """The fractions above ``floor`` at or past where alike launches ran out of headroom, tried last:
+        the memory model judges the plan's own graphs there (a headroom death of larger graphs, or a
+        death of the weights alone, does not close them)."""
+        return [f for f in fractions if f > floor and f not in open_]
 
     def _fractions(
         self,
@@ -111,7 +154,8 @@ class MakeRoom(SizingRule):
         if needed is not None:
             return [f for f in fractions if f > floor and f >= needed + FRACTION_MARGIN and window.open_above(f)]
         open_ = [f for f in fractions if f > floor and window.open(f)]
+        above = self._past_headroom_deaths(fractions, floor, open_)
         if not open_:
-            return []
+            return above
         middle = (floor + (window.high if window.high is not None else open_[-1])) / 2
-        return [f for f in open_ if f >= middle] + [f for f in reversed(open_) if f < middle]
+        return [f for f in open_ if f >= middle] + [f for f in reversed(open_) if f < middle] + above
