@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import pairwise
 from pathlib import Path
 
@@ -144,7 +144,7 @@ def build(
     primary = next((w for w in levels.winners if w.concurrency == levels.primary), None)
     run = primary.trial if primary is not None else None
     decisions: list[str] = []
-    tiers = _tiers(records, levels, engine, decisions)
+    tiers = _tiers(records, by_number, levels, engine, decisions)
     if isinstance(tiers, str):
         return NoSchedule(reason=tiers, run=run)
     if len({t.steps for t in tiers}) == 1:
@@ -176,10 +176,15 @@ def build(
     )
 
 
-def _tiers(records: Sequence[TrialRecord], levels: LoadLevels, engine: str, decisions: list[str]) -> list[Tier] | str:
+def _tiers(
+    records: Sequence[TrialRecord],
+    by_number: Mapping[int, TrialRecord],
+    levels: LoadLevels,
+    engine: str,
+    decisions: list[str],
+) -> list[Tier] | str:
     """Each level's tier (its winner, else its best that the schedule can run, said in ``decisions``),
     or why a level has none."""
-    by_number = {r.number: r for r in records}
     runnable = [r for r in measured(records) if isinstance(tier_steps(r, engine), int)]
     what = schedule_form(engine).what
     tiers: list[Tier] = []

@@ -65,11 +65,11 @@ class MakeRoom(SizingRule):
         fractions = offered(self.space.tuned.get(rules.fraction_flag))
         found = first_death(deaths, plan, rules, EngineFractions(engine, model))
         if found is None:
-            return self._clear_of_weights(plan, model, fractions, deaths)
+            return self._clear_of_weights(plan, rules, model, fractions, deaths)
         death = found.death
         tried = self._fractions(death, plan, model, fractions, deaths) if fractions else []
         why = f"the pool memory that trial {death.trial} ran out of"
-        room = self._launch_at(plan, tried, deaths, why, [death.trial])
+        room = self._launch_at(plan, rules, model, tried, deaths, why, [death.trial])
         if room is not None:
             return room
         if found.at_bounded_fraction:
@@ -84,13 +84,17 @@ class MakeRoom(SizingRule):
         return None
 
     def _launch_at(
-        self, plan: LaunchPlan, fractions: Sequence[float], deaths: Sequence[PoolDeath], why: str, trials: list[int]
+        self,
+        plan: LaunchPlan,
+        rules: MemoryRules,
+        model: FeasibilityModel,
+        fractions: Sequence[float],
+        deaths: Sequence[PoolDeath],
+        why: str,
+        trials: list[int],
     ) -> Launch | None:
         """``plan`` at the first of ``fractions`` (with its own graph batch, else the smallest offered)
         that no death speaks for and the memory model says fits."""
-        engine, model = self.engines[plan.engine], self.feasibility[plan.engine]
-        rules = engine.memory_rules
-        assert rules is not None
         graph_flag = rules.graph_batch_flag
         graphs = offered(self.space.tuned.get(graph_flag)) if graph_flag else []
         for fraction in fractions:
@@ -99,7 +103,7 @@ class MakeRoom(SizingRule):
                 if graph_flag is not None and graph is not None:
                     changes[graph_flag] = int(graph)
                 try:
-                    launched = engine.normalise({**plan.flags, **changes})
+                    launched = self.engines[plan.engine].normalise({**plan.flags, **changes})
                 except InvalidConfig:
                     continue
                 if first_death(deaths, launched, rules) is None and model.predict(launched.flags).feasible:
@@ -107,13 +111,17 @@ class MakeRoom(SizingRule):
         return None
 
     def _clear_of_weights(
-        self, plan: LaunchPlan, model: FeasibilityModel, fractions: list[float], deaths: Sequence[PoolDeath]
+        self,
+        plan: LaunchPlan,
+        rules: MemoryRules,
+        model: FeasibilityModel,
+        fractions: list[float],
+        deaths: Sequence[PoolDeath],
     ) -> Launch | None:
         """A plan whose fraction (given, or the most the engine's own can be for it) leaves no pool at
         all after the weights, by the memory model, is launched at the smallest offered fraction above it
         that fits: the weights alone rule that fraction out, whatever the draft or the graphs."""
-        assert model.rules is not None
-        flag = model.rules.fraction_flag
+        flag = rules.fraction_flag
         given = plan.flags.get(flag)
         engine_at_most = EngineFractions(self.engines[plan.engine], model).at_most
         asked = given if isinstance(given, float) else engine_at_most(plan, deaths)
@@ -123,7 +131,7 @@ class MakeRoom(SizingRule):
         if short.feasible or short.pool_bytes is None or short.pool_bytes > 0:
             return None
         why = f"the pool that {flag} {asked:g} leaves after the weights (none)"
-        return self._launch_at(plan, [f for f in fractions if f > asked], deaths, why, [])
+        return self._launch_at(plan, rules, model, [f for f in fractions if f > asked], deaths, why, [])
 
     @staticmethod
     def _past_headroom_deaths(fractions: list[float], floor: float, open_: list[float]) -> list[float]:
