@@ -243,6 +243,26 @@ def _scale_draft_step(profile: TwinProfile, factor: float) -> TwinProfile:
     return profile.model_copy(update={"overheads": over, "model": model})
 
 
+def _drafter_of(cfg: LaunchConfig) -> str:
+    """The drafter a speculative configuration drafts with: its path, or ``mtp`` for MTP heads."""
+    return cfg.spec.drafter.path if cfg.spec.drafter is not None else "mtp"
+
+
+def _scale_own_draft_step(drafter: str) -> Callable[[TwinProfile, float], TwinProfile]:
+    """One drafter's step cost alone (``mtp``: the MTP heads' ``draft_step_ms``)."""
+
+    def apply(profile: TwinProfile, factor: float) -> TwinProfile:
+        if drafter == "mtp":
+            return _scale_overhead("draft_step_ms")(profile, factor)
+        drafters = [
+            d.model_copy(update={"step_ms": d.step_ms * factor}) if d.path == drafter else d
+            for d in profile.model.drafters
+        ]
+        return profile.model_copy(update={"model": profile.model.model_copy(update={"drafters": drafters})})
+
+    return apply
+
+
 def _scale_bandwidth(profile: TwinProfile, factor: float) -> TwinProfile:
     gpus = profile.gpus
     efficiency = min(1.0, gpus.bandwidth_efficiency * factor)
@@ -289,22 +309,30 @@ def identifiable_knobs(points: Sequence[Point], configs: Sequence[LaunchConfig])
     separate from it is free only where they vary it: the fixed per-pass cost and compute need more
     than one concurrency, the fixed cost of speculation a speculative and a plain point, the draft
     step more than one depth, verify cost more than one count of tokens verified a pass; acceptance
-    is free where a speculative point gives no accept length.
+    is free where a speculative point gives no accept length. Where the points draft with more than
+    one drafter, each drafter's step is its own knob, free where that drafter drafts at more than one
+    depth (one drafter's step cost says nothing of another's: vLLM's EAGLE-3 step costs more than
+    EAGLE's on the same target though it reads less).
     """
     pairs = list(zip(points, configs, strict=True))
     spec = [(p, c) for p, c in pairs if c.spec.enabled]
     batches = {p.concurrency for p in points}
+    depths: dict[str, set[int | None]] = {}
+    for _, c in spec:
+        depths.setdefault(_drafter_of(c), set()).add(c.spec.num_steps)
     free = {
         "bandwidth": True,
         "fixed_pass_ms": len(batches) > 1,
         "compute": len(batches) > 1,
         "spec_pass_ms": bool(spec) and len(spec) < len(pairs),
-        "draft_step_ms": len({c.spec.num_steps for _, c in spec}) > 1,
+        "draft_step_ms": len(depths) == 1 and len({c.spec.num_steps for _, c in spec}) > 1,
         "verify_token_ms": len({p.concurrency * c.spec.tokens_per_pass for p, c in spec}) > 1,
     }
-    knobs = tuple(k for k in COST_KNOBS if free[k.name])
+    knobs = [k for k in COST_KNOBS if free[k.name]]
+    if len(depths) > 1:
+        knobs += [Knob(f"draft_step_ms:{d}", _scale_own_draft_step(d)) for d, seen in depths.items() if len(seen) > 1]
     unknown = any(p.accept_length is None for p, _ in spec)
-    return (*knobs, ACCEPTANCE_KNOB) if unknown else knobs
+    return (*knobs, ACCEPTANCE_KNOB) if unknown else tuple(knobs)
 
 
 def apply_knobs(profile: TwinProfile, knobs: Sequence[Knob], logs: Sequence[float]) -> TwinProfile:

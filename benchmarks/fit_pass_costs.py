@@ -6,11 +6,14 @@ them): the squared log error of each row's rate over its table's first row at th
 rate over its own smallest batch (the batch curve; not for ``HOST_BOUND_CURVES``), a weak pull on
 absolute rates, and a price per row-to-row sign the twin gets wrong. A Nelder-Mead search on the
 log of every constant in ``FITTED`` (``calibrate.nelder_mead``) from ``DEFAULT_COSTS`` updated by
-``--start``; ``--variant`` fits a judge variant (``new - experts touched``: without that term).
-Everything it fits on is the corpus: the judge's ratio and sign columns are in-sample for the
-constants it prints.
+``--start``; ``--variant`` fits a judge variant without its term (``new - spec_pass``: the fixed cost
+of speculation stays 0; ``today``: none of issue 44's terms). Everything it fits on is the corpus:
+the judge's ratio and sign columns are in-sample for the constants it prints.
 
-    python -m benchmarks.fit_pass_costs [--iterations N] [--variant V] [--start JSON]
+``--leave-one-out`` judges the physics on tables it was not fitted on: for each table, the
+constants are fitted on the other tables and the held one's ratios and signs are judged.
+
+    python -m benchmarks.fit_pass_costs [--iterations N] [--variant V] [--start JSON] [--leave-one-out]
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import sys
 import numpy as np
 
 from autotune_twin import calibrate
-from autotune_twin.setup import DEFAULT_COSTS, PassCosts
+from autotune_twin.setup import PassCosts
 from benchmarks import spec_tables
 
 FITTED = (
@@ -52,13 +55,41 @@ CAPPED = ("compute_efficiency", "moe_draft_token_spread")  # shares: at most 1
 # no GPU term draws and that the Qwen3-235B table (3,700 tok/s) rules out as a default.
 HOST_BOUND_CURVES = frozenset({"angelslim-163-qwen3-30b-a3b"})
 FLOOR = 1e-4  # a constant fitted on a log scale starts at least here
+# The constants a judge variant takes out of the fit: they keep the variant's values (its term off).
+REMOVED: dict[str, tuple[str, ...]] = {
+    "new": (),
+    "new - spec_pass": ("spec_pass_ms", "spec_pass_tp_ms"),
+    "new - draft_step_tp": ("draft_step_tp_ms",),
+    "new - tree costs": ("tree_branch_ms", "tree_bookkeeping_ms"),
+    "new - batch_scale": ("batch_scale",),
+    "new - per_request": ("per_request_ms",),
+    "new - experts touched": ("moe_draft_token_spread",),
+    "today": ("spec_pass_ms", "spec_pass_tp_ms", "draft_step_tp_ms", "moe_draft_token_spread"),
+}
 
 
-def costs_at(base: PassCosts, logs: np.ndarray) -> PassCosts:
-    values = {name: max(getattr(base, name), FLOOR) * math.exp(x) for name, x in zip(FITTED, logs, strict=True)}
+def fitted_names(variant: str) -> tuple[str, ...]:
+    return tuple(name for name in FITTED if name not in REMOVED[variant])
+
+
+def costs_at(base: PassCosts, logs: np.ndarray, names: tuple[str, ...] = FITTED) -> PassCosts:
+    values = {name: max(getattr(base, name), FLOOR) * math.exp(x) for name, x in zip(names, logs, strict=True)}
     for name in CAPPED:
-        values[name] = min(values[name], 1.0)
+        if name in values:
+            values[name] = min(values[name], 1.0)
     return base.model_copy(update=values)
+
+
+def fit(tables: list[spec_tables.Table], base: PassCosts, variant: str, iterations: int) -> tuple[PassCosts, float]:
+    """The variant's constants fitted to ``tables`` from ``base``, and the loss they reach."""
+    names = fitted_names(variant)
+
+    def loss(logs: np.ndarray) -> float:
+        costs = costs_at(base, logs, names)
+        return sum(table_loss(t, costs, variant) for t in tables)
+
+    best = calibrate.nelder_mead(loss, np.zeros(len(names)), iterations=iterations, restarts=2)
+    return costs_at(base, best, names), loss(best)
 
 
 def _log_ratio_error(cells: list[spec_tables.Cell], predicted: list[float], i: int, first: int) -> float:
@@ -67,7 +98,7 @@ def _log_ratio_error(cells: list[spec_tables.Cell], predicted: list[float], i: i
 
 
 def table_loss(table: spec_tables.Table, costs: PassCosts, variant: str) -> float:
-    profile = spec_tables.VARIANT_PROFILE[variant](spec_tables.build(table, costs))
+    profile = spec_tables.variant_profile(table, variant, costs)
     cells = table.cells
     configs = [calibrate.launch_config(profile, c.point.flags) for c in cells]
     predicted = [calibrate.predict_point(profile, c.point, cfg).tok_s for c, cfg in zip(cells, configs, strict=True)]
@@ -94,25 +125,36 @@ def table_loss(table: spec_tables.Table, costs: PassCosts, variant: str) -> floa
     return loss
 
 
+def leave_one_out(tables: list[spec_tables.Table], base: PassCosts, variant: str, iterations: int) -> None:
+    """For each table: fit on the others, judge the held one (its ratios and signs)."""
+    print("| held-out table | physics | ratio max / median | signs |")
+    print("|---|---|---|---|")
+    for held in tables:
+        costs, _ = fit([t for t in tables if t is not held], base, variant, iterations)
+        profile = spec_tables.variant_profile(held, variant, costs)
+        v = spec_tables.judge(held, profile, subsets=0)
+        print(
+            f"| {held.id} | {variant} | {v.ratio_max:.1%} / {v.ratio_median:.1%} | {v.signs_right}/{v.signs} |",
+            flush=True,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.fit_pass_costs", description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=300)
     parser.add_argument("--start", type=json.loads, default={}, help="constants to start from (JSON)")
-    parser.add_argument("--variant", default="new", choices=sorted(spec_tables.VARIANT_PROFILE))
+    parser.add_argument("--variant", default="new", choices=sorted(REMOVED))
+    parser.add_argument("--leave-one-out", action="store_true", help="judge each table fitted on the others")
     args = parser.parse_args(argv)
     tables = spec_tables.load_tables(spec_tables.TABLES)
-    base = DEFAULT_COSTS.model_copy(update=args.start)
-
-    def loss(logs: np.ndarray) -> float:
-        costs = costs_at(base, logs)
-        return sum(table_loss(t, costs, args.variant) for t in tables)
-
-    start = np.zeros(len(FITTED))
-    print(f"start loss {loss(start):.4f}", flush=True)
-    best = calibrate.nelder_mead(loss, start, iterations=args.iterations, restarts=2)
-    print(f"loss {loss(best):.4f}")
-    fitted = costs_at(base, best)
-    for name in FITTED:
+    base = spec_tables.VARIANTS[args.variant].model_copy(update=args.start)
+    if args.leave_one_out:
+        leave_one_out(tables, base, args.variant, args.iterations)
+        return 0
+    print(f"start loss {sum(table_loss(t, base, args.variant) for t in tables):.4f}", flush=True)
+    fitted, loss = fit(tables, base, args.variant, args.iterations)
+    print(f"loss {loss:.4f}")
+    for name in fitted_names(args.variant):
         print(f"    {name}={getattr(fitted, name):.4g},")
     return 0
 

@@ -9,7 +9,10 @@ its accept length the replay uses it, so only the cost model is judged. Per tabl
   published, max and median error over the rows after the first;
 - ``signs``: how many row-to-row changes (in the table's order, at one concurrency) go the same way;
 - ``cal3``: after fitting the profile's free constants (``autotune_twin.calibrate.fit``) to three
-  rows, the worst error of the other rows' rates, over every choice of three (at most 8, drawn).
+  rows, the worst error of the other rows' rates, over every choice of three (at most 8, drawn);
+- ``cal3 spanned``: the same over only the other rows the three span (:func:`spanned`): a row whose
+  drafter, depth, tree width or concurrency lies outside them is extrapolated, and a fit to three
+  rows cannot know the cost that carries it; with the count of such rows.
 
 for today's physics (no fixed cost of speculation, the built-in profile's draft-step constant, no
 TP part in it) and the new one, and for the new one without each term (tree costs and batch scale
@@ -204,6 +207,11 @@ VARIANT_PROFILE: dict[str, Callable[[TwinProfile], TwinProfile]] = {
 }
 
 
+def variant_profile(table: Table, variant: str, costs: PassCosts) -> TwinProfile:
+    """The table's profile as the variant draws it, from ``costs``."""
+    return VARIANT_PROFILE.get(variant, _same)(build(table, costs))
+
+
 # ---------------------------------------------------------------------------------------------
 # Judging
 
@@ -216,6 +224,10 @@ class Verdict:
     signs: int
     cal3_max: float
     cal3_median: float
+    spanned_max: float
+    spanned_median: float
+    spanned: int  # held-out rows the chosen three span, over every choice
+    held: int  # held-out rows, over every choice
 
 
 def _predict(profile: TwinProfile, cells: list[Cell], configs: list[LaunchConfig]) -> list[float]:
@@ -242,11 +254,19 @@ def judge(table: Table, profile: TwinProfile, *, subsets: int) -> Verdict:
     if len(choices) > subsets:
         choices = random.Random(table.id).sample(choices, subsets)
     cal: list[float] = []
+    inside: list[float] = []
+    held_count = 0
     for chosen in choices:
         fitted = calibrate.fit(profile, [c.point for c in cells if c.row in chosen])
+        fit_on = [Span.of(c.point, cfg) for c, cfg in zip(cells, configs, strict=True) if c.row in chosen]
         held = [i for i, c in enumerate(cells) if c.row not in chosen]
         again = _predict(fitted, [cells[i] for i in held], [configs[i] for i in held])
-        cal.append(max(abs(p / cells[i].point.tok_s - 1) for p, i in zip(again, held, strict=True)))
+        errors_held = [abs(p / cells[i].point.tok_s - 1) for p, i in zip(again, held, strict=True)]
+        cal.append(max(errors_held))
+        held_count += len(held)
+        inside += [
+            e for e, i in zip(errors_held, held, strict=True) if spanned(fit_on, Span.of(cells[i].point, configs[i]))
+        ]
     return Verdict(
         ratio_max=max(errors, default=0.0),
         ratio_median=statistics.median(errors) if errors else 0.0,
@@ -254,12 +274,52 @@ def judge(table: Table, profile: TwinProfile, *, subsets: int) -> Verdict:
         signs=total,
         cal3_max=max(cal, default=float("nan")),
         cal3_median=statistics.median(cal) if cal else float("nan"),
+        spanned_max=max(inside, default=float("nan")),
+        spanned_median=statistics.median(inside) if inside else float("nan"),
+        spanned=len(inside),
+        held=held_count,
+    )
+
+
+@dataclass(frozen=True)
+class Span:
+    """What a point varies that a calibration may have to extrapolate."""
+
+    drafter: str  # "" without speculation
+    steps: int
+    topk: int
+    concurrency: int
+
+    @classmethod
+    def of(cls, point: Point, cfg: LaunchConfig) -> Span:
+        spec = cfg.spec
+        if not spec.enabled:
+            return cls("", 0, 0, point.concurrency)
+        drafter = spec.drafter.path if spec.drafter is not None else "mtp"
+        return cls(drafter, spec.num_steps or 0, spec.eagle_topk or 0, point.concurrency)
+
+
+def spanned(fit_on: list[Span], point: Span) -> bool:
+    """Whether the points fitted on hold ``point``'s drafter (or its absence) and span its depth,
+    tree width and concurrency."""
+    same = [s for s in fit_on if s.drafter == point.drafter]
+
+    def within(values: list[int], value: int) -> bool:
+        return bool(values) and min(values) <= value <= max(values)
+
+    return (
+        within([s.steps for s in same], point.steps)
+        and within([s.topk for s in same], point.topk)
+        and within([s.concurrency for s in fit_on], point.concurrency)
     )
 
 
 def _cell(v: Verdict) -> str:
     cal = "-" if v.cal3_max != v.cal3_max else f"{v.cal3_max:.1%} ({v.cal3_median:.1%})"
-    return f"{v.ratio_max:.1%} / {v.ratio_median:.1%} | {v.signs_right}/{v.signs} | {cal}"
+    inside = "-" if v.held == 0 else f"{v.spanned}/{v.held} rows"
+    if v.spanned:
+        inside = f"{v.spanned_max:.1%} ({v.spanned_median:.1%}), {inside}"
+    return f"{v.ratio_max:.1%} / {v.ratio_median:.1%} | {v.signs_right}/{v.signs} | {cal} | {inside}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -271,14 +331,15 @@ def main(argv: list[str] | None = None) -> int:
     tables = load_tables(args.tables)
     variants = ["today", "new"] if args.quick else list(VARIANTS)
     print("Ratio: max / median error of each row's rate over the first row's; signs: row-to-row changes "
-          "the same way; cal3: worst (median) error of the other rows after fitting three.\n")  # fmt: skip
-    print("| table | GPUs named | points | physics | ratio max / median | signs | cal3 worst (median) |")
-    print("|---|---|---|---|---|---|---|")
+          "the same way; cal3: worst (median) error of the other rows after fitting three; cal3 spanned: the "
+          "same over the other rows the three span (drafter, depth, tree width, concurrency).\n")  # fmt: skip
+    print("| table | GPUs named | points | physics | ratio max / median | signs | cal3 worst (median) | cal3 spanned |")
+    print("|---|---|---|---|---|---|---|---|")
     for table in tables:
         for variant in variants:
             costs = VARIANTS[variant]
             subsets = args.subsets if variant in ("today", "new") else 0
-            profile = VARIANT_PROFILE.get(variant, _same)(build(table, costs))
+            profile = variant_profile(table, variant, costs)
             verdict = judge(table, profile, subsets=subsets)
             named = "yes" if table.gpus_named else "no (assumed)"
             print(f"| {table.id} | {named} | {len(table.cells)} | {variant} | {_cell(verdict)} |", flush=True)

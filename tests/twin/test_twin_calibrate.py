@@ -10,8 +10,8 @@ import yaml
 
 from autotune_twin import calibrate, physics
 from autotune_twin.calibrate import Point
-from autotune_twin.profile import TwinProfile, load_profile
-from autotune_twin.setup import DEFAULT_COSTS, DrafterFacts, load_setup, profile_from_setup
+from autotune_twin.profile import DrafterSpec, TwinProfile, load_profile
+from autotune_twin.setup import DEFAULT_COSTS, DrafterFacts, drafter_spec, load_setup, profile_from_setup
 from tests.twin.processes import REPO, twin
 
 GLM = REPO / "benchmarks" / "spec_setups" / "sgl-23336-glm47-mtp.yaml"
@@ -105,6 +105,39 @@ def test_fitted_profile_recovers_a_known_profiles_predictions(tmp_path: Path) ->
     for point in drawn(truth, [(steps(4), 4), (steps(5), 16), ({}, 16), (steps(2), 2)]):
         predicted = calibrate.predict_point(fitted, point).tok_s
         assert predicted == pytest.approx(point.tok_s, rel=0.02)
+
+
+def test_each_drafter_measured_at_two_depths_gets_its_own_step_cost() -> None:
+    base = profile_from_setup(load_setup(LLAMA))
+    eagle = base.model.drafters[0]
+    eagle3_config = {**eagle_config(), "architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": 32000}
+    eagle3 = drafter_spec(DrafterFacts(algorithm="EAGLE3", config=eagle3_config), path="E3")
+    start = with_drafters(base, eagle, eagle3.model_copy(update={"step_ms": eagle.step_ms}))
+    # The truth: EAGLE's step cheaper than the setup says, EAGLE-3's dearer (as vLLM measured them).
+    truth = with_drafters(
+        base,
+        eagle.model_copy(update={"step_ms": eagle.step_ms * 0.5}),
+        eagle3.model_copy(update={"step_ms": eagle.step_ms * 3.0}),
+    )
+
+    def k(n: int, path: str) -> dict[str, object]:
+        return {"speculative-config": {"num_speculative_tokens": n, "model": path}}
+
+    train = drawn(truth, [({}, 1), (k(2, eagle.path), 1), (k(6, eagle.path), 1), (k(2, "E3"), 1), (k(6, "E3"), 1)])
+    fitted = calibrate.fit(start, train)
+    for point in drawn(truth, [(k(4, eagle.path), 1), (k(4, "E3"), 1), (k(3, "E3"), 1)]):
+        assert calibrate.predict_point(fitted, point).tok_s == pytest.approx(point.tok_s, rel=0.02)
+
+
+def with_drafters(profile: TwinProfile, *drafters: DrafterSpec) -> TwinProfile:
+    return profile.model_copy(update={"model": profile.model.model_copy(update={"drafters": list(drafters)})})
+
+
+def eagle_config() -> dict[str, object]:
+    """The EAGLE drafter's config.json of the vLLM table's setup."""
+    drafter = yaml.safe_load(LLAMA.read_text(encoding="utf-8"))["setup"]["drafter"]["config"]
+    assert isinstance(drafter, dict)
+    return drafter
 
 
 def test_predict_prints_one_json_object_from_a_setup_or_a_profile() -> None:
