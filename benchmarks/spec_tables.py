@@ -9,7 +9,8 @@ its accept length the replay uses it, so only the cost model is judged. Per tabl
   published, max and median error over the rows after the first;
 - ``signs``: how many row-to-row changes (in the table's order, at one concurrency) go the same way;
 - ``cal3``: after fitting the profile's free constants (``autotune_twin.calibrate.fit``) to three
-  rows, the worst error of the other rows' rates, over every choice of three (at most 8, drawn);
+  rows, the worst error of the other rows' rates, over every choice of three (``--subsets``: at most
+  that many, drawn);
 - ``cal3 spanned``: the same over only the other rows the three span (:func:`spanned`): a row whose
   drafter, depth, tree width or concurrency lies outside them is extrapolated, and a fit to three
   rows cannot know the cost that carries it; with the count of such rows.
@@ -53,7 +54,7 @@ from autotune_twin.setup import (
 
 SETUPS = Path(__file__).parent / "spec_setups"
 TABLES = Path(__file__).resolve().parents[2] / "shared" / "spec-tables" / "tables.jsonl"
-MAX_SUBSETS = 8
+MAX_SUBSETS = 300  # every choice of three rows in each table of the corpus (the most is 286)
 # Today's physics on the same setups: none of the new terms (no experts touched either: see
 # VARIANT_PROFILE), the built-in profile's draft step, tree costs, batch scale and per-request cost.
 TODAY_COSTS = DEFAULT_COSTS.model_copy(
