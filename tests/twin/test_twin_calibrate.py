@@ -158,7 +158,8 @@ def test_a_switch_is_read_as_a_launch_reads_it() -> None:
     profile = load_profile("qwen3.6-27b-2xa6000")
     on = calibrate.launch_config(profile, steps(3) | {"speculative-adaptive": True})
     off = calibrate.launch_config(profile, steps(3) | {"speculative-adaptive": False})
-    assert on.spec.adaptive is not None and off.spec.adaptive is None and off == calibrate.launch_config(profile, steps(3))
+    assert on.spec.adaptive is not None and off.spec.adaptive is None
+    assert off == calibrate.launch_config(profile, steps(3))
     assert calibrate.flags_from_text("--speculative-adaptive --speculative-num-steps 3") == {
         "speculative-adaptive": True,
         "speculative-num-steps": "3",
