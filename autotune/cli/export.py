@@ -1,4 +1,5 @@
-"""``autotune export``: the best (or a chosen) configuration as a profile, a launch script or a systemd unit."""
+"""``autotune export``: the best (or a chosen) configuration as a profile, a launch script or a systemd unit;
+every measured trial as calibration points for the twin."""
 
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ def export(
     storage: StorageOpt = None,
     studies_dir: StudiesDir = Path("studies"),
 ) -> None:
-    """Export the best feasible configuration (or --trial N) as a profile, a script or a systemd unit."""
+    """Export the best feasible configuration (or --trial N) as a profile, a script or a systemd unit,
+    or every measured trial as calibration points."""
     with error_funnel():
         from autotune.profile import render
 
