@@ -4,24 +4,14 @@ predicting"). Pure functions over :class:`~autotune.records.TrialRecord`."""
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import Field
 
-from autotune.engines import DEFAULT_ENGINE
-from autotune.engines.vllm_flags import SPEC_CONFIG
-from autotune.engines.vllm_speculation import speculative_config
+from autotune.engines import DEFAULT_ENGINE, get_engine
 from autotune.models import Frozen
 from autotune.records import MetricRecord, TrialRecord
-from autotune.space import FlagValue
-
-SGLANG_SPECULATIVE = "speculative-"
-"""SGLang's speculative flags all start so (``speculative-num-steps``, ``speculative-algorithm``, ...)."""
-CALIBRATED_ENGINES = ("sglang", "vllm")
-"""The engines whose speculative flags the twin's calibration reads."""
 
 
 class CalibrationPoint(Frozen):
@@ -43,7 +33,7 @@ class CalibrationPoints(Frozen):
         default=0, description="points whose input_len is 0: measured before autotune recorded prompt_tokens"
     )
     other_engines: list[int] = Field(
-        default_factory=list, description="measured trials left out: an engine the twin's calibration does not read"
+        default_factory=list, description="measured trials left out: the twin does not simulate their engine"
     )
 
 
@@ -57,36 +47,18 @@ def calibration_points(records: Iterable[TrialRecord], *, concurrency: int) -> C
     for record in records:
         if not record.served:
             continue
-        engine = record.engine or DEFAULT_ENGINE
-        if engine not in CALIBRATED_ENGINES:
+        flags = get_engine(record.engine or DEFAULT_ENGINE).calibration_flags(record.flags)
+        if flags is None:
             other_engines.append(record.number)
             continue
-        flags = speculative_flags(engine, record.flags)
-        levels = record.measurement.levels.values()
-        measured = [(level.concurrency, level.metrics) for level in levels] or [
-            (concurrency, record.measurement.metrics)
-        ]
-        for at, metrics in measured:
+        by_level = [(level.concurrency, level.metrics) for level in record.measurement.levels.values()]
+        for at, metrics in by_level or [(concurrency, record.measurement.metrics)]:
             point = _point(flags, at, metrics)
             if point is not None:
                 points.append(point)
                 if "prompt_tokens" not in metrics:
                     without_prompt += 1
     return CalibrationPoints(points=points, without_prompt_tokens=without_prompt, other_engines=other_engines)
-
-
-def speculative_flags(engine: str, flags: Mapping[str, FlagValue]) -> dict[str, Any]:
-    """The speculative flags of a launch as the points spell them: SGLang's ``speculative-*`` flags,
-    vLLM's ``speculative-config`` as one mapping; numbers as numbers."""
-    if engine != "vllm":
-        return {name: _number(value) for name, value in flags.items() if name.startswith(SGLANG_SPECULATIVE)}
-    config = speculative_config(flags)
-    if SPEC_CONFIG in flags:  # the JSON object as given, where a record kept it whole
-        given = json.loads(str(flags[SPEC_CONFIG]))
-        if not isinstance(given, dict):
-            raise ValueError(f"{SPEC_CONFIG}: not a JSON object: {flags[SPEC_CONFIG]!r}")
-        config = {str(key).replace("-", "_"): value for key, value in given.items()} | config
-    return {SPEC_CONFIG: {key: _number(value) for key, value in config.items()}} if config else {}
 
 
 def _point(flags: dict[str, Any], concurrency: int, metrics: Mapping[str, MetricRecord]) -> CalibrationPoint | None:
@@ -116,16 +88,3 @@ def _per_request(metrics: Mapping[str, MetricRecord], name: str) -> int | None:
     if metric is None or metric.value is None or not metric.n:
         return None
     return round(metric.value / metric.n)
-
-
-def _number(value: Any) -> Any:
-    """``"3"`` -> 3, ``"0.5"`` -> 0.5; anything else as it is."""
-    if not isinstance(value, str):
-        return value
-    for kind in (int, float):
-        try:
-            number = kind(value)
-        except ValueError:
-            continue
-        return number if math.isfinite(number) else value
-    return value

@@ -3,8 +3,9 @@ own points reader (autotune_twin.calibrate.Point)."""
 
 from __future__ import annotations
 
-from autotune.calibration_points import calibration_points, speculative_flags
+from autotune.calibration_points import calibration_points
 from autotune.decision import Reuse
+from autotune.engines import get_engine
 from autotune.records import LevelRecord, MetricRecord
 from autotune.testing.records import trial_record
 from autotune_twin.calibrate import Point
@@ -80,7 +81,7 @@ def test_vllm_speculation_is_one_speculative_config_mapping() -> None:
     ]
 
 
-def test_sglang_flags_are_the_speculative_ones_with_numbers_as_numbers() -> None:
+def test_sglang_flags_are_the_speculative_ones_with_numbers_as_numbers_and_llamacpp_has_none() -> None:
     flags = {
         "speculative-num-steps": "3",
         "speculative-adaptive": True,
@@ -88,12 +89,13 @@ def test_sglang_flags_are_the_speculative_ones_with_numbers_as_numbers() -> None
         "speculative-draft-model-path": "z-lab/Qwen3.6-27B-DFlash",
         "speculative-accept-threshold-single": "0.5",
     }
-    assert speculative_flags("sglang", flags) == {
+    assert get_engine("sglang").calibration_flags(flags) == {
         "speculative-num-steps": 3,
         "speculative-adaptive": True,
         "speculative-draft-model-path": "z-lab/Qwen3.6-27B-DFlash",
         "speculative-accept-threshold-single": 0.5,
     }
+    assert get_engine("llamacpp").calibration_flags({"draft-max": 8}) is None
 
 
 def test_a_study_before_prompt_tokens_and_other_engines_are_counted() -> None:

@@ -128,7 +128,7 @@ def _export_points(opened: StudyView, output: Path | None) -> None:
         )
     if found.other_engines:
         left_out = ", ".join(map(str, found.other_engines))
-        print(f"note: trials {left_out} left out: the twin calibrates SGLang and vLLM only", file=sys.stderr)
+        print(f"note: trials {left_out} left out: the twin does not simulate their engine", file=sys.stderr)
     text = "".join(point.model_dump_json(exclude_none=True) + "\n" for point in found.points)
     _write_export(text, output, Format.points)
 

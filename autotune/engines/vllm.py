@@ -301,6 +301,15 @@ class VLLMEngine(Engine):
                 argv += [f"--{SPEC_METRICS}", "summary"]  # per-request accept length in every response
         return argv
 
+    def calibration_flags(self, flags: Mapping[str, FlagValue]) -> dict[str, Any]:
+        """The ``--speculative-config`` object the launch ran, as one mapping (from its fields, or the
+        JSON where a record kept it whole)."""
+        config = speculative_config(flags)
+        if SPEC_CONFIG in flags:
+            given = self._json_object(flags[SPEC_CONFIG])
+            config = {str(key).replace("-", "_"): value for key, value in given.items()} | config
+        return {SPEC_CONFIG: {key: base.as_number(value) for key, value in config.items()}} if config else {}
+
     # -- 4./5. readiness, effective config ---------------------------------------------------------
 
     # Readiness: the port refuses connections until the engine is ready, then /health answers 200,
