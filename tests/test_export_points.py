@@ -5,8 +5,6 @@ profile to them."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ import yaml
 from autotune_twin.calibrate import load_points
 from autotune_twin.profile import load_profile
 from tests.test_study_twin import run, small_space
+from tests.twin.processes import twin
 
 pytestmark = [pytest.mark.twin, pytest.mark.slow]
 
@@ -24,11 +23,14 @@ CONCURRENCY = 2
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A short study of the twin space at two users: the two baselines and two sampled launches."""
+    """A short study of the twin space at two users: its two baselines, an adaptive one (a switch in
+    the points) and one sampled launch."""
     cwd = tmp_path_factory.mktemp("points")
     space = small_space(cwd, study=STUDY, objective={"metric": "decode_tok_s", "concurrency": CONCURRENCY})
     data = yaml.safe_load(space.read_text())
     data["measurement"].update(concurrency=CONCURRENCY, prompts_per_round=CONCURRENCY)
+    adaptive = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3, "speculative-adaptive": True}
+    data["baselines"].append({"name": "adaptive", "flags": adaptive})
     space.write_text(yaml.safe_dump(data))
     run("study", str(space), "--trials", "4", "--seed", "3", "--confirm-top", "0", cwd=cwd)
     return cwd
@@ -50,16 +52,12 @@ def test_every_measured_trial_is_a_point_the_twin_calibrates_on(study: Path) -> 
         assert metrics["prompt_tokens"]["n"] == metrics["completion_tokens"]["n"]
         spec = {name: value for name, value in trial["flags"].items() if name.startswith("speculative-")}
         assert spec and point["flags"] == spec
+    assert any(point["flags"].get("speculative-adaptive") is True for point in points)
     path = study / "points.jsonl"
     run("export", STUDY, "--format", "points", "-o", str(path), cwd=study)
     assert [p.model_dump(exclude_none=True) for _, p in load_points(path)] == points
     fitted = study / "fitted.yaml"
-    done = subprocess.run(
-        [sys.executable, "-m", "autotune_twin", "calibrate", "qwen3.6-27b-2xa6000", str(path), "-o", str(fitted)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = twin("calibrate", "qwen3.6-27b-2xa6000", str(path), "-o", str(fitted), timeout=300)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["points"] == len(points)
     assert load_profile(fitted).model.name == "Qwen/Qwen3.6-27B"

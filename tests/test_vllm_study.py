@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import SPACES, autotune_cmd
+from tests.twin.processes import twin
 
 pytestmark = [pytest.mark.twin, pytest.mark.slow]
 
@@ -111,10 +111,5 @@ def test_points_carry_the_speculative_config_the_twin_calibrates_on(study: Path)
     path = study / "points.jsonl"
     path.write_text(json.dumps(point) + "\n")
     fitted = study / "fitted.yaml"
-    done = subprocess.run(
-        [sys.executable, "-m", "autotune_twin", "calibrate", "qwen3.6-27b-2xa6000", str(path), "-o", str(fitted)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = twin("calibrate", "qwen3.6-27b-2xa6000", str(path), "-o", str(fitted), timeout=300)
     assert done.returncode == 0 and fitted.is_file(), done.stderr
