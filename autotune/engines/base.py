@@ -383,8 +383,8 @@ class Engine(ABC):
 
     def calibration_flags(self, flags: Mapping[str, FlagValue]) -> dict[str, Any] | None:
         """A launch's speculative flags as the twin's calibration points spell them (docs/twin-profile.md,
-        "Calibrating and predicting"): names without dashes, numbers as numbers, ``{}`` without
-        speculation; None where the twin does not simulate this engine."""
+        "Calibrating and predicting"): names without their leading dashes, numbers as numbers, ``{}``
+        without speculation; None where the twin does not simulate this engine."""
         return None
 
     def failure_in(self, log_text: str) -> Failure | None:
