@@ -82,10 +82,13 @@ def flags_from_text(text: str) -> dict[str, Any]:
     for i, word in enumerate(words):
         if not word.startswith("--"):
             continue
-        name, _, value = word[2:].partition("=")
-        if not value:
-            value = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else "true"
-        flags[name] = value
+        name, equals, value = word[2:].partition("=")
+        if equals:
+            flags[name] = value
+        elif i + 1 < len(words) and not words[i + 1].startswith("--"):
+            flags[name] = words[i + 1]
+        else:
+            flags[name] = True  # a switch
     return flags
 
 
@@ -145,7 +148,9 @@ def launch_config(profile: TwinProfile, flags: dict[str, Any], tp: int | None = 
     flags.setdefault("tp-size", tp or profile.gpus.count)
     argv = ["--model-path", profile.model.name]
     for name, value in flags.items():
-        argv += [f"--{name}", str(value)]
+        if value is False:  # a switch left off, as a launch leaves it out
+            continue
+        argv += [f"--{name}"] if value is True else [f"--{name}", str(value)]
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):

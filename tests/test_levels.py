@@ -7,6 +7,7 @@ landscape where deep drafts win for one user and lose for sixteen, measured by t
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -182,6 +183,28 @@ def test_export_writes_each_levels_winner_and_show_prints_them(tmp_path: Path) -
     as_json = cli.invoke(app, ["show", "levels", "--json", "--studies-dir", studies])
     payload = __import__("json").loads(as_json.stdout)
     assert [w["trial"] for w in payload["load_levels"]["winners"]][2] == winner.number
+
+
+@pytest.mark.slow
+def test_points_are_every_launch_at_every_level_relaunches_included(tmp_path: Path) -> None:
+    runner, engine = _runner(tmp_path, sqlite=True)
+    runner.enqueue_baselines()
+    runner.run(trials=4, timeout_s=None)
+    race_finalists(runner, FinalistsRace(top=2, launches=1))
+    records = [r for r in StudyView(runner.study).records() if r.served]
+    assert len(records) == engine.launches and any(r.confirm_of is not None for r in records)
+    exported = CliRunner().invoke(
+        app, ["export", "levels", "--format", "points", "--studies-dir", str(tmp_path / "studies")]
+    )
+    assert exported.exit_code == 0, exported.output
+    points = [json.loads(line) for line in exported.stdout.splitlines()]
+    expected = [(r, c) for r in records for c in [1, 4, 16]]
+    assert len(points) == len(expected)
+    for point, (record, concurrency) in zip(points, expected, strict=True):
+        level = record.measurement.levels[concurrency]
+        assert point["concurrency"] == concurrency and point["tok_s"] == level.metric_value("output_tok_s")
+        assert (point["input_len"], point["output_len"], point["accept_length"]) == (10, 48, 2.0)
+        assert point["flags"]["speculative-num-steps"] == record.flags["speculative-num-steps"]
 
 
 def test_confirmation_keeps_working_for_the_primary_level(tmp_path: Path) -> None:

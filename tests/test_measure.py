@@ -23,7 +23,7 @@ from autotune.measure.client import (
 )
 from autotune.measure.integrity import failed_check
 from autotune.measure.protocol import MeasureSettings
-from autotune.measure.statistics import percentile, steadiness
+from autotune.measure.statistics import Metric, percentile, steadiness
 from autotune.measure.suites import Prompt, Suite
 
 SUITE = Suite(
@@ -275,6 +275,21 @@ def test_accept_length_is_the_ratio_of_sums_as_engines_report_it() -> None:
     result = summarise([base, short], [50.0], MeasureSettings(), stop_reason="", duration_s=2.0)
     accept = result.metric("accept_length")
     assert accept is not None and accept.value == pytest.approx(100 / (30 + 10))  # not (3 + 1) / 2
+
+
+def test_prompt_tokens_are_summed_over_the_requests_that_report_them() -> None:
+    server = FakeServer(steady, accept={"coding": 1, "chat": 1})  # every request: 5 prompt tokens
+    result = measure(server, MeasureSettings(warmup_requests=1, min_rounds=2))
+    prompt = result.metric("prompt_tokens")
+    assert prompt is not None and prompt.n == len(server.requests) and prompt.value == 5 * len(server.requests)
+    base = RequestRecord(prompt_id="c1", category="coding", round=0, prompt_tokens=7, completion_tokens=90,
+                         ttft_s=0.1, e2e_s=1.0, decode_tok_s=50.0, accept_length=None,
+                         finish_reason="length")  # fmt: skip
+    unreported = base.model_copy(update={"prompt_tokens": None})
+    mixed = summarise([base, unreported], [50.0], MeasureSettings(), stop_reason="", duration_s=2.0)
+    assert mixed.metric("prompt_tokens") == Metric(name="prompt_tokens", unit="tok", value=7, n=1)
+    none = summarise([unreported], [50.0], MeasureSettings(), stop_reason="", duration_s=2.0)
+    assert none.metric("prompt_tokens") is None
 
 
 # ---------------------------------------------------------------- requests the server refuses

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from tests.conftest import SPACES, autotune_cmd
+from tests.twin.processes import twin
 
 pytestmark = [pytest.mark.twin, pytest.mark.slow]
 
@@ -96,3 +97,19 @@ def test_export_builds_one_speculative_config(study: Path) -> None:
     assert """--speculative-config '{"method":"mtp","num_speculative_tokens":3}'""" in command
     assert "--speculative-method" not in command and "--num-speculative-tokens" not in command
     assert "--max-num-seqs 8 " in command and "--max-num-batched-tokens 2048 " in command
+
+
+def test_points_carry_the_speculative_config_the_twin_calibrates_on(study: Path) -> None:
+    points = [json.loads(line) for line in run("export", STUDY, "--format", "points", cwd=study).stdout.splitlines()]
+    ok = next(t for t in json.loads(run("show", STUDY, "--json", cwd=study).stdout)["trials"] if t["outcome"] == "ok")
+    assert len(points) == 1  # the two memory failures measured nothing
+    point = points[0]
+    assert point["flags"] == {"speculative-config": {"method": "mtp", "num_speculative_tokens": 3}}
+    assert point["tok_s"] == ok["metrics"]["output_tok_s"]["value"]
+    assert point["accept_length"] == ok["metrics"]["accept_length"]["value"]
+    assert point["input_len"] > 0 and point["output_len"] > 0 and point["concurrency"] == 1
+    path = study / "points.jsonl"
+    path.write_text(json.dumps(point) + "\n")
+    fitted = study / "fitted.yaml"
+    done = twin("calibrate", "qwen3.6-27b-2xa6000", str(path), "-o", str(fitted), timeout=300)
+    assert done.returncode == 0 and fitted.is_file(), done.stderr

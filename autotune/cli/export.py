@@ -1,4 +1,5 @@
-"""``autotune export``: the best (or a chosen) configuration as a profile, a launch script or a systemd unit."""
+"""``autotune export``: the best (or a chosen) configuration as a profile, a launch script or a systemd unit;
+every measured trial as calibration points for the twin."""
 
 from __future__ import annotations
 
@@ -23,10 +24,17 @@ class Format(str, Enum):
     yaml = "yaml"
     sh = "sh"
     systemd = "systemd"
+    points = "points"
 
 
 FormatOpt = Annotated[
-    Format, typer.Option("--format", "-f", help="yaml (profile), sh (launch script) or systemd (unit).")
+    Format,
+    typer.Option(
+        "--format",
+        "-f",
+        help="yaml (profile), sh (launch script), systemd (unit) or points (every measured trial as "
+        "calibration points for `python -m autotune_twin calibrate`, one JSON object a line).",
+    ),
 ]
 ConcurrencyOpt = Annotated[
     Optional[int], typer.Option("--concurrency", help="A levels study: export this level's winner.")
@@ -63,10 +71,15 @@ def export(
     storage: StorageOpt = None,
     studies_dir: StudiesDir = Path("studies"),
 ) -> None:
-    """Export the best feasible configuration (or --trial N) as a profile, a script or a systemd unit."""
+    """Export the best feasible configuration (or --trial N) as a profile, a script or a systemd unit,
+    or every measured trial as calibration points."""
     with error_funnel():
         from autotune.profile import render
 
+        if fmt is Format.points:
+            _refuse_with_points(trial=trial, concurrency=concurrency, schedule=schedule)
+            _export_points(open_study(study_name, storage, studies_dir), output)
+            return
         opened = open_study(study_name, storage, studies_dir)
         chosen: TrialRecord | None
         if schedule:
@@ -91,6 +104,33 @@ def export(
         _write_export(
             render(opened.profile(chosen, concurrency=concurrency), fmt.value, host=host, port=port), output, fmt
         )
+
+
+def _refuse_with_points(*, trial: int | None, concurrency: int | None, schedule: bool) -> None:
+    options = {"--trial": trial is not None, "--concurrency": concurrency is not None, "--schedule": schedule}
+    given = [name for name, on in options.items() if on]
+    if given:
+        raise UserError(f"--format points exports every measured trial at every level: leave out {', '.join(given)}")
+
+
+def _export_points(opened: StudyView, output: Path | None) -> None:
+    """Every measured trial as calibration points (:mod:`autotune.calibration_points`), one JSON line each."""
+    from autotune.calibration_points import calibration_points
+
+    found = calibration_points(opened.records(), concurrency=opened.info.objective_concurrency)
+    if not found.points:
+        raise UserError(f"study {opened.name!r} has no measured trial with an output rate to export as points")
+    if found.without_prompt_tokens:
+        print(
+            f"note: {found.without_prompt_tokens} of {len(found.points)} points have input_len 0: "
+            "measured before autotune recorded prompt_tokens",
+            file=sys.stderr,
+        )
+    if found.other_engines:
+        left_out = ", ".join(map(str, found.other_engines))
+        print(f"note: trials {left_out} left out: the twin does not simulate their engine", file=sys.stderr)
+    text = "".join(point.model_dump_json(exclude_none=True) + "\n" for point in found.points)
+    _write_export(text, output, Format.points)
 
 
 def _write_export(text: str, output: Path | None, fmt: Format) -> None:

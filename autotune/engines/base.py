@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 import os
 import re
 import statistics
@@ -380,6 +381,12 @@ class Engine(ABC):
         verifies; 1 without speculation): a mixture of experts routes each of them."""
         return 1.0
 
+    def calibration_flags(self, flags: Mapping[str, FlagValue]) -> dict[str, Any] | None:
+        """A launch's speculative flags as the twin's calibration points spell them (docs/twin-profile.md,
+        "Calibrating and predicting"): names without their leading dashes, numbers as numbers, ``{}``
+        without speculation; None where the twin does not simulate this engine."""
+        return None
+
     def failure_in(self, log_text: str) -> Failure | None:
         """The failure a log names, by :attr:`failure_rules`; None when it shows none (a healthy log)."""
         found = failure_in(self.failure_rules, log_text)
@@ -505,6 +512,14 @@ def scalar(text: str) -> FlagValue | None:
         except ValueError:
             continue
     return text
+
+
+def as_number(value: Any) -> Any:
+    """A value kept as text that reads as a number (``"3"``, ``"0.5"``) as that number; else as it is."""
+    read = scalar(value) if isinstance(value, str) else value
+    if isinstance(read, (int, float)) and not isinstance(read, bool) and math.isfinite(read):
+        return read
+    return value
 
 
 def flag_argv(flags: Mapping[str, FlagValue]) -> list[str]:

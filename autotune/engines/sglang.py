@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from autotune.engines import base
 from autotune.engines.base import Engine, InvalidConfig, LaunchPlan, first_rank_search, flag_argv, sse_events
@@ -451,6 +451,10 @@ class SGLangEngine(Engine):
         """The draft tokens a verify pass checks (1 without speculation)."""
         value = flags.get(DRAFT)
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 1.0
+
+    def calibration_flags(self, flags: Mapping[str, FlagValue]) -> dict[str, Any]:
+        """Every speculative flag (they all start ``speculative-``), as launched."""
+        return {name: base.as_number(value) for name, value in flags.items() if name.startswith("speculative-")}
 
     def build_argv(self, launcher: list[str], *, model: str, plan: LaunchPlan, host: str, port: int) -> list[str]:
         # /metrics feeds the cross-check of the client's numbers; it costs nothing measurable.

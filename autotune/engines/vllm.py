@@ -34,7 +34,6 @@ from autotune.engines.vllm_flags import (
     MAX_SEQS,
     METHOD,
     NEGATIONS,
-    PER_BATCH_KEY,
     POSITIVE_OF,
     SPEC_CONFIG,
     SPEC_METRICS,
@@ -51,6 +50,7 @@ from autotune.engines.vllm_speculation import (
     SPEC_SHORTHANDS,
     PerBatchSchedule,
     spec_key,
+    speculative_config,
     speculative_rules,
 )
 from autotune.errors import FlagError, LauncherError, MeasurementError
@@ -283,15 +283,11 @@ class VLLMEngine(Engine):
     def build_argv(self, launcher: list[str], *, model: str, plan: LaunchPlan, host: str, port: int) -> list[str]:
         """``LAUNCHER MODEL --host H --port P FLAGS [--speculative-config JSON]``."""
         argv = [*launcher, model, "--host", host, "--port", str(port)]
-        spec: dict[str, FlagValue] = {}
+        spec = speculative_config(plan.flags)
         for name, value in plan.flags.items():
-            if name in SPEC_FIELDS:
-                spec[SPEC_FIELDS[name]] = value
-            elif name == DOTTED + PER_BATCH_KEY:  # kept as JSON text in the plan; vLLM reads the list
-                spec[PER_BATCH_KEY] = json.loads(str(value))
-            elif name.startswith(DOTTED):
-                spec[name[len(DOTTED) :]] = value
-            elif value is False:
+            if name in SPEC_FIELDS or name.startswith(DOTTED):
+                continue
+            if value is False:
                 if name in NEGATIONS:
                     argv.append(f"--{NEGATIONS[name]}")
             else:
@@ -304,6 +300,15 @@ class VLLMEngine(Engine):
             if SPEC_METRICS not in plan.flags and known:
                 argv += [f"--{SPEC_METRICS}", "summary"]  # per-request accept length in every response
         return argv
+
+    def calibration_flags(self, flags: Mapping[str, FlagValue]) -> dict[str, Any]:
+        """The ``--speculative-config`` object the launch ran, as one mapping (from its fields, or the
+        JSON where a record kept it whole)."""
+        config = speculative_config(flags)
+        if SPEC_CONFIG in flags:
+            given = self._json_object(flags[SPEC_CONFIG])
+            config = {str(key).replace("-", "_"): value for key, value in given.items()} | config
+        return {SPEC_CONFIG: {key: base.as_number(value) for key, value in config.items()}} if config else {}
 
     # -- 4./5. readiness, effective config ---------------------------------------------------------
 

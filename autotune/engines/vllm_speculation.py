@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import Any
 
 from autotune.engines.base import InvalidConfig
 from autotune.engines.speculation import ScheduleForm
@@ -63,6 +64,19 @@ def spec_key(name: str) -> str | None:
     if name.startswith(DOTTED):
         return name[len(DOTTED) :].replace("-", "_")
     return SPEC_FIELDS.get(name) or SPEC_SHORTHANDS.get(name)
+
+
+def speculative_config(flags: Mapping[str, FlagValue]) -> dict[str, Any]:
+    """The ``--speculative-config`` object a plan's speculative fields fold into (empty: no speculation)."""
+    config: dict[str, Any] = {}
+    for name, value in flags.items():
+        if name in SPEC_FIELDS:
+            config[SPEC_FIELDS[name]] = value
+        elif name == PER_BATCH:  # kept as JSON text in the plan; vLLM reads the list
+            config[PER_BATCH_KEY] = json.loads(str(value))
+        elif name.startswith(DOTTED):
+            config[name[len(DOTTED) :]] = value
+    return config
 
 
 def speculative_rules(

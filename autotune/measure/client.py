@@ -171,7 +171,7 @@ def summarise(
 def _other_metrics(
     records: Sequence[RequestRecord], settings: MeasureSettings, round_output_tok_s: Sequence[float]
 ) -> list[Metric]:
-    """The figures beside the objective: the other rate, the accept length, p95 latencies, tokens."""
+    """The figures beside the objective: the other rate, the accept length, p95 latencies, tokens out and in."""
     measured = [r for r in records if r.round >= 0]
     metrics = []
     if settings.objective != "output_tok_s" and round_output_tok_s:
@@ -196,6 +196,9 @@ def _other_metrics(
     metrics.append(
         Metric(name="completion_tokens", unit="tok", value=sum(r.completion_tokens for r in records), n=len(records))
     )
+    prompts = [r.prompt_tokens for r in records if r.prompt_tokens is not None]
+    if prompts:
+        metrics.append(Metric(name="prompt_tokens", unit="tok", value=sum(prompts), n=len(prompts)))
     return metrics
 
 

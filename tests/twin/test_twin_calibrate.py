@@ -152,6 +152,20 @@ def test_predict_prints_one_json_object_from_a_setup_or_a_profile() -> None:
     assert json.loads(builtin.stdout)["accept_length"] > 2.5
 
 
+def test_a_switch_is_read_as_a_launch_reads_it() -> None:
+    """A study's points keep switches as true/false (``speculative-adaptive``): true is the bare flag,
+    false leaves it out, as ``flags_from_text`` reads a bare flag."""
+    profile = load_profile("qwen3.6-27b-2xa6000")
+    on = calibrate.launch_config(profile, steps(3) | {"speculative-adaptive": True})
+    off = calibrate.launch_config(profile, steps(3) | {"speculative-adaptive": False})
+    assert on.spec.adaptive is not None and off.spec.adaptive is None
+    assert off == calibrate.launch_config(profile, steps(3))
+    assert calibrate.flags_from_text("--speculative-adaptive --speculative-num-steps 3") == {
+        "speculative-adaptive": True,
+        "speculative-num-steps": "3",
+    }
+
+
 @pytest.mark.parametrize(
     ("setup", "needle"),
     [
