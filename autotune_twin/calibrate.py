@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune_twin import physics
 from autotune_twin.launch import LaunchConfig, LaunchError, resolve_launch
-from autotune_twin.profile import CATEGORIES, TwinProfile
+from autotune_twin.profile import CATEGORIES, DrafterSpec, TwinProfile
 from autotune_twin.setup import acceptance_table
 
 
@@ -132,11 +132,11 @@ def launch_config(profile: TwinProfile, flags: dict[str, Any], tp: int | None = 
 
     flags = _from_vllm(dict(flags))
     speculative = any(name.startswith("speculative-") for name in flags)
-    if "speculative-draft-model-path" in flags and "speculative-algorithm" not in flags:
-        path = flags["speculative-draft-model-path"]
-        known = next((d for d in profile.model.drafters if d.path == path), None)
+    if "speculative-draft-model-path" in flags:
+        known = _named_drafter(profile, str(flags["speculative-draft-model-path"]))
         if known is not None:
-            flags["speculative-algorithm"] = known.algorithm
+            flags["speculative-draft-model-path"] = known.path
+            flags.setdefault("speculative-algorithm", known.algorithm)
     if speculative and "speculative-algorithm" not in flags:
         drafter = next((d for d in profile.model.drafters if d.algorithm != "DFLASH"), None)
         if profile.model.mtp is not None:
@@ -161,6 +161,14 @@ def launch_config(profile: TwinProfile, flags: dict[str, Any], tp: int | None = 
         return resolve_launch(args, profile)
     except LaunchError as exc:
         raise ValueError(f"{exc.exc_type}: {exc.message}" if exc.message else exc.exc_type) from None
+
+
+def _named_drafter(profile: TwinProfile, path: str) -> DrafterSpec | None:
+    """The profile's drafter a launch names by ``path``: the one of that path, else a setup's only
+    drafter (a setup describes its drafter by its config, not by the path the user's launches give)."""
+    drafters = profile.model.drafters
+    known = next((d for d in drafters if d.path == path), None)
+    return known if known is not None or len(drafters) != 1 else drafters[0]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -129,6 +129,25 @@ def test_each_drafter_measured_at_two_depths_gets_its_own_step_cost() -> None:
         assert calibrate.predict_point(fitted, point).tok_s == pytest.approx(point.tok_s, rel=0.02)
 
 
+def test_a_launch_names_its_drafter_by_its_own_path(tmp_path: Path) -> None:
+    # A user's launches name the draft model by its repository; the setup knows it by its config.
+    repo = "yuhuili/EAGLE-LLaMA3.1-Instruct-8B"
+    flags = {"speculative-algorithm": "EAGLE", "speculative-draft-model-path": repo, **steps(3)}
+    points = tmp_path / "points.jsonl"
+    measured = [
+        Point(flags=flags, concurrency=1, input_len=100, output_len=256, tok_s=230.0, accept_length=2.3),
+        Point(flags={}, concurrency=1, input_len=100, output_len=256, tok_s=141.0),
+    ]
+    points.write_text("".join(p.model_dump_json() + "\n" for p in measured), encoding="utf-8")
+    done = twin("calibrate", str(LLAMA), str(points), "-o", str(tmp_path / "fitted.yaml"))
+    assert done.returncode == 0, done.stderr
+    # With two drafters a path neither has is not guessed: the error names the ones there are.
+    base = profile_from_setup(load_setup(LLAMA))
+    two = with_drafters(base, base.model.drafters[0], base.model.drafters[0].model_copy(update={"path": "E3"}))
+    with pytest.raises(ValueError, match=r"not an EAGLE draft model the twin knows.*'drafter'.*'E3'"):
+        calibrate.launch_config(two, flags)
+
+
 def with_drafters(profile: TwinProfile, *drafters: DrafterSpec) -> TwinProfile:
     return profile.model_copy(update={"model": profile.model.model_copy(update={"drafters": list(drafters)})})
 
