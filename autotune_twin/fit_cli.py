@@ -4,6 +4,7 @@ and the rate a profile (or a setup of public facts) predicts for one launch.
     python -m autotune_twin calibrate SETUP.yaml POINTS.jsonl -o PROFILE.yaml
     python -m autotune_twin predict PROFILE_OR_SETUP.yaml --flags "..." --concurrency N
         --input-len I --output-len O [--accept-length A]
+    python -m autotune_twin predict PROFILE_OR_SETUP.yaml --points POINTS.jsonl
 
 ``SETUP.yaml`` may also be a twin profile (then its constants are the starting point). A bad
 file, field, point or flag prints one line naming it and exits 2.
@@ -74,6 +75,8 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 def _predict(args: argparse.Namespace) -> int:
     profile = load_profile_or_setup(args.profile)
+    if args.points is not None:
+        return _predict_points(profile, args.points)
     try:
         cfg = calibrate.launch_config(profile, calibrate.flags_from_text(args.flags))
     except ValueError as exc:
@@ -87,6 +90,22 @@ def _predict(args: argparse.Namespace) -> int:
         accept=args.accept_length,
     )
     print(json.dumps({"tok_s": round(prediction.tok_s, 2), "accept_length": round(prediction.accept_length, 3)}))
+    return 0
+
+
+def _predict_points(profile: TwinProfile, path: Path) -> int:
+    """Each measured point's predicted rate beside the measured one, a JSON object a line: how well a
+    profile (calibrated on other launches, or from public facts alone) foresees these launches."""
+    for line, point in calibrate.load_points(path):
+        try:
+            cfg = calibrate.launch_config(profile, point.flags)
+        except ValueError as exc:
+            raise PointsError(f"{path}:{line}: flags: {exc}") from None
+        predicted = calibrate.predict_point(profile, point, cfg)
+        row = {"line": line, "tok_s": round(predicted.tok_s, 2), "measured_tok_s": point.tok_s}
+        row["error"] = round(predicted.tok_s / point.tok_s - 1, 4)
+        row["accept_length"] = round(predicted.accept_length, 3)
+        print(json.dumps(row))
     return 0
 
 
@@ -106,6 +125,9 @@ def _parser() -> _Parser:
     pred.add_argument("--input-len", type=int, default=128)
     pred.add_argument("--output-len", type=int, default=256)
     pred.add_argument("--accept-length", type=float, default=None)
+    pred.add_argument(
+        "--points", type=Path, default=None, help="POINTS.jsonl: predict each point instead (other options unused)"
+    )
     return parser
 
 

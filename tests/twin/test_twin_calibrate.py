@@ -101,10 +101,17 @@ def test_fitted_profile_recovers_a_known_profiles_predictions(tmp_path: Path) ->
     out = tmp_path / "fitted.yaml"
     done = twin("calibrate", str(GLM), str(points), "-o", str(out), timeout=300)
     assert done.returncode == 0, done.stderr
-    fitted = load_profile(str(out))
-    for point in drawn(truth, [(steps(4), 4), (steps(5), 16), ({}, 16), (steps(2), 2)]):
-        predicted = calibrate.predict_point(fitted, point).tok_s
-        assert predicted == pytest.approx(point.tok_s, rel=0.02)
+    held = drawn(truth, [(steps(4), 4), (steps(5), 16), ({}, 16), (steps(2), 2)])
+    held_file = tmp_path / "held.jsonl"
+    held_file.write_text("".join(p.model_dump_json() + "\n" for p in held), encoding="utf-8")
+    # The user's check: the fitted profile's prediction of launches it was not fitted on.
+    checked = twin("predict", str(out), "--points", str(held_file))
+    assert checked.returncode == 0, checked.stderr
+    rows = [json.loads(line) for line in checked.stdout.splitlines()]
+    assert [row["line"] for row in rows] == [1, 2, 3, 4]
+    for row, point in zip(rows, held, strict=True):
+        assert row["measured_tok_s"] == point.tok_s
+        assert row["tok_s"] == pytest.approx(point.tok_s, rel=0.02) and abs(row["error"]) <= 0.02
 
 
 def test_each_drafter_measured_at_two_depths_gets_its_own_step_cost() -> None:
@@ -213,11 +220,14 @@ def test_a_bad_setup_is_one_line_naming_the_field(tmp_path: Path, setup: dict[st
     ],
 )  # fmt: skip
 def test_bad_points_are_one_line_naming_the_line(tmp_path: Path, lines: list[str], needle: str) -> None:
+    """To calibrate and to predict --points alike."""
     points = tmp_path / "points.jsonl"
     points.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    done = twin("calibrate", str(GLM), str(points), "-o", str(tmp_path / "out.yaml"))
-    assert done.returncode == 2
-    assert len(done.stderr.strip().splitlines()) == 1 and f"{points}{needle}" in done.stderr, done.stderr
+    calibrated = twin("calibrate", str(GLM), str(points), "-o", str(tmp_path / "out.yaml"))
+    predicted = twin("predict", str(GLM), "--points", str(points))
+    for done in (calibrated, predicted):
+        assert done.returncode == 2
+        assert len(done.stderr.strip().splitlines()) == 1 and f"{points}{needle}" in done.stderr, done.stderr
 
 
 ANGELSLIM = REPO / "benchmarks" / "spec_setups" / "angelslim-163-qwen3-30b-a3b.yaml"
