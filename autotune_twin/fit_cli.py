@@ -22,6 +22,7 @@ import yaml
 
 from autotune_twin import calibrate
 from autotune_twin.calibrate import PointsError
+from autotune_twin.launch import LaunchConfig
 from autotune_twin.profile import ProfileError, TwinProfile, load_profile
 from autotune_twin.setup import SetupError, load_setup, profile_from_setup
 
@@ -56,15 +57,24 @@ def load_profile_or_setup(path: Path) -> TwinProfile:
     return profile_from_setup(load_setup(path), name=path.stem)
 
 
+def _resolved_points(profile: TwinProfile, path: Path) -> list[tuple[int, calibrate.Point, LaunchConfig]]:
+    """(line number, point, the twin's configuration of its flags) for each point of ``path``.
+
+    Raises:
+        PointsError: the file or a line is unreadable, or a point's flags the twin cannot simulate.
+    """
+    resolved = []
+    for line, point in calibrate.load_points(path):
+        try:
+            resolved.append((line, point, calibrate.launch_config(profile, point.flags)))
+        except ValueError as exc:
+            raise PointsError(f"{path}:{line}: flags: {exc}") from None
+    return resolved
+
+
 def _calibrate(args: argparse.Namespace) -> int:
     profile = load_profile_or_setup(args.setup)
-    numbered = calibrate.load_points(args.points)
-    for line, point in numbered:
-        try:
-            calibrate.launch_config(profile, point.flags)
-        except ValueError as exc:
-            raise PointsError(f"{args.points}:{line}: flags: {exc}") from None
-    points = [point for _, point in numbered]
+    points = [point for _, point, _ in _resolved_points(profile, args.points)]
     fitted = calibrate.fit(profile, points).model_copy(update={"name": args.output.stem})
     errors = [abs(calibrate.predict_point(fitted, p).tok_s / p.tok_s - 1) for p in points]
     dumped = fitted.model_dump(mode="json", exclude_unset=True)  # a drafter's foreign fields stay out
@@ -96,11 +106,7 @@ def _predict(args: argparse.Namespace) -> int:
 def _predict_points(profile: TwinProfile, path: Path) -> int:
     """Each measured point's predicted rate beside the measured one, a JSON object a line: how well a
     profile (calibrated on other launches, or from public facts alone) foresees these launches."""
-    for line, point in calibrate.load_points(path):
-        try:
-            cfg = calibrate.launch_config(profile, point.flags)
-        except ValueError as exc:
-            raise PointsError(f"{path}:{line}: flags: {exc}") from None
+    for line, point, cfg in _resolved_points(profile, path):
         predicted = calibrate.predict_point(profile, point, cfg)
         row = {"line": line, "tok_s": round(predicted.tok_s, 2), "measured_tok_s": point.tok_s}
         row["error"] = round(predicted.tok_s / point.tok_s - 1, 4)
