@@ -251,7 +251,10 @@ def _scale_overhead(field: str) -> Callable[[TwinProfile, float], TwinProfile]:
 
 def _scale_draft_step(profile: TwinProfile, factor: float) -> TwinProfile:
     over = profile.overheads.model_copy(update={"draft_step_ms": profile.overheads.draft_step_ms * factor})
-    drafters = [d.model_copy(update={"step_ms": d.step_ms * factor}) for d in profile.model.drafters]
+    drafters = [  # a DFlash drafter drafts a block, not steps: it has no step cost to scale
+        d if d.algorithm == "DFLASH" else d.model_copy(update={"step_ms": d.step_ms * factor})
+        for d in profile.model.drafters
+    ]
     model = profile.model.model_copy(update={"drafters": drafters})
     return profile.model_copy(update={"overheads": over, "model": model})
 
@@ -332,13 +335,14 @@ def identifiable_knobs(points: Sequence[Point], configs: Sequence[LaunchConfig])
     batches = {p.concurrency for p in points}
     depths: dict[str, set[int | None]] = {}
     for _, c in spec:
-        depths.setdefault(_drafter_of(c), set()).add(c.spec.num_steps)
+        if c.spec.kind != "dflash":  # a block drafter's cost is not a step's
+            depths.setdefault(_drafter_of(c), set()).add(c.spec.num_steps)
     free = {
         "bandwidth": True,
         "fixed_pass_ms": len(batches) > 1,
         "compute": len(batches) > 1,
         "spec_pass_ms": bool(spec) and len(spec) < len(pairs),
-        "draft_step_ms": len(depths) == 1 and len({c.spec.num_steps for _, c in spec}) > 1,
+        "draft_step_ms": len(depths) == 1 and any(len(seen) > 1 for seen in depths.values()),
         "verify_token_ms": len({p.concurrency * c.spec.tokens_per_pass for p, c in spec}) > 1,
     }
     knobs = [k for k in COST_KNOBS if free[k.name]]

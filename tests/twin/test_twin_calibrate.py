@@ -155,6 +155,23 @@ def test_a_launch_names_its_drafter_by_its_own_path(tmp_path: Path) -> None:
         calibrate.launch_config(two, flags)
 
 
+def test_a_fit_leaves_the_fields_of_other_drafters_unset(tmp_path: Path) -> None:
+    # The built-in profile also holds DFlash drafters, which take no draft-step cost: a fit of MTP
+    # points at two depths scales the draft step and must write a profile that loads again.
+    truth = load_profile("qwen3.6-27b-2xa6000")
+    assert any(d.algorithm == "DFLASH" for d in truth.model.drafters)
+    mtp = {"speculative-algorithm": "NEXTN"}
+    points = tmp_path / "points.jsonl"
+    measured = drawn(truth, [({}, 1), (mtp | steps(1), 1), (mtp | steps(3), 1)])
+    points.write_text("".join(p.model_dump_json() + "\n" for p in measured), encoding="utf-8")
+    fitted = tmp_path / "fitted.yaml"
+    done = twin("calibrate", "qwen3.6-27b-2xa6000", str(points), "-o", str(fitted))
+    assert done.returncode == 0, done.stderr
+    assert [d.algorithm for d in load_profile(str(fitted)).model.drafters] == [
+        d.algorithm for d in truth.model.drafters
+    ]
+
+
 def with_drafters(profile: TwinProfile, *drafters: DrafterSpec) -> TwinProfile:
     return profile.model_copy(update={"model": profile.model.model_copy(update={"drafters": list(drafters)})})
 
