@@ -140,6 +140,28 @@ def test_a_static_the_schedule_never_beats_is_the_one_to_run() -> None:
     assert verdict.note.endswith("run baseline steps-5 (#1)")
 
 
+def test_a_gain_where_the_schedule_drafts_the_static_s_own_depth_does_not_count_against_it() -> None:
+    """A two-round CI race: at one user the schedule ran steps-5's depth and came out +4.6 % (+4.5 to
+    +4.6 %) on two rounds that happened to agree; at sixteen steps-5 beat the schedule. One
+    configuration against itself is no win: steps-5 serves every load as well, so it is the one to run."""
+    records = [record(0, 3, {1: 46.0, 4: 44.0, 16: 38.0}), record(1, 5, {1: 54.0, 4: 45.0, 16: 37.0})]
+    schedule = schedule_of(records)
+    assert isinstance(schedule, Schedule) and [t.steps for t in schedule.tiers] == [5, 5, 3]
+    launches: Launches = {
+        1: {SCHEDULE: {0: 56.6, 1: 57.0}, 1: {0: 54.1, 1: 54.5}, 0: {0: 46.2, 1: 46.6}},
+        4: {SCHEDULE: {0: 45.0, 1: 45.2}, 1: {0: 45.1, 1: 45.0}, 0: {0: 44.0, 1: 44.1}},
+        16: {SCHEDULE: {0: 36.8, 1: 37.2}, 1: {0: 39.1, 1: 39.3}, 0: {0: 38.0, 1: 39.2}},
+    }
+    verdict = judge(schedule, launches, rounds=2)
+    at_1 = verdict.levels[0].against_winner
+    assert at_1.trial == 1 and at_1.same_depth and at_1.gain is not None and at_1.gain.low is not None
+    assert at_1.gain.low > 0 and not at_1.better  # significant on its two rounds, yet no win
+    assert not verdict.recommended and verdict.run_trial == 1
+    assert "baseline steps-5 (#1) is significantly slower than it at no level" in verdict.note
+    shallow_at_1 = next(c for c in verdict.levels[0].statics if c.trial == 0)
+    assert not shallow_at_1.same_depth and shallow_at_1.better  # another depth: a real win
+
+
 def test_a_schedule_slower_than_a_level_s_own_winner_is_declined() -> None:
     schedule = schedule_of(deep_alone_shallow_loaded())
     assert isinstance(schedule, Schedule)

@@ -395,7 +395,11 @@ def schedule_comparison(level: LevelVerdict, static: Comparison) -> tuple[str, s
         interval = f"{gain.gain:+.1%} ({gain.low:+.1%} to {gain.high:+.1%})"
     said = "slower" if static.worse else "faster" if static.better else "same" if gain else "not measured"
     if said == "same" and gain is not None and gain.low is not None and gain.low > 0:
-        said = "same (faster here alone, not across the levels)"
+        said = (
+            "same depth (a gain here is noise)"
+            if static.same_depth
+            else "same (faster here alone, not across the levels)"
+        )
     if level.slo_broken:
         said = f"breaks the SLO ({', '.join(level.slo_broken)})"
     elif level.queues and static.trial == level.winner:
