@@ -101,6 +101,16 @@ CASES = [
     ),
     ("study not found (show)", lambda t: ["show", "nope"], ["no study named 'nope'"]),
     ("study not found (export)", lambda t: ["export", "nope"], ["no study named 'nope'"]),
+    (
+        "export --port into a profile",
+        lambda t: ["export", "nope", "--port", "8000"],
+        ["--host and --port go into a launch command: use --format sh or systemd"],
+    ),
+    (
+        "export --schedule-config without --schedule",
+        lambda t: ["export", "nope", "--format", "sh", "--schedule-config", "a.json"],
+        ["--schedule-config names where --schedule writes its config: add --schedule or leave it out"],
+    ),
     ("missing space file", lambda t: ["check", str(t / "missing.yaml")], ["missing.yaml: file not found"]),
     ("no stop rule", lambda t: ["study", str(TWIN_SPACE)], ["give --trials N"]),
     ("bad duration", lambda t: ["study", str(TWIN_SPACE), "--timeout", "8 hours"], ["cannot read duration"]),

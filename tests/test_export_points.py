@@ -68,12 +68,21 @@ def test_help_names_the_points_format() -> None:
     assert "points (every measured trial as calibration points for `python -m autotune_twin calibrate`" in page
 
 
-@pytest.mark.parametrize("option", [["--trial", "0"], ["--concurrency", "2"], ["--schedule"]])
-def test_points_refuse_options_that_pick_one_trial(study: Path, option: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("option", "named"),
+    [
+        (["--trial", "0"], "--trial"),
+        (["--concurrency", "2"], "--concurrency"),
+        (["--schedule"], "--schedule"),
+        (["--schedule-config", "a.json"], "--schedule-config"),
+        (["--port", "8000"], "--host/--port"),
+    ],
+)
+def test_points_refuse_options_they_would_not_use(study: Path, option: list[str], named: str) -> None:
     done = run("export", STUDY, "--format", "points", *option, cwd=study, check=False)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().splitlines() == [
-        f"Error: --format points exports every measured trial at every level: leave out {option[0]}"
+        f"Error: --format points exports every measured trial at every level: leave out {named}"
     ]
 
 

@@ -64,8 +64,12 @@ def export(
     trial: Annotated[Optional[int], typer.Option("--trial", help="Export this trial instead of the best.")] = None,
     concurrency: ConcurrencyOpt = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to a file instead of stdout.")] = None,
-    host: Annotated[str, typer.Option("--host", help="Address the exported server listens on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port the exported server listens on.")] = 30000,
+    host: Annotated[
+        Optional[str], typer.Option("--host", help="sh and systemd: the address the server listens on (127.0.0.1).")
+    ] = None,
+    port: Annotated[
+        Optional[int], typer.Option("--port", help="sh and systemd: the port the server listens on (30000).")
+    ] = None,
     schedule: ScheduleOpt = False,
     schedule_config: ScheduleConfigOpt = None,
     storage: StorageOpt = None,
@@ -76,10 +80,18 @@ def export(
     with error_funnel():
         from autotune.profile import render
 
+        _refuse_unused(
+            fmt,
+            trial=trial,
+            concurrency=concurrency,
+            schedule=schedule,
+            schedule_config=schedule_config,
+            listens=host is not None or port is not None,
+        )
         if fmt is Format.points:
-            _refuse_with_points(trial=trial, concurrency=concurrency, schedule=schedule)
             _export_points(open_study(study_name, storage, studies_dir), output)
             return
+        listen_host, listen_port = host if host is not None else "127.0.0.1", port if port is not None else 30000
         opened = open_study(study_name, storage, studies_dir)
         chosen: TrialRecord | None
         if schedule:
@@ -87,7 +99,7 @@ def export(
                 raise UserError("--schedule exports the schedule: leave out --trial and --concurrency")
             config_file = schedule_config or (output.parent if output else Path.cwd()) / f"{study_name}-adaptive.json"
             profile = _schedule_profile(opened, config_file)
-            _write_export(render(profile, fmt.value, host=host, port=port), output, fmt)
+            _write_export(render(profile, fmt.value, host=listen_host, port=listen_port), output, fmt)
             if profile.adaptive_config is not None:  # else the schedule travels in the engine's flags
                 console.print(f"wrote {config_file} (the adaptive config the command reads)", highlight=False)
             return
@@ -102,15 +114,39 @@ def export(
             if chosen is None or chosen.outcome != "ok":
                 raise UserError(f"trial {trial} of study {study_name!r} was not measured successfully")
         _write_export(
-            render(opened.profile(chosen, concurrency=concurrency), fmt.value, host=host, port=port), output, fmt
+            render(opened.profile(chosen, concurrency=concurrency), fmt.value, host=listen_host, port=listen_port),
+            output,
+            fmt,
         )
 
 
-def _refuse_with_points(*, trial: int | None, concurrency: int | None, schedule: bool) -> None:
-    options = {"--trial": trial is not None, "--concurrency": concurrency is not None, "--schedule": schedule}
-    given = [name for name, on in options.items() if on]
-    if given:
-        raise UserError(f"--format points exports every measured trial at every level: leave out {', '.join(given)}")
+def _refuse_unused(
+    fmt: Format,
+    *,
+    trial: int | None,
+    concurrency: int | None,
+    schedule: bool,
+    schedule_config: Path | None,
+    listens: bool,
+) -> None:
+    """An option the export would not use is refused, not silently dropped."""
+    if fmt is Format.points:
+        options = {
+            "--trial": trial is not None,
+            "--concurrency": concurrency is not None,
+            "--schedule": schedule,
+            "--schedule-config": schedule_config is not None,
+            "--host/--port": listens,
+        }
+        given = [name for name, on in options.items() if on]
+        if given:
+            raise UserError(
+                f"--format points exports every measured trial at every level: leave out {', '.join(given)}"
+            )
+    if schedule_config is not None and not schedule:
+        raise UserError("--schedule-config names where --schedule writes its config: add --schedule or leave it out")
+    if listens and fmt is Format.yaml:
+        raise UserError("--host and --port go into a launch command: use --format sh or systemd")
 
 
 def _export_points(opened: StudyView, output: Path | None) -> None:
