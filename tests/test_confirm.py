@@ -106,6 +106,11 @@ def test_a_lucky_first_measurement_is_corrected_by_confirmation(tmp_path: Path) 
     assert result.first_best == view.first_best().number  # type: ignore[union-attr]
     assert view.profile(best).confirmed_launches == 2
     assert best.value == pytest.approx(land.true_value(deeper), rel=0.03)  # the mean over launches, not the max
+    # the runner-up exported by number (export --trial) carries its race too, not its lucky first figure
+    lucky = next(r for r in view.records() if r.baseline == "hand-found" and r.confirm_of is None)
+    raced = view.raced_record(lucky.number)
+    assert raced is not None and raced.measurement.confirmed_launches == 2 and view.profile(raced).confirmed_launches
+    assert raced.value == pytest.approx(land.true_value(hand), rel=0.03) and lucky.value > raced.value * 1.08
 
 
 class Swinging:

@@ -110,7 +110,7 @@ def export(
             if chosen is None:
                 raise UserError(f"study {study_name!r} has no feasible measured trial yet")
         else:
-            chosen = opened.record(trial)
+            chosen = opened.raced_record(trial)
             if chosen is None or chosen.outcome != "ok":
                 raise UserError(f"trial {trial} of study {study_name!r} was not measured successfully")
         _write_export(

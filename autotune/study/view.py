@@ -36,20 +36,25 @@ def best_of(records: list[TrialRecord], confirmation: Confirmation | None, *, ob
     """The confirmed best, carrying its confirmed mean and CI; without a confirmation, the best
     single first measurement (feasibility-aware, like ``study.best_trial``), unconfirmed."""
     if confirmation is not None:
-        finalist = next(f for f in confirmation.finalists if f.trial == confirmation.best)
-        record = next((r for r in records if r.number == finalist.trial), None)
+        record = next((r for r in records if r.number == confirmation.best), None)
         if record is not None:
-            measured = record.measurement.metrics.get(objective)
-            metrics = dict(record.measurement.metrics)
-            if measured is not None:
-                metrics[objective] = measured.model_copy(
-                    update={"value": finalist.mean, "ci95": finalist.ci95, "n": len(finalist.values)}
-                )
-            confirmed = record.measurement.model_copy(
-                update={"metrics": metrics, "confirmed_launches": len(finalist.values)}
-            )
-            return record.model_copy(update={"value": finalist.mean, "measurement": confirmed})
+            return as_raced(record, confirmation, objective=objective)
     return best_first_measured(records)
+
+
+def as_raced(record: TrialRecord, confirmation: Confirmation | None, *, objective: str) -> TrialRecord:
+    """``record`` carrying its race's mean and CI where it was a finalist, else as first measured."""
+    finalist = next((f for f in confirmation.finalists if f.trial == record.number), None) if confirmation else None
+    if finalist is None:
+        return record
+    measured = record.measurement.metrics.get(objective)
+    metrics = dict(record.measurement.metrics)
+    if measured is not None:
+        metrics[objective] = measured.model_copy(
+            update={"value": finalist.mean, "ci95": finalist.ci95, "n": len(finalist.values)}
+        )
+    confirmed = record.measurement.model_copy(update={"metrics": metrics, "confirmed_launches": len(finalist.values)})
+    return record.model_copy(update={"value": finalist.mean, "measurement": confirmed})
 
 
 class StudyView:
@@ -128,6 +133,13 @@ class StudyView:
 
     def record(self, number: int) -> TrialRecord | None:
         return next((r for r in self.records() if r.number == number), None)
+
+    def raced_record(self, number: int) -> TrialRecord | None:
+        """Trial ``number`` with its race's figures where the race relaunched it (:func:`as_raced`)."""
+        record = self.record(number)
+        if record is None:
+            return None
+        return as_raced(record, self.info.confirmation, objective=self.info.objective_metric)
 
     def measurements(self, number: int) -> list[Measurement]:
         """The measurements trial ``number`` uploaded; a duplicate reads its original's."""
