@@ -253,3 +253,20 @@ def test_each_configuration_is_shown_against_the_best_baseline_with_the_verdicts
     text = console.export_text()
     assert "vs baseline hand-found (verdict's 95% CI)" in text and "reference" in text
     assert stated.interval_text() in text and stated.interval_text().split(" ")[1].strip("(") in result.note
+
+
+def test_on_vllm_equals_are_resolved_toward_the_smaller_gpu_memory_utilization() -> None:
+    """Without a logged peak the race reads each engine's own memory flag: vLLM's is
+    --gpu-memory-utilization (it had none, so a vLLM tie fell to the higher mean)."""
+
+    def vllm(number: int, utilization: float, value: float) -> TrialRecord:
+        flags = {"tp-size": 2, "gpu-memory-utilization": utilization}
+        return trial_record(number, value=value, engine="vllm", config_key=f"config-{number}", flags=flags,
+                            decision=Launch(plan=LaunchPlan(engine="vllm", flags=flags)))  # fmt: skip
+
+    roomy, lean = vllm(0, 0.95, 100.0), vllm(1, 0.80, 99.0)
+    records = race([roomy, lean], {0: 100.0, 1: 100.0}, 4, sd=0.002, seed=1)
+    result = verdict(records, choose_finalists(records, top=2), objective="decode_tok_s", fixed=FIXED, margin=0.02)
+    assert result is not None and sorted(result.tied_with + [result.best]) == [0, 1]
+    assert {f.trial: f.memory for f in result.finalists} == {0: 0.95, 1: 0.80}
+    assert result.best == 1

@@ -80,6 +80,7 @@ class VLLMEngine(Engine):
     name = "vllm"
     speculation = SpeculationFlags(method=METHOD, depth=TOKENS, draft_model=DRAFT_MODEL, unit="token")
     schedule_form = PerBatchSchedule()
+    verdict_memory_flag = UTILIZATION  # a fraction of the GPU's memory, as SGLang's mem-fraction-static
     # In vLLM 0.33 these size the KV budget, the sequence pool and the prefill batch; one
     # stream decodes alike under any of them that still admits it (max-model-len is not among them:
     # a prompt beyond it is refused).
