@@ -17,6 +17,7 @@ import yaml
 
 from autotune.engines.base import LaunchPlan
 from autotune.measure.protocol import EarlyStop
+from autotune.report.console import trial_detail
 from autotune.study import StudyView, make_sampler
 from autotune.study.race import FinalistsRace, race_finalists
 from autotune.trial import TrialOutcome
@@ -111,6 +112,12 @@ def test_a_lucky_first_measurement_is_corrected_by_confirmation(tmp_path: Path) 
     raced = view.raced_record(lucky.number)
     assert raced is not None and raced.measurement.confirmed_launches == 2 and view.profile(raced).confirmed_launches
     assert raced.value == pytest.approx(land.true_value(hand), rel=0.03) and lucky.value > raced.value * 1.08
+    finalist = next(f for f in result.finalists if f.trial == lucky.number)
+    detail = trial_detail(lucky, finalist).renderables[0]
+    labels, texts = (list(map(str, column._cells)) for column in detail.columns)  # type: ignore[attr-defined]
+    rows = dict(zip(labels, texts, strict=True))
+    assert rows["race"].startswith(f"{finalist.mean:.4g} ± ") and "over 2 relaunches" in rows["race"]
+    assert rows["value"].startswith(f"{lucky.value:g}")  # show --trial keeps the first measurement beside it
 
 
 class Swinging:

@@ -74,7 +74,9 @@ def _show_trial(opened: StudyView, study_name: str, trial: int, *, as_json: bool
     if as_json:
         print(record.model_dump_json(indent=2))
     else:
-        console.print(trial_detail(record), highlight=False)
+        confirmation = opened.info.confirmation
+        finalist = next((f for f in confirmation.finalists if f.trial == trial), None) if confirmation else None
+        console.print(trial_detail(record, finalist), highlight=False)
 
 
 def _read_overview(opened: StudyView) -> _Overview:

@@ -24,7 +24,7 @@ from autotune.report.trials_table import OUTCOME_STYLE, speed_text, value_text
 from autotune.space import Candidate
 from autotune.study.attrs import ROOFLINE_UNKNOWN
 from autotune.study.breakeven import BreakEven
-from autotune.study.confirm import Confirmation
+from autotune.study.confirm import Confirmation, Finalist
 from autotune.study.events import StudyEvents
 from autotune.study.levels import LoadLevels
 from autotune.study.schedule import Comparison, LevelVerdict, ScheduleVerdict
@@ -63,8 +63,9 @@ def _roofline_text(record: TrialRecord) -> str:
     return f"ceiling unknown: {record.measurement.readings[ROOFLINE_UNKNOWN]}"
 
 
-def trial_detail(record: TrialRecord) -> Group:
-    """Everything stored about one trial, nothing cut: outcome and full reason, flags, argv, metrics."""
+def trial_detail(record: TrialRecord, finalist: Finalist | None = None) -> Group:
+    """Everything stored about one trial, nothing cut: outcome and full reason, flags, argv, metrics;
+    with ``finalist``, what the race's relaunches of it measured beside its first measurement."""
     rows = Table(box=None, show_header=False, pad_edge=False)
     rows.add_column(style="bold", no_wrap=True)
     rows.add_column(overflow="fold")
@@ -89,6 +90,13 @@ def trial_detail(record: TrialRecord) -> Group:
         rows.add_row("resent", resent)
     if record.value is not None:
         rows.add_row("value", f"{record.value:g} ({'feasible' if record.feasible else 'infeasible'})")
+    if finalist is not None and finalist.confirmed:
+        ci = f" ± {finalist.ci95:.3g}" if finalist.ci95 is not None else ""
+        rows.add_row(
+            "race",
+            f"{finalist.mean:.4g}{ci} over {len(finalist.values)} relaunches (the verdict's figure; the value "
+            "above is the first measurement)",
+        )
     for name, metric in record.measurement.metrics.items():
         ci = f" ± {metric.ci95:.3g}" if metric.ci95 is not None else ""
         shown = f"{metric.value:.4g}" if metric.value is not None else "-"
