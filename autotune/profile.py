@@ -27,6 +27,7 @@ from autotune.secrets import REDACTED, is_secret_flag, secret_env_name
 from autotune.space import FlagValue, resolve_command
 
 ExportFormat = Literal["yaml", "sh", "systemd"]
+EXPORT_HOST, EXPORT_PORT = "127.0.0.1", 30000  # where an exported server listens unless told otherwise
 
 
 class ProfileMetric(BaseModel):
@@ -241,7 +242,7 @@ def render_systemd(profile: Profile, *, host: str, port: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(profile: Profile, fmt: ExportFormat, *, host: str = "127.0.0.1", port: int = 30000) -> str:
+def render(profile: Profile, fmt: ExportFormat, *, host: str = EXPORT_HOST, port: int = EXPORT_PORT) -> str:
     if fmt == "yaml":
         return render_yaml(profile)
     if fmt == "sh":

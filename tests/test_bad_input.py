@@ -107,6 +107,11 @@ CASES = [
         ["--host and --port go into a launch command: use --format sh or systemd"],
     ),
     (
+        "export --schedule with --trial",
+        lambda t: ["export", "nope", "--schedule", "--trial", "1"],
+        ["--schedule exports the schedule: leave out --trial and --concurrency"],
+    ),
+    (
         "export --schedule-config without --schedule",
         lambda t: ["export", "nope", "--format", "sh", "--schedule-config", "a.json"],
         ["--schedule-config names where --schedule writes its config: add --schedule or leave it out"],

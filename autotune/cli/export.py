@@ -78,7 +78,7 @@ def export(
     """Export the best feasible configuration (or --trial N) as a profile, a script or a systemd unit,
     or every measured trial as calibration points."""
     with error_funnel():
-        from autotune.profile import render
+        from autotune.profile import EXPORT_HOST, EXPORT_PORT, render
 
         _refuse_unused(
             fmt,
@@ -91,12 +91,11 @@ def export(
         if fmt is Format.points:
             _export_points(open_study(study_name, storage, studies_dir), output)
             return
-        listen_host, listen_port = host if host is not None else "127.0.0.1", port if port is not None else 30000
+        listen_host = host if host is not None else EXPORT_HOST
+        listen_port = port if port is not None else EXPORT_PORT
         opened = open_study(study_name, storage, studies_dir)
         chosen: TrialRecord | None
         if schedule:
-            if trial is not None or concurrency is not None:
-                raise UserError("--schedule exports the schedule: leave out --trial and --concurrency")
             config_file = schedule_config or (output.parent if output else Path.cwd()) / f"{study_name}-adaptive.json"
             profile = _schedule_profile(opened, config_file)
             _write_export(render(profile, fmt.value, host=listen_host, port=listen_port), output, fmt)
@@ -143,6 +142,8 @@ def _refuse_unused(
             raise UserError(
                 f"--format points exports every measured trial at every level: leave out {', '.join(given)}"
             )
+    if schedule and (trial is not None or concurrency is not None):
+        raise UserError("--schedule exports the schedule: leave out --trial and --concurrency")
     if schedule_config is not None and not schedule:
         raise UserError("--schedule-config names where --schedule writes its config: add --schedule or leave it out")
     if listens and fmt is Format.yaml:

@@ -17,7 +17,7 @@ from autotune.engines import DEFAULT_ENGINE, engine_names, get_engine
 from autotune.errors import AutotuneError
 from autotune.measure.client import OBJECTIVE_UNITS, CategoryStats, Measurement
 from autotune.models import Frozen
-from autotune.profile import Profile, render_shell
+from autotune.profile import EXPORT_HOST, EXPORT_PORT, Profile, render_shell
 from autotune.records import TrialRecord
 from autotune.study.breakeven import BreakEven
 from autotune.study.confirm import Confirmation
@@ -229,7 +229,7 @@ def _winner_profile(view: StudyView, best: TrialRecord | None, notes: list[str])
     if best is not None and view.info.space is not None:
         profile = view.profile(best)
         try:
-            launch_script = render_shell(profile, host="127.0.0.1", port=30000)
+            launch_script = render_shell(profile, host=EXPORT_HOST, port=EXPORT_PORT)
         except AutotuneError as exc:
             notes.append(f"the winner's launch command cannot be rendered here: {exc.message}")
     return profile, launch_script
