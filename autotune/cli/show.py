@@ -75,7 +75,7 @@ def _show_trial(opened: StudyView, study_name: str, trial: int, *, as_json: bool
         print(record.model_dump_json(indent=2))
     else:
         confirmation = opened.info.confirmation
-        finalist = next((f for f in confirmation.finalists if f.trial == trial), None) if confirmation else None
+        finalist = confirmation.finalist(trial) if confirmation is not None else None
         console.print(trial_detail(record, finalist), highlight=False)
 
 

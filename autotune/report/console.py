@@ -272,7 +272,7 @@ def confirmation_table(confirmation: Confirmation, *, unit: str = "tok/s") -> Re
     table = Table(
         title="confirmation: finalists and baselines raced on fresh, interleaved launches", title_justify="left"
     )
-    reference = next((f for f in confirmation.finalists if f.trial == confirmation.reference), None)
+    reference = confirmation.finalist(confirmation.reference)
     versus = {g.trial: g for g in confirmation.versus}
     compared = reference is not None and bool(versus)
     last = f"vs {reference.label} (verdict's 95% CI)" if compared and reference else "mean ± 95% CI"

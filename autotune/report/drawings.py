@@ -415,7 +415,8 @@ def verdict_reference(s: StudySummary) -> Finalist | None:
     confirmation = s.confirmation
     if confirmation is None or not confirmation.versus:
         return None
-    return next((f for f in confirmation.finalists if f.trial == confirmation.reference and f.confirmed), None)
+    reference = confirmation.finalist(confirmation.reference)
+    return reference if reference is not None and reference.confirmed else None
 
 
 def draw_verdict(s: StudySummary) -> Figure:

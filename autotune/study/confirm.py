@@ -127,6 +127,10 @@ class Confirmation(Frozen):
     def recommended(self) -> Finalist:
         return next(f for f in self.finalists if f.trial == self.best)
 
+    def finalist(self, trial: int | None) -> Finalist | None:
+        """The race's entry for ``trial`` (None: not raced)."""
+        return next((f for f in self.finalists if f.trial == trial), None)
+
 
 def _objective_runs(records: Sequence[TrialRecord]) -> list[TrialRecord]:
     """Launched, measured trials (duplicates borrow a measurement, so they are not launches)."""

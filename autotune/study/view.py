@@ -44,7 +44,7 @@ def best_of(records: list[TrialRecord], confirmation: Confirmation | None, *, ob
 
 def as_raced(record: TrialRecord, confirmation: Confirmation | None, *, objective: str) -> TrialRecord:
     """``record`` carrying its race's mean and CI where it was a finalist, else as first measured."""
-    finalist = next((f for f in confirmation.finalists if f.trial == record.number), None) if confirmation else None
+    finalist = confirmation.finalist(record.number) if confirmation is not None else None
     if finalist is None:
         return record
     measured = record.measurement.metrics.get(objective)
