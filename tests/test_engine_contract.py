@@ -7,7 +7,8 @@ Optuna's ``optuna/testing/pytest_storages.py``). What differs per engine is data
 3. equivalent spellings normalise to one ``config_key``, different values to different ones;
 4. readiness: ``GET /health`` of a real local HTTP server, 503 while loading, then 200;
 5. failure classification of recorded logs, and a deadline;
-6. figures: start-up memory and the server's own throughput and acceptance of recorded windows.
+6. figures: start-up memory and the server's own throughput and acceptance of recorded windows, of
+   each form of line the engine's releases print, and of a refusal for want of pool memory.
 """
 
 from __future__ import annotations
@@ -252,3 +253,33 @@ def test_server_stats_of_a_recorded_window(case: EngineCase) -> None:
         seen = getattr(stats, name)
         assert (seen is None) == (expected is None) and (expected is None or seen == pytest.approx(expected)), name
     assert engine.server_stats(log_window="nothing\n", metrics_before=None, metrics_after=None) is None
+
+
+def test_every_form_of_the_periodic_lines_is_read(case: EngineCase) -> None:
+    engine = get_engine(case.name)
+    for form in case.forms:
+        logged = engine.log_figures((FIXTURES / form.file).read_text())
+        assert logged.lines == form.log_lines, form.file
+        for name, expected in (("total_gen_tok_s", form.gen_tok_s), ("accept_length", form.accept_length)):
+            seen = getattr(logged, name)
+            assert (seen is None) == (expected is None), (form.file, name, seen)
+            assert expected is None or seen == pytest.approx(expected), (form.file, name, seen)
+
+
+def test_a_pool_memory_refusal_carries_its_figures(case: EngineCase) -> None:
+    """Learned as memory (too low), with what the message says: needed against available."""
+    engine = get_engine(case.name)
+    for refusal in case.shortfalls:
+        text = (FIXTURES / refusal.file).read_text()
+        failure = engine.classify_failure(exit_code=1, log_text=text, timed_out=False)
+        assert failure.kind is OutcomeKind.MEMORY_TOO_LOW, (refusal.file, failure.reason)
+        shortfall = engine.pool_shortfall(failure.reason)
+        assert shortfall is not None, refusal.file
+        for name, expected in refusal.figures.items():
+            scale = GIB if name.endswith("_bytes") else 1
+            seen = getattr(shortfall, name)
+            assert (seen is None) == (expected is None), (refusal.file, name, seen)
+            assert expected is None or seen == pytest.approx(expected * scale), (refusal.file, name, seen)
+        facts = engine.memory_facts(text)
+        kv = facts.kv_pool_bytes if facts is not None else None
+        assert kv == pytest.approx(refusal.kv_pool_gib * GIB) if refusal.kv_pool_gib is not None else kv is None

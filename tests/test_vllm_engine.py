@@ -305,6 +305,28 @@ def test_public_log_lines_parse_by_field() -> None:
     assert parse_engine_line("Engine 000: something else") is None
 
 
+def test_spec_lines_without_a_mean_keep_their_counts() -> None:
+    """0.8's V1 line prints the rate, accepted and drafted tokens but no mean and no count of drafts:
+    the counts are kept and no accept length is made up. Where the per-position rates give the drafts,
+    the mean is 1 + accepted / drafts; V0's counts give it as emitted / (draft tokens / k)."""
+    lines = (FIXTURES / "vllm_logs" / "spec_v1_counts_only.log").read_text().splitlines()
+    counts = parse_spec_line(lines[1])
+    assert counts is not None
+    assert (counts.accepted, counts.drafted, counts.draft_acceptance_rate) == (500, 800, 62.5)
+    assert counts.mean_acceptance_length is None and counts.drafts is None
+    positions = parse_spec_line(
+        "SpecDecoding metrics: Accepted: 600 tokens, Drafted: 900 tokens, Per-position acceptance rate: 0.800, "
+        "0.700, 0.500, Avg Draft acceptance rate: 66.7%"
+    )
+    assert positions is not None and positions.mean_acceptance_length == pytest.approx(1 + 600 / 300)
+    v0 = parse_spec_line(
+        "Speculative metrics: Draft acceptance rate: 0.600, System efficiency: 0.450, Number of speculative "
+        "tokens: 4, Number of accepted tokens: 240, Number of draft tokens: 400, Number of emitted tokens: 280."
+    )
+    assert v0 is not None and (v0.accepted, v0.drafted, v0.draft_acceptance_rate) == (240, 400, 60.0)
+    assert v0.mean_acceptance_length == pytest.approx(280 / 100)
+
+
 def _metrics(generated: float, drafts: float, accepted: float) -> str:
     """vLLM's counters for two engines (DP): deltas are summed over ``engine``."""
     lines = []

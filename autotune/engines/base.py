@@ -44,12 +44,15 @@ class DraftReads(Frozen):
 
 
 class PoolShortfall(Frozen):
-    """What a launch that ran out of pool memory printed: the fraction it ran at and, where printed,
-    the tokens its KV pool held against the tokens one request needs."""
+    """What a launch that ran out of pool memory printed: the fraction it ran at (None where the
+    message does not say it, as vLLM's; the launch's flag does) and, where printed, what its KV pool
+    held against what one request needs, in tokens and in bytes."""
 
-    fraction: float
+    fraction: float | None = None
     pool_tokens: int | None = None
     needed_tokens: int | None = None
+    pool_bytes: float | None = None
+    needed_bytes: float | None = None
 
 
 class Failure(Frozen):

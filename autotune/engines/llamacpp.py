@@ -172,18 +172,27 @@ class RequestLog(BaseModel):
     mean_accept_length: float | None = None
 
 
+# print_timings' generation line, by release: "eval time = X ms / N tokens (...)" since the server's
+# log rewrite (late 2024), "generation eval time = X ms / N runs   (...)" in the 2024 builds (also as
+# the "msg" of their --log-format json lines, whose other fields repeat it), "eval time = ... runs"
+# before them. Any prefix (a slot tag, a timestamp, a process id) may lead.
 _EVAL = re.compile(
-    r"(?<!prompt )eval time =\s*(?P<ms>[\d.]+) ms /\s*(?P<n>\d+) tokens"
-    r" \(\s*[\d.]+ ms per token,\s*(?P<tps>[\d.]+|inf|nan) tokens per second\)"
+    r"(?<!prompt )eval time =\s*(?P<ms>[\d.]+) ms /\s*(?P<n>\d+) (?:tokens|runs)"
+    r"\s*\(\s*[\d.]+ ms per token,\s*(?P<tps>[\d.]+|inf|nan) tokens per second\)"
 )
+# The draft's line after it: "draft acceptance rate = R (A accepted / G generated)" (server speculation
+# from Dec 2024), then "draft acceptance = R (...), mean len = L", and in the EAGLE3 builds "...,
+# mean acceptance length = L, acceptance rate per position = (...)"; L is 1 + accepted / verify steps.
 _DRAFT = re.compile(
-    r"draft acceptance = (?P<rate>[\d.]+) \(\s*(?P<acc>\d+) accepted /\s*(?P<gen>\d+) generated\),"
-    r" mean len =\s*(?P<len>[\d.]+)"
+    r"draft acceptance(?: rate)? = (?P<rate>[\d.]+) \(\s*(?P<acc>\d+) accepted /\s*(?P<gen>\d+) generated\)"
+    r"(?:, mean (?:len|acceptance length) =\s*(?P<len>[\d.]+))?"
 )
 
 
 def parse_request_logs(log_text: str) -> list[RequestLog]:
-    """Every finished request's ``eval time`` line, with the ``draft acceptance`` line after it."""
+    """Every finished request's ``eval time`` line, with the ``draft acceptance`` line after it. Where
+    the draft line prints no mean length, the accept length is tokens per target step from the eval
+    line's tokens and the accepted count, as a streamed request's ``timings`` give it."""
     found: list[RequestLog] = []
     for line in log_text.splitlines():
         eval_match = _EVAL.search(line)
@@ -199,12 +208,15 @@ def parse_request_logs(log_text: str) -> list[RequestLog]:
             continue
         draft_match = _DRAFT.search(line)
         if draft_match is not None and found and found[-1].draft_acceptance is None:
+            accepted, generated = int(draft_match["acc"]), int(draft_match["gen"])
+            mean = draft_match["len"]
+            steps = RequestTimings(predicted_n=found[-1].eval_tokens, draft_n=generated, draft_n_accepted=accepted)
             found[-1] = found[-1].model_copy(
                 update={
                     "draft_acceptance": float(draft_match["rate"]),
-                    "draft_accepted": int(draft_match["acc"]),
-                    "draft_generated": int(draft_match["gen"]),
-                    "mean_accept_length": float(draft_match["len"]),
+                    "draft_accepted": accepted,
+                    "draft_generated": generated,
+                    "mean_accept_length": float(mean) if mean is not None else steps.accept_length,
                 }
             )
     return found

@@ -6,12 +6,18 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# SGLang's scheduler logs through Python logging with the format "[%(asctime)s{prefix}] %(message)s",
+# the date "%Y-%m-%d %H:%M:%S" (some builds "%m-%d %H:%M:%S", some with milliseconds), and a prefix of
+# rank tags, each present when its size is above 1: " DP{dp}" (also under DP attention), then, by
+# release, " TP{tp} EP{ep} PP{pp}" or " PP{pp} ATTN_CP{cp} MOE_DP{moe_dp} TP{tp} EP{ep}".
+_TAG = r"[A-Z]+(?:_[A-Z]+)*\d+"
 _DECODE = re.compile(
-    r"(?:\[(?P<time>(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d)(?:[.,]\d+)?(?P<rank>(?: [A-Z]+\d+)+)?\]\s*)?"
-    r"(?:\[\d+\]\s*)?Decode batch(?: \[\d+\])?[.,:]?\s+(?P<fields>.*)$"
+    r"(?:\[(?P<time>(?:\d{4}-\d\d-\d\d |\d\d-\d\d )?\d\d:\d\d:\d\d)(?:[.,]\d+)?(?P<rank>(?: " + _TAG + r")+)?\]"
+    r"|\[(?P<bare>" + _TAG + r"(?: " + _TAG + r")*)\])?"
+    r"[^\[]*?(?:\[\d+\]\s*)?Decode batch(?: \[\d+\])?[.,:]?\s+(?P<fields>.*)$"
 )
 _FIELD = re.compile(r"\s*(?P<key>[^:,]+?):\s*(?P<value>[^,]+?)\s*(?:,|$)")
-_RANK = re.compile(r"(?P<dim>[A-Z]+)(?P<index>\d+)")
+_RANK = re.compile(r"(?<![A-Z_])(?P<dim>[A-Z]+(?:_[A-Z]+)*)(?P<index>\d+)")
 
 
 class DecodeBatchLine(BaseModel):
@@ -56,7 +62,7 @@ def parse_decode_line(line: str) -> DecodeBatchLine | None:
     graph = next((fields[k] for k in fields if k.endswith(" graph")), None)
     return DecodeBatchLine(
         time=match["time"],
-        rank=match["rank"].strip() if match["rank"] else None,
+        rank=(match["rank"] or match["bare"] or "").strip() or None,
         running_req=int(running),
         tokens=int(tokens) if tokens is not None else None,
         token_usage=number("token usage", "full token usage"),
@@ -71,7 +77,8 @@ def parse_decode_line(line: str) -> DecodeBatchLine | None:
 
 def decode_group(rank: str | None) -> tuple[str, tuple[int, ...]]:
     """A rank tag's data-parallel group (``DP1``; ``""`` without one) and its place in the group
-    (the other dimensions' indices): ``DP1 TP4`` -> ``("DP1", (4,))``."""
+    (the other dimensions' indices): ``DP1 TP4`` -> ``("DP1", (4,))``. Only ``DP`` names a group:
+    ``MOE_DP`` and ``ATTN_CP`` ranks split the experts or the attention of one batch."""
     group, place = "", []
     for match in _RANK.finditer(rank or ""):
         if match["dim"] == "DP":

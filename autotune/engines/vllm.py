@@ -44,7 +44,7 @@ from autotune.engines.vllm_flags import (
     integer,
     parse_max_model_len,
 )
-from autotune.engines.vllm_logs import FAILURES, info_labels, log_figures_of, memory_facts_of
+from autotune.engines.vllm_logs import FAILURES, info_labels, kv_shortfall, log_figures_of, memory_facts_of
 from autotune.engines.vllm_speculation import (
     SPEC_FIELDS,
     SPEC_SHORTHANDS,
@@ -343,6 +343,11 @@ class VLLMEngine(Engine):
         return base.EffectiveConfig(version=str(version) if version is not None else None, values=values)
 
     # -- 6. failures: the base class's classifier, with FAILURES ------------------------------------
+
+    def pool_shortfall(self, reason: str) -> base.PoolShortfall | None:
+        """A refusal to start because one request of the max seq len does not fit the KV cache: the
+        GiB needed and available, and in tokens the longest request that fits against the max seq len."""
+        return kv_shortfall(reason)
 
     def memory_facts(self, log_text: str) -> base.MemoryFacts | None:
         return memory_facts_of(log_text)

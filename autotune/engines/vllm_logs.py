@@ -54,7 +54,9 @@ FAILURES = FailureRules(
     ),
     too_low=(
         r"No available memory for the cache blocks",
-        r"To serve at least one request with the model's max seq len",
+        # V1's refusal (kv_cache_utils.py, shared by the GPU, CPU and TPU builds) spells "models's" in
+        # most releases and "model's" in others
+        r"To serve at least one request with the models?(?:'s)? max seq len",
         r"Cannot auto-fit max_model_len",
         r"is larger than the maximum number of tokens that can be stored in KV cache",
         r"Insufficient memory for KV cache",
@@ -86,14 +88,30 @@ _NUMBER = re.compile(r"^-?\d+(?:\.\d+)?|^nan")
 
 _GIB = 2**30
 # V0 (0.7-0.8) also prints one profile line: "model weights take X GiB; ... reserved for KV Cache is Y GiB"
-# (and, in 0.6.5, one field a line: "model weights take   X GiB", "available_kv_cache_memory   Y GiB").
+# (and, in 0.6.5, one field a line: "model weights take   X GiB", "available_kv_cache_memory   Y GiB");
+# V1's refusal of a max seq len repeats the available KV memory (the only mention where a log is cut).
 _WEIGHTS_LINE = re.compile(
     r"(?:(?:Model loading|Loading model weights) took |model weights take\s+)(?P<gib>[\d.]+) ?(?:GiB|GB)"
 )
 _KV_MEMORY_LINE = re.compile(
-    r"(?:Available KV cache memory: |reserved for KV Cache is |available_kv_cache_memory\s+)(?P<gib>-?[\d.]+) ?GiB"
+    r"(?:Available KV cache memory: |reserved for KV Cache is |available_kv_cache_memory\s+"
+    r"|larger than the available KV cache memory \()(?P<gib>-?[\d.]+) ?GiB"
 )
 _KV_TOKENS_LINE = re.compile(r"KV cache size: (?P<tokens>[\d,]+) tokens")
+# V1's refusal of a max seq len the KV cache cannot hold once (kv_cache_utils.py): the length, the GiB
+# it needs and the GiB available, then, where the estimate is above 0, the longest length that fits
+# ("Based on the available memory, the estimated maximum model length is N." in most releases,
+# "Estimated maximum model length is N." in later ones). V0 printed tokens instead of GiB.
+_KV_REFUSAL = re.compile(
+    r"To serve at least one request with the models?(?:'s)? max seq len \((?P<length>\d+)\), \(?"
+    r"(?P<needed>[\d.]+) GiB KV cache is needed, which is larger than the available KV cache memory "
+    r"\((?P<available>-?[\d.]+) GiB\)\.?"
+    r"(?:\s*(?:Based on the available memory, the e|E)stimated maximum model length is (?P<estimate>\d+))?"
+)
+_V0_TOKENS_REFUSAL = re.compile(
+    r"The model's max seq len \((?P<length>\d+)\) is larger than the maximum number of tokens that can be "
+    r"stored in KV cache \((?P<tokens>\d+)\)"
+)
 _GRAPH_LINE = re.compile(r"Graph capturing finished in [\d.]+ secs?, took (?P<gib>-?[\d.]+) GiB")
 
 
@@ -114,9 +132,11 @@ class EngineStatsLine(_Line):
 
 
 class SpecDecodingLine(_Line):
-    """vLLM's ``SpecDecoding metrics: ...`` line (one logging interval)."""
+    """vLLM's ``SpecDecoding metrics: ...`` line (V0's ``Speculative metrics: ...``), one logging
+    interval, by field: what the release printed, and the mean acceptance length where it printed it
+    or its fields give it (None where they do not)."""
 
-    mean_acceptance_length: float
+    mean_acceptance_length: float | None = None
     accepted: int | None = None
     drafted: int | None = None
     per_position: list[float] = []
@@ -168,31 +188,38 @@ def parse_engine_line(line: str) -> EngineStatsLine | None:
 
 
 def parse_spec_line(line: str) -> SpecDecodingLine | None:
-    """Parse the ``SpecDecoding metrics`` line by field name; older releases print other fields, and the
-    V0 engine's ``Speculative metrics`` line gives no mean, only counts (see :func:`_parse_v0_spec_line`)."""
+    """Parse the ``SpecDecoding metrics`` line by field name. Releases differ in their fields: 0.8's
+    gave the draft acceptance rate and the accepted and drafted tokens only (no mean, and no count of
+    drafts to derive one); later ones add the mean and the per-position rates, whose count gives the
+    drafts (``Drafted`` / positions), so a missing mean is 1 + accepted / drafts. V0's ``Speculative
+    metrics`` line gives counts only (see :func:`_parse_v0_spec_line`)."""
     match = _SPEC_LINE.search(line.strip())
     if match is None:
         return _parse_v0_spec_line(line)
     fields = _fields(match["fields"])
-    mean = _leading_number(fields.get("Mean acceptance length"))
-    if mean is None:
-        return None
     accepted, drafted = _leading_number(fields.get("Accepted")), _leading_number(fields.get("Drafted"))
     positions = fields.get("Per-position acceptance rate", "")
     per_position = [float(p) for p in positions.split(",") if _NUMBER.match(p.strip())] if positions else []
-    return SpecDecodingLine(
-        mean_acceptance_length=mean,
+    rate = _leading_number(fields.get("Avg Draft acceptance rate", fields.get("Draft acceptance rate")))
+    read = SpecDecodingLine(
+        mean_acceptance_length=_leading_number(fields.get("Mean acceptance length")),
         accepted=int(accepted) if accepted is not None else None,
         drafted=int(drafted) if drafted is not None else None,
         per_position=per_position,
-        draft_acceptance_rate=_leading_number(fields.get("Avg Draft acceptance rate")),
+        draft_acceptance_rate=rate,
     )
+    if read.mean_acceptance_length is None and read.accepted is not None and read.drafts:
+        read = read.model_copy(update={"mean_acceptance_length": 1 + read.accepted / read.drafts})
+    if read.mean_acceptance_length is None and accepted is None and drafted is None:
+        return None  # every release printed the token counts: not one of its lines
+    return read
 
 
 def _parse_v0_spec_line(line: str) -> SpecDecodingLine | None:
-    """The V0 engine's ``Speculative metrics: ... Number of speculative tokens: k, Number of accepted
-    tokens: A, Number of draft tokens: D, Number of emitted tokens: E.``: D / k verify steps emitted E
-    tokens, so tokens per step (the accept length) is E / (D / k)."""
+    """The V0 engine's ``Speculative metrics: Draft acceptance rate: R, System efficiency: S, Number of
+    speculative tokens: k, Number of accepted tokens: A, Number of draft tokens: D, Number of emitted
+    tokens: E.`` (R a fraction): D / k verify steps emitted E tokens, so tokens per step (the accept
+    length) is E / (D / k); without E, 1 + A / (D / k)."""
     match = _V0_SPEC_LINE.search(line.strip())
     if match is None:
         return None
@@ -201,13 +228,20 @@ def _parse_v0_spec_line(line: str) -> SpecDecodingLine | None:
         _leading_number(fields.get(f"Number of {kind} tokens"))
         for kind in ("speculative", "accepted", "draft", "emitted")
     )
-    if not k or not drafted or emitted is None:
+    rate = _leading_number(fields.get("Draft acceptance rate"))
+    if accepted is None and drafted is None:
         return None
-    steps = drafted / k
+    steps = drafted / k if k and drafted else None
+    mean = None
+    if steps and emitted is not None:
+        mean = emitted / steps
+    elif steps and accepted is not None:
+        mean = 1 + accepted / steps
     return SpecDecodingLine(
-        mean_acceptance_length=emitted / steps,
+        mean_acceptance_length=mean,
         accepted=int(accepted) if accepted is not None else None,
-        drafted=int(drafted),
+        drafted=int(drafted) if drafted is not None else None,
+        draft_acceptance_rate=rate * 100 if rate is not None else None,
         steps=steps,
     )
 
@@ -218,6 +252,26 @@ def info_labels(text: str, name: str) -> dict[str, str] | None:
         for sample in family.samples:
             if sample.name == name:
                 return dict(sample.labels)
+    return None
+
+
+def kv_shortfall(reason: str) -> base.PoolShortfall | None:
+    """The figures of a refusal to start because one request of the max seq len does not fit the KV
+    cache: the GiB it needs against the GiB available and, in tokens, the longest request that fits
+    against the max seq len (V1's estimate, where printed; V0's token count). vLLM prints no fraction:
+    the launch's --gpu-memory-utilization says it."""
+    refusal = _KV_REFUSAL.search(reason)
+    if refusal is not None:
+        estimate = refusal["estimate"]
+        return base.PoolShortfall(
+            pool_tokens=int(estimate) if estimate is not None else None,
+            needed_tokens=int(refusal["length"]),
+            pool_bytes=float(refusal["available"]) * _GIB,
+            needed_bytes=float(refusal["needed"]) * _GIB,
+        )
+    v0 = _V0_TOKENS_REFUSAL.search(reason)
+    if v0 is not None:
+        return base.PoolShortfall(pool_tokens=int(v0["tokens"]), needed_tokens=int(v0["length"]))
     return None
 
 
@@ -249,7 +303,7 @@ def log_figures_of(log_window: str) -> base.LogFigures:
         if engine is not None and engine.generation_throughput > 0:
             engines.setdefault(f"engine {engine.engine}", []).append(engine.generation_throughput)
         spec = parse_spec_line(line)
-        if spec is not None:
+        if spec is not None and spec.mean_acceptance_length is not None:
             accepts.append(spec.mean_acceptance_length)
             weights.append(spec.drafts or 0.0)
     return base.LogFigures(gen_tok_s=engines, accept_lengths=accepts, accept_weights=weights if all(weights) else None)

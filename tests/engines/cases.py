@@ -43,6 +43,28 @@ class StatsCase:
 
 
 @dataclass(frozen=True)
+class FormCase:
+    """A log window in one of the forms the engine's releases print its periodic (or per-request)
+    lines in, written for the test in that form, and what a reader takes from it: the lines that
+    count, the throughput (data-parallel groups summed) and the accept length."""
+
+    file: str
+    log_lines: int
+    gen_tok_s: float | None
+    accept_length: float | None
+
+
+@dataclass(frozen=True)
+class ShortfallCase:
+    """A refusal to start for want of pool memory (written in the engine's real wording) and the
+    figures its message carries (GiB for the byte fields), with the KV memory the log states."""
+
+    file: str
+    figures: dict[str, float | None]
+    kv_pool_gib: float | None
+
+
+@dataclass(frozen=True)
 class EngineCase:
     name: str
     help_file: str
@@ -61,6 +83,8 @@ class EngineCase:
     memory: dict[str, float] | None
     """Expected :class:`MemoryFacts` fields of ``startup_log`` (GiB for the byte fields)."""
     stats: StatsCase
+    forms: list[FormCase] = field(default_factory=list)
+    shortfalls: list[ShortfallCase] = field(default_factory=list)
     extra: dict[str, object] = field(default_factory=dict)
 
 
@@ -145,6 +169,13 @@ CASES: dict[str, EngineCase] = {
             generated_tokens=0.0,
             metrics_accept_length=None,
         ),
+        # The scheduler's Python-logging prefix "[time{ rank tags}]" (see autotune/engines/sglang_logs.py):
+        # DP groups decode side by side (their medians summed); the other ranks of a group print its batch.
+        forms=[
+            FormCase("sglang_logs/decode_dp_attn_cp.log", 6, 42.0 + 31.0, None),  # DP0 ATTN_CP1 TP1 EP1
+            FormCase("sglang_logs/decode_pp_attn_cp.log", 3, 56.0, None),  # PP1 ATTN_CP0 TP0, no DP
+            FormCase("sglang_logs/decode_dp_moe_dp.log", 4, 21.0 + 26.0, None),  # .125 ms, DP1 MOE_DP0 TP2 EP2
+        ],
     ),
     "vllm": EngineCase(
         name="vllm",
@@ -177,6 +208,11 @@ CASES: dict[str, EngineCase] = {
             vllm_logs/engine_free_memory.log              |   1 | infeasible-memory-high | less than desired GPU memory
             vllm_logs/engine_no_kv_memory.log             |   1 | infeasible-memory-low  | No available memory
             vllm_logs/engine_max_seq_len.log              |   1 | infeasible-memory-low  | To serve at least one request
+            vllm_logs/engine_max_seq_len_models_typo.log  |   1 | infeasible-memory-low  | the models's max seq len
+            vllm_logs/engine_max_seq_len_message_only.log |   1 | infeasible-memory-low  | the models's max seq len
+            vllm_logs/engine_max_seq_len_tpu.log          |   1 | infeasible-memory-low  | the models's max seq len
+            vllm_logs/engine_max_seq_len_estimated.log    |   1 | infeasible-memory-low  | Estimated maximum model
+            vllm_logs/engine_max_seq_len_no_estimate.log  |   1 | infeasible-memory-low  | the models's max seq len
             vllm_logs/engine_auto_fit.log                 |   1 | infeasible-memory-low  | Cannot auto-fit max_model_len
             vllm_logs/engine_sampler_oom.log              |   1 | infeasible-memory-high | warming up sampler
             vllm_logs/engine_graph_oom.log                |   1 | infeasible-memory-high | CUDA out of memory. Tried
@@ -200,6 +236,43 @@ CASES: dict[str, EngineCase] = {
             generated_tokens=None,
             metrics_accept_length=None,
         ),
+        # 0.8's V1 line: the rate, accepted and drafted tokens, no mean and no count of drafts to derive one.
+        forms=[FormCase("vllm_logs/spec_v1_counts_only.log", 2, (88.5 + 91.5) / 2, None)],
+        # V1's refusal of a max seq len the KV cache cannot hold once: "models's" (most releases, the TPU
+        # builds through the same check), "model's" with "Estimated maximum model length" (later ones), none
+        # estimated (it was 0); the GiB needed / available, the longest length that fits / the max seq len.
+        shortfalls=[
+            ShortfallCase(
+                "vllm_logs/engine_max_seq_len.log",
+                {"needed_bytes": 8.16, "pool_bytes": 8.03, "pool_tokens": 257936, "needed_tokens": 262144},
+                8.03,
+            ),
+            ShortfallCase(
+                "vllm_logs/engine_max_seq_len_models_typo.log",
+                {"needed_bytes": 5.0, "pool_bytes": 3.75, "pool_tokens": 30720, "needed_tokens": 40960},
+                3.75,
+            ),
+            ShortfallCase(
+                "vllm_logs/engine_max_seq_len_message_only.log",
+                {"needed_bytes": 8.0, "pool_bytes": 2.4, "pool_tokens": 19648, "needed_tokens": 65536},
+                2.4,
+            ),
+            ShortfallCase(
+                "vllm_logs/engine_max_seq_len_tpu.log",
+                {"needed_bytes": 16.0, "pool_bytes": 0.75, "pool_tokens": 6144, "needed_tokens": 131072},
+                0.75,
+            ),
+            ShortfallCase(
+                "vllm_logs/engine_max_seq_len_estimated.log",
+                {"needed_bytes": 8.0, "pool_bytes": 6.5, "pool_tokens": 212992, "needed_tokens": 262144},
+                6.5,
+            ),
+            ShortfallCase(
+                "vllm_logs/engine_max_seq_len_no_estimate.log",
+                {"needed_bytes": 4.0, "pool_bytes": 0.01, "pool_tokens": None, "needed_tokens": 32768},
+                0.01,
+            ),
+        ],
     ),
     "llamacpp": EngineCase(
         name="llamacpp",
@@ -236,5 +309,14 @@ CASES: dict[str, EngineCase] = {
             generated_tokens=32.0,
             metrics_accept_length=1 + 24 / 6,
         ),
+        # Per-request lines by release: "draft acceptance rate = R (A accepted / G generated)" without a mean
+        # (tokens per target step from the eval line: (n - 1) / (n - 1 - A)), the same behind a process's
+        # prefix, the EAGLE3 builds' "mean acceptance length", the 2024 builds' JSON lines ("runs", no draft).
+        forms=[
+            FormCase("llamacpp/requests_draft_rate_2024.log", 2, 90.0, (63 / 21 + 109 / 59) / 2),
+            FormCase("llamacpp/requests_pid_prefix.log", 2, 90.0, (63 / 21 + 109 / 59) / 2),
+            FormCase("llamacpp/requests_eagle3_mean_acceptance_length.log", 2, 122.5, (2.98 + 3.10) / 2),
+            FormCase("llamacpp/requests_json_2024.log", 2, 85.0, None),
+        ],
     ),
 }
