@@ -336,3 +336,20 @@ def test_the_last_event_carries_sglang_s_own_decode_rate() -> None:
     streamed = asyncio.run(chunks())
     assert [c.server_decode_tok_s for c in streamed] == [None, pytest.approx(251.19, abs=0.01)]
     assert streamed[-1].finished and streamed[-1].completion_tokens == 64
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["[11-02 11:05:44 DP1 ATTN_CP1 TP1]", "[2026-11-02 11:05:44.123 MOE_DP1 TP1]", "[PP1 ATTN_CP0 TP0]"],
+)
+def test_a_crash_under_any_rank_tag_is_named_by_its_bare_exception(prefix: str) -> None:
+    """SGLang's logging prefixes (a date without the year, milliseconds, ATTN_CP and MOE_DP tags) are
+    decoration: the reason names the exception, not the prefix."""
+    log = (
+        "[2026-11-02 11:05:40 TP0] Load weight begin.\n"
+        f"{prefix} Scheduler hit an exception: Traceback (most recent call last):\n"
+        f'{prefix}   File "scheduler.py", line 3, in run\n'
+        f"{prefix} RuntimeError: NCCL communicator was aborted\n"
+    )
+    failure = SGLangEngine().classify_failure(exit_code=1, log_text=log, timed_out=False)
+    assert failure.reason.endswith(": RuntimeError: NCCL communicator was aborted"), failure.reason

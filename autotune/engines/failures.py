@@ -61,8 +61,9 @@ _DECORATION = re.compile(
     r"|\(\w[\w-]*(?: rank=\d+)?\s*pid=\d+(?:, ip=[\d.]+)?\)\s*"  # (EngineCore_DP0 pid=7), (VllmWorker rank=1 pid=9)
     r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+(?:\[[^\]]*\]|\S+:\d+\])\s*"
     r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL):\s+"  # uvicorn
-    r"|\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z]+\d+)*\]\s*"  # SGLang: [2025-01-01 10:00:00 DP0 TP0]
-    r"|\[[A-Z]+\d+(?: [A-Z]+\d+)*\]\s*"  # a bare rank tag
+    # SGLang: [2025-01-01 10:00:00 DP0 TP0], [01-01 10:00:00.123 PP1 ATTN_CP2 TP2]
+    r"|\[(?:(?:\d{4}-)?\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z]+(?:_[A-Z]+)*\d+)*\]\s*"
+    r"|\[[A-Z]+(?:_[A-Z]+)*\d+(?: [A-Z]+(?:_[A-Z]+)*\d+)*\]\s*"  # a bare rank tag
     r"|\[[\w./-]+\.py:\d+\]\s*"  # [multiproc_executor.py:492]
     r"|\[\d+\]\s*|\[rank\d+\]:?\s*"  # [3], torchrun's [rank0]:
     r"|\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\s*(?:\|\s*)?"
