@@ -7,19 +7,29 @@ its accept length the replay uses it, so only the cost model is judged. Per tabl
 
 - ``ratio``: each row's rate over the first row's (at the same concurrency), the twin's against the
   published, max and median error over the rows after the first;
-- ``signs``: how many row-to-row changes (in the table's order, at one concurrency) go the same way;
-- ``cal3``: after fitting the profile's free constants (``autotune_twin.calibrate.fit``) to three
-  rows, the worst error of the other rows' rates, over every choice of three (``--subsets``: at most
-  that many, drawn);
-- ``cal3 spanned``: the same over only the other rows the three span (:func:`spanned`): a row whose
-  drafter, depth, tree width or concurrency lies outside them is extrapolated, and a fit to three
-  rows cannot know the cost that carries it; with the count of such rows.
+- ``signs``: how many row-to-row changes (in the table's order, at one concurrency) go the same way,
+  counting only the changes whose published rates differ by more than 3 % (closer, the order is
+  within a table's noise);
+- ``other rows``: the judge of calibration as a night uses it (issue 53): ``autotune_twin.calibrate.fit``
+  on three rows a night's first launches would give, the others' rates predicted, their worst and
+  median error, met where the median is at most 7 % and the worst at most 15 %. The three rows
+  (:func:`anchors`): the plain row (no speculation), the shallowest and the deepest draft row, among
+  the rows with a cell at the table's first concurrency (its first cell's); depth is the draft tokens
+  verified a pass (vLLM's K + 1), then the draft steps, and ties go to the row first in the table.
+  A table without a plain row is fitted on its shallowest and deepest rows alone. A fitted row is
+  fitted at every concurrency it has; the other rows are judged at every concurrency they have;
+- ``at first concurrency``: the same errors over the other rows' cells at the table's first
+  concurrency, the one the three rows were chosen at;
+- ``spanned``: the same errors over only the other rows' cells the fitted rows span (:func:`spanned`):
+  a cell whose drafter, depth, tree width or concurrency lies outside them is extrapolated, and a
+  fit to three rows cannot know the cost that carries it; with the count of such cells.
 
 for today's physics (no fixed cost of speculation, the built-in profile's draft-step constant, no
-TP part in it) and the new one, and for the new one without each term (tree costs and batch scale
-put back at the built-in profile's values).
+TP part in it) and the new one (``DEFAULT_COSTS``, updated by ``--costs``: a refit that
+``benchmarks.fit_pass_costs`` prints, say), and (ratio and signs only) for the new one without
+each term (tree costs and batch scale put back at the built-in profile's values).
 
-    python -m benchmarks.spec_tables [--tables PATH] [--quick]
+    python -m benchmarks.spec_tables [--tables PATH] [--quick] [--costs JSON]
 """
 
 from __future__ import annotations
@@ -180,16 +190,21 @@ def build(table: Table, costs: PassCosts) -> TwinProfile:
     return profile.model_copy(update={"model": model})
 
 
-VARIANTS: dict[str, PassCosts] = {
-    "today": TODAY_COSTS,
-    "new": DEFAULT_COSTS,
-    "new - spec_pass": DEFAULT_COSTS.model_copy(update={"spec_pass_ms": 0.0, "spec_pass_tp_ms": 0.0}),
-    "new - draft_step_tp": DEFAULT_COSTS.model_copy(update={"draft_step_tp_ms": 0.0}),
-    "new - tree costs": DEFAULT_COSTS.model_copy(update={"tree_branch_ms": 0.3, "tree_bookkeeping_ms": 1.5}),
-    "new - batch_scale": DEFAULT_COSTS.model_copy(update={"batch_scale": 0.1}),
-    "new - per_request": DEFAULT_COSTS.model_copy(update={"per_request_ms": 0.05}),
-    "new - experts touched": DEFAULT_COSTS,
-}
+def variants(new: PassCosts) -> dict[str, PassCosts]:
+    """The physics judged: today's, ``new`` and ``new`` without each term."""
+    return {
+        "today": TODAY_COSTS,
+        "new": new,
+        "new - spec_pass": new.model_copy(update={"spec_pass_ms": 0.0, "spec_pass_tp_ms": 0.0}),
+        "new - draft_step_tp": new.model_copy(update={"draft_step_tp_ms": 0.0}),
+        "new - tree costs": new.model_copy(update={"tree_branch_ms": 0.3, "tree_bookkeeping_ms": 1.5}),
+        "new - batch_scale": new.model_copy(update={"batch_scale": 0.1}),
+        "new - per_request": new.model_copy(update={"per_request_ms": 0.05}),
+        "new - experts touched": new,
+    }
+
+
+VARIANTS = variants(DEFAULT_COSTS)
 
 
 def _same(profile: TwinProfile) -> TwinProfile:
@@ -273,31 +288,42 @@ def anchors(cells: Sequence[Cell], configs: Sequence[LaunchConfig]) -> Anchors:
 
 
 @dataclass(frozen=True)
+class Errors:
+    """Relative rate errors of some cells: the worst, the median and how many (NaN where none)."""
+
+    worst: float
+    median: float
+    count: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Errors:
+        if not values:
+            return cls(float("nan"), float("nan"), 0)
+        return cls(max(values), statistics.median(values), len(values))
+
+    def __str__(self) -> str:
+        return f"{self.worst:.1%} ({self.median:.1%})"
+
+
+@dataclass(frozen=True)
 class Verdict:
     ratio_max: float
     ratio_median: float
     signs_right: int
     signs: int  # row-to-row changes counted (:func:`counted_sign`)
     anchors: Anchors | None  # None where the judge did not calibrate
-    anchored_max: float  # the other rows' rate error after the fit on the anchors
-    anchored_median: float
-    held: int  # cells of the other rows
-    spanned_max: float
-    spanned_median: float
-    spanned: int  # cells of the other rows that the anchors span (:func:`spanned`)
+    other: Errors  # the other rows' cells after the fit on the anchors
+    first: Errors  # those of them at the table's first concurrency
+    spanned: Errors  # those of them the anchors span (:func:`spanned`)
 
 
 def _predict(profile: TwinProfile, cells: list[Cell], configs: list[LaunchConfig]) -> list[float]:
     return [calibrate.predict_point(profile, c.point, cfg).tok_s for c, cfg in zip(cells, configs, strict=True)]
 
 
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
 def judge(table: Table, profile: TwinProfile, *, calibrated: bool = True) -> Verdict:
     """The uncalibrated ratios and signs of ``table``; with ``calibrated``, the other rows' rate
-    errors after :func:`calibrate.fit` on the :func:`anchors` (and over the cells they span)."""
+    errors after ``calibrate.fit`` on the :func:`anchors`."""
     cells = table.cells
     configs = [calibrate.launch_config(profile, c.point.flags) for c in cells]
     predicted = _predict(profile, cells, configs)
@@ -314,27 +340,24 @@ def judge(table: Table, profile: TwinProfile, *, calibrated: bool = True) -> Ver
     chosen = anchors(cells, configs) if calibrated else None
     held = [i for i, c in enumerate(cells) if chosen is not None and c.row not in chosen.rows]
     held_errors: list[float] = []
-    inside: list[float] = []
     if chosen is not None and held:
         fitted = calibrate.fit(profile, [c.point for c in cells if c.row in chosen.rows])
-        fit_on = [Span.of(c.point, cfg) for c, cfg in zip(cells, configs, strict=True) if c.row in chosen.rows]
         again = _predict(fitted, [cells[i] for i in held], [configs[i] for i in held])
         held_errors = [abs(p / cells[i].point.tok_s - 1) for p, i in zip(again, held, strict=True)]
-        inside = [
-            e for e, i in zip(held_errors, held, strict=True) if spanned(fit_on, Span.of(cells[i].point, configs[i]))
-        ]
+    fit_on = [Span.of(c.point, cfg) for c, cfg in zip(cells, configs, strict=True) if chosen and c.row in chosen.rows]
+    at_first = [
+        e for e, i in zip(held_errors, held, strict=True) if cells[i].point.concurrency == cells[0].point.concurrency
+    ]
+    inside = [e for e, i in zip(held_errors, held, strict=True) if spanned(fit_on, Span.of(cells[i].point, configs[i]))]
     return Verdict(
         ratio_max=max(errors, default=0.0),
         ratio_median=statistics.median(errors) if errors else 0.0,
         signs_right=right,
         signs=total,
         anchors=chosen,
-        anchored_max=max(held_errors, default=float("nan")),
-        anchored_median=_median(held_errors),
-        held=len(held),
-        spanned_max=max(inside, default=float("nan")),
-        spanned_median=_median(inside),
-        spanned=len(inside),
+        other=Errors.of(held_errors),
+        first=Errors.of(at_first),
+        spanned=Errors.of(inside),
     )
 
 
@@ -384,36 +407,42 @@ def _anchor_names(table: Table, chosen: Anchors) -> str:
 def _cell(table: Table, v: Verdict) -> str:
     ratio = f"{v.ratio_max:.1%} / {v.ratio_median:.1%} | {v.signs_right}/{v.signs}"
     if v.anchors is None:
-        return f"{ratio} | - | - | - | -"
+        return f"{ratio} | - | - | - | - | -"
     fitted = _anchor_names(table, v.anchors)
-    if v.held == 0:
-        return f"{ratio} | {fitted} | - (no other row) | - | -"
-    met = v.anchored_median <= MEDIAN_TARGET and v.anchored_max <= WORST_TARGET
-    held = f"{v.anchored_max:.1%} ({v.anchored_median:.1%}), {v.held} cells"
-    inside = f"{v.spanned}/{v.held} cells"
-    if v.spanned:
-        inside = f"{v.spanned_max:.1%} ({v.spanned_median:.1%}), {inside}"
-    return f"{ratio} | {fitted} | {held} | {'yes' if met else 'no'} | {inside}"
+    if v.other.count == 0:
+        return f"{ratio} | {fitted} | - (no other row) | - | - | -"
+    met = v.other.median <= MEDIAN_TARGET and v.other.worst <= WORST_TARGET
+    other = f"{v.other}, {v.other.count} cells"
+    first = f"{v.first}, {v.first.count} cells" if v.first.count else "-"
+    inside = f"{v.spanned.count}/{v.other.count} cells"
+    if v.spanned.count:
+        inside = f"{v.spanned}, {inside}"
+    return f"{ratio} | {fitted} | {other} | {'yes' if met else 'no'} | {first} | {inside}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.spec_tables", description=__doc__.splitlines()[0])
     parser.add_argument("--tables", type=Path, default=TABLES)
     parser.add_argument("--quick", action="store_true", help="only today and new; no per-term ablation")
+    parser.add_argument(
+        "--costs", type=json.loads, default={}, help="the new physics' constants in place of DEFAULT_COSTS' (JSON)"
+    )
     args = parser.parse_args(argv)
     tables = load_tables(args.tables)
-    variants = ["today", "new"] if args.quick else list(VARIANTS)
+    judged = variants(DEFAULT_COSTS.model_copy(update=args.costs))
+    names = ["today", "new"] if args.quick else list(judged)
     print("Ratio: max / median error of each row's rate over the first row's; signs: row-to-row changes "
           "drawn the same way, of those over 3 % published; fitted on: the plain row, the shallowest and the "
           "deepest draft row at the first concurrency; other rows: their worst (median) rate error after "
-          "that fit; met: median <= 7 % and worst <= 15 %; spanned: the same over the other rows' cells "
-          "the fitted rows span (drafter, depth, tree width, concurrency).\n")  # fmt: skip
+          "that fit; met: median <= 7 % and worst <= 15 %; at first concurrency: the same over the other rows' "
+          "cells at the table's first concurrency; spanned: over the other rows' cells the fitted rows span "
+          "(drafter, depth, tree width, concurrency).\n")  # fmt: skip
     print("| table | GPUs named | points | physics | ratio max / median | signs | fitted on "
-          "| other rows worst (median) | met | spanned |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| other rows worst (median) | met | at first concurrency | spanned |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for table in tables:
-        for variant in variants:
-            profile = variant_profile(table, variant, VARIANTS[variant])
+        for variant in names:
+            profile = variant_profile(table, variant, judged[variant])
             verdict = judge(table, profile, calibrated=variant in ("today", "new"))
             named = "yes" if table.gpus_named else "no (assumed)"
             print(f"| {table.id} | {named} | {len(table.cells)} | {variant} | {_cell(table, verdict)} |", flush=True)
