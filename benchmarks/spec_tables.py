@@ -412,8 +412,8 @@ def _cell(table: Table, v: Verdict) -> str:
     if v.other.count == 0:
         return f"{ratio} | {fitted} | - (no other row) | - | - | -"
     met = v.other.median <= MEDIAN_TARGET and v.other.worst <= WORST_TARGET
-    other = f"{v.other}, {v.other.count} cells"
-    first = f"{v.first}, {v.first.count} cells" if v.first.count else "-"
+    other = f"{v.other}, n={v.other.count}"
+    first = f"{v.first}, n={v.first.count}" if v.first.count else "-"
     inside = f"{v.spanned.count}/{v.other.count} cells"
     if v.spanned.count:
         inside = f"{v.spanned}, {inside}"
