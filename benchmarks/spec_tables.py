@@ -10,7 +10,7 @@ its accept length the replay uses it, so only the cost model is judged. Per tabl
 - ``signs``: how many row-to-row changes (in the table's order, at one concurrency) go the same way,
   counting only the changes whose published rates differ by more than 3 % (closer, the order is
   within a table's noise);
-- ``other rows``: the judge of calibration as a night uses it (issue 53): ``autotune_twin.calibrate.fit``
+- ``other rows``: the judge of calibration as a night uses it (issue 53): ``passmodel.calibrate.fit``
   on three rows a night's first launches would give, the others' rates predicted, their worst and
   median error, met where the median is at most 7 % and the worst at most 15 %. The three rows
   (:func:`anchors`): the plain row (no speculation), the shallowest and the deepest draft row, among
@@ -47,11 +47,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune_twin import calibrate
-from autotune_twin.calibrate import Point
-from autotune_twin.launch import LaunchConfig
-from autotune_twin.profile import TwinProfile
-from autotune_twin.setup import (
+from passmodel import calibrate
+from passmodel.calibrate import Point
+from passmodel.config import LaunchConfig
+from passmodel.profile import TwinProfile
+from passmodel.setup import (
     DEFAULT_COSTS,
     DrafterFacts,
     PassCosts,
