@@ -6,7 +6,7 @@ datasheets, PCIe or NVLink), a dense, hybrid (linear attention) or MoE model of 
 bf16, fp8 or int4 (a drawn ``config.json``) whose weights fit at the smallest tensor-parallel size
 offered (else the draw is repeated), its MTP heads and/or a separate EAGLE3 or DFlash drafter (their
 configs), and a context length that leaves memory roomy or tight. Those facts become the profile
-through :func:`autotune_twin.setup.profile_from_setup`, the path a user's ``SETUP.yaml`` takes, with
+through :func:`passmodel.setup.profile_from_setup`, the path a user's ``SETUP.yaml`` takes, with
 each pass cost drawn around ``DEFAULT_COSTS`` (``COST_SPREAD``); acceptance curves of different
 shapes, the tree's miss factor, the attention backends' costs and memory reservations are drawn on
 top. The result is a validated :class:`TwinProfile` and a matching :class:`SearchSpace` with only the
@@ -39,7 +39,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from autotune.space import Baseline, SearchSpace
-from autotune_twin.profile import (
+from passmodel.profile import (
     CATEGORIES,
     DrafterSpec,
     GpuSpec,
@@ -50,7 +50,7 @@ from autotune_twin.profile import (
     TwinProfile,
     load_profile,
 )
-from autotune_twin.setup import (
+from passmodel.setup import (
     BYTES_PER_PARAM,
     DEFAULT_COSTS,
     KNOWN_GPUS,
@@ -97,7 +97,7 @@ class _Frozen(BaseModel):
 
 
 class GpuKind(_Frozen):
-    """A GPU of the catalog: its datasheet (``autotune_twin.setup.KNOWN_GPUS``), what NVML shows of
+    """A GPU of the catalog: its datasheet (``passmodel.setup.KNOWN_GPUS``), what NVML shows of
     its memory bus, and the most of it one host holds."""
 
     facts: GpuFacts

@@ -59,7 +59,7 @@ from autotune.study.rules.make_room import MakeRoom  # noqa: E402
 from autotune.study.sampler import SamplerName  # noqa: E402
 from autotune.testing import memory_as_logged, simulated_outcome, study_runner  # noqa: E402
 from autotune.trial import TrialOutcome  # noqa: E402
-from autotune_twin.profile import TwinProfile, inventory, load_profile  # noqa: E402
+from autotune_twin.gpu_state import inventory  # noqa: E402
 from benchmarks import family, replay  # noqa: E402
 from benchmarks.landscape import (  # noqa: E402
     Evaluation,
@@ -73,6 +73,7 @@ from benchmarks.landscape import (  # noqa: E402
     grid,
 )
 from benchmarks.recorded import RecordedLaunch  # noqa: E402
+from passmodel.profile import TwinProfile, load_profile  # noqa: E402
 
 WITHIN = 0.02  # "reached": the incumbent's true value is within 2 % of the optimum
 FLOAT_POINTS = 11  # a float without a step is discretised into this many points (log-spaced if log)

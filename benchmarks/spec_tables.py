@@ -7,19 +7,29 @@ its accept length the replay uses it, so only the cost model is judged. Per tabl
 
 - ``ratio``: each row's rate over the first row's (at the same concurrency), the twin's against the
   published, max and median error over the rows after the first;
-- ``signs``: how many row-to-row changes (in the table's order, at one concurrency) go the same way;
-- ``cal3``: after fitting the profile's free constants (``autotune_twin.calibrate.fit``) to three
-  rows, the worst error of the other rows' rates, over every choice of three (``--subsets``: at most
-  that many, drawn);
-- ``cal3 spanned``: the same over only the other rows the three span (:func:`spanned`): a row whose
-  drafter, depth, tree width or concurrency lies outside them is extrapolated, and a fit to three
-  rows cannot know the cost that carries it; with the count of such rows.
+- ``signs``: how many row-to-row changes (in the table's order, at one concurrency) go the same way,
+  counting only the changes whose published rates differ by more than 3 % (closer, the order is
+  within a table's noise);
+- ``other rows``: the judge of calibration as a night uses it (issue 53): ``passmodel.calibrate.fit``
+  on three rows a night's first launches would give, the others' rates predicted, their worst and
+  median error, met where the median is at most 7 % and the worst at most 15 %. The three rows
+  (:func:`anchors`): the plain row (no speculation), the shallowest and the deepest draft row, among
+  the rows with a cell at the table's first concurrency (its first cell's); depth is the draft tokens
+  verified a pass (vLLM's K + 1), then the draft steps, and ties go to the row first in the table.
+  A table without a plain row is fitted on its shallowest and deepest rows alone. A fitted row is
+  fitted at every concurrency it has; the other rows are judged at every concurrency they have;
+- ``at first concurrency``: the same errors over the other rows' cells at the table's first
+  concurrency, the one the three rows were chosen at;
+- ``spanned``: the same errors over only the other rows' cells the fitted rows span (:func:`spanned`):
+  a cell whose drafter, depth, tree width or concurrency lies outside them is extrapolated, and a
+  fit to three rows cannot know the cost that carries it; with the count of such cells.
 
 for today's physics (no fixed cost of speculation, the built-in profile's draft-step constant, no
-TP part in it) and the new one, and for the new one without each term (tree costs and batch scale
-put back at the built-in profile's values).
+TP part in it) and the new one (``DEFAULT_COSTS``, updated by ``--costs``: a refit that
+``benchmarks.fit_pass_costs`` prints, say), and (ratio and signs only) for the new one without
+each term (tree costs and batch scale put back at the built-in profile's values).
 
-    python -m benchmarks.spec_tables [--tables PATH] [--quick]
+    python -m benchmarks.spec_tables [--tables PATH] [--quick] [--costs JSON]
 """
 
 from __future__ import annotations
@@ -27,10 +37,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import random
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,11 +47,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune_twin import calibrate
-from autotune_twin.calibrate import Point
-from autotune_twin.launch import LaunchConfig
-from autotune_twin.profile import TwinProfile
-from autotune_twin.setup import (
+from passmodel import calibrate
+from passmodel.calibrate import Point
+from passmodel.config import LaunchConfig
+from passmodel.profile import TwinProfile
+from passmodel.setup import (
     DEFAULT_COSTS,
     DrafterFacts,
     PassCosts,
@@ -54,7 +63,6 @@ from autotune_twin.setup import (
 
 SETUPS = Path(__file__).parent / "spec_setups"
 TABLES = Path(__file__).resolve().parents[2] / "shared" / "spec-tables" / "tables.jsonl"
-MAX_SUBSETS = 300  # every choice of three rows in each table of the corpus (the most is 286)
 # Today's physics on the same setups: none of the new terms (no experts touched either: see
 # VARIANT_PROFILE), the built-in profile's draft step, tree costs, batch scale and per-request cost.
 TODAY_COSTS = DEFAULT_COSTS.model_copy(
@@ -89,6 +97,7 @@ class Replay(BaseModel):
 @dataclass(frozen=True)
 class Cell:
     row: int  # the table row it comes from
+    setting: str  # the row's setting as published, for a reader
     point: Point
 
 
@@ -129,6 +138,7 @@ def _cells(raw: dict[str, Any], replay: Replay) -> list[Cell]:
         accepts = row.get("accept_length")
         if algo is not None and accepts is None:
             accepts = replay.row_accept_length.get(algo)
+        label = " ".join(f"{key}={value}" for key, value in row["setting"].items())
         per_batch = rates if isinstance(rates, dict) else {str(setting.get("bs") or replay.concurrency or 1): rates}
         for batch, rate in per_batch.items():
             accept = accepts.get(batch) if isinstance(accepts, dict) else accepts
@@ -140,7 +150,7 @@ def _cells(raw: dict[str, Any], replay: Replay) -> list[Cell]:
                 tok_s=float(rate),
                 accept_length=accept if flags else None,
             )
-            cells.append(Cell(index, point))
+            cells.append(Cell(index, label, point))
     return cells
 
 
@@ -180,16 +190,21 @@ def build(table: Table, costs: PassCosts) -> TwinProfile:
     return profile.model_copy(update={"model": model})
 
 
-VARIANTS: dict[str, PassCosts] = {
-    "today": TODAY_COSTS,
-    "new": DEFAULT_COSTS,
-    "new - spec_pass": DEFAULT_COSTS.model_copy(update={"spec_pass_ms": 0.0, "spec_pass_tp_ms": 0.0}),
-    "new - draft_step_tp": DEFAULT_COSTS.model_copy(update={"draft_step_tp_ms": 0.0}),
-    "new - tree costs": DEFAULT_COSTS.model_copy(update={"tree_branch_ms": 0.3, "tree_bookkeeping_ms": 1.5}),
-    "new - batch_scale": DEFAULT_COSTS.model_copy(update={"batch_scale": 0.1}),
-    "new - per_request": DEFAULT_COSTS.model_copy(update={"per_request_ms": 0.05}),
-    "new - experts touched": DEFAULT_COSTS,
-}
+def variants(new: PassCosts) -> dict[str, PassCosts]:
+    """The physics judged: today's, ``new`` and ``new`` without each term."""
+    return {
+        "today": TODAY_COSTS,
+        "new": new,
+        "new - spec_pass": new.model_copy(update={"spec_pass_ms": 0.0, "spec_pass_tp_ms": 0.0}),
+        "new - draft_step_tp": new.model_copy(update={"draft_step_tp_ms": 0.0}),
+        "new - tree costs": new.model_copy(update={"tree_branch_ms": 0.3, "tree_bookkeeping_ms": 1.5}),
+        "new - batch_scale": new.model_copy(update={"batch_scale": 0.1}),
+        "new - per_request": new.model_copy(update={"per_request_ms": 0.05}),
+        "new - experts touched": new,
+    }
+
+
+VARIANTS = variants(DEFAULT_COSTS)
 
 
 def _same(profile: TwinProfile) -> TwinProfile:
@@ -216,26 +231,99 @@ def variant_profile(table: Table, variant: str, costs: PassCosts) -> TwinProfile
 # ---------------------------------------------------------------------------------------------
 # Judging
 
+SIGN_THRESHOLD = 0.03  # a row-to-row change counts as a sign only where the published rates differ more
+
+
+def counted_sign(published_a: float, published_b: float) -> bool:
+    """Whether a change between two published rates counts as a sign: the larger more than
+    :data:`SIGN_THRESHOLD` above the smaller (closer, the order is within a table's noise)."""
+    return max(published_a, published_b) > (1 + SIGN_THRESHOLD) * min(published_a, published_b)
+
+
+def signs(published: Sequence[float], predicted: Sequence[float]) -> tuple[int, int]:
+    """(drawn the same way, counted) over consecutive pairs whose change counts (:func:`counted_sign`)."""
+    right = total = 0
+    for a, b in itertools.pairwise(range(len(published))):
+        if counted_sign(published[a], published[b]):
+            total += 1
+            right += (published[b] > published[a]) == (predicted[b] > predicted[a])
+    return right, total
+
+
+@dataclass(frozen=True)
+class Anchors:
+    """The rows a night's first launches would give: see :func:`anchors`."""
+
+    plain: int | None  # the row without speculation; None where the table has none
+    shallowest: int
+    deepest: int
+
+    @property
+    def rows(self) -> frozenset[int]:
+        return frozenset(r for r in (self.plain, self.shallowest, self.deepest) if r is not None)
+
+
+def anchors(cells: Sequence[Cell], configs: Sequence[LaunchConfig]) -> Anchors:
+    """The plain row, the shallowest and the deepest draft row, among the rows with a cell at the
+    table's first concurrency (its first cell's).
+
+    Depth is the draft tokens verified a pass (vLLM's K + 1), then the draft steps; ties go to the
+    row first in the table's order. A table without a plain row is fitted on its shallowest and
+    deepest rows alone (the shallowest is then its anchor).
+    """
+    first = cells[0].point.concurrency
+    at_first = [(c.row, cfg) for c, cfg in zip(cells, configs, strict=True) if c.point.concurrency == first]
+    plain = next((row for row, cfg in at_first if not cfg.spec.enabled), None)
+    drafts = [(row, cfg) for row, cfg in at_first if cfg.spec.enabled]
+    if not drafts:
+        raise ValueError("no speculative row at the table's first concurrency")
+
+    def depth(pair: tuple[int, LaunchConfig]) -> tuple[int, int]:
+        spec = pair[1].spec
+        return spec.tokens_per_pass, spec.num_steps or 0
+
+    shallow = min(drafts, key=depth)  # min and max keep the first of equals
+    deep = max(drafts, key=depth)
+    return Anchors(plain=plain, shallowest=shallow[0], deepest=deep[0])
+
+
+@dataclass(frozen=True)
+class Errors:
+    """Relative rate errors of some cells: the worst, the median and how many (NaN where none)."""
+
+    worst: float
+    median: float
+    count: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Errors:
+        if not values:
+            return cls(float("nan"), float("nan"), 0)
+        return cls(max(values), statistics.median(values), len(values))
+
+    def __str__(self) -> str:
+        return f"{self.worst:.1%} ({self.median:.1%})"
+
 
 @dataclass(frozen=True)
 class Verdict:
     ratio_max: float
     ratio_median: float
     signs_right: int
-    signs: int
-    cal3_max: float
-    cal3_median: float
-    spanned_max: float
-    spanned_median: float
-    spanned: int  # held-out rows the chosen three span, over every choice
-    held: int  # held-out rows, over every choice
+    signs: int  # row-to-row changes counted (:func:`counted_sign`)
+    anchors: Anchors | None  # None where the judge did not calibrate
+    other: Errors  # the other rows' cells after the fit on the anchors
+    first: Errors  # those of them at the table's first concurrency
+    spanned: Errors  # those of them the anchors span (:func:`spanned`)
 
 
 def _predict(profile: TwinProfile, cells: list[Cell], configs: list[LaunchConfig]) -> list[float]:
     return [calibrate.predict_point(profile, c.point, cfg).tok_s for c, cfg in zip(cells, configs, strict=True)]
 
 
-def judge(table: Table, profile: TwinProfile, *, subsets: int) -> Verdict:
+def judge(table: Table, profile: TwinProfile, *, calibrated: bool = True) -> Verdict:
+    """The uncalibrated ratios and signs of ``table``; with ``calibrated``, the other rows' rate
+    errors after ``calibrate.fit`` on the :func:`anchors`."""
     cells = table.cells
     configs = [calibrate.launch_config(profile, c.point.flags) for c in cells]
     predicted = _predict(profile, cells, configs)
@@ -247,38 +335,29 @@ def judge(table: Table, profile: TwinProfile, *, subsets: int) -> Verdict:
         for i in group[1:]:
             published = cells[i].point.tok_s / cells[first].point.tok_s
             errors.append(abs(predicted[i] / predicted[first] / published - 1))
-        for a, b in itertools.pairwise(group):
-            total += 1
-            right += (cells[b].point.tok_s > cells[a].point.tok_s) == (predicted[b] > predicted[a])
-    rows = sorted({c.row for c in cells})
-    choices = list(itertools.combinations(rows, 3)) if len(rows) > 3 else []
-    if len(choices) > subsets:
-        choices = random.Random(table.id).sample(choices, subsets)
-    cal: list[float] = []
-    inside: list[float] = []
-    held_count = 0
-    for chosen in choices:
-        fitted = calibrate.fit(profile, [c.point for c in cells if c.row in chosen])
-        fit_on = [Span.of(c.point, cfg) for c, cfg in zip(cells, configs, strict=True) if c.row in chosen]
-        held = [i for i, c in enumerate(cells) if c.row not in chosen]
+        r, t = signs([cells[i].point.tok_s for i in group], [predicted[i] for i in group])
+        right, total = right + r, total + t
+    chosen = anchors(cells, configs) if calibrated else None
+    held = [i for i, c in enumerate(cells) if chosen is not None and c.row not in chosen.rows]
+    held_errors: list[float] = []
+    if chosen is not None and held:
+        fitted = calibrate.fit(profile, [c.point for c in cells if c.row in chosen.rows])
         again = _predict(fitted, [cells[i] for i in held], [configs[i] for i in held])
-        errors_held = [abs(p / cells[i].point.tok_s - 1) for p, i in zip(again, held, strict=True)]
-        cal.append(max(errors_held))
-        held_count += len(held)
-        inside += [
-            e for e, i in zip(errors_held, held, strict=True) if spanned(fit_on, Span.of(cells[i].point, configs[i]))
-        ]
+        held_errors = [abs(p / cells[i].point.tok_s - 1) for p, i in zip(again, held, strict=True)]
+    fit_on = [Span.of(c.point, cfg) for c, cfg in zip(cells, configs, strict=True) if chosen and c.row in chosen.rows]
+    at_first = [
+        e for e, i in zip(held_errors, held, strict=True) if cells[i].point.concurrency == cells[0].point.concurrency
+    ]
+    inside = [e for e, i in zip(held_errors, held, strict=True) if spanned(fit_on, Span.of(cells[i].point, configs[i]))]
     return Verdict(
         ratio_max=max(errors, default=0.0),
         ratio_median=statistics.median(errors) if errors else 0.0,
         signs_right=right,
         signs=total,
-        cal3_max=max(cal, default=float("nan")),
-        cal3_median=statistics.median(cal) if cal else float("nan"),
-        spanned_max=max(inside, default=float("nan")),
-        spanned_median=statistics.median(inside) if inside else float("nan"),
-        spanned=len(inside),
-        held=held_count,
+        anchors=chosen,
+        other=Errors.of(held_errors),
+        first=Errors.of(at_first),
+        spanned=Errors.of(inside),
     )
 
 
@@ -315,35 +394,58 @@ def spanned(fit_on: list[Span], point: Span) -> bool:
     )
 
 
-def _cell(v: Verdict) -> str:
-    cal = "-" if v.cal3_max != v.cal3_max else f"{v.cal3_max:.1%} ({v.cal3_median:.1%})"
-    inside = "-" if v.held == 0 else f"{v.spanned}/{v.held} rows"
-    if v.spanned:
-        inside = f"{v.spanned_max:.1%} ({v.spanned_median:.1%}), {inside}"
-    return f"{v.ratio_max:.1%} / {v.ratio_median:.1%} | {v.signs_right}/{v.signs} | {cal} | {inside}"
+MEDIAN_TARGET = 0.07  # issue 53's done-means: the other rows within 7 % at the median
+WORST_TARGET = 0.15  # and 15 % at worst
+
+
+def _anchor_names(table: Table, chosen: Anchors) -> str:
+    rows = [chosen.shallowest, chosen.deepest]
+    names = [next(c.setting for c in table.cells if c.row == row) for row in rows]
+    return ", ".join(["plain" if chosen.plain is not None else "no plain row", *names])
+
+
+def _cell(table: Table, v: Verdict) -> str:
+    ratio = f"{v.ratio_max:.1%} / {v.ratio_median:.1%} | {v.signs_right}/{v.signs}"
+    if v.anchors is None:
+        return f"{ratio} | - | - | - | - | -"
+    fitted = _anchor_names(table, v.anchors)
+    if v.other.count == 0:
+        return f"{ratio} | {fitted} | - (no other row) | - | - | -"
+    met = v.other.median <= MEDIAN_TARGET and v.other.worst <= WORST_TARGET
+    other = f"{v.other}, n={v.other.count}"
+    first = f"{v.first}, n={v.first.count}" if v.first.count else "-"
+    inside = f"{v.spanned.count}/{v.other.count} cells"
+    if v.spanned.count:
+        inside = f"{v.spanned}, {inside}"
+    return f"{ratio} | {fitted} | {other} | {'yes' if met else 'no'} | {first} | {inside}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.spec_tables", description=__doc__.splitlines()[0])
     parser.add_argument("--tables", type=Path, default=TABLES)
     parser.add_argument("--quick", action="store_true", help="only today and new; no per-term ablation")
-    parser.add_argument("--subsets", type=int, default=MAX_SUBSETS, help="most choices of three rows per table")
+    parser.add_argument(
+        "--costs", type=json.loads, default={}, help="the new physics' constants in place of DEFAULT_COSTS' (JSON)"
+    )
     args = parser.parse_args(argv)
     tables = load_tables(args.tables)
-    variants = ["today", "new"] if args.quick else list(VARIANTS)
+    judged = variants(DEFAULT_COSTS.model_copy(update=args.costs))
+    names = ["today", "new"] if args.quick else list(judged)
     print("Ratio: max / median error of each row's rate over the first row's; signs: row-to-row changes "
-          "the same way; cal3: worst (median) error of the other rows after fitting three; cal3 spanned: the "
-          "same over the other rows the three span (drafter, depth, tree width, concurrency).\n")  # fmt: skip
-    print("| table | GPUs named | points | physics | ratio max / median | signs | cal3 worst (median) | cal3 spanned |")
-    print("|---|---|---|---|---|---|---|---|")
+          "drawn the same way, of those over 3 % published; fitted on: the plain row, the shallowest and the "
+          "deepest draft row at the first concurrency; other rows: their worst (median) rate error after "
+          "that fit; met: median <= 7 % and worst <= 15 %; at first concurrency: the same over the other rows' "
+          "cells at the table's first concurrency; spanned: over the other rows' cells the fitted rows span "
+          "(drafter, depth, tree width, concurrency).\n")  # fmt: skip
+    print("| table | GPUs named | points | physics | ratio max / median | signs | fitted on "
+          "| other rows worst (median) | met | at first concurrency | spanned |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for table in tables:
-        for variant in variants:
-            costs = VARIANTS[variant]
-            subsets = args.subsets if variant in ("today", "new") else 0
-            profile = variant_profile(table, variant, costs)
-            verdict = judge(table, profile, subsets=subsets)
+        for variant in names:
+            profile = variant_profile(table, variant, judged[variant])
+            verdict = judge(table, profile, calibrated=variant in ("today", "new"))
             named = "yes" if table.gpus_named else "no (assumed)"
-            print(f"| {table.id} | {named} | {len(table.cells)} | {variant} | {_cell(verdict)} |", flush=True)
+            print(f"| {table.id} | {named} | {len(table.cells)} | {variant} | {_cell(table, verdict)} |", flush=True)
     return 0
 
 

@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from autotune.space import load_space
-from autotune_twin.profile import load_profile
-from autotune_twin.setup import DEFAULT_COSTS
 from benchmarks import search_efficiency as bench
 from benchmarks.family import member
+from passmodel.profile import load_profile
+from passmodel.setup import DEFAULT_COSTS
 
 SEEDS = range(8)
 
