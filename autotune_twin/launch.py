@@ -58,6 +58,10 @@ class SpecConfig:
     drafter: DrafterSpec | None = None
     # --speculative-adaptive in effect: steps move at run time among the config's tiers.
     adaptive: AdaptiveConfig | None = None
+    # vLLM's rejection_sample_method: block verification (physics.BLOCK_VERIFICATION_GAIN), or
+    # synthetic acceptance at these unconditional per-position rates (the drafter's own ignored).
+    block_verification: bool = False
+    synthetic_rates: tuple[float, ...] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -272,9 +276,7 @@ def _speculative(
     )
 
 
-def _adaptive(
-    args: argparse.Namespace, algorithm: str, topk: int | None, notes: list[str]
-) -> AdaptiveConfig | None:
+def _adaptive(args: argparse.Namespace, algorithm: str, topk: int | None, notes: list[str]) -> AdaptiveConfig | None:
     """``--speculative-adaptive``: its config, or None when off. An unsupported setting is not an
     error in SGLang: it warns and falls back to static steps (speculative_hook.py:1374-1389)."""
     if not args.speculative_adaptive:

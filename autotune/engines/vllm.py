@@ -46,12 +46,15 @@ from autotune.engines.vllm_flags import (
 )
 from autotune.engines.vllm_logs import FAILURES, info_labels, log_figures_of, memory_facts_of
 from autotune.engines.vllm_speculation import (
+    LOSSY_METHODS,
+    REJECTION_KEY,
     SPEC_FIELDS,
     SPEC_SHORTHANDS,
     PerBatchSchedule,
     spec_key,
     speculative_config,
     speculative_rules,
+    synthetic_accept_length,
 )
 from autotune.errors import FlagError, LauncherError, MeasurementError
 from autotune.measure.suites import Prompt
@@ -310,6 +313,24 @@ class VLLMEngine(Engine):
             given = self._json_object(flags[SPEC_CONFIG])
             config = {str(key).replace("-", "_"): value for key, value in given.items()} | config
         return {SPEC_CONFIG: {key: base.as_number(value) for key, value in config.items()}} if config else {}
+
+    def set_accept_length(self, flags: Mapping[str, FlagValue]) -> float | None:
+        """A ``rejection_sample_method`` synthetic launch's set accept length (its
+        ``synthetic_acceptance_length``, or 1 + the sum of its ``synthetic_acceptance_rates``)."""
+        config = self.calibration_flags(flags).get(SPEC_CONFIG, {})
+        return synthetic_accept_length(config)
+
+    def lossy_speculation(self, flags: Mapping[str, FlagValue]) -> str | None:
+        """``rejection_sample_method`` fly (FLy accepts tokens the target would reject) or synthetic
+        (drafts accepted at a set rate), given as a field, a dotted key or in the JSON."""
+        try:
+            _, spec = self._split_flags(flags)
+        except InvalidConfig:
+            return None  # the engine's own rules refuse these flags with their reason
+        method = spec.get(REJECTION_KEY)
+        if method in LOSSY_METHODS:
+            return f"{REJECTION_KEY} {method} changes the model's outputs"
+        return None
 
     # -- 4./5. readiness, effective config ---------------------------------------------------------
 

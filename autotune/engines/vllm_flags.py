@@ -1,4 +1,5 @@
-"""vLLM 0.33's flag names and spellings, and how it reads their values (docs/how-it-works.md, "vLLM")."""
+"""vLLM's flag names and spellings (0.34 and 0.33 alike), and how it reads their values
+(docs/how-it-works.md, "vLLM")."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ DRAFT_MODEL = "speculative-model"
 LOOKUP_MIN = "prompt-lookup-min"
 LOOKUP_MAX = "prompt-lookup-max"
 DRAFT_TP = "draft-tensor-parallel-size"
+REJECTION = "rejection-sample-method"
 PER_BATCH_KEY = "num_speculative_tokens_per_batch_size"
 PER_BATCH = DOTTED + PER_BATCH_KEY
 MAX_SEQS = "max-num-seqs"
