@@ -43,13 +43,14 @@ SPEC_SHORTHANDS: dict[str, str] = {
     "spec-model": "model",
     "spec-tokens": "num_speculative_tokens",
 }
-# vLLM 0.33's MTPModelTypes other than "mtp": rewritten to "mtp" with a warning.
+# vLLM's MTPModelTypes other than "mtp": rewritten to "mtp" with a warning (0.34 adds
+# nemotron3_5_transcribe_mtp, which 0.33 refuses as an unknown method).
 MTP_ALIASES = frozenset(
     (
         "deepseek_mtp dots3_note_mtp mimo_mtp mimo_v2_mtp glm4_moe_mtp glm4_moe_lite_mtp glm_ocr_mtp ernie_mtp "
         "nemotron_h_mtp exaone_moe_mtp exaone4_5_mtp qwen3_next_mtp qwen4_exp_mtp qwen3_5_mtp longcat_flash_mtp "
         "bailing_hybrid_v3_mtp minimax_m3_mtp bailing_hybrid_mtp kimi_k3_mtp pangu_ultra_moe_mtp step3p5_mtp "
-        "step5_mtp hy_v3_mtp hy_v4_mtp gemma4_mtp inkling_mtp glm5_next_mtp"
+        "step5_mtp hy_v3_mtp hy_v4_mtp gemma4_mtp inkling_mtp glm5_next_mtp nemotron3_5_transcribe_mtp"
     ).split()
 )
 NEEDS_DRAFT_MODEL = frozenset({"draft_model", "eagle", "eagle3", "dflash"})
@@ -229,7 +230,7 @@ def synthetic_accept_length(config: Mapping[str, Any]) -> float | None:
 
 
 def batch_ranges(value: object) -> list[list[int]]:
-    """``num_speculative_tokens_per_batch_size`` (a list, or its JSON text) checked as vLLM 0.33's
+    """``num_speculative_tokens_per_batch_size`` (a list, or its JSON text) checked as vLLM's (0.33 and 0.34)
     ``validate_and_normalize_dynamic_sd_schedule`` checks it, sorted by start.
 
     Raises:
@@ -290,7 +291,7 @@ class PerBatchSchedule(ScheduleForm):
 
     def batch_ranges(self, shared: Mapping[str, FlagValue], slots: Mapping[int, int]) -> list[list[int]]:
         """A slot's range runs to the batch before the next slot's, the last to ``max-num-seqs`` (vLLM
-        would carry its k through the tail anyway; written out, the range says what runs). vLLM 0.33's
+        would carry its k through the tail anyway; written out, the range says what runs). vLLM's
         rules (v1/spec_decode/dynamic/utils.py): positive, sorted, not overlapping, the first starting
         at 1, k >= 0; a k above num_speculative_tokens is capped."""
         keys = list(slots.items())

@@ -1,4 +1,4 @@
-"""The vLLM personality: ``python -m autotune_twin --personality vllm serve MODEL [vLLM 0.33 flags]``.
+"""The vLLM personality: ``python -m autotune_twin --personality vllm serve MODEL [vLLM 0.34 flags]``.
 
 One simulated ``vllm serve`` from argv to exit, in vLLM's stages and log format
 (``(APIServer pid=N) INFO MM-DD HH:MM:SS [file.py:line] message``):

@@ -1,4 +1,5 @@
-"""The vLLM personality's rules: vLLM's config build (0.34.0 and 0.33.0 alike) and its memory sizing, as pure functions.
+"""The vLLM personality's rules: vLLM's config build (0.34.0 and 0.33.0 alike) and its memory sizing
+(0.33.0's estimate-based sizing, for both: docs/twin-profile.md), as pure functions.
 
 ``resolve_config`` is what ``vllm serve`` decides in the seconds after parsing (speculative config,
 batch limits, context length, compilation): a config vLLM would refuse raises
