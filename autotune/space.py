@@ -2,7 +2,8 @@
 
 Owns the file schema (pydantic, unknown keys rejected), loading with errors that name the file and
 the field, and turning an Optuna trial into a :class:`Candidate` (``suggest``). Knows nothing of
-processes or engines beyond the flag spelling the user wrote.
+processes or engines beyond the flag spelling the user wrote, and which values an engine says change
+the model's outputs (refused unless the space allows lossy speculation).
 """
 
 from __future__ import annotations
@@ -265,7 +266,7 @@ class SearchSpace(_Strict):
     allow_lossy_speculation: bool = Field(
         default=False,
         description="the user accepts changed outputs: a space may offer speculation whose verification "
-        "accepts tokens the target would reject (vLLM's rejection_sample_method fly or synthetic)",
+        "accepts tokens the target would reject (the engine says which values do)",
     )
     source: Path | None = Field(default=None, exclude=True, description="file this space was read from")
 
