@@ -22,7 +22,9 @@ class CalibrationPoint(Frozen):
     input_len: int = Field(description="mean prompt tokens a request; 0 where the study did not record them")
     output_len: int = Field(description="mean completion tokens a request")
     tok_s: float = Field(description="the total output rate at this concurrency")
-    accept_length: float | None = None
+    accept_length: float | None = Field(
+        default=None, description="the measured accept length, or the one the launch set (vLLM's synthetic acceptance)"
+    )
 
 
 class CalibrationPoints(Frozen):
@@ -47,13 +49,15 @@ def calibration_points(records: Iterable[TrialRecord], *, concurrency: int) -> C
     for record in records:
         if not record.served:
             continue
-        flags = get_engine(record.engine or DEFAULT_ENGINE).calibration_flags(record.flags)
+        engine = get_engine(record.engine or DEFAULT_ENGINE)
+        flags = engine.calibration_flags(record.flags)
         if flags is None:
             other_engines.append(record.number)
             continue
+        set_length = engine.set_accept_length(record.flags)
         by_level = [(level.concurrency, level.metrics) for level in record.measurement.levels.values()]
         for at, metrics in by_level or [(concurrency, record.measurement.metrics)]:
-            point = _point(flags, at, metrics)
+            point = _point(flags, at, metrics, set_length)
             if point is not None:
                 points.append(point)
                 if "prompt_tokens" not in metrics:
@@ -61,8 +65,12 @@ def calibration_points(records: Iterable[TrialRecord], *, concurrency: int) -> C
     return CalibrationPoints(points=points, without_prompt_tokens=without_prompt, other_engines=other_engines)
 
 
-def _point(flags: dict[str, Any], concurrency: int, metrics: Mapping[str, MetricRecord]) -> CalibrationPoint | None:
-    """The point of one measurement; None without an output rate or a token count."""
+def _point(
+    flags: dict[str, Any], concurrency: int, metrics: Mapping[str, MetricRecord], set_length: float | None
+) -> CalibrationPoint | None:
+    """The point of one measurement; None without an output rate or a token count. A launch that set
+    its accept length carries that one: the pass cost it measured is at exactly that length, which the
+    measured figure (one draw of the set rates, rounded per request) only approaches."""
     tok_s = _value(metrics, "output_tok_s")
     output_len = _per_request(metrics, "completion_tokens")
     if tok_s is None or tok_s <= 0 or output_len is None or output_len < 1:
@@ -73,7 +81,7 @@ def _point(flags: dict[str, Any], concurrency: int, metrics: Mapping[str, Metric
         input_len=_per_request(metrics, "prompt_tokens") or 0,
         output_len=output_len,
         tok_s=tok_s,
-        accept_length=_value(metrics, "accept_length"),
+        accept_length=set_length if set_length is not None else _value(metrics, "accept_length"),
     )
 
 

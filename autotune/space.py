@@ -2,7 +2,8 @@
 
 Owns the file schema (pydantic, unknown keys rejected), loading with errors that name the file and
 the field, and turning an Optuna trial into a :class:`Candidate` (``suggest``). Knows nothing of
-processes or engines beyond the flag spelling the user wrote.
+processes or engines beyond the flag spelling the user wrote, and which values an engine says change
+the model's outputs (refused unless the space allows lossy speculation).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Annotated, Any, Literal, Protocol, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from autotune.engines import DEFAULT_ENGINE
+from autotune.engines import DEFAULT_ENGINE, engine_names, get_engine
 from autotune.errors import SpaceError
 from autotune.measure.agreement import AgreementSpec
 from autotune.measure.protocol import MeasureProtocol, MeasureSettings, ObjectiveMetric
@@ -262,6 +263,11 @@ class SearchSpace(_Strict):
     objective: ObjectiveSpec = ObjectiveSpec()
     slo: SLOSpec = SLOSpec()
     launch: LaunchSpec = LaunchSpec()
+    allow_lossy_speculation: bool = Field(
+        default=False,
+        description="the user accepts changed outputs: a space may offer speculation whose verification "
+        "accepts tokens the target would reject (the engine says which values do)",
+    )
     source: Path | None = Field(default=None, exclude=True, description="file this space was read from")
 
     @field_validator("fixed", "tuned", mode="before")
@@ -318,6 +324,8 @@ class SearchSpace(_Strict):
         names = [b.name for b in self.baselines]
         if len(names) != len(set(names)):
             raise ValueError("baselines: baseline names must be unique")
+        if not self.allow_lossy_speculation:
+            self._refuse_lossy()
         for baseline in self.baselines:
             for flag, value in baseline.flags.items():
                 tuned = self.tuned.get(flag)
@@ -326,6 +334,24 @@ class SearchSpace(_Strict):
                         f"baselines.{baseline.name}.{flag}: {value!r} is outside the tuned range of this flag"
                     )
         return self
+
+    def _refuse_lossy(self) -> None:
+        """A value that changes the model's outputs, wherever the space gives it, needs
+        ``allow_lossy_speculation``: the engine says which values do (one flag carries each)."""
+        places: list[tuple[str, str, str, FlagValue]] = []  # (field, engine, flag, value)
+        for engine in (e for e in self.engine_names() if e in engine_names()):  # an unknown one is refused later
+            places += [(f"fixed.{name}", engine, name, value) for name, value in self.fixed_for(engine).items()]
+            for name, param in self.tuned.items():
+                if isinstance(param, CategoricalParam) and engine in self._owners(name):
+                    places += [(f"tuned.{name}", engine, name, choice) for choice in param.choices]
+            for baseline in self.baselines:
+                places += [(f"baselines.{baseline.name}.{k}", engine, k, v) for k, v in baseline.flags.items()]
+        for field, engine, name, value in places:
+            reason = get_engine(engine).lossy_speculation({name: value}) if name != ENGINE_PARAM else None
+            if reason is not None:
+                raise ValueError(
+                    f"{field}: {reason}; set allow_lossy_speculation: true if changed outputs are acceptable"
+                )
 
     def engine_names(self) -> list[str]:
         return list(self.engines) if self.engines is not None else [self.engine]

@@ -1,6 +1,6 @@
 """Entry point: ``python -m autotune_twin [--twin-* options] <SGLang 0.5.23 flags>``.
 
-``python -m autotune_twin --personality vllm serve MODEL [vLLM 0.33 flags]`` runs the vLLM
+``python -m autotune_twin --personality vllm serve MODEL [vLLM 0.34 flags]`` runs the vLLM
 personality instead (``autotune_twin.vllm.app``); ``--personality`` must come first. Without it,
 the SGLang twin runs exactly as before.
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from passmodel import adaptive, physics
 from passmodel.config import DEFAULT_SPEC, LaunchConfig, SpecConfig, default_cuda_graph_max_bs
@@ -42,6 +42,26 @@ class Point(BaseModel):
     output_len: int = Field(ge=1)
     tok_s: float = Field(gt=0)
     accept_length: float | None = Field(default=None, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _synthetic_length(cls, data: Any) -> Any:
+        """A vLLM launch with synthetic acceptance ran at the length it set: the point's accept length
+        where the point gives none (from its rates, where it set those: 1 + their sum)."""
+        if not isinstance(data, dict) or data.get("accept_length") is not None:
+            return data
+        config = (data.get("flags") or {}).get("speculative-config")
+        if isinstance(config, str):
+            try:
+                config = json.loads(config)
+            except json.JSONDecodeError:
+                return data  # launch_config names the flag when it reads it
+        if not isinstance(config, dict) or config.get("rejection_sample_method") != "synthetic":
+            return data
+        length, rates = config.get("synthetic_acceptance_length"), config.get("synthetic_acceptance_rates")
+        if length is None and isinstance(rates, list):
+            length = 1.0 + sum(float(r) for r in rates)
+        return {**data, "accept_length": length}
 
 
 def load_points(path: Path) -> list[tuple[int, Point]]:

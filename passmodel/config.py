@@ -28,6 +28,10 @@ class SpecConfig:
     drafter: DrafterSpec | None = None
     # --speculative-adaptive in effect: steps move at run time among the config's tiers.
     adaptive: AdaptiveConfig | None = None
+    # vLLM's rejection_sample_method: block verification (physics.BLOCK_VERIFICATION_GAIN), or
+    # synthetic acceptance at these unconditional per-position rates (the drafter's own ignored).
+    block_verification: bool = False
+    synthetic_rates: tuple[float, ...] | None = None
 
     @property
     def enabled(self) -> bool:

@@ -1,4 +1,4 @@
-"""Conformance check: do the real SGLang 0.5.23 / vLLM 0.33 accept these command lines?
+"""Conformance check: do the real SGLang 0.5.23 / vLLM 0.34 accept these command lines?
 
 Run by the conformance env's python (scripts/conformance-env.sh), never by autotune's: it must not
 import autotune. Input: JSON on stdin (or a file argument), a list of objects
@@ -13,7 +13,10 @@ What runs for real:
   whole resolution pipeline (``sglang/srt/arg_groups/pipeline.py``), against the model folder's
   config.json. GPU queries are stubbed (``_fake_gpu``): CUDA is "available", with the given memory.
 - vLLM: ``vllm serve``'s parser (``make_arg_parser``) then the parts of config building that need no
-  GPU and no weights: ``SchedulerConfig`` (chunked-prefill rules) from the parsed args.
+  GPU and no weights: ``SchedulerConfig`` (chunked-prefill rules) from the parsed args, and
+  ``SpeculativeConfig``'s own field types and ``_verify_args`` (num_speculative_tokens,
+  rejection_sample_method with its synthetic and FLy keys) on the ``--speculative-config`` given: its
+  ``__post_init__``, which reads the target's and the draft's model configs, does not run.
 """
 
 from __future__ import annotations
@@ -250,6 +253,7 @@ def check_vllm(argv: list[str], gpu: dict[str, Any]) -> dict[str, Any]:
     try:
         engine_args = EngineArgs.from_cli_args(namespace)
         _vllm_scheduler_rules(engine_args)
+        _vllm_speculative_rules(engine_args)
         lookup = _vllm_dynamic_sd(engine_args)
     except Exception as exc:
         where = traceback.extract_tb(exc.__traceback__)[-1]
@@ -273,6 +277,33 @@ def _vllm_dynamic_sd(engine_args: Any) -> list[int] | None:
     if schedule is None:
         return None
     return build_dynamic_sd_schedule_lookup(schedule, engine_args.max_num_seqs, spec["num_speculative_tokens"])
+
+
+def _vllm_speculative_rules(engine_args: Any) -> None:
+    """``SpeculativeConfig``'s checks that need no model: each given key through its field's type (the
+    pydantic validation vLLM runs), then ``_verify_args`` on an instance whose other fields hold their
+    defaults (``__post_init__``, which loads the draft's config, is skipped)."""
+    from pydantic import TypeAdapter
+    from vllm.config import SpeculativeConfig
+
+    given = {str(k).replace("-", "_"): v for k, v in (engine_args.speculative_config or {}).items()}
+    for key, value in (("method", engine_args.spec_method), ("model", engine_args.spec_model),
+                       ("num_speculative_tokens", engine_args.spec_tokens)):  # fmt: skip
+        if value is not None:
+            given[key] = value
+    if not given:
+        return
+    fields = SpeculativeConfig.__pydantic_fields__
+    config = object.__new__(SpeculativeConfig)
+    for name, field in fields.items():
+        if name in given:
+            value = TypeAdapter(field.annotation).validate_python(given[name])
+        elif field.default_factory is not None:
+            value = field.default_factory()  # type: ignore[call-arg]
+        else:
+            value = None if field.is_required() else field.default
+        object.__setattr__(config, name, value)
+    SpeculativeConfig._verify_args(config)
 
 
 def _vllm_scheduler_rules(engine_args: Any) -> None:

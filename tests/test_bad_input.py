@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -11,7 +12,7 @@ import optuna
 import pytest
 import yaml
 
-from tests.conftest import TWIN_SPACE, autotune_cmd
+from tests.conftest import SPACES, TWIN_SPACE, autotune_cmd
 
 
 def twin_space(tmp_path: Path, edit=None, text: str | None = None) -> Path:  # type: ignore[no-untyped-def]
@@ -24,6 +25,24 @@ def twin_space(tmp_path: Path, edit=None, text: str | None = None) -> Path:  # t
         edit(data)
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def vllm_space(tmp_path: Path, edit) -> Path:  # type: ignore[no-untyped-def]
+    data = yaml.safe_load((SPACES / "qwen3.6-27b-2xa6000-vllm-twin.yaml").read_text())
+    edit(data)
+    path = tmp_path / "vllm.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def fly_in_the_json(data: dict) -> None:  # type: ignore[type-arg]
+    """The speculative settings as one --speculative-config JSON, verified by FLy (lossy)."""
+    for name in ("speculative-method", "num-speculative-tokens", "rejection-sample-method"):
+        data["fixed"].pop(name, None)
+        data["tuned"].pop(name, None)
+    data["baselines"] = []
+    spec = {"method": "mtp", "num_speculative_tokens": 3, "rejection_sample_method": "fly"}
+    data["fixed"]["speculative-config"] = json.dumps(spec)
 
 
 def suite_file(tmp_path: Path, content: str):  # type: ignore[no-untyped-def]
@@ -153,6 +172,22 @@ CASES = [
         "unreachable --url without a scheme",
         lambda t: ["bench", "--url", "127.0.0.1:9"],
         ["cannot reach a ready sglang server at http://127.0.0.1:9"],
+    ),
+    (
+        "a lossy verification tuned without allow_lossy_speculation",
+        lambda t: [
+            "check",
+            str(vllm_space(t, lambda d: d["tuned"]["rejection-sample-method"].update(choices=["block", "fly"]))),
+        ],
+        [
+            "vllm.yaml: tuned.rejection-sample-method: rejection_sample_method fly changes the model's outputs; "
+            "set allow_lossy_speculation: true if changed outputs are acceptable"
+        ],
+    ),
+    (
+        "a lossy verification fixed in the JSON, at study",
+        lambda t: ["study", str(vllm_space(t, fly_in_the_json)), "--trials", "1"],
+        ["vllm.yaml: fixed.speculative-config: rejection_sample_method fly changes the model's outputs"],
     ),
     (
         "--url of another protocol",

@@ -3,6 +3,10 @@ own points reader (passmodel.calibrate.Point)."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from autotune.calibration_points import calibration_points
 from autotune.decision import Reuse
 from autotune.engines import get_engine
@@ -107,3 +111,44 @@ def test_a_study_before_prompt_tokens_and_other_engines_are_counted() -> None:
     found = calibration_points(records, concurrency=1)
     assert [p.input_len for p in found.points] == [0, 152]
     assert found.without_prompt_tokens == 1 and found.other_engines == [1]
+
+
+def test_a_synthetic_acceptance_launch_carries_the_length_it_set() -> None:
+    """vLLM's rejection_sample_method synthetic: the pass cost measured at a chosen accept length,
+    whatever the drafter would accept; the point says that length, not the measured draw of it."""
+    synthetic = {"speculative-method": "mtp", "num-speculative-tokens": 4, "rejection-sample-method": "synthetic"}
+    by_length = synthetic | {"speculative-config.synthetic_acceptance_length": 3.5}
+    by_rates = synthetic | {"speculative-config.synthetic_acceptance_rates": "[1.0, 0.8, 0.4, 0.0]"}
+    records = [
+        trial_record(0, engine="vllm", flags=by_length, metrics=measured(60.0, accept=3.46)),
+        trial_record(1, engine="vllm", flags=by_rates, metrics=measured(55.0, accept=3.17)),
+        trial_record(
+            2,
+            engine="vllm",
+            flags={"speculative-method": "mtp", "num-speculative-tokens": 4},
+            metrics=measured(50.0, accept=2.9),
+        ),  # fmt: skip
+    ]
+    points = calibration_points(records, concurrency=1).points
+    assert [p.accept_length for p in points] == [3.5, 3.2, 2.9]
+    assert points[0].flags["speculative-config"]["synthetic_acceptance_length"] == 3.5
+
+
+def test_the_twins_calibrate_reads_the_set_length_where_a_point_gives_none() -> None:
+    config = {"method": "mtp", "num_speculative_tokens": 4, "rejection_sample_method": "synthetic"}
+    line = {"concurrency": 1, "input_len": 100, "output_len": 256, "tok_s": 50.0}
+    by_length = Point.model_validate(
+        line | {"flags": {"speculative-config": config | {"synthetic_acceptance_length": 2.5}}}
+    )
+    as_json = Point.model_validate(
+        line
+        | {"flags": {"speculative-config": json.dumps(config | {"synthetic_acceptance_rates": [0.9, 0.5, 0.2, 0.0]})}}
+    )
+    measured_too = Point.model_validate(
+        line | {"accept_length": 2.4, "flags": {"speculative-config": config | {"synthetic_acceptance_length": 2.5}}}
+    )
+    standard = Point.model_validate(
+        line | {"flags": {"speculative-config": {"method": "mtp", "num_speculative_tokens": 4}}}
+    )
+    assert (by_length.accept_length, as_json.accept_length) == (2.5, pytest.approx(2.6))
+    assert measured_too.accept_length == 2.4 and standard.accept_length is None

@@ -1,6 +1,6 @@
 """Conformance with the real engines (issue 17 item 4): every command line that the shipped spaces'
 baselines, a short twin study and ``autotune export`` produce goes through the REAL SGLang 0.5.23 /
-vLLM 0.33.0 argument parsers (and SGLang's server-args resolution) in their own venv
+vLLM 0.34.0 argument parsers (and SGLang's server-args resolution) in their own venv
 (scripts/conformance-env.sh), via scripts/conformance_check.py. A rule that autotune's engine or twin
 applies and the real server does not (or the reverse) fails here.
 
@@ -188,6 +188,8 @@ def test_every_argv_autotune_launches_or_exports_is_accepted_by_the_real_engines
 
 # Rules autotune's engines apply, each with a command line on either side of it: autotune's verdict
 # (normalise) must equal the real engine's.
+VLLM_MTP3 = {"max-num-seqs": 8, "max-num-batched-tokens": 4096, "speculative-method": "mtp",
+             "num-speculative-tokens": 3}  # fmt: skip
 RULES: list[tuple[str, str, dict[str, Any]]] = [
     ("sglang", "qwen", {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3, "speculative-eagle-topk": 1}),
     ("sglang", "qwen", {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3}),  # partial set
@@ -231,6 +233,25 @@ RULES: list[tuple[str, str, dict[str, Any]]] = [
         "vllm",
         "qwen",
         {"max-num-seqs": 8, "max-num-batched-tokens": 4096, "speculative-method": "mtp", "num-speculative-tokens": 2},
+    ),
+    # SpeculativeConfig.rejection_sample_method and the keys that go with it (both sides of each rule)
+    *(
+        ("vllm", "qwen", {**VLLM_MTP3, "rejection-sample-method": method, **extra})
+        for method, extra in (
+            ("block", {}),
+            ("greedy", {}),
+            ("synthetic", {}),
+            ("synthetic", {"speculative-config.synthetic_acceptance_length": 2.5}),
+            ("synthetic", {"speculative-config.synthetic_acceptance_length": 4.5}),
+            ("synthetic", {"speculative-config.synthetic_acceptance_rates": "[0.9, 0.6, 0.3]"}),
+            ("synthetic", {"speculative-config.synthetic_acceptance_rates": "[0.5, 0.6, 0.1]"}),
+            ("synthetic", {"speculative-config.synthetic_acceptance_rates": "[0.5]"}),
+            ("standard", {"speculative-config.synthetic_acceptance_length": 2.0}),
+            ("fly", {}),
+            ("fly", {"speculative-config.fly_window_size": 2}),
+            ("fly", {"speculative-config.fly_window_size": 3}),
+            ("fly", {"num-speculative-tokens": 1}),
+        )
     ),
 ]
 
@@ -309,7 +330,7 @@ def test_an_exported_speculation_schedule_and_its_config_are_accepted_by_real_sg
 
 
 def test_an_exported_vllm_speculation_schedule_is_accepted_by_real_vllm():
-    """``export --schedule`` on vLLM: the command line through vLLM 0.33's parser and the scheduler's own
+    """``export --schedule`` on vLLM: the command line through vLLM 0.34's parser and the scheduler's own
     per-batch-size table builder: each batch size runs the k autotune meant."""
     from autotune.profile import Profile, render
     from autotune.study.schedule import SCHEDULE, judge, schedule_profile

@@ -1,4 +1,4 @@
-"""Launch rules that autotune's engines apply as the real SGLang 0.5.23 / vLLM 0.33.0 code has them
+"""Launch rules that autotune's engines apply as the real SGLang 0.5.23 / vLLM 0.34.0 code has them
 (issue 17 item 3; the source lines are cited in the engines' normalise)."""
 
 import pytest

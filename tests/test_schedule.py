@@ -270,7 +270,7 @@ def test_the_exported_profile_names_its_config_and_renders(tmp_path: Path) -> No
     assert json.loads(Path(str(copy.flags["speculative-adaptive-config"])).read_text()) == verdict.config
 
 
-# ---------------------------------------------------------------- vLLM 0.33
+# ---------------------------------------------------------------- vLLM (0.33 and 0.34)
 
 
 VLLM_SHARED = {"tensor-parallel-size": 2, "speculative-method": "mtp", "max-num-seqs": 32,

@@ -150,3 +150,25 @@ def test_environment_references_are_expanded(tmp_path: Path, monkeypatch: pytest
     with pytest.raises(SpaceError) as info:
         load_space(write(tmp_path, text))
     assert info.value.field == "launcher.0" and "MY_SERVER is not set" in info.value.message
+
+
+VLLM_MTP = """\
+version: 1
+engine: vllm
+launcher: [vllm, serve]
+model: some/model
+fixed: {speculative-method: mtp, num-speculative-tokens: 3, max-num-seqs: 8, max-num-batched-tokens: 2048}
+"""
+
+
+def test_lossy_speculation_only_where_the_space_allows_it(tmp_path: Path) -> None:
+    lossless = load_space(write(tmp_path, VLLM_MTP + "tuned: {rejection-sample-method: {type: categorical, "
+                                "choices: [standard, block]}}\n"))  # fmt: skip
+    assert not lossless.allow_lossy_speculation
+    baseline = VLLM_MTP + "baselines: [{name: fast, flags: {speculative-config.rejection_sample_method: fly}}]\n"
+    with pytest.raises(SpaceError, match="baselines.fast.speculative-config.rejection_sample_method: "
+                                         "rejection_sample_method fly changes") as refused:  # fmt: skip
+        load_space(write(tmp_path, baseline))
+    assert refused.value.field == "baselines.fast.speculative-config.rejection_sample_method"
+    allowed = load_space(write(tmp_path, "allow_lossy_speculation: true\n" + baseline))
+    assert allowed.allow_lossy_speculation and allowed.baselines[0].name == "fast"

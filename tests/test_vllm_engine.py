@@ -1,4 +1,4 @@
-"""The vLLM engine: speculative fields and JSON, launch rules, argv against vLLM 0.33's real --help,
+"""The vLLM engine: speculative fields and JSON, launch rules, argv against vLLM 0.34's and 0.33's real --help,
 failure classification on recorded logs, public log lines from vLLM's issues and user reports, metrics deltas."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from autotune.outcomes import OutcomeKind
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LOGS = FIXTURES / "vllm_logs"
-REAL_HELP = FIXTURES / "vllm-0.33.0-serve-help.txt"
+RELEASES = ("0.34.0", "0.33.0")  # the newest, and the one a deployment that has not upgraded runs
 LAUNCHER = ["/opt/vllm/.venv/bin/vllm", "serve"]
 BATCH = {"max-num-seqs": 16, "max-num-batched-tokens": 4096}
 MTP3 = {"speculative-method": "mtp", "num-speculative-tokens": 3}
@@ -28,10 +28,10 @@ MTP3 = {"speculative-method": "mtp", "num-speculative-tokens": 3}
 engine = VLLMEngine()
 
 
-@pytest.fixture(scope="module")
-def real_flags() -> FlagSet:
-    """vllm 0.33.0's own flag set: ``vllm serve --help=all`` run on a CPU machine (see the fixture)."""
-    return parse_help_flags(REAL_HELP.read_text())
+@pytest.fixture(scope="module", params=RELEASES)
+def real_flags(request: pytest.FixtureRequest) -> FlagSet:
+    """A vLLM release's own flag set: ``vllm serve --help=all`` run on a CPU machine (see the fixtures)."""
+    return parse_help_flags((FIXTURES / f"vllm-{request.param}-serve-help.txt").read_text())
 
 
 # ---------------------------------------------------------------- speculative fields and JSON
@@ -100,6 +100,49 @@ def test_speculative_rules() -> None:
 
 
 # ---------------------------------------------------------------- other launch rules
+
+
+def test_rejection_sample_method_rules() -> None:
+    block = engine.normalise({**MTP3, "rejection-sample-method": "block", **BATCH})
+    assert block.flags["rejection-sample-method"] == "block"
+    argv = engine.build_argv(LAUNCHER, model="m", plan=block, host="h", port=1)
+    assert json.loads(argv[argv.index("--speculative-config") + 1])["rejection_sample_method"] == "block"
+    standard = engine.normalise({**MTP3, "rejection-sample-method": "standard", **BATCH})
+    assert standard.config_key == engine.normalise({**MTP3, **BATCH}).config_key  # vLLM's default: one launch
+    assert standard.notes == ["rejection_sample_method standard is vLLM's default: left out, one launch"]
+    fly_keys = engine.normalise({**MTP3, "speculative-config.fly_window_size": 2, **BATCH})
+    assert "speculative-config.fly_window_size" not in fly_keys.flags  # read only by FLy
+    synthetic = {**MTP3, "rejection-sample-method": "synthetic", **BATCH}
+    by_length = engine.normalise({**synthetic, "speculative-config.synthetic_acceptance_length": 2.5})
+    by_rates = engine.normalise({**synthetic, "speculative-config.synthetic_acceptance_rates": "[0.9, 0.6, 0.3]"})
+    argv = engine.build_argv(LAUNCHER, model="m", plan=by_rates, host="h", port=1)
+    assert json.loads(argv[argv.index("--speculative-config") + 1])["synthetic_acceptance_rates"] == [0.9, 0.6, 0.3]
+    assert engine.set_accept_length(by_length.flags) == 2.5
+    assert engine.set_accept_length(by_rates.flags) == pytest.approx(2.8)
+    assert engine.set_accept_length(block.flags) is None
+    for flags, reason in (
+        ({**MTP3, "rejection-sample-method": "greedy"}, "must be one of standard, block, synthetic, fly"),
+        (synthetic, "requires exactly one of synthetic_acceptance_rates or synthetic_acceptance_length"),
+        ({**synthetic, "speculative-config.synthetic_acceptance_length": 4.5}, r"must be in \[1, 4\]"),
+        ({**synthetic, "speculative-config.synthetic_acceptance_rates": "[0.5, 0.6, 0.1]"}, "non-increasing"),
+        ({**synthetic, "speculative-config.synthetic_acceptance_rates": "[0.5]"}, "must have length 3"),
+        ({**MTP3, "speculative-config.synthetic_acceptance_length": 2.0}, "only valid with rejection_sample_method"),
+        ({"speculative-method": "mtp", "num-speculative-tokens": 1, "rejection-sample-method": "fly"}, "at least 2"),
+        ({**MTP3, "rejection-sample-method": "fly", "speculative-config.fly_window_size": 3}, "smaller than"),
+    ):
+        with pytest.raises(InvalidConfig, match=reason):
+            engine.normalise({**flags, **BATCH})
+
+
+def test_lossy_verification_is_named_where_given() -> None:
+    assert engine.lossy_speculation({"rejection-sample-method": "fly"}) == (
+        "rejection_sample_method fly changes the model's outputs"
+    )
+    assert engine.lossy_speculation({"speculative-config": '{"method": "mtp", "rejection_sample_method": "synthetic"}'})
+    assert engine.lossy_speculation({"speculative-config.rejection_sample_method": "fly"})
+    for lossless in ("block", "standard"):
+        assert engine.lossy_speculation({"rejection-sample-method": lossless}) is None
+    assert engine.lossy_speculation({"speculative-config": "{not json"}) is None  # refused later, with its reason
 
 
 def test_batch_limits_are_always_both_and_ordered() -> None:
@@ -171,11 +214,11 @@ def _check_against(argv: list[str], flags: FlagSet) -> None:
         token = rest[index]
         assert token.startswith("--"), f"stray value {token!r} in {rest}"
         name = token[2:]
-        assert name in flags.flags, f"--{name} is not a flag of vllm 0.33.0"
+        assert name in flags.flags, f"--{name} is not a flag of this vLLM"
         index += 1 if name in flags.switches else 2
 
 
-def test_argv_is_accepted_by_vllm_0_33_flag_set(real_flags: FlagSet) -> None:
+def test_argv_is_accepted_by_vllm_flag_sets(real_flags: FlagSet) -> None:
     for flags in (
         {"tp": 2, "gpu-memory-utilization": 0.92, "max-model-len": "auto", **MTP3, **BATCH},
         {"tensor-parallel-size": 2, "enable-prefix-caching": False, "enforce-eager": True, "O": 3, **BATCH},
@@ -186,6 +229,7 @@ def test_argv_is_accepted_by_vllm_0_33_flag_set(real_flags: FlagSet) -> None:
             "performance-mode": "interactivity",
             **BATCH,
         },
+        {**MTP3, "rejection-sample-method": "block", **BATCH},
     ):
         plan = engine.normalise(flags)
         _check_against(engine.build_argv(LAUNCHER, model="m", plan=plan, host="127.0.0.1", port=1), real_flags)
@@ -204,7 +248,7 @@ def test_real_help_flag_set_and_check_flags(real_flags: FlagSet) -> None:
         assert flag in real_flags.flags, flag
     assert "enforce-eager" in real_flags.switches and "max-num-seqs" not in real_flags.switches
     space = load_space(SPACES / "qwen3.6-27b-2xa6000-vllm-twin.yaml")
-    engine.check_flags(space.all_flag_names(), real_flags)  # the twin space is valid on real vLLM 0.33
+    engine.check_flags(space.all_flag_names(), real_flags)  # the twin space is valid on real vLLM 0.34 and 0.33
     engine.check_flags(["tp", "O", "max_num_seqs", "max-num-batched-tokens", "spec-tokens", "spec-method"], real_flags)
 
 

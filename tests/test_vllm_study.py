@@ -69,7 +69,7 @@ def test_three_trials_ok_and_both_memory_sides(study: Path) -> None:
     assert 2.0 < ok["metrics"]["accept_length"]["value"] <= 4.0
     assert ok["flags"]["num-speculative-tokens"] == 3 and ok["flags"]["speculative-method"] == "mtp"
     assert ok["effective"]["max-model-len"] == 131072 and ok["effective"]["gpu-memory-utilization"] == 0.9
-    assert ok["engine_version"] == "0.33.0"
+    assert ok["engine_version"] == "0.34.0"
     assert trials["ceiling"]["outcome"] == "infeasible-memory-high"
     assert "warming up sampler" in trials["ceiling"]["reason"]
     assert trials["floor"]["outcome"] == "infeasible-memory-low"
@@ -113,3 +113,23 @@ def test_points_carry_the_speculative_config_the_twin_calibrates_on(study: Path)
     fitted = study / "fitted.yaml"
     done = twin("calibrate", "qwen3.6-27b-2xa6000", str(path), "-o", str(fitted), timeout=300)
     assert done.returncode == 0 and fitted.is_file(), done.stderr
+
+
+def test_a_study_on_vllm_0_33_still_runs(tmp_path: Path) -> None:
+    """A deployment that has not upgraded: the twin speaks 0.33 (the space's env reaches --help and the
+    launches), autotune reads that flag set and runs block verification, which 0.33 has too."""
+    data = yaml.safe_load(VLLM_SPACE.read_text())
+    data["env"]["AUTOTUNE_TWIN_VLLM_VERSION"] = "0.33.0"
+    data["measurement"].update(
+        {"warmup_requests": 0, "prompts_per_round": 1, "max_tokens": 24, "min_rounds": 2, "max_rounds": 2}
+    )
+    flags = {"num-speculative-tokens": 3, "rejection-sample-method": "block", "gpu-memory-utilization": 0.9,
+             "max-num-seqs": 8, "max-num-batched-tokens": 2048}  # fmt: skip
+    data["baselines"] = [{"name": "block", "flags": flags}]
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump(data))
+    run("study", str(space), "--trials", "1", "--seed", "1", "--confirm-top", "0", cwd=tmp_path)
+    [trial] = json.loads(run("show", STUDY, "--json", cwd=tmp_path).stdout)["trials"]
+    assert trial["outcome"] == "ok" and trial["engine_version"] == "0.33.0"
+    assert trial["flags"]["rejection-sample-method"] == "block"
+    assert '"rejection_sample_method":"block"' in " ".join(trial["argv"])

@@ -91,7 +91,7 @@ TIERS: dict[str, Tier] = {
     "conformance": Tier(
         env="AUTOTUNE_CONFORMANCE_PYTHON",
         script=("scripts/conformance-env.sh",),
-        cold="installs the real SGLang 0.5.23 and vLLM 0.33.0 (CPU): 4-7 minutes, 4 GB",
+        cold="installs the real SGLang 0.5.23 and vLLM 0.34.0 (CPU): 4-7 minutes, 4 GB",
     ),
     "weights": Tier(
         env="AUTOTUNE_WEIGHTS_DIR",

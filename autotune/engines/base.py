@@ -390,6 +390,16 @@ class Engine(ABC):
         without speculation; None where the twin does not simulate this engine."""
         return None
 
+    def set_accept_length(self, flags: Mapping[str, FlagValue]) -> float | None:
+        """The accept length a launch fixed by itself (drafts accepted at a set rate, whatever the
+        models say), which a calibration point carries instead of the measured one; None otherwise."""
+        return None
+
+    def lossy_speculation(self, flags: Mapping[str, FlagValue]) -> str | None:
+        """Why these flags would change the model's outputs (a verification that accepts tokens the
+        target would reject), or None: a space offers that only when it allows lossy speculation."""
+        return None
+
     def failure_in(self, log_text: str) -> Failure | None:
         """The failure a log names, by :attr:`failure_rules`; None when it shows none (a healthy log)."""
         found = failure_in(self.failure_rules, log_text)

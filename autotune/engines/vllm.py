@@ -1,7 +1,8 @@
 """vLLM (``vllm serve MODEL``): the engine behind autotune's interface.
 
-Its flags, launch rules and protocol as vLLM 0.33 has them (read off its wheel; its ``--help=all`` is
-tests/fixtures/vllm-0.33.0-serve-help.txt). The launcher is the ``serve`` command itself; speculative
+Its flags, launch rules and protocol as vLLM 0.34 and 0.33 have them (read off their wheels; their
+``--help=all`` are tests/fixtures/vllm-0.34.0-serve-help.txt and vllm-0.33.0-serve-help.txt; what moved:
+docs/vllm-0.34.md). The launcher is the ``serve`` command itself; speculative
 settings are fields folded into one ``--speculative-config`` JSON object when the command line is
 built (:mod:`autotune.engines.vllm_speculation`). The rules: docs/how-it-works.md, "vLLM".
 """
@@ -46,12 +47,15 @@ from autotune.engines.vllm_flags import (
 )
 from autotune.engines.vllm_logs import FAILURES, info_labels, kv_shortfall, log_figures_of, memory_facts_of
 from autotune.engines.vllm_speculation import (
+    LOSSY_METHODS,
+    REJECTION_KEY,
     SPEC_FIELDS,
     SPEC_SHORTHANDS,
     PerBatchSchedule,
     spec_key,
     speculative_config,
     speculative_rules,
+    synthetic_accept_length,
 )
 from autotune.errors import FlagError, LauncherError, MeasurementError
 from autotune.measure.suites import Prompt
@@ -81,11 +85,13 @@ class VLLMEngine(Engine):
     speculation = SpeculationFlags(method=METHOD, depth=TOKENS, draft_model=DRAFT_MODEL, unit="token")
     schedule_form = PerBatchSchedule()
     verdict_memory_flag = UTILIZATION  # a fraction of the GPU's memory, as SGLang's mem-fraction-static
-    # In vLLM 0.33 these size the KV budget, the sequence pool and the prefill batch; one
+    # In vLLM these size the KV budget, the sequence pool and the prefill batch; one
     # stream decodes alike under any of them that still admits it (max-model-len is not among them:
     # a prompt beyond it is refused).
     memory_sizing_flags = {UTILIZATION: 0, MAX_SEQS: 1, MAX_BATCHED: 1}
-    # vLLM 0.33's memory split: the budget is utilization x TOTAL memory (it must be free at start); the
+    # vLLM 0.33's memory split (0.34's too with --disable-extensible-kv-cache; its default extensible KV
+    # cache only caps the budget, so these rules are conservative there): the budget is utilization x
+    # TOTAL memory (it must be free at start); the
     # KV cache gets budget - (weights + activations + graphs), and must hold one request of
     # max-model-len plus (1 + k) mamba-state pages per running request on hybrid models. So every
     # demand flag makes a "too low" failure worse. "Too high": the budget does not fit the free
@@ -118,7 +124,7 @@ class VLLMEngine(Engine):
     # -- 1. valid flags ----------------------------------------------------------------------------
 
     def read_flag_set(self, launcher: list[str], *, env: Mapping[str, str] | None = None) -> FlagSet:
-        """``LAUNCHER --help=all`` (vLLM 0.33 groups its plain ``--help``); the launcher ends in ``serve``."""
+        """``LAUNCHER --help=all`` (vLLM groups its plain ``--help``); the launcher ends in ``serve``."""
         if not launcher or launcher[-1] != "serve":
             raise LauncherError(
                 f"a vLLM launcher ends with its 'serve' command, got {launcher}",
@@ -183,7 +189,7 @@ class VLLMEngine(Engine):
     # -- 2. normalise ------------------------------------------------------------------------------
 
     def normalise(self, flags: Mapping[str, FlagValue]) -> LaunchPlan:
-        """vLLM 0.33's launch rules; refuses what vLLM refuses at parse or config time."""
+        """vLLM's launch rules (0.34 and 0.33); refuses what vLLM refuses at parse or config time."""
         notes: list[str] = []
         out, spec = self._split_flags(flags)
         if spec:
@@ -310,6 +316,24 @@ class VLLMEngine(Engine):
             given = self._json_object(flags[SPEC_CONFIG])
             config = {str(key).replace("-", "_"): value for key, value in given.items()} | config
         return {SPEC_CONFIG: {key: base.as_number(value) for key, value in config.items()}} if config else {}
+
+    def set_accept_length(self, flags: Mapping[str, FlagValue]) -> float | None:
+        """A ``rejection_sample_method`` synthetic launch's set accept length (its
+        ``synthetic_acceptance_length``, or 1 + the sum of its ``synthetic_acceptance_rates``)."""
+        config = self.calibration_flags(flags).get(SPEC_CONFIG, {})
+        return synthetic_accept_length(config)
+
+    def lossy_speculation(self, flags: Mapping[str, FlagValue]) -> str | None:
+        """``rejection_sample_method`` fly (FLy accepts tokens the target would reject) or synthetic
+        (drafts accepted at a set rate), given as a field, a dotted key or in the JSON."""
+        try:
+            _, spec = self._split_flags(flags)
+        except InvalidConfig:
+            return None  # the engine's own rules refuse these flags with their reason
+        method = spec.get(REJECTION_KEY)
+        if method in LOSSY_METHODS:
+            return f"{REJECTION_KEY} {method} changes the model's outputs"
+        return None
 
     # -- 4./5. readiness, effective config ---------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""vLLM 0.33's flag names and spellings, and how it reads their values (docs/how-it-works.md, "vLLM")."""
+"""vLLM's flag names and spellings (0.34 and 0.33 alike), and how it reads their values
+(docs/how-it-works.md, "vLLM")."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ DRAFT_MODEL = "speculative-model"
 LOOKUP_MIN = "prompt-lookup-min"
 LOOKUP_MAX = "prompt-lookup-max"
 DRAFT_TP = "draft-tensor-parallel-size"
+REJECTION = "rejection-sample-method"
 PER_BATCH_KEY = "num_speculative_tokens_per_batch_size"
 PER_BATCH = DOTTED + PER_BATCH_KEY
 MAX_SEQS = "max-num-seqs"
@@ -34,7 +36,7 @@ ALIASES: dict[str, str] = {
     "O": "optimization-level",
     "device-memory-utilization": UTILIZATION,
 }
-# Switches vLLM 0.33 turns on by default (or decides at run time): false -> the negative spelling.
+# Switches vLLM (0.33 and 0.34) turns on by default (or decides at run time): false -> the negative spelling.
 NEGATIONS: dict[str, str] = {
     "enable-prefix-caching": "disable-prefix-caching",
     "enable-chunked-prefill": "disable-chunked-prefill",
@@ -70,7 +72,7 @@ _SUFFIX = re.compile(r"^(?P<number>\d+(?:\.\d+)?)(?P<suffix>[kKmMgGtT])?$")
 
 
 def parse_max_model_len(value: FlagValue) -> int | str:
-    """vLLM 0.33's ``--max-model-len``: ``32k`` = 32000, ``32K`` = 32768 (no decimals with binary
+    """vLLM's ``--max-model-len``: ``32k`` = 32000, ``32K`` = 32768 (no decimals with binary
     suffixes), ``-1`` or ``auto`` = fit what memory allows (returned as ``"auto"``)."""
     if isinstance(value, bool):
         raise InvalidConfig(f"--{MAX_MODEL_LEN} must be a length, not {value!r}")

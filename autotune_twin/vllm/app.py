@@ -1,4 +1,4 @@
-"""The vLLM personality: ``python -m autotune_twin --personality vllm serve MODEL [vLLM 0.33 flags]``.
+"""The vLLM personality: ``python -m autotune_twin --personality vllm serve MODEL [vLLM 0.34 flags]``.
 
 One simulated ``vllm serve`` from argv to exit, in vLLM's stages and log format
 (``(APIServer pid=N) INFO MM-DD HH:MM:SS [file.py:line] message``):
@@ -35,7 +35,6 @@ from autotune_twin.gpu_state import Publisher, visible_devices
 from autotune_twin.launch import LaunchError
 from autotune_twin.lifecycle import Lifecycle
 from autotune_twin.memory import MemoryFailure
-from autotune_twin.vllm._flags import VLLM_VERSION
 from autotune_twin.vllm.config import (
     KvPlan,
     VllmConfig,
@@ -57,7 +56,7 @@ _CONFIG_SHARE, _WEIGHT_SHARE, _PROFILE_SHARE = 0.1, 0.5, 0.1
 _LOGO = (
     "",
     "       █     █     █▄   ▄█",
-    f" ▄▄ ▄█ █     █     █ ▀▄▀ █  version {VLLM_VERSION}",
+    " ▄▄ ▄█ █     █     █ ▀▄▀ █  version {version}",
     "  █▄█▀ █     █     █     █  model   {model}",
     "   ▀▀  ▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀",
     "",
@@ -141,7 +140,7 @@ class VllmApp(Lifecycle):
             f"{profile.gpus.name} (simulated), model {profile.model.name}",
         )
         for line in _LOGO:
-            self.info("APIServer", "startup.py:38", line.format(model=args.model))
+            self.info("APIServer", "startup.py:38", line.format(model=args.model, version=args.vllm_version))
         self.info("APIServer", "startup.py:96", f"non-default args: {self._non_default_args()}")
         if args.moved_model:
             self.log.write(
@@ -181,7 +180,7 @@ class VllmApp(Lifecycle):
         self.info(
             "EngineCore",
             "core.py:140",
-            f"Initializing a V1 LLM engine (v{VLLM_VERSION}) with config: {self._config_text(vc)}",
+            f"Initializing a V1 LLM engine (v{self.args.vllm_version}) with config: {self._config_text(vc)}",
         )
         if self.fault.active:
             self.log.write("EngineCore", "WARNING", "core.py:141", f"twin fault injected: {self.fault.kind}")

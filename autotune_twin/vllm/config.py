@@ -1,4 +1,5 @@
-"""The vLLM personality's rules: vLLM 0.33.0's config build and its memory sizing, as pure functions.
+"""The vLLM personality's rules: vLLM's config build (0.34.0 and 0.33.0 alike) and its memory sizing
+(0.33.0's estimate-based sizing, for both: docs/twin-profile.md), as pure functions.
 
 ``resolve_config`` is what ``vllm serve`` decides in the seconds after parsing (speculative config,
 batch limits, context length, compilation): a config vLLM would refuse raises
@@ -50,6 +51,8 @@ KV_CACHE_DTYPES = next(
     for _, names, _, _, metavar in FLAGS
     if names[0] == "--kv-cache-dtype"
 )
+# SpeculativeConfig.rejection_sample_method (RejectionSampleMethod in vllm/config/speculative.py).
+REJECTION_METHODS = ("standard", "synthetic", "block", "fly")
 ALLOW_LONG_ENV = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
 DEFAULT_BLOCK_SIZE = 16
 
@@ -184,7 +187,15 @@ def resolve_config(args: argparse.Namespace, profile: TwinProfile) -> VllmConfig
         )
     spec_lookup = _per_batch(args, speculative, max_num_seqs, notes)
     spec = (
-        SpecConfig(kind="mtp", algorithm="MTP", num_steps=k, eagle_topk=1, num_draft_tokens=k + 1)
+        SpecConfig(
+            kind="mtp",
+            algorithm="MTP",
+            num_steps=k,
+            eagle_topk=1,
+            num_draft_tokens=k + 1,
+            block_verification=speculative.get("rejection_sample_method") == "block",
+            synthetic_rates=_synthetic_rates(speculative),
+        )
         if speculative
         else SpecConfig(kind="none")
     )
@@ -316,7 +327,80 @@ def _speculative(args: argparse.Namespace, profile: TwinProfile, notes: list[str
         raise LaunchError("ValueError", f"{profile.model.name} has no MTP layers; method mtp needs them")
     if k is None:
         raise LaunchError("ValueError", "num_speculative_tokens is required for method 'mtp'")
-    return {**config, "method": "mtp", "model": args.model, "num_speculative_tokens": k}
+    config = {**config, "method": "mtp", "model": args.model, "num_speculative_tokens": k}
+    _verification(config, k, profile)
+    return config
+
+
+def _verification(config: dict[str, Any], k: int, profile: TwinProfile) -> None:
+    """SpeculativeConfig's checks of ``rejection_sample_method`` and its keys (vLLM 0.33 and 0.34 have
+    the same): synthetic resolved to per-position rates in place; FLy checked, then refused as not
+    simulated (lossy: its acceptance depends on the target's entropy, which the twin has no model of)."""
+    method = config.get("rejection_sample_method", "standard")
+    if method not in REJECTION_METHODS:
+        allowed = ", ".join(f"'{m}'" for m in REJECTION_METHODS[:-1]) + f" or '{REJECTION_METHODS[-1]}'"
+        raise _validation_error(
+            "SpeculativeConfig", "rejection_sample_method", f"Input should be {allowed}", method, "literal_error"
+        )
+    rates, length = config.get("synthetic_acceptance_rates"), config.get("synthetic_acceptance_length")
+    if method == "synthetic":
+        config["synthetic_acceptance_rates"] = _resolve_synthetic(k, rates, length)
+        config["synthetic_acceptance_length"] = None
+    elif rates is not None or length is not None:
+        raise LaunchError(
+            "ValueError",
+            "synthetic_acceptance_rates / synthetic_acceptance_length are only valid with "
+            "rejection_sample_method='synthetic'.",
+        )
+    if method == "fly":
+        if k < 2:
+            raise LaunchError("ValueError", "FLy requires num_speculative_tokens to be at least 2.")
+        window = config.get("fly_window_size")
+        if window is not None and window >= k:
+            raise LaunchError("ValueError", "FLy requires fly_window_size to be smaller than num_speculative_tokens.")
+        raise LaunchError(
+            "ValueError",
+            f"rejection_sample_method 'fly' is not simulated by the autotune twin (profile {profile.name}): "
+            "FLy's acceptance depends on the target's entropy, which the twin does not model",
+        )
+
+
+def _resolve_synthetic(k: int, rates: object, length: object) -> list[float]:
+    """vLLM's ``_resolve_synthetic_acceptance_rates``: exactly one of the rates (k entries in [0, 1],
+    non-increasing) and the length (in [1, k + 1], spread by its minimum-variance schedule: whole
+    positions always accepted, then the fraction, then none)."""
+    if (rates is None) == (length is None):
+        raise LaunchError(
+            "ValueError",
+            "rejection_sample_method='synthetic' requires exactly one of synthetic_acceptance_rates or "
+            "synthetic_acceptance_length.",
+        )
+    if isinstance(rates, list):
+        if len(rates) != k:
+            raise LaunchError("ValueError", f"synthetic_acceptance_rates must have length {k}, got {rates}.")
+        if not all(isinstance(r, (int, float)) and 0.0 <= r <= 1.0 for r in rates):
+            raise LaunchError("ValueError", f"synthetic_acceptance_rates entries must be in [0, 1], got {rates}.")
+        if any(later > earlier for earlier, later in zip(rates, rates[1:], strict=False)):
+            raise LaunchError("ValueError", f"synthetic_acceptance_rates must be non-increasing, got {rates}.")
+        return [float(r) for r in rates]
+    if rates is not None:
+        raise _validation_error(
+            "SpeculativeConfig", "synthetic_acceptance_rates", "Input should be a valid list", rates, "list_type"
+        )
+    if isinstance(length, bool) or not isinstance(length, (int, float)):
+        raise _validation_error(
+            "SpeculativeConfig", "synthetic_acceptance_length", "Input should be a valid number", length, "float_type"
+        )
+    if not 1.0 <= length <= float(k + 1):
+        raise LaunchError("ValueError", f"synthetic_acceptance_length must be in [1, {k + 1}], got {float(length)}.")
+    drafts = float(length) - 1
+    whole = int(drafts)
+    return ([1.0] * whole + [drafts - whole] + [0.0] * (k - whole - 1))[:k]
+
+
+def _synthetic_rates(speculative: dict[str, Any]) -> tuple[float, ...] | None:
+    rates = speculative.get("synthetic_acceptance_rates")
+    return tuple(rates) if speculative.get("rejection_sample_method") == "synthetic" and rates is not None else None
 
 
 def _block_size(profile: TwinProfile, tp: int, kv_cache_dtype: str) -> int:

@@ -1,13 +1,14 @@
-"""The vLLM personality's command line: ``vllm serve [model_tag] [options]`` as vLLM 0.33.0 parses it.
+"""The vLLM personality's command line: ``vllm serve [model_tag] [options]`` as vLLM parses it.
 
-The flag set is vLLM's own (``_flags.py``, generated from its ``--help=all``), in its help
-groups. Like vLLM's ``FlexibleArgumentParser``: underscores in flag names are read as dashes,
-``-O3`` / ``-O 3`` / ``-O=3`` mean ``--optimization-level 3``, ``--model X`` is moved to the
-positional model, dotted keys (``--speculative-config.num_speculative_tokens 3``) are gathered into
-that flag's JSON, prefixes of long flags are accepted, an unknown flag exits 2 with the top-level
-``vllm`` usage, and ``--help`` prints the group overview (``--help=all`` every flag,
-``--help=GROUP`` one group). The flags the twin simulates get vLLM's types and defaults; the others
-are accepted and have no effect. ``--twin-*`` options change the simulation only.
+The flag set is the spoken release's own (:mod:`autotune_twin.vllm.releases`: 0.34.0, or 0.33.0 when
+``$AUTOTUNE_TWIN_VLLM_VERSION`` asks; generated from its ``--help=all``), in its help groups. Like
+vLLM's ``FlexibleArgumentParser``: underscores in flag names are read as dashes, ``-O3`` / ``-O 3``
+/ ``-O=3`` mean ``--optimization-level 3``, ``--model X`` is moved to the positional model, dotted
+keys (``--speculative-config.num_speculative_tokens 3``) are gathered into that flag's JSON,
+prefixes of long flags are accepted, an unknown flag exits 2 with the top-level ``vllm`` usage, and
+``--help`` prints the group overview (``--help=all`` every flag, ``--help=GROUP`` one group). The
+flags the twin simulates get vLLM's types and defaults; the others are accepted and have no effect.
+``--twin-*`` options change the simulation only.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from functools import lru_cache
 from typing import Any, NoReturn
 
 from autotune_twin.cli import Container, FlagStyle, TwinOptions, add_flags, take_twin_options
-from autotune_twin.vllm._flags import FLAGS, GROUPS, VLLM_VERSION
+from autotune_twin.vllm.releases import Release, UnknownRelease, spoken
 
 PROG = "vllm serve"
 USAGE = "vllm serve [model_tag] [options]"
@@ -167,7 +168,9 @@ def _add_log_interval(group: argparse._ArgumentGroup) -> None:
 _STYLE = FlagStyle(engine="vLLM", seed_flag="--seed", simulated=_SIMULATED, add_bool=_add_bool, extra=_add_log_interval)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(release: Release | None = None) -> argparse.ArgumentParser:
+    """The parser of ``release``'s flags (the spoken one by default) and the twin's options."""
+    release = release or spoken()
     parser = _Parser(
         prog=PROG,
         usage=USAGE,
@@ -176,18 +179,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("model_tag", nargs="?", default=None, help="The model tag to serve.")
     parser.add_argument("-h", "--help", action="store_true", help="show this help message and exit")
-    groups = {name: parser.add_argument_group(name, text or None) for name, text in GROUPS.items() if name != "options"}
-    entries = ((groups.get(group, parser._optionals), (n, k, c, m)) for group, n, k, c, m in FLAGS)
+    titled = ((name, text) for name, text in release.groups.items() if name != "options")
+    groups = {name: parser.add_argument_group(name, text or None) for name, text in titled}
+    entries = ((groups.get(group, parser._optionals), (n, k, c, m)) for group, n, k, c, m in release.flags)
     return add_flags(parser, entries, _STYLE)
 
 
-@lru_cache(maxsize=1)
-def _parser() -> argparse.ArgumentParser:
-    return build_parser()
+@lru_cache(maxsize=2)
+def _parser(release: Release) -> argparse.ArgumentParser:
+    return build_parser(release)
 
 
 def overview() -> str:
-    """``vllm serve --help``: the groups, as vLLM 0.33 prints them."""
+    """``vllm serve --help``: the groups, as vLLM prints them."""
     lines = [
         f"usage: {USAGE}",
         "",
@@ -201,14 +205,14 @@ def overview() -> str:
         "Config Groups:",
         "  positional arguments",
     ]
-    lines += [f"  {name:<24}{description}".rstrip() for name, description in GROUPS.items()]
+    lines += [f"  {name:<24}{description}".rstrip() for name, description in spoken().groups.items()]
     lines += ["", "For full list:            vllm serve --help=all", ""]
     return "\n".join(lines)
 
 
 def help_text(keyword: str | None) -> str:
     """``--help`` (None), ``--help=all`` or ``--help=GROUP``."""
-    parser = _parser()
+    parser = _parser(spoken())
     if keyword is None:
         return overview()
     if keyword == "all":
@@ -273,12 +277,18 @@ def _preprocess(argv: list[str]) -> tuple[list[str], str | None, bool]:
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, TwinOptions]:
-    """vLLM flags (after ``serve``) and twin options; exits 0 after ``--help``, 2 on a usage error."""
+    """vLLM flags (after ``serve``) and twin options; exits 0 after ``--help``, 2 on a usage error
+    (and on a release the twin does not speak). ``args.vllm_version`` is the release spoken."""
+    try:
+        release = spoken()
+    except UnknownRelease as err:
+        sys.stderr.write(f"{PROG}: error: {err}\n")
+        sys.exit(2)
     args_list, help_keyword, moved_model = _preprocess(argv)
     if help_keyword is not None:
         sys.stdout.write(help_text(None if help_keyword == "overview" else help_keyword))
         sys.exit(0)
-    args, extra = _parser().parse_known_args(args_list)
+    args, extra = _parser(release).parse_known_args(args_list)
     if extra:
         sys.stderr.write(f"{TOP_USAGE}vllm: error: unrecognized arguments: {' '.join(extra)}\n")
         sys.exit(2)
@@ -286,6 +296,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, TwinOptions]:
         sys.stdout.write(overview())
         sys.exit(0)
     args.moved_model = moved_model
+    args.vllm_version = release.version
     args.model = args.model_tag or DEFAULT_MODEL
     interval = args.twin_log_interval
     if interval is None:
@@ -295,4 +306,4 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, TwinOptions]:
     return args, twin
 
 
-__all__ = ["VLLM_VERSION", "build_parser", "help_text", "parse_args"]
+__all__ = ["build_parser", "help_text", "parse_args"]

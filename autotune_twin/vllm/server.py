@@ -20,7 +20,6 @@ from typing import Any
 from autotune_twin.faults import NO_FAULT, Fault
 from autotune_twin.metrics import E2E_BUCKETS, Histogram
 from autotune_twin.scheduler import Request, Update
-from autotune_twin.vllm._flags import VLLM_VERSION
 from autotune_twin.vllm.config import KvPlan, VllmConfig
 from autotune_twin.vllm.scheduler import VllmScheduler
 from autotune_twin.web import Handler, OpenAIReply, ServerState, TwinHTTPServer, chat_prompt
@@ -188,7 +187,7 @@ class VllmHandler(Handler[VllmState]):
         if path == "/v1/models":
             self._send_json(HTTPStatus.OK, state.models())
         elif path == "/version":
-            self._send_json(HTTPStatus.OK, {"version": VLLM_VERSION})
+            self._send_json(HTTPStatus.OK, {"version": state.args.vllm_version})
         elif path == "/metrics":
             self._send_text(HTTPStatus.OK, state.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
         else:

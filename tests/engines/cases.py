@@ -179,7 +179,7 @@ CASES: dict[str, EngineCase] = {
     ),
     "vllm": EngineCase(
         name="vllm",
-        help_file="vllm-0.33.0-serve-help.txt",
+        help_file="vllm-0.34.0-serve-help.txt",
         help_argument="--help=all",
         launcher_tail=("serve",),
         valid={

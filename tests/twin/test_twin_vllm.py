@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from autotune.engines.base import LaunchPlan, counter_totals, parse_help_flags
 from autotune.engines.vllm import VLLMEngine
 from autotune.engines.vllm_logs import parse_engine_line, parse_spec_line
+from autotune.errors import LauncherError
 from autotune.measure.suites import Prompt
 from autotune.outcomes import OutcomeKind
 from autotune_twin.vllm.flags import help_text
@@ -25,7 +27,9 @@ from tests.twin.processes import REPO, Server, serving, start_twin, twin, wait_f
 
 pytestmark = [pytest.mark.twin, pytest.mark.slow]
 
-REAL_HELP = REPO / "tests" / "fixtures" / "vllm-0.33.0-serve-help.txt"
+REAL_HELP = REPO / "tests" / "fixtures" / "vllm-0.34.0-serve-help.txt"
+OLDER_HELP = REPO / "tests" / "fixtures" / "vllm-0.33.0-serve-help.txt"
+LAUNCHER = [sys.executable, "-m", "autotune_twin", "--personality", "vllm", "serve"]
 SERVE = ["--personality", "vllm", "serve", "Qwen/Qwen3.6-27B", "-tp", "2"]
 BATCH = ["--max-num-seqs", "8", "--max-num-batched-tokens", "2048"]
 MTP3 = ["--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}']
@@ -67,7 +71,7 @@ def _entries(text: str) -> dict[str, str]:
     return out
 
 
-def test_help_all_is_vllm_0_33s_flag_set() -> None:
+def test_help_all_is_vllm_0_34s_flag_set() -> None:
     real, ours = REAL_HELP.read_text(), help_text("all")
     real_flags, twin_flags = parse_help_flags(real), parse_help_flags(ours)
     assert twin_flags.flags - real_flags.flags == TWIN_OPTIONS
@@ -77,6 +81,24 @@ def test_help_all_is_vllm_0_33s_flag_set() -> None:
     for name, rest in real_entries.items():
         if rest.startswith("{"):
             assert twin_entries[name] == rest, name  # same argparse choices
+
+
+def test_the_twin_speaks_vllm_0_33_when_asked_and_autotune_reads_either_flag_set() -> None:
+    """The engine reads the flags from the launcher's --help with the space's env, as a study does."""
+    env = {"PYTHONPATH": str(REPO)}
+    newest = VLLMEngine().read_flag_set(LAUNCHER, env=env)
+    older = VLLMEngine().read_flag_set(LAUNCHER, env={**env, "AUTOTUNE_TWIN_VLLM_VERSION": "0.33.0"})
+    real_older = parse_help_flags(OLDER_HELP.read_text())
+    assert older.flags - real_older.flags == TWIN_OPTIONS and real_older.flags - older.flags == set()
+    added = {
+        "cache-aware-admission-threshold", "cache-aware-admission-window", "checkpoint-prepare-on-startup",
+        "enable-extensible-kv-cache", "max-num-inflight-kv-loads", "shuffle-safetensors-files",
+    }  # fmt: skip
+    assert newest.flags - older.flags == added | {"disable-extensible-kv-cache", "no-checkpoint-prepare-on-startup",
+                                                  "no-shuffle-safetensors-files"}  # fmt: skip
+    assert older.flags - newest.flags == set()
+    with pytest.raises(LauncherError, match="the twin speaks vLLM 0.34.0, 0.33.0"):
+        VLLMEngine().read_flag_set(LAUNCHER, env={**env, "AUTOTUNE_TWIN_VLLM_VERSION": "0.35.0"})
 
 
 def test_help_and_argparse_errors_exit_like_vllm() -> None:
@@ -118,6 +140,22 @@ def test_without_personality_the_sglang_twin_is_unchanged() -> None:
         (["--gpu-memory-utilization", "1.5", *BATCH], "less than or equal to 1"),
         (["--kv-cache-dtype", "fp7", *BATCH], "Invalid kv_cache_dtype"),
         (["--max-model-len", "300k", *BATCH], "greater than the derived max_model_len"),
+        (
+            ["-sc", '{"method": "mtp", "num_speculative_tokens": 3, "rejection_sample_method": "greedy"}', *BATCH],
+            "Input should be 'standard', 'synthetic', 'block' or 'fly'",
+        ),
+        (
+            ["-sc", '{"method": "mtp", "num_speculative_tokens": 3, "rejection_sample_method": "synthetic"}', *BATCH],
+            "requires exactly one of synthetic_acceptance_rates or synthetic_acceptance_length",
+        ),
+        (
+            ["-sc", '{"method": "mtp", "num_speculative_tokens": 1, "rejection_sample_method": "fly"}', *BATCH],
+            "FLy requires num_speculative_tokens to be at least 2.",
+        ),
+        (
+            ["-sc", '{"method": "mtp", "num_speculative_tokens": 3, "rejection_sample_method": "fly"}', *BATCH],
+            "rejection_sample_method 'fly' is not simulated by the autotune twin",
+        ),
         # vllm/config/scheduler.py:317-329: without chunked prefill one step must hold a whole request
         (
             ["--disable-chunked-prefill", "--max-model-len", "32768", "--max-num-batched-tokens", "8192"],
@@ -204,10 +242,10 @@ def test_auto_fit_is_read_back_and_disable_log_stats_turns_metrics_off(tmp_path:
 def test_models_version_and_effective_config(server: Server) -> None:
     models = httpx.get(f"{server.url}/v1/models").json()
     assert models["data"][0]["id"] == "Qwen/Qwen3.6-27B" and models["data"][0]["max_model_len"] == 32000
-    assert httpx.get(f"{server.url}/version").json() == {"version": "0.33.0"}
+    assert httpx.get(f"{server.url}/version").json() == {"version": "0.34.0"}
     with httpx.Client() as client:
         effective = engine.effective_config(client, server.url, LaunchPlan(engine="vllm", flags={}))
-    assert effective.version == "0.33.0"
+    assert effective.version == "0.34.0"
     assert effective.values["max-model-len"] == 32000 and effective.values["gpu-memory-utilization"] == 0.92
     assert effective.values["enable-prefix-caching"] is True and effective.values["kv-cache-dtype"] == "auto"
     assert isinstance(effective.values["kv-cache-size-tokens"], int)
