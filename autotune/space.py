@@ -342,8 +342,12 @@ class SearchSpace(_Strict):
         for engine in (e for e in self.engine_names() if e in engine_names()):  # an unknown one is refused later
             places += [(f"fixed.{name}", engine, name, value) for name, value in self.fixed_for(engine).items()]
             for name, param in self.tuned.items():
-                if isinstance(param, CategoricalParam) and engine in self._owners(name):
+                if engine not in self._owners(name):
+                    continue
+                if isinstance(param, CategoricalParam):
                     places += [(f"tuned.{name}", engine, name, choice) for choice in param.choices]
+                elif isinstance(param, (IntParam, FloatParam)):  # a range is as lossy as its ends
+                    places += [(f"tuned.{name}", engine, name, end) for end in (param.low, param.high)]
             for baseline in self.baselines:
                 places += [(f"baselines.{baseline.name}.{k}", engine, k, v) for k, v in baseline.flags.items()]
         for field, engine, name, value in places:

@@ -190,6 +190,24 @@ CASES = [
         ["vllm.yaml: fixed.speculative-config: rejection_sample_method fly changes the model's outputs"],
     ),
     (
+        "a lossy SGLang acceptance threshold tuned without allow_lossy_speculation",
+        lambda t: [
+            "check",
+            str(
+                twin_space(
+                    t,
+                    lambda d: d["tuned"].update(
+                        {"speculative-accept-threshold-acc": {"type": "float", "low": 0.5, "high": 1.0}}
+                    ),
+                )
+            ),
+        ],
+        [
+            "space.yaml: tuned.speculative-accept-threshold-acc: speculative-accept-threshold-acc 0.5 below 1.0 "
+            "changes the model's outputs; set allow_lossy_speculation: true if changed outputs are acceptable"
+        ],
+    ),
+    (
         "--url of another protocol",
         lambda t: ["bench", "--url", "ftp://127.0.0.1:9"],
         ["--url ftp://127.0.0.1:9: give an http:// or https:// address, not ftp://"],

@@ -353,3 +353,12 @@ def test_a_crash_under_any_rank_tag_is_named_by_its_bare_exception(prefix: str) 
     )
     failure = SGLangEngine().classify_failure(exit_code=1, log_text=log, timed_out=False)
     assert failure.reason.endswith(": RuntimeError: NCCL communicator was aborted"), failure.reason
+
+
+def test_an_acceptance_threshold_below_one_is_lossy_and_one_is_not() -> None:
+    engine = SGLangEngine()
+    assert engine.lossy_speculation({"speculative-accept-threshold-single": 1.0}) is None
+    assert engine.lossy_speculation({"speculative-num-steps": 3}) is None
+    assert engine.lossy_speculation({"speculative-accept-threshold-single": "0.9"}) == (
+        "speculative-accept-threshold-single 0.9 below 1.0 changes the model's outputs"
+    )

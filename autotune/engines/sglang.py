@@ -42,6 +42,8 @@ CONTEXT = "context-length"
 DISABLE_OVERLAP = "disable-overlap-schedule"
 TRACK_INTERVAL = "mamba-track-interval"
 DEFAULT_TRACK_INTERVAL = 256
+# Below 1.0 SGLang accepts draft tokens the target would reject (1.0, the default, is lossless).
+LOSSY_THRESHOLDS = ("speculative-accept-threshold-single", "speculative-accept-threshold-acc")
 GRAPH_BATCH = "cuda-graph-max-bs-decode"
 RUNNING = "max-running-requests"
 # arg_groups/memory_hook.py (0.5.23): the default decode graph batch below each GPU size (GiB), at
@@ -455,6 +457,15 @@ class SGLangEngine(Engine):
     def calibration_flags(self, flags: Mapping[str, FlagValue]) -> dict[str, Any]:
         """Every speculative flag (they all start ``speculative-``), as launched."""
         return {name: base.as_number(value) for name, value in flags.items() if name.startswith("speculative-")}
+
+    def lossy_speculation(self, flags: Mapping[str, FlagValue]) -> str | None:
+        """An acceptance threshold below 1.0: a draft token is accepted at a probability the target
+        model would not give it."""
+        for name in LOSSY_THRESHOLDS:
+            value = base.as_number(flags.get(name, 1.0))
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 1.0:
+                return f"{name} {value} below 1.0 changes the model's outputs"
+        return None
 
     def build_argv(self, launcher: list[str], *, model: str, plan: LaunchPlan, host: str, port: int) -> list[str]:
         # /metrics feeds the cross-check of the client's numbers; it costs nothing measurable.
