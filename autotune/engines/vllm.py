@@ -44,7 +44,7 @@ from autotune.engines.vllm_flags import (
     integer,
     parse_max_model_len,
 )
-from autotune.engines.vllm_logs import FAILURES, info_labels, log_figures_of, memory_facts_of
+from autotune.engines.vllm_logs import FAILURES, info_labels, log_figures_of, memory_facts_of, pool_shortfall_of
 from autotune.engines.vllm_speculation import (
     SPEC_FIELDS,
     SPEC_SHORTHANDS,
@@ -103,6 +103,7 @@ class VLLMEngine(Engine):
         headroom_demand=frozenset({MAX_SEQS, TOKENS, MAX_BATCHED, "max-cudagraph-capture-size"}),
         headroom_irrelevant=_LOG_NOISE | {MAX_MODEL_LEN},
         weights_flags=frozenset({SPEC_CONFIG, "quantization", "dtype", "load-format"}),
+        context_flag=MAX_MODEL_LEN,
     )
     reserved_flags = frozenset({"model", "host", "port"})
     failure_rules = FAILURES
@@ -346,6 +347,10 @@ class VLLMEngine(Engine):
 
     def memory_facts(self, log_text: str) -> base.MemoryFacts | None:
         return memory_facts_of(log_text)
+
+    def pool_shortfall(self, reason: str) -> base.PoolShortfall | None:
+        """vLLM prints the length one request needs against what its KV cache holds (V1: in GiB too)."""
+        return pool_shortfall_of(reason)
 
     # -- 7. requests -------------------------------------------------------------------------------
 

@@ -95,6 +95,18 @@ _KV_MEMORY_LINE = re.compile(
 )
 _KV_TOKENS_LINE = re.compile(r"KV cache size: (?P<tokens>[\d,]+) tokens")
 _GRAPH_LINE = re.compile(r"Graph capturing finished in [\d.]+ secs?, took (?P<gib>-?[\d.]+) GiB")
+_CONCURRENCY_LINE = re.compile(r"Maximum concurrency for [\d,]+ tokens per request: (?P<times>[\d.]+)x")
+# The death of a KV cache that cannot hold one request: V1 prints both sides in GiB and the length that
+# would fit; V0 prints the length against the tokens the cache holds.
+_SHORT_V1 = re.compile(
+    r"max seq len \((?P<needed>\d+)\), \((?P<needed_gib>[\d.]+) GiB KV cache is needed, which is larger than "
+    r"the available KV cache memory \((?P<pool_gib>-?[\d.]+) GiB\)\.(?: Based on the available memory, the "
+    r"estimated maximum model length is (?P<fits>\d+)\.)?"
+)
+_SHORT_V0 = re.compile(
+    r"max seq len \((?P<needed>\d+)\) is larger than the maximum number of tokens that can be stored in KV "
+    r"cache \((?P<fits>\d+)\)"
+)
 
 
 class _Line(BaseModel):
@@ -221,11 +233,33 @@ def info_labels(text: str, name: str) -> dict[str, str] | None:
     return None
 
 
+def pool_shortfall_of(text: str) -> base.PoolShortfall | None:
+    """The figures of a KV cache too small for one request of the model length (the fraction is not
+    printed: the plan's flag says it); None where ``text`` prints none."""
+    v1 = _SHORT_V1.search(text)
+    if v1 is not None:
+        cell = float(v1["needed_gib"]) * _GIB / int(v1["needed"])
+        pool = max(float(v1["pool_gib"]), 0.0) * _GIB
+        fits = int(v1["fits"]) if v1["fits"] else int(pool / cell) if cell else None
+        return base.PoolShortfall(
+            pool_tokens=fits,
+            needed_tokens=int(v1["needed"]),
+            pool_bytes=pool,
+            needed_bytes=float(v1["needed_gib"]) * _GIB,
+        )
+    v0 = _SHORT_V0.search(text)
+    if v0 is not None:
+        return base.PoolShortfall(pool_tokens=int(v0["fits"]), needed_tokens=int(v0["needed"]))
+    return None
+
+
 def memory_facts_of(log_text: str) -> base.MemoryFacts | None:
     """``Model loading took``, ``Available KV cache memory``, ``GPU KV cache size``, ``Graph
-    capturing finished`` (the first rank's, per GPU); V0's profile line where those are missing."""
-    weights, kv, tokens, graph = (
-        first_rank_search(p, log_text) for p in (_WEIGHTS_LINE, _KV_MEMORY_LINE, _KV_TOKENS_LINE, _GRAPH_LINE)
+    capturing finished``, ``Maximum concurrency`` (the first rank's, per GPU); V0's profile line where
+    those are missing."""
+    weights, kv, tokens, graph, concurrency = (
+        first_rank_search(p, log_text)
+        for p in (_WEIGHTS_LINE, _KV_MEMORY_LINE, _KV_TOKENS_LINE, _GRAPH_LINE, _CONCURRENCY_LINE)
     )
     if weights is None and kv is None and tokens is None and graph is None:
         return None
@@ -234,6 +268,7 @@ def memory_facts_of(log_text: str) -> base.MemoryFacts | None:
         kv_pool_bytes=float(kv["gib"]) * _GIB if kv else None,
         kv_tokens=int(tokens["tokens"].replace(",", "")) if tokens else None,
         graph_bytes=float(graph["gib"]) * _GIB if graph else None,
+        max_concurrency=float(concurrency["times"]) if concurrency else None,
     )
 
 

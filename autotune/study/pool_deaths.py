@@ -44,7 +44,9 @@ class PoolDeath:
     def per_token_bytes(self) -> float | None:
         """The pool per KV token: the pool at its fraction over the tokens it held."""
         s = self.shortfall
-        if s is None or not s.pool_tokens or self.weights_bytes is None or not self.server_free_bytes:
+        if s is None or s.fraction is None or not s.pool_tokens or self.weights_bytes is None:
+            return None
+        if not self.server_free_bytes:
             return None
         pool = s.fraction * self.server_free_bytes - self.weights_bytes
         return pool / s.pool_tokens if pool > 0 else None
@@ -188,7 +190,8 @@ class EngineFractions:
         alike = {rules.tp_flag} | rules.weights_flags | rules.activation_demand
         bounds = []
         for death in deaths:
-            if rules.fraction_flag in death.flags or death.shortfall is None or not death.server_free_bytes:
+            printed = death.shortfall.fraction if death.shortfall is not None else None
+            if rules.fraction_flag in death.flags or printed is None or not death.server_free_bytes:
                 continue
             if any(death.flags.get(name) != plan.flags.get(name) for name in alike):
                 continue
@@ -196,7 +199,7 @@ class EngineFractions:
             if tokens is None or died_tokens is None or (died_tokens > tokens and per_token is None):
                 continue
             gained = (per_token or 0.0) * max(died_tokens - tokens, 0.0)
-            bounds.append(death.shortfall.fraction + ROUNDING + gained / death.server_free_bytes)
+            bounds.append(printed + ROUNDING + gained / death.server_free_bytes)
         return min(bounds, default=None)
 
     def _per_token(self) -> float | None:

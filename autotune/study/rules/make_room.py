@@ -157,7 +157,8 @@ class MakeRoom(SizingRule):
         window = model.fraction_window(plan.flags)
         shortfall = death.shortfall
         died_at = death.flags.get(flag)
-        floor = float(died_at) if isinstance(died_at, (int, float)) else shortfall.fraction if shortfall else 0.0
+        printed = shortfall.fraction if shortfall is not None else None
+        floor = float(died_at) if isinstance(died_at, (int, float)) else printed if printed is not None else 0.0
         needed = fraction_needed(death, plan, model.rules, deaths)
         if needed is not None:
             return [f for f in fractions if f > floor and f >= needed + FRACTION_MARGIN and window.open_above(f)]

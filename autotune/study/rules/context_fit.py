@@ -1,0 +1,82 @@
+"""Rule ``context-fit``: a plan whose KV pool, by the tokens earlier launches' pools held
+(:mod:`autotune.study.pool_tokens`), cannot hold one request of its context is not launched: at its own
+fraction, and, said so, where no fraction the space allows would hold it either (with the state ratio
+and KV dtype the space offers that leave the KV the most room). Applied after ``make-room``, which may
+have given the plan a larger fraction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from autotune.decision import Decision, Skip
+from autotune.engines.base import Engine, LaunchPlan
+from autotune.feasibility import FeasibilityModel
+from autotune.outcomes import OutcomeKind
+from autotune.space import SearchSpace
+from autotune.study.history import History
+from autotune.study.pool_tokens import (
+    PoolEstimate,
+    largest_fraction,
+    most_room,
+    needed_tokens,
+    pool_points,
+    tokens_at,
+    too_small,
+)
+
+
+def _trials(estimate: PoolEstimate) -> str:
+    return ", ".join(str(n) for n in estimate.trials)
+
+
+class ContextFit:
+    name = "context-fit"
+    for_baselines = True  # launching a pool that cannot hold one request teaches nothing new
+
+    def __init__(
+        self, space: SearchSpace, engines: Mapping[str, Engine], feasibility: Mapping[str, FeasibilityModel]
+    ) -> None:
+        self.space = space
+        self.engines = engines
+        self.feasibility = feasibility
+
+    def decide(self, plan: LaunchPlan, history: History) -> Decision | None:
+        rules, model = self.engines[plan.engine].memory_rules, self.feasibility[plan.engine]
+        if rules is None:
+            return None
+        needed = needed_tokens(rules, plan.flags)
+        fraction = plan.flags.get(rules.fraction_flag)
+        fraction = fraction if isinstance(fraction, (int, float)) else rules.default_fraction
+        if needed is None or fraction is None:
+            return None
+        budget = model.total_bytes if rules.budget_of == "total" else model.start_free_bytes
+        points = pool_points(history.finished, rules, plan.engine, budget_bytes=budget)
+        here = tokens_at(points, rules, plan.flags, float(fraction))
+        if here is None or not too_small(here, needed):
+            return None
+        room = most_room(self.space, rules, plan.flags)
+        top = largest_fraction(self.space, rules, plan.flags)
+        best = tokens_at(points, rules, room, top) if top is not None else None
+        said = f"--{rules.context_flag} {needed} needs {needed} tokens for one request"
+        if best is not None and too_small(best, needed):
+            varied = [f"{name} {room[name]}" for name in room if room[name] != plan.flags.get(name)]
+            at = ", ".join([f"{rules.fraction_flag} {top:g}", *(v for v in varied if rules.fraction_flag not in v)])
+            reason = (
+                f"predicted without launching: {said}; no fraction the space allows holds it: at most about "
+                f"{best.tokens:.0f} tokens at {at} (the pools of trials {_trials(best)})"
+            )
+            trials = best.trials
+        else:
+            reason = (
+                f"predicted without launching: {said}; at {rules.fraction_flag} {fraction:g} the pool holds about "
+                f"{here.tokens:.0f} (the pools of trials {_trials(here)})"
+            )
+            trials = here.trials
+        return Skip(
+            rule=self.name,
+            outcome=OutcomeKind.predicted_for("too-low"),
+            reason=reason,
+            constraint="memory",
+            trials=list(trials),
+        )
