@@ -5,7 +5,9 @@ fitted pool cannot hold is never launched (rule ``context-fit``), on a twin stud
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ from autotune.study.pool_tokens import most_room, pool_points, tokens_at, too_sm
 from autotune.study.rules.context_fit import ContextFit
 from autotune.testing.records import trial_record
 from benchmarks import search_efficiency as bench
-from tests.conftest import TWIN_SPACE
+from tests.conftest import TWIN_SPACE, autotune_cmd
 
 FIXTURES = Path(__file__).parent / "fixtures" / "pool_figures"
 GIB = 2**30
@@ -144,16 +146,21 @@ def _context_night(tmp_path: Path, rules_off: tuple[str, ...] = ()) -> Any:
     data = yaml.safe_load(TWIN_SPACE.read_text())
     del data["fixed"]["context-length"]
     data["tuned"]["context-length"] = {"type": "categorical", "choices": [65536, 131072, 196608, 262144]}
-    data["tuned"]["mem-fraction-static"] = {"type": "float", "low": 0.80, "high": 0.88, "step": 0.01}
-    data["tuned"]["mamba-full-memory-ratio"] = {"type": "float", "low": 0.5, "high": 1.0, "step": 0.1}
+    # on these 2x 48 GB, one request of 262144 tokens needs more than 0.84 and a ratio of 0.8 leave the KV
+    data["tuned"]["mem-fraction-static"] = {"type": "float", "low": 0.80, "high": 0.84, "step": 0.01}
+    data["tuned"]["mamba-full-memory-ratio"] = {"type": "float", "low": 0.8, "high": 1.0, "step": 0.1}
     data["baselines"] = []
     tmp_path.mkdir(exist_ok=True)
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump(data, sort_keys=False))
     problem = bench.load_problem("qwen3.6-27b-2xa6000", space)
     launcher = bench.LandscapeLauncher(problem, problem.landscape(0), random.Random(0))
+    # the benchmark's runner names its study "bench"; stored where `autotune show bench` finds it
+    (tmp_path / "studies").mkdir()
+    stored = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/studies/bench.db")
+    storage = stored if not rules_off else optuna.storages.InMemoryStorage()
     runner = bench.make_runner(problem, tmp_path, sampler=make_sampler("tpe", 0), launcher=launcher,
-                               storage=optuna.storages.InMemoryStorage(), rules_off=rules_off)  # fmt: skip
+                               storage=storage, rules_off=rules_off)  # fmt: skip
     runner.run(trials=20, timeout_s=None)
     return runner.space, StudyView(runner.study).records()
 
@@ -178,6 +185,20 @@ def test_a_twin_study_tuning_the_context_never_launches_one_the_fitted_pool_cann
     assert unfit_launches(space, records) == []
     skipped = [r for r in records if r.decision is not None and getattr(r.decision, "rule", None) == "context-fit"]
     assert any("no fraction the space allows holds it" in (r.reason or "") for r in skipped)
+    # show says which contexts cannot fit and from which launches; show --trial N of a death, its pool
+    def show(*args: str) -> str:
+        command = autotune_cmd("show", "bench", *args, "--studies-dir", str(tmp_path / "studies"))
+        env = {**os.environ, "COLUMNS": "250"}
+        return subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
+
+    shown = show()
+    assert "--context-length 262144: cannot fit, at most about" in shown and "never launched" in shown
+    assert "--context-length 65536: fits" in shown
+    death = next(r for r in records if r.outcome == "infeasible-memory-low" and r.lessons.memory.needed_tokens)
+    detail = show("--trial", str(death.number))
+    lesson = death.lessons.memory
+    assert f"held {lesson.pool_tokens} tokens at mem-fraction-static" in detail
+    assert f"one request needed {lesson.needed_tokens}, {lesson.needed_tokens - lesson.pool_tokens} short" in detail
     # without the rule the same night launches such contexts
     space, records = _context_night(tmp_path / "off", rules_off=("context-fit",))
     assert unfit_launches(space, records) != []

@@ -17,7 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from pydantic import Field
+
 from autotune.memory_types import MemoryLesson, MemoryRules
+from autotune.models import Frozen
 from autotune.records import TrialRecord
 from autotune.space import CategoricalParam, FlagValue, FloatParam, IntParam, SearchSpace
 
@@ -44,13 +47,12 @@ class PoolPoint:
     died: bool
 
 
-@dataclass(frozen=True)
-class PoolEstimate:
+class PoolEstimate(Frozen):
     """The most tokens a plan's pool holds at a fraction, by the launches that speak for it."""
 
     tokens: float
     fraction: float
-    trials: tuple[int, ...]
+    trials: tuple[int, ...] = Field(description="the launches whose pools say it")
 
 
 def pool_point(lesson: MemoryLesson, rules: MemoryRules, *, budget_bytes: float | None, died: bool) -> PoolPoint | None:
@@ -194,13 +196,13 @@ def most_room(space: SearchSpace, rules: MemoryRules, flags: Mapping[str, FlagVa
     return out
 
 
-@dataclass(frozen=True)
-class ContextFit:
+class ContextFit(Frozen):
     """Whether one offered context can hold one request at the most room the space allows."""
 
+    flag: str
     context: int
-    fits: bool | None  # None: no launch speaks for it yet
-    estimate: PoolEstimate | None
+    fits: bool | None = Field(description="None: no launch speaks for it yet")
+    estimate: PoolEstimate | None = None
 
 
 def offered_contexts(space: SearchSpace, rules: MemoryRules, points: Sequence[PoolPoint]) -> list[ContextFit]:
@@ -218,5 +220,12 @@ def offered_contexts(space: SearchSpace, rules: MemoryRules, points: Sequence[Po
             estimate = tokens_at(points, rules, room, fraction) if fraction is not None else None
             if estimate is not None and (best is None or estimate.tokens > best.tokens):
                 best = estimate
-        fits.append(ContextFit(context, None if best is None else not too_small(best, context), best))
+        fits.append(
+            ContextFit(
+                flag=rules.context_flag,
+                context=context,
+                fits=None if best is None else not too_small(best, context),
+                estimate=best,
+            )
+        )
     return fits
