@@ -19,6 +19,7 @@ from autotune.engines.llamacpp import LlamaCppEngine
 from autotune.engines.sglang import SGLangEngine
 from autotune.engines.vllm import VLLMEngine
 from autotune.feasibility import FeasibilityModel, MemoryLesson
+from autotune.kv_layout import KvLayout, kv_layout_of
 from autotune.space import load_space
 from autotune.study import StudyView, make_sampler
 from autotune.study.history import History
@@ -202,3 +203,43 @@ def test_a_twin_study_tuning_the_context_never_launches_one_the_fitted_pool_cann
     # without the rule the same night launches such contexts
     space, records = _context_night(tmp_path / "off", rules_off=("context-fit",))
     assert unfit_launches(space, records) != []
+
+
+# Of our own making, shaped like a hybrid (linear + full attention) 27B's config: 64 layers, every fourth
+# one full attention, 4 KV heads of 256.
+HYBRID_CONFIG = {"architectures": ["Qwen3_5ForConditionalGeneration"],
+                 "text_config": {"num_hidden_layers": 64, "num_attention_heads": 24, "num_key_value_heads": 4,
+                                 "head_dim": 256, "hidden_size": 5120, "full_attention_interval": 4}}  # fmt: skip
+DENSE_CONFIG = {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096}
+
+
+def test_the_kv_bytes_per_token_of_a_config() -> None:
+    hybrid = kv_layout_of(HYBRID_CONFIG)
+    assert hybrid is not None and hybrid.hybrid and hybrid.full_attention_layers == 16
+    assert hybrid.bytes_per_token(element_bytes=2, tp=2) == 2 * 16 * 2 * 256 * 2  # K and V, 2 heads per GPU
+    assert hybrid.bytes_per_token(element_bytes=2, tp=8) == 2 * 16 * 1 * 256 * 2  # a head is never split
+    dense = kv_layout_of(DENSE_CONFIG)
+    assert dense is not None and not dense.hybrid and dense.bytes_per_token(element_bytes=1, tp=1) == 2 * 32 * 8 * 128
+    layered = {**DENSE_CONFIG, "layer_types": ["linear_attention"] * 3 + ["full_attention"]}
+    assert kv_layout_of(layered) == KvLayout(full_attention_layers=1, kv_heads=8, head_dim=128, hybrid=True)
+    assert kv_layout_of({**DENSE_CONFIG, "kv_lora_rank": 512}) is None  # latent KV: not counted
+    assert kv_layout_of({**DENSE_CONFIG, "layer_types": ["sliding_attention"]}) is None
+
+
+def test_before_any_launch_the_config_rules_out_a_context_no_allowed_fraction_holds() -> None:
+    # a 27B fp8 hybrid on two 24 GB GPUs: 13.5 GB of weights per GPU, 23 GiB free
+    models = {"sglang": FeasibilityModel(RULES, free_bytes=23 * GIB, weight_bytes=27e9, total_bytes=24 * GIB)}
+    layout = kv_layout_of(HYBRID_CONFIG)
+    rule = ContextFit(_hybrid_space(), {"sglang": SGLANG}, models, layout=layout)
+    empty = History([], number=0)
+
+    def decide(**flags: Any) -> Any:
+        return rule.decide(SGLANG.normalise({**HYBRID, "mamba-full-memory-ratio": 0.5, **flags}), empty)
+
+    skip = decide(**{"context-length": 262144, "mem-fraction-static": 0.96})
+    assert isinstance(skip, Skip) and "no fraction the space allows holds it" in skip.reason
+    assert "before any launch stated its pool, by the model's config.json" in skip.reason and skip.trials == []
+    assert decide(**{"context-length": 65536, "mem-fraction-static": 0.90}) is None
+    assert ContextFit(_hybrid_space(), {"sglang": SGLANG}, models).decide(
+        SGLANG.normalise({**HYBRID, "context-length": 262144, "mem-fraction-static": 0.96}), empty
+    ) is None  # without the config nothing is known before a launch

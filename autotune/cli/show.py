@@ -117,11 +117,11 @@ def _print_overview(opened: StudyView, overview: _Overview) -> None:
         break_even_text,
         category_table,
         confirmation_table,
-        context_fit_text,
         engines_table,
         importance_table,
         levels_table,
     )
+    from autotune.report.pool import context_fit_text
     from autotune.report.trials_table import trials_table
 
     all_records, best, importance = overview.records, overview.best, overview.importance

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
+from autotune.kv_layout import KvLayout
 from autotune.memory_types import MemoryLesson, MemoryRules
 from autotune.models import Frozen
 from autotune.records import TrialRecord
@@ -153,6 +154,29 @@ def tokens_at(
     if best is None:
         return None
     return PoolEstimate(tokens=best[0], fraction=fraction, trials=tuple(sorted(best[1])))
+
+
+def prior_tokens(
+    layout: KvLayout,
+    rules: MemoryRules,
+    flags: Mapping[str, FlagValue],
+    fraction: float,
+    *,
+    budget_bytes: float | None,
+    weights_per_gpu: float | None,
+) -> PoolEstimate | None:
+    """Before any launch stated its pool: the tokens at ``fraction`` by the model's KV layout, the memory
+    the fraction is of and the weights per GPU (a drafter's weights and KV layers, and the engine's
+    other reserves, are not counted: the estimate errs towards more tokens)."""
+    element = _scale(rules, flags)
+    if element is None or budget_bytes is None or weights_per_gpu is None:
+        return None
+    tp = int(_number(flags.get(rules.tp_flag)) or 1)
+    share = kv_share(rules, flags) if layout.hybrid else 1.0
+    pool = max(fraction * budget_bytes - weights_per_gpu, 0.0) * share
+    return PoolEstimate(
+        tokens=pool / layout.bytes_per_token(element_bytes=element, tp=tp), fraction=fraction, trials=()
+    )
 
 
 def too_small(estimate: PoolEstimate, needed: int) -> bool:

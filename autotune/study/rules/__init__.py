@@ -18,6 +18,7 @@ from typing import Protocol
 from autotune.decision import Decision, Launch, Wait
 from autotune.engines.base import Engine, LaunchPlan
 from autotune.feasibility import FeasibilityModel
+from autotune.kv_layout import kv_layout
 from autotune.space import SearchSpace
 from autotune.study.history import History
 from autotune.study.rules.context_fit import ContextFit
@@ -74,7 +75,7 @@ def build_rules(
         rules += [SameRate(engines), ServedSizing(engines, feasibility), FractionInside(space, engines, feasibility)]
     rules += [
         MakeRoom(space, engines, feasibility),
-        ContextFit(space, engines, feasibility),
+        ContextFit(space, engines, feasibility, layout=kv_layout(space.model)),
         NamedFailure(),
         PredictedMemory(feasibility),
     ]
