@@ -15,12 +15,13 @@ from pathlib import Path
 
 from autotune.space import Baseline, SearchSpace
 from autotune_twin.profile import DrafterSpec, TwinProfile
-from autotune_twin.setup import BYTES_PER_PARAM, Setup, load_setup
+from autotune_twin.setup import BYTES_PER_PARAM, KNOWN_GPUS, Setup, load_setup
 from benchmarks.family import (
     GIB,
     GPUS,
     MAX_DRAWS,
     MEASURED_AS,
+    Drafting,
     GpuKind,
     Member,
     ModelKind,
@@ -196,6 +197,135 @@ def _tight_space(
                 Baseline(
                     name="cautious", note="the drafter at its mildest, the engine's own memory sizing", flags=cautious
                 ),
+            ],  # fmt: skip
+            **MEASURED_AS,
+        }
+    )
+
+
+# Issue 54: members that tune the context length (from the model's maximum downwards) beside the fraction
+# and, on hybrid models, the state ratio; consumer and data-centre GPUs, hybrid and dense models.
+CONTEXT_GPUS = ("RTX 3090", "RTX 4090", "RTX 5090", "L40S", "A100", "H100")
+CONTEXT_FRACTIONS = [round(0.85 + 0.01 * i, 2) for i in range(12)]  # 0.85-0.96
+CONTEXT_RATIOS = [0.3, 0.5, 0.7, 0.9]
+
+
+def tight_context_member(seed: int) -> Member:
+    """The tight-context member of ``seed`` (its own draws): a hybrid or dense model whose weights take
+    55-85 % of each of 1-4 GPUs, its MTP heads (hybrid) or an EAGLE3 drafter (dense), and a space that
+    tunes the context among the model's maximum and its halves down to a quarter, of which the largest
+    cannot hold one request at any offered fraction and the smallest can.
+
+    Raises:
+        ValueError: no draw in ``MAX_DRAWS`` gave such contexts (does not happen for the catalog).
+    """
+    rng = random.Random(f"autotune-family-tight-context-{seed}")
+    for _ in range(MAX_DRAWS):
+        chosen = KNOWN_GPUS[rng.choice(CONTEXT_GPUS)]
+        gpu = next(g for g in GPUS if g.facts == chosen)
+        count = rng.choice([c for c in (1, 2, 4) if c <= gpu.max_count])
+        kind: ModelKind = rng.choice(["hybrid", "hybrid", "dense"])
+        dtype = rng.choice(["bfloat16", "float8_e4m3fn"])
+        drawn = _tight_context(rng, seed, gpu=gpu, count=count, kind=kind, dtype=dtype,
+                               weight_share=rng.uniform(0.55, 0.85))  # fmt: skip
+        if drawn is not None:
+            return drawn
+    raise ValueError(f"tight-context family seed {seed}: no draw gave contexts on both sides in {MAX_DRAWS} draws")
+
+
+def tight_context_members(count: int, first_seed: int = 0) -> list[Member]:
+    return [tight_context_member(seed) for seed in range(first_seed, first_seed + count)]
+
+
+def _tight_context(
+    rng: random.Random, seed: int, *, gpu: GpuKind, count: int, kind: ModelKind, dtype: str, weight_share: float
+) -> Member | None:
+    """A tight-context member, or None where the drawn contexts do not straddle what the pool holds."""
+    from benchmarks.landscape import Landscape  # here: the landscape module reads profiles, not families
+
+    gpus = _gpu_spec(rng, gpu, count)
+    params = weight_share * gpu.memory_bytes * count / BYTES_PER_PARAM[dtype]
+    config = _config(rng, kind, params, mtp=kind == "hybrid")
+    config["max_position_embeddings"] = rng.choice([131072, 262144, 524288])
+    eagle = _eagle_config(rng, config) if kind == "dense" else None
+    setup = _setup(gpu, count, config, dtype, eagle).model_copy(update={"tp": count})
+    simulated = (
+        "SIMULATION: a generated tight-context landscape of the search benchmark's family (benchmarks/family_tight.py, "
+        f"tight-context seed {seed}): drawn facts built by autotune_twin.setup, costs drawn around its DEFAULT_COSTS; "
+        "plausible, uncalibrated numbers."
+    )
+    profile = _built(rng, setup, gpu, gpus, name=f"family-tight-context-{seed}", seed=seed, dflash=None,
+                     simulated=simulated)  # fmt: skip
+    model = profile.model
+    top = model.max_context_length
+    contexts = [top, top // 2, top // 4]
+    landscape = Landscape(profile, ["Write a haiku."], model_path=model.name, noise_rel=0.0)
+    drafted = ({"speculative-algorithm": "NEXTN"} if kind == "hybrid" else
+               {"speculative-algorithm": "EAGLE3", "speculative-draft-model-path": model.drafters[0].path})  # fmt: skip
+    mildest = {"tp-size": count, **drafted, "speculative-num-steps": 1, "speculative-eagle-topk": 1,
+               "speculative-num-draft-tokens": 2, "cuda-graph-max-bs-decode": 1, "max-running-requests": 1}  # fmt: skip
+    if kind == "hybrid":
+        mildest["mamba-full-memory-ratio"] = CONTEXT_RATIOS[0]
+
+    def fits(context: int) -> bool:
+        return any(
+            landscape.evaluate({**mildest, "context-length": context, "mem-fraction-static": f}).feasible
+            for f in CONTEXT_FRACTIONS
+        )
+
+    if fits(contexts[0]) or not fits(contexts[-1]):
+        return None
+    space = _tight_context_space(profile, tp=count, contexts=contexts, drafted=drafted, hybrid=kind == "hybrid")
+    weights = model.weight_bytes / count
+    summary = (
+        f"tight context: {count}x {gpu.name.removeprefix('NVIDIA ').removeprefix('GeForce ')}, {kind} "
+        f"{model.weight_bytes / BYTES_PER_PARAM[setup.model.dtype] / 1e9:.0f}B {setup.model.dtype}, weights "
+        f"{weights / gpus.memory_total_bytes:.0%} of each GPU, TP {count}, contexts {', '.join(map(str, contexts))}"
+    )
+    drafting: Drafting = "mtp" if kind == "hybrid" else "eagle3"
+    return Member(seed=seed, summary=summary, case="base", kind=kind, drafting=drafting, tightness="tight",
+                  profile=profile, space=space)  # fmt: skip
+
+
+def _tight_context_space(
+    profile: TwinProfile, *, tp: int, contexts: list[int], drafted: dict[str, object], hybrid: bool
+) -> SearchSpace:
+    """The context, the fraction 0.85-0.96, steps 1-4 (topk 1), the running requests and graph batch, and on
+    a hybrid model the state ratio; baselines: the engine's defaults at the model's maximum context (as a
+    new user launches first) and the mildest draft at a quarter of it."""
+    algorithm = str(drafted["speculative-algorithm"])
+    tuned: dict[str, object] = {
+        "speculative-algorithm": {"type": "categorical", "choices": [False, algorithm]},
+        "speculative-num-steps": {"type": "int", "low": 1, "high": 4, "when": f"speculative-algorithm == {algorithm}"},
+        "speculative-eagle-topk": {"type": "categorical", "choices": [1],
+                                   "when": f"speculative-algorithm == {algorithm}"},
+        "context-length": {"type": "categorical", "choices": contexts},
+        "mem-fraction-static": {"type": "categorical", "choices": CONTEXT_FRACTIONS},
+        "max-running-requests": {"type": "categorical", "choices": [1, 4, 16]},
+        "cuda-graph-max-bs-decode": {"type": "categorical", "choices": [1, 4, 16]},
+    }  # fmt: skip
+    if "speculative-draft-model-path" in drafted:
+        path = drafted["speculative-draft-model-path"]
+        tuned["speculative-draft-model-path"] = {"type": "categorical", "choices": [path],
+                                                 "when": f"speculative-algorithm == {algorithm}"}  # fmt: skip
+    if hybrid:
+        tuned["mamba-full-memory-ratio"] = {"type": "categorical", "choices": CONTEXT_RATIOS}
+    cautious = {**drafted, "speculative-num-steps": 1, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 2,
+                "context-length": contexts[-1], "mem-fraction-static": 0.9}  # fmt: skip
+    return SearchSpace.model_validate(
+        {
+            "version": 1,
+            "study": profile.name,
+            "engine": "sglang",
+            "launcher": ["{python}", "-m", "autotune_twin", "--twin-profile", f"{profile.name}.yaml"],
+            "model": profile.model.name,
+            "gpus": {"devices": list(range(profile.gpus.count)), "model_bytes": float(profile.model.weight_bytes)},
+            "fixed": {"tp-size": tp},
+            "tuned": tuned,
+            "baselines": [
+                Baseline(name="defaults", note="SGLang's defaults at the model's maximum context",
+                         flags={"context-length": contexts[0]}),
+                Baseline(name="cautious", note="the mildest draft at a quarter of the maximum context", flags=cautious),
             ],  # fmt: skip
             **MEASURED_AS,
         }

@@ -777,7 +777,7 @@ def _sampler_method(spec: str) -> Method:
 
 DEFAULT_METHODS = ("autotune", "random-runner", "random", "grid", "tiered")
 DEFAULT_FAMILY_METHODS = ("autotune", "random", "tiered")
-FamilyCase = Literal["all", "tight", "issue-46"]
+FamilyCase = Literal["all", "tight", "tight-context", "issue-46"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -999,7 +999,11 @@ def family_benchmark(
     rows: dict[str, list[dict[str, Any]]] = {m.name: [] for m in chosen}
     described = []
     drawn = (
-        {"all": family.members, "tight": family_tight.tight_members}[case](count, first_seed)
+        {
+            "all": family.members,
+            "tight": family_tight.tight_members,
+            "tight-context": family_tight.tight_context_members,
+        }[case](count, first_seed)
         if case != "issue-46"
         else [family_tight.issue_46_member()] * count
     )
@@ -1287,8 +1291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--family", type=int, default=None, metavar="N",
                         help="instead of one profile: N generated landscapes (benchmarks/family.py)")  # fmt: skip
     parser.add_argument("--family-seed", type=int, default=0, metavar="S", help="the first member's seed")
-    parser.add_argument("--family-case", choices=["all", "tight", "issue-46"], default="all",
-                        help="with --family: every case, tight members only, or issue 46's landscape N times "
+    parser.add_argument("--family-case", choices=["all", "tight", "tight-context", "issue-46"], default="all",
+                        help="with --family: every case, tight members only, tight-context members only (issue 54), or "
+                        "issue 46's landscape N times "
                         "(the seed then seeds the search)")  # fmt: skip
     parser.add_argument("--recorded", type=Path, default=None, metavar="FILE",
                         help="instead of a twin: a recorded real landscape (benchmarks/landscapes/*.json)")  # fmt: skip

@@ -243,3 +243,16 @@ def test_before_any_launch_the_config_rules_out_a_context_no_allowed_fraction_ho
     assert ContextFit(_hybrid_space(), {"sglang": SGLANG}, models).decide(
         SGLANG.normalise({**HYBRID, "context-length": 262144, "mem-fraction-static": 0.96}), empty
     ) is None  # without the config nothing is known before a launch
+
+
+def test_tight_context_members_tune_contexts_on_both_sides_of_what_the_pool_holds() -> None:
+    from benchmarks.family_tight import tight_context_member
+
+    members = [tight_context_member(seed) for seed in range(6)]
+    assert {m.kind for m in members} == {"hybrid", "dense"}
+    assert {m.profile.gpus.memory_total_bytes <= 32 * GIB for m in members} == {True, False}  # consumer, data centre
+    for member in members:
+        contexts = member.space.tuned["context-length"].choices  # type: ignore[union-attr]
+        assert contexts[0] == member.profile.model.max_context_length and len(contexts) == 3
+        assert ("mamba-full-memory-ratio" in member.space.tuned) == (member.kind == "hybrid")
+    assert tight_context_member(3) == members[3]  # the same seed, the same member
