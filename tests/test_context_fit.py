@@ -5,6 +5,7 @@ fitted pool cannot hold is never launched (rule ``context-fit``), on a twin stud
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -256,3 +257,21 @@ def test_tight_context_members_tune_contexts_on_both_sides_of_what_the_pool_hold
         assert contexts[0] == member.profile.model.max_context_length and len(contexts) == 3
         assert ("mamba-full-memory-ratio" in member.space.tuned) == (member.kind == "hybrid")
     assert tight_context_member(3) == members[3]  # the same seed, the same member
+
+
+def test_check_says_what_one_request_of_each_context_needs_by_the_config(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(HYBRID_CONFIG))
+    data = yaml.safe_load(TWIN_SPACE.read_text())
+    del data["fixed"]["context-length"]
+    data["model"] = str(model)
+    data["tuned"]["context-length"] = {"type": "categorical", "choices": [65536, 262144]}
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump(data, sort_keys=False))
+    shown = subprocess.run(autotune_cmd("check", str(space), "--json"), check=True, capture_output=True, text=True)
+    contexts = json.loads(shown.stdout)["contexts"]
+    # 16 full-attention layers x 2 of the 4 KV heads per GPU (TP 2) x 256 x K and V x 2 bytes: 32 KiB a token
+    assert [(c["context"], c["bytes_per_gpu"]) for c in contexts] == [(65536, 2 * GIB), (262144, 8 * GIB)]
+    printed = subprocess.run(autotune_cmd("check", str(space)), check=True, capture_output=True, text=True).stdout
+    assert "one request of --context-length 262144 needs 8.00 GiB of KV per GPU" in printed

@@ -179,6 +179,31 @@ def prior_tokens(
     )
 
 
+class RequestKv(Frozen):
+    """The KV one request of a context needs per GPU, by the model's config.json."""
+
+    flag: str
+    context: int
+    bytes_per_gpu: float
+
+
+def request_kv(space: SearchSpace, rules: MemoryRules, layout: KvLayout) -> list[RequestKv]:
+    """For each context the space fixes or tunes: one request's KV per GPU at the smallest tensor-parallel
+    size and the fewest KV bytes the space offers (a hybrid's state per request aside)."""
+    if rules.context_flag is None:
+        return []
+    tp_param = space.tuned.get(rules.tp_flag)
+    tps = [v for v in map(_number, tp_param.choices) if v] if isinstance(tp_param, CategoricalParam) else []
+    tp = int(min(tps) if tps else _number(space.fixed.get(rules.tp_flag)) or 1)
+    room = most_room(space, rules, dict(space.fixed))
+    element = _scale(rules, room) or max((max(k.values()) for k in rules.pool_scale.values()), default=2.0)
+    cell = layout.bytes_per_token(element_bytes=element, tp=tp)
+    param = space.tuned.get(rules.context_flag)
+    values = param.choices if isinstance(param, CategoricalParam) else [space.fixed.get(rules.context_flag)]
+    contexts = sorted({int(c) for c in map(_number, values) if c is not None})
+    return [RequestKv(flag=rules.context_flag, context=c, bytes_per_gpu=c * cell) for c in contexts]
+
+
 def too_small(estimate: PoolEstimate, needed: int) -> bool:
     """Whether the pool misses one request of ``needed`` tokens by more than the figures' rounding."""
     return estimate.tokens < needed * (1 - MARGIN)
