@@ -275,3 +275,23 @@ def test_check_says_what_one_request_of_each_context_needs_by_the_config(tmp_pat
     assert [(c["context"], c["bytes_per_gpu"]) for c in contexts] == [(65536, 2 * GIB), (262144, 8 * GIB)]
     printed = subprocess.run(autotune_cmd("check", str(space)), check=True, capture_output=True, text=True).stdout
     assert "one request of --context-length 262144 needs 8.00 GiB of KV per GPU" in printed
+
+
+def test_a_vllm_death_in_gib_sizes_the_pool_at_other_utilizations_and_lengths() -> None:
+    vllm = VLLMEngine()
+    rules = vllm.memory_rules
+    assert rules is not None
+    shortfall = vllm.pool_shortfall(read("vllm_v1_pool_death.log"))
+    assert shortfall is not None and shortfall.cell_bytes is not None
+    flags = {"gpu-memory-utilization": 0.85, "max-model-len": 131072}
+    lesson = MemoryLesson(flags=flags, trial=0, side="too-low", pool_tokens=shortfall.pool_tokens,
+                          needed_tokens=shortfall.needed_tokens, kv_cell_bytes=shortfall.cell_bytes)  # fmt: skip
+    record = trial_record(0, outcome="infeasible-memory-low", engine="vllm", flags=flags, memory=lesson)
+    total = 24 * GIB  # vLLM's budget is the utilization of the GPU's total memory
+    (point,) = pool_points([record], rules, "vllm", budget_bytes=total)
+    estimate = tokens_at([point], rules, {**flags, "max-model-len": 65536}, 0.95)
+    assert estimate is not None and estimate.trials == (0,)
+    assert abs(estimate.tokens - (51104 + 0.10 * total / shortfall.cell_bytes)) < 1e-6  # 0.10 more of 24 GiB
+    # fp8 halves the bytes per token: twice the tokens at one utilization
+    fp8 = tokens_at([point], rules, {**flags, "kv-cache-dtype": "fp8"}, 0.85)
+    assert fp8 is not None and abs(fp8.tokens - 2 * 51104) < 1e-6
