@@ -61,6 +61,13 @@ class MemoryRules(BaseModel):
         description="flags under which those are no longer neutral (SGLang's explicit mamba cache size: its "
         "slots take pool room per running request and draft token)",
     )
+    context_flag: str | None = Field(default=None, description="the context length: tokens one request may need")
+    kv_share_flag: str | None = Field(
+        default=None,
+        description="the hybrid state ratio r: the full-attention KV gets 1 / (1 + r) of the pool (SGLang's "
+        "mamba ratio; a model without linear attention ignores it, and a space should not tune it there)",
+    )
+    kv_share_default: float | None = Field(default=None, description="the ratio when the flag is unset")
 
 
 class Prediction(BaseModel):
@@ -106,6 +113,12 @@ class MemoryLesson(BaseModel):
     server_free_bytes: float | None = Field(default=None, description="free memory the server logged before loading")
     runtime_bytes: float | None = Field(default=None, description="headroom used besides the graphs (served launches)")
     served: bool = Field(default=False, description="the launch started and served")
+    pool_tokens: int | None = Field(
+        default=None, description="tokens the KV pool held, as the engine logged (served) or printed (a death)"
+    )
+    pool_fraction: float | None = Field(default=None, description="the fraction the engine printed it sized it at")
+    needed_tokens: int | None = Field(default=None, description="tokens one request needed, as a death printed")
+    kv_cell_bytes: float | None = Field(default=None, description="KV bytes per token, as logged or printed")
 
 
 class FractionWindow(BaseModel):

@@ -115,7 +115,12 @@ def run_trial(
         outcome = _run_once(engine, setup, plan, log_path=log_path, on_phase=phase)
         if outcome.kind is not OutcomeKind.PORT_IN_USE:
             break
-    update: dict[str, object] = {"memory": engine.memory_facts(_read_log(log_path))}
+    log_text = _read_log(log_path)
+    facts = engine.memory_facts(log_text)
+    shortfall = engine.pool_shortfall(log_text) if outcome.kind.is_memory else None
+    if shortfall is not None:
+        facts = (facts or MemoryFacts()).model_copy(update={"shortfall": shortfall})
+    update: dict[str, object] = {"memory": facts}
     if read is not None and before is not None:
         if on_phase is not None:
             on_phase("releasing", "waiting for the GPUs' memory")

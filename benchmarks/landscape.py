@@ -10,7 +10,7 @@ feasible optimum of a discrete grid exhaustively.
 
 The flags go through the product's argv spelling (``autotune.engines.base.flag_argv``), then the
 twin's own argparse (``autotune_twin.sglang.flags.parse_args``: SGLang's types, defaults and errors) and
-launch rules (``autotune_twin.launch.resolve_launch``), then the physics (``autotune_twin.physics``),
+launch rules (``autotune_twin.launch.resolve_launch``), then the physics (``passmodel.physics``),
 so the answer is the twin's. A grid axis's condition is the product's (``autotune.space.Condition``).
 It lives beside the benchmarks because it joins both: the product and the twin never import each
 other.

@@ -60,7 +60,7 @@ from autotune.study.sampler import SamplerName  # noqa: E402
 from autotune.testing import memory_as_logged, simulated_outcome, study_runner  # noqa: E402
 from autotune.trial import TrialOutcome  # noqa: E402
 from autotune_twin.gpu_state import inventory  # noqa: E402
-from benchmarks import family, replay  # noqa: E402
+from benchmarks import family, family_tight, replay  # noqa: E402
 from benchmarks.landscape import (  # noqa: E402
     Evaluation,
     GridAxis,
@@ -778,7 +778,7 @@ def _sampler_method(spec: str) -> Method:
 
 DEFAULT_METHODS = ("autotune", "random-runner", "random", "grid", "tiered")
 DEFAULT_FAMILY_METHODS = ("autotune", "random", "tiered")
-FamilyCase = Literal["all", "tight", "issue-46"]
+FamilyCase = Literal["all", "tight", "tight-context", "issue-46"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -993,15 +993,21 @@ def family_benchmark(
     """Every method once on every member (the member's seed seeds the sampler and the noise);
     ``launch_sd``: the relative sd of speed between launches (:class:`LandscapeLauncher`; default each
     member's profile's ``timing.launch_sd``); ``case``: the family's members, its tight members only
-    (:func:`family.tight_member`), or issue 46's landscape."""
+    (:func:`family_tight.tight_member`), or issue 46's landscape."""
     from benchmarks import peers
 
     chosen = methods(method_names, per_tier=per_tier)
     rows: dict[str, list[dict[str, Any]]] = {m.name: [] for m in chosen}
     described = []
-    drawn = {"all": family.members, "tight": family.tight_members}[case](count, first_seed) if case != "issue-46" else (
-        [family.issue_46_member()] * count
-    )  # fmt: skip
+    drawn = (
+        {
+            "all": family.members,
+            "tight": family_tight.tight_members,
+            "tight-context": family_tight.tight_context_members,
+        }[case](count, first_seed)
+        if case != "issue-46"
+        else [family_tight.issue_46_member()] * count
+    )
     for index, fam in enumerate(drawn):
         fam = fam.model_copy(update={"seed": first_seed + index}) if case == "issue-46" else fam
         problem = problem_of(fam.profile, fam.space, noise_rel=noise_rel)
@@ -1286,8 +1292,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--family", type=int, default=None, metavar="N",
                         help="instead of one profile: N generated landscapes (benchmarks/family.py)")  # fmt: skip
     parser.add_argument("--family-seed", type=int, default=0, metavar="S", help="the first member's seed")
-    parser.add_argument("--family-case", choices=["all", "tight", "issue-46"], default="all",
-                        help="with --family: every case, tight members only, or issue 46's landscape N times "
+    parser.add_argument("--family-case", choices=["all", "tight", "tight-context", "issue-46"], default="all",
+                        help="with --family: every case, tight members only, tight-context members only (issue 54), or "
+                        "issue 46's landscape N times "
                         "(the seed then seeds the search)")  # fmt: skip
     parser.add_argument("--recorded", type=Path, default=None, metavar="FILE",
                         help="instead of a twin: a recorded real landscape (benchmarks/landscapes/*.json)")  # fmt: skip

@@ -62,7 +62,7 @@ def test_cases_leave_base_members_alone_and_make_what_broke_the_search() -> None
 
 
 def test_tight_members_fill_their_gpus_and_leave_the_others_alone() -> None:
-    from benchmarks.family import issue_46_member, tight_member
+    from benchmarks.family_tight import issue_46_member, tight_member
 
     assert member(3) == member(3) and tight_member(3) == tight_member(3) and tight_member(3) != tight_member(4)
     for seed in (0, 1, 2):
@@ -84,7 +84,7 @@ def test_tight_members_fill_their_gpus_and_leave_the_others_alone() -> None:
 
 @pytest.mark.slow
 def test_issue_46s_optimum_drafts_deep_at_an_explicit_fraction() -> None:
-    from benchmarks.family import TIGHT_FRACTIONS, issue_46_member
+    from benchmarks.family_tight import TIGHT_FRACTIONS, issue_46_member
 
     issue = issue_46_member()
     optimum = bench.solve(bench.problem_of(issue.profile, issue.space))

@@ -131,8 +131,8 @@ def test_the_sizing_rules_are_built_only_where_sizing_cannot_buy_the_objective()
     assert one_stream_rate(one_stream)
     assert [r.name for r in build_rules(one_stream, ENGINES, models())] == list(RULE_NAMES)
     levels = one_stream.model_copy(update={"objective": one_stream.objective.model_copy(update={"levels": [1, 8]})})
-    assert [r.name for r in build_rules(levels, ENGINES, models())] == ["duplicate", "make-room", "named-failure",
-                                                                        "memory"]  # fmt: skip
+    assert [r.name for r in build_rules(levels, ENGINES, models())] == ["duplicate", "make-room", "context-fit",
+                                                                        "named-failure", "memory"]  # fmt: skip
     assert "same-rate" not in [r.name for r in build_rules(one_stream, ENGINES, models(), off={"same-rate"})]
     with pytest.raises(ValueError, match="unknown rules"):
         build_rules(one_stream, ENGINES, models(), off={"sizing"})

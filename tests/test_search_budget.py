@@ -86,14 +86,14 @@ def test_a_space_with_nothing_left_to_launch_says_so_instead_of_running_forever(
 
 
 def test_a_tight_space_keeps_launching_distinct_configurations_until_its_budget(tmp_path: Path) -> None:
-    from benchmarks import family
+    from benchmarks import family_tight
     from benchmarks import search_efficiency as bench
 
     # Weights fill 93 % of each GPU: every draft at the engine's automatic fraction dies of memory, and
     # the first launch that serves has no draft. TPE alone then proposes that served region again and
     # again (answered without a launch): it took 468 proposals to make 20 launches, where the search
     # benchmark stops a night at 5 proposals a launch.
-    member = family.tight_member(2)
+    member = family_tight.tight_member(2)
     problem = bench.problem_of(member.profile, member.space)
     launcher = bench.LandscapeLauncher(problem, problem.landscape(2), random.Random(2))
     runner = bench.make_runner(problem, tmp_path, sampler=make_sampler("tpe", 2), launcher=launcher)

@@ -152,10 +152,10 @@ def test_every_rule_is_a_module_of_its_own_in_the_stated_order() -> None:
     from autotune.study.rules import RULE_NAMES
 
     modules = {p.stem for p in RULES.glob("*.py")} - {"__init__"}
-    assert modules == {"duplicate", "same_rate", "served_sizing", "fraction_inside", "make_room", "named_failure",
-                       "memory"}  # fmt: skip
-    assert RULE_NAMES == ("duplicate", "same-rate", "served-sizing", "fraction-inside", "make-room", "named-failure",
-                          "memory")  # fmt: skip
+    assert modules == {"duplicate", "same_rate", "served_sizing", "fraction_inside", "make_room", "context_fit",
+                       "named_failure", "memory"}  # fmt: skip
+    assert RULE_NAMES == ("duplicate", "same-rate", "served-sizing", "fraction-inside", "make-room", "context-fit",
+                          "named-failure", "memory")  # fmt: skip
 
 
 def test_the_product_never_imports_the_benchmarks() -> None:

@@ -5,11 +5,16 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from autotune.cli.common import app, console, error_funnel
+
+if TYPE_CHECKING:
+    from autotune.space import SearchSpace
+    from autotune.study import Preflight
+    from autotune.study.pool_tokens import RequestKv
 
 
 @app.command()
@@ -34,6 +39,7 @@ def check(
             baselines.append(
                 {"name": baseline.name, "engine": plan.engine, "argv": argv, "engine_rules_applied": plan.notes}
             )
+        contexts = _request_kv(space, checked)
         engines: dict[str, dict[str, Any]] = {
             name: {"flags_checked": space.flags_for(name), "launcher_flags": len(prepared.flag_set.flags)}
             for name, prepared in checked.engines.items()
@@ -47,6 +53,7 @@ def check(
                 "flags_checked": space.all_flag_names(),
                 "tuned": list(space.tuned),
                 "baselines": baselines,
+                "contexts": [c.model_dump(mode="json") for c in contexts],
             }
             print(json.dumps(payload, indent=2))
             return
@@ -56,8 +63,24 @@ def check(
                 f"the launcher's --help ({info['launcher_flags']} known), {len(space.tuned)} tuned",
                 highlight=False,
             )
+        for c in contexts:
+            console.print(
+                f"one request of --{c.flag} {c.context} needs {c.bytes_per_gpu / 2**30:.2f} GiB of KV per GPU "
+                "(the model's config.json; the first launches learn what the pool holds)",
+                highlight=False,
+            )
         for b in baselines:
             console.print(f"\n[bold]baseline {b['name']}[/bold]", highlight=False)
             for note in b["engine_rules_applied"]:
                 console.print(f"  engine rule: {note}", highlight=False)
             console.print(shlex.join(b["argv"]), highlight=False, soft_wrap=True)
+
+
+def _request_kv(space: SearchSpace, checked: Preflight) -> list[RequestKv]:
+    """One request's KV per GPU for each context of the space, where the model's config.json is found."""
+    from autotune.kv_layout import kv_layout
+    from autotune.study.pool_tokens import request_kv
+
+    layout = kv_layout(space.model)
+    rules = [p.engine.memory_rules for p in checked.engines.values() if p.engine.memory_rules is not None]
+    return request_kv(space, rules[0], layout) if layout is not None and rules else []

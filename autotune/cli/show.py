@@ -106,6 +106,7 @@ def _overview_json(opened: StudyView, study_name: str, overview: _Overview) -> d
         "best_categories": [c.model_dump(mode="json") for c in per_category.categories] if per_category else [],
         "load_levels": levels.model_dump(mode="json") if levels else None,
         "break_even": opened.break_even().model_dump(mode="json", exclude={"points"}),
+        "contexts": [fit.model_dump(mode="json") for fit in opened.context_fits()],
     }
 
 
@@ -120,6 +121,7 @@ def _print_overview(opened: StudyView, overview: _Overview) -> None:
         importance_table,
         levels_table,
     )
+    from autotune.report.pool import context_fit_text
     from autotune.report.trials_table import trials_table
 
     all_records, best, importance = overview.records, overview.best, overview.importance
@@ -150,4 +152,7 @@ def _print_overview(opened: StudyView, overview: _Overview) -> None:
     if levels is not None:
         console.print(levels_table(levels))
     console.print(break_even_text(opened.break_even()))
+    contexts = context_fit_text(opened.context_fits())
+    if contexts is not None:
+        console.print(contexts, highlight=False)
     console.print(best_summary(best, simulated=opened.info.simulated))

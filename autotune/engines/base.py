@@ -45,14 +45,19 @@ class DraftReads(Frozen):
 
 class PoolShortfall(Frozen):
     """What a launch that ran out of pool memory printed: the fraction it ran at (None where the
-    message does not say it, as vLLM's; the launch's flag does) and, where printed, what its KV pool
-    held against what one request needs, in tokens and in bytes."""
+    message does not say it, as vLLM's; the launch's flag or the engine's default does) and, where
+    printed, what its KV pool held against what one request needs, in tokens and in bytes."""
 
     fraction: float | None = None
     pool_tokens: int | None = None
     needed_tokens: int | None = None
-    pool_bytes: float | None = None
-    needed_bytes: float | None = None
+    pool_bytes: float | None = Field(default=None, description="the KV cache memory it had, where printed")
+    needed_bytes: float | None = Field(default=None, description="the KV cache memory one request needs")
+
+    @property
+    def cell_bytes(self) -> float | None:
+        """KV bytes per token, where the bytes one request needs were printed with its tokens."""
+        return self.needed_bytes / self.needed_tokens if self.needed_bytes and self.needed_tokens else None
 
 
 class Failure(Frozen):
@@ -228,6 +233,13 @@ class MemoryFacts(Frozen):
     free_at_start_bytes: float | None = Field(default=None, description="free memory the server saw before loading")
     avail_after_pools_bytes: float | None = Field(default=None, description="memory left once the pools were sized")
     graph_batch: int | None = Field(default=None, description="largest batch size captured in a CUDA graph")
+    state_slots: int | None = Field(
+        default=None, description="requests the hybrid (mamba / linear-attention) state cache holds (SGLang)"
+    )
+    max_concurrency: float | None = Field(
+        default=None, description="requests of the full model length the KV cache holds at once (vLLM)"
+    )
+    shortfall: PoolShortfall | None = Field(default=None, description="what a memory death printed of its pool")
 
     @property
     def kv_bytes_per_token(self) -> float | None:

@@ -102,6 +102,11 @@ _KV_TOTAL = re.compile(
 )
 _KV_BUFFER = re.compile(r"^llama_kv_cache\w*:\s+\S+ KV buffer size\s*=\s*(?P<mib>[\d.]+) MiB", re.MULTILINE)
 _MIB = 2**20
+# The KV cache it could not allocate: the allocation that failed, then the KV cache's own complaint.
+_KV_ALLOC_FAILED = re.compile(
+    r"allocating (?P<mib>[\d.]+) MiB on device \d+: cudaMalloc failed.*?\n[^\n]*failed to allocate buffer for kv cache",
+    re.IGNORECASE,
+)
 
 
 def memory_facts_of(log_text: str) -> base.MemoryFacts | None:
@@ -391,6 +396,11 @@ class LlamaCppEngine(Engine):
 
     def memory_facts(self, log_text: str) -> base.MemoryFacts | None:
         return memory_facts_of(log_text)
+
+    def pool_shortfall(self, reason: str) -> base.PoolShortfall | None:
+        """llama.cpp allocates the KV cache of its whole context at once: a failed one printed its bytes."""
+        found = _KV_ALLOC_FAILED.search(reason)
+        return base.PoolShortfall(needed_bytes=float(found["mib"]) * _MIB) if found else None
 
     def log_figures(self, log_window: str) -> base.LogFigures:
         """Per finished request the log's ``eval time`` (tokens/s) and ``mean len`` (accept length,

@@ -133,6 +133,7 @@ _FREE_LINE = re.compile(r"Load weight begin\. avail mem=(?P<gb>[\d.]+) GB")
 _LOADED_LINE = re.compile(r"Load weight end\..*?avail mem=(?P<gb>[\d.]+) GB")
 _POOLS_LINE = re.compile(r"Memory pool end\. avail mem=(?P<gb>[\d.]+) GB")
 _CAPTURE_LINE = re.compile(r"Capture cuda graph bs \[(?P<sizes>[\d, ]+)\]")
+_MAMBA_LINE = re.compile(r"Mamba Cache is allocated\..*?max_mamba_cache_size: (?P<slots>\d+)")
 _SIZE = re.compile(r"(?P<key>#tokens|K size|V size|KV size):\s*(?P<value>[\d.]+)\s*(?P<unit>GB|MB)?")
 
 
@@ -372,6 +373,9 @@ class SGLangEngine(Engine):
         # other things (the headroom, the request slots).
         per_token_neutral=_SPEC_DEMAND | {RUNNING, GRAPH_BATCH, "cuda-graph-max-bs-prefill", "chunked-prefill-size"},
         per_token_coupled=frozenset({"max-mamba-cache-size"}),
+        context_flag=CONTEXT,
+        kv_share_flag="mamba-full-memory-ratio",
+        kv_share_default=0.9,
     )
     renamed_flags = {
         "mamba-scheduler-strategy": RADIX_STRATEGY,
@@ -492,7 +496,7 @@ class SGLangEngine(Engine):
         """The start-up memory lines of the first rank; any one of them is worth keeping (a log may stop
         before the KV line, or come from a release whose ``Load weight end`` has no ``mem usage``:
         then the weights are the drop in ``avail mem`` from ``Load weight begin`` to its end)."""
-        weights, kv, graph, total, free, loaded, pools, capture = (
+        weights, kv, graph, total, free, loaded, pools, capture, mamba = (
             first_rank_search(p, log_text)
             for p in (
                 _WEIGHTS_LINE,
@@ -503,6 +507,7 @@ class SGLangEngine(Engine):
                 _LOADED_LINE,
                 _POOLS_LINE,
                 _CAPTURE_LINE,
+                _MAMBA_LINE,
             )
         )
         if all(m is None for m in (weights, kv, graph, total, free, loaded, pools)):
@@ -520,6 +525,7 @@ class SGLangEngine(Engine):
             free_at_start_bytes=float(free["gb"]) * _GIB if free else None,
             avail_after_pools_bytes=float(pools["gb"]) * _GIB if pools else None,
             graph_batch=max(sizes) if sizes and graph else None,
+            state_slots=int(mamba["slots"]) if mamba else None,
         )
 
     async def reset_stats(self, client: httpx.AsyncClient, base_url: str) -> None:

@@ -109,6 +109,7 @@ class VLLMEngine(Engine):
         headroom_demand=frozenset({MAX_SEQS, TOKENS, MAX_BATCHED, "max-cudagraph-capture-size"}),
         headroom_irrelevant=_LOG_NOISE | {MAX_MODEL_LEN},
         weights_flags=frozenset({SPEC_CONFIG, "quantization", "dtype", "load-format"}),
+        context_flag=MAX_MODEL_LEN,
     )
     reserved_flags = frozenset({"model", "host", "port"})
     failure_rules = FAILURES

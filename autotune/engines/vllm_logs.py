@@ -113,6 +113,7 @@ _V0_TOKENS_REFUSAL = re.compile(
     r"stored in KV cache \((?P<tokens>\d+)\)"
 )
 _GRAPH_LINE = re.compile(r"Graph capturing finished in [\d.]+ secs?, took (?P<gib>-?[\d.]+) GiB")
+_CONCURRENCY_LINE = re.compile(r"Maximum concurrency for [\d,]+ tokens per request: (?P<times>[\d.]+)x")
 
 
 class _Line(BaseModel):
@@ -258,16 +259,16 @@ def info_labels(text: str, name: str) -> dict[str, str] | None:
 def kv_shortfall(reason: str) -> base.PoolShortfall | None:
     """The figures of a refusal to start because one request of the max seq len does not fit the KV
     cache: the GiB it needs against the GiB available and, in tokens, the longest request that fits
-    against the max seq len (V1's estimate, where printed; V0's token count). vLLM prints no fraction:
-    the launch's --gpu-memory-utilization says it."""
+    against the max seq len (V1's estimate where printed, else the available GiB over the bytes a token
+    needs; V0's token count). vLLM prints no fraction: the launch's --gpu-memory-utilization says it."""
     refusal = _KV_REFUSAL.search(reason)
     if refusal is not None:
+        needed_tokens, needed = int(refusal["length"]), float(refusal["needed"]) * _GIB
+        available = max(float(refusal["available"]), 0.0) * _GIB
         estimate = refusal["estimate"]
+        fits = int(estimate) if estimate is not None else int(available / (needed / needed_tokens)) if needed else None
         return base.PoolShortfall(
-            pool_tokens=int(estimate) if estimate is not None else None,
-            needed_tokens=int(refusal["length"]),
-            pool_bytes=float(refusal["available"]) * _GIB,
-            needed_bytes=float(refusal["needed"]) * _GIB,
+            pool_tokens=fits, needed_tokens=needed_tokens, pool_bytes=available, needed_bytes=needed
         )
     v0 = _V0_TOKENS_REFUSAL.search(reason)
     if v0 is not None:
@@ -277,9 +278,11 @@ def kv_shortfall(reason: str) -> base.PoolShortfall | None:
 
 def memory_facts_of(log_text: str) -> base.MemoryFacts | None:
     """``Model loading took``, ``Available KV cache memory``, ``GPU KV cache size``, ``Graph
-    capturing finished`` (the first rank's, per GPU); V0's profile line where those are missing."""
-    weights, kv, tokens, graph = (
-        first_rank_search(p, log_text) for p in (_WEIGHTS_LINE, _KV_MEMORY_LINE, _KV_TOKENS_LINE, _GRAPH_LINE)
+    capturing finished``, ``Maximum concurrency`` (the first rank's, per GPU); V0's profile line where
+    those are missing."""
+    weights, kv, tokens, graph, concurrency = (
+        first_rank_search(p, log_text)
+        for p in (_WEIGHTS_LINE, _KV_MEMORY_LINE, _KV_TOKENS_LINE, _GRAPH_LINE, _CONCURRENCY_LINE)
     )
     if weights is None and kv is None and tokens is None and graph is None:
         return None
@@ -288,6 +291,7 @@ def memory_facts_of(log_text: str) -> base.MemoryFacts | None:
         kv_pool_bytes=float(kv["gib"]) * _GIB if kv else None,
         kv_tokens=int(tokens["tokens"].replace(",", "")) if tokens else None,
         graph_bytes=float(graph["gib"]) * _GIB if graph else None,
+        max_concurrency=float(concurrency["times"]) if concurrency else None,
     )
 
 

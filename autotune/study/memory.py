@@ -46,9 +46,10 @@ def replay(models: Mapping[str, FeasibilityModel], records: Iterable[TrialRecord
             model.learn(record.lessons.memory)
 
 
-def lesson_of(outcome: TrialOutcome, *, trial: int, inventory: GpuInventory) -> MemoryLesson:
-    """What a launch taught: its memory failure side, logged weights/graphs/free memory and, for a
-    launch that served, its run-time memory outside the graphs (log against the NVML peak)."""
+def lesson_of(outcome: TrialOutcome, *, trial: int, inventory: GpuInventory, engine: Engine) -> MemoryLesson:
+    """What a launch taught: its memory failure side, logged weights/graphs/free memory, the tokens its
+    pool held (logged, or printed by a death, from its log or else its reason) and, for a launch that
+    served, its run-time memory outside the graphs (log against the NVML peak)."""
     facts = outcome.memory
     side = outcome.kind.memory_side if outcome.kind.is_memory else None
     runtime = None
@@ -71,6 +72,9 @@ def lesson_of(outcome: TrialOutcome, *, trial: int, inventory: GpuInventory) -> 
             free_at_peak_bytes=min(totals) - peak,
             trial=trial,
         ).runtime_bytes
+    shortfall = facts.shortfall if facts is not None else None
+    if shortfall is None and outcome.kind.is_memory:
+        shortfall = engine.pool_shortfall(outcome.reason or "")
     return MemoryLesson(
         flags=outcome.plan.flags,
         trial=trial,
@@ -81,6 +85,10 @@ def lesson_of(outcome: TrialOutcome, *, trial: int, inventory: GpuInventory) -> 
         server_free_bytes=facts.free_at_start_bytes if facts else None,
         runtime_bytes=runtime,
         served=outcome.kind is OutcomeKind.OK,
+        pool_tokens=(shortfall.pool_tokens if shortfall else None) or (facts.kv_tokens if facts else None),
+        pool_fraction=shortfall.fraction if shortfall else None,
+        needed_tokens=shortfall.needed_tokens if shortfall else None,
+        kv_cell_bytes=(shortfall.cell_bytes if shortfall else None) or (facts.kv_bytes_per_token if facts else None),
     )
 
 

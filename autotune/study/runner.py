@@ -315,7 +315,7 @@ class StudyRunner:
         trial = story.trial
         outcome = self._redacted(outcome)
         model = self.feasibility[plan.engine]
-        lesson = lesson_of(outcome, trial=trial.number, inventory=self.inventory)
+        lesson = lesson_of(outcome, trial=trial.number, inventory=self.inventory, engine=self.engines[plan.engine])
         model.learn(lesson)
         share = roofline_of(
             outcome, inventory=self.inventory, model=model, engine=self.engines[plan.engine], structure=self.structure

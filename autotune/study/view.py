@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autotune.engines import DEFAULT_ENGINE
+from autotune.engines import DEFAULT_ENGINE, get_engine
 from autotune.measure.client import Measurement
 from autotune.models import Frozen
 from autotune.profile import Profile, ProfileGain, ProfileMetric
@@ -18,6 +18,7 @@ from autotune.study.confirm import Confirmation, best_first_measured
 from autotune.study.importance import Importance, compute_importance
 from autotune.study.levels import LoadLevels, level_best, load_levels
 from autotune.study.paths import sqlite_path
+from autotune.study.pool_tokens import ContextFit, offered_contexts, pool_points
 from autotune.study.snapshot import StoredStudy, from_optuna, read_sqlite_study
 
 if TYPE_CHECKING:
@@ -130,6 +131,21 @@ class StudyView:
         points = [p for r in self.records() if (p := speed_point(r, engine=engine)) is not None]
         best_tok_s = best.metric_value("decode_tok_s") if best is not None else None
         return break_even(points, best_tok_s=best_tok_s, best_trial=best.number if best is not None else None)
+
+    def context_fits(self) -> list[ContextFit]:
+        """Which contexts the space tunes can hold one request at the most room it allows, by the pools the
+        study's launches stated (:mod:`~autotune.study.pool_tokens`); empty where it tunes none."""
+        space = self.info.space
+        if space is None:
+            return []
+        fits = []
+        for name in space.engine_names():
+            rules = get_engine(name).memory_rules
+            if rules is None:
+                continue
+            points = pool_points(self.records(), rules, name, budget_bytes=None)
+            fits += offered_contexts(space, rules, points)
+        return fits
 
     def record(self, number: int) -> TrialRecord | None:
         return next((r for r in self.records() if r.number == number), None)

@@ -18,8 +18,10 @@ from typing import Protocol
 from autotune.decision import Decision, Launch, Wait
 from autotune.engines.base import Engine, LaunchPlan
 from autotune.feasibility import FeasibilityModel
+from autotune.kv_layout import kv_layout
 from autotune.space import SearchSpace
 from autotune.study.history import History
+from autotune.study.rules.context_fit import ContextFit
 from autotune.study.rules.duplicate import Duplicate
 from autotune.study.rules.fraction_inside import FractionInside
 from autotune.study.rules.make_room import MakeRoom
@@ -38,7 +40,16 @@ class Rule(Protocol):
     def decide(self, plan: LaunchPlan, history: History) -> Decision | Wait | None: ...
 
 
-RULE_NAMES = ("duplicate", "same-rate", "served-sizing", "fraction-inside", "make-room", "named-failure", "memory")
+RULE_NAMES = (
+    "duplicate",
+    "same-rate",
+    "served-sizing",
+    "fraction-inside",
+    "make-room",
+    "context-fit",
+    "named-failure",
+    "memory",
+)
 
 
 def one_stream_rate(space: SearchSpace) -> bool:
@@ -62,7 +73,12 @@ def build_rules(
     rules: list[Rule] = [Duplicate()]
     if one_stream_rate(space):  # sizing cannot change the objective: the sizing rules apply
         rules += [SameRate(engines), ServedSizing(engines, feasibility), FractionInside(space, engines, feasibility)]
-    rules += [MakeRoom(space, engines, feasibility), NamedFailure(), PredictedMemory(feasibility)]
+    rules += [
+        MakeRoom(space, engines, feasibility),
+        ContextFit(space, engines, feasibility, layout=kv_layout(space.model)),
+        NamedFailure(),
+        PredictedMemory(feasibility),
+    ]
     return [rule for rule in rules if rule.name not in off]
 
 
