@@ -268,7 +268,7 @@ CASES: dict[str, EngineCase] = {
                 6.5,
             ),
             ShortfallCase(
-            # no estimate printed: the tokens the available GiB hold at the GiB one request needs per token
+                # no estimate printed: the tokens the available GiB hold at the GiB one request needs per token
                 "vllm_logs/engine_max_seq_len_no_estimate.log",
                 {"needed_bytes": 4.0, "pool_bytes": 0.01, "pool_tokens": 81, "needed_tokens": 32768},
                 0.01,
