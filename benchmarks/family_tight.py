@@ -23,15 +23,13 @@ from benchmarks.family import (
     MEASURED_AS,
     GpuKind,
     Member,
-    ModelKind,
     _built,
-    _config,
-    _eagle_config,
     _gpu_spec,
     _log_uniform,
     _memory,
     _setup,
 )
+from benchmarks.family_configs import ModelKind, eagle_config, target_config
 
 ISSUE_46_SETUP = Path(__file__).parent / "spec_setups" / "angelslim-163-qwen3-30b-a3b.yaml"
 
@@ -103,8 +101,8 @@ def _tight(
     gpus = _gpu_spec(rng, gpu, count)
     if setup is None:
         params = weight_share * gpu.memory_bytes * count / BYTES_PER_PARAM[dtype]
-        config = _config(rng, kind, params, mtp=False)
-        setup = _setup(gpu, count, config, dtype, _eagle_config(rng, config)).model_copy(update={"tp": count})
+        config = target_config(rng, kind, params, mtp=False)
+        setup = _setup(gpu, count, config, dtype, eagle_config(rng, config)).model_copy(update={"tp": count})
     memory = _memory(rng, gpu).model_copy(update={"activation_base_bytes": int(rng.uniform(0.1, 0.3) * GIB)})
     profile = _built(
         rng,

@@ -11,8 +11,8 @@ import yaml
 from autotune.space import load_space
 from autotune_twin.profile import load_profile
 from autotune_twin.setup import DEFAULT_COSTS
-from benchmarks import search_efficiency as bench
 from benchmarks.family import member
+from benchmarks.problems import problem_of, solve
 
 SEEDS = range(8)
 
@@ -38,8 +38,8 @@ def test_member_files_load_back_as_the_user_facing_formats(seed: int, tmp_path: 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_member_launches_and_knows_its_feasible_optimum(seed: int) -> None:
     fam = member(seed)
-    problem = bench.problem_of(fam.profile, fam.space)
-    optimum = bench.solve(problem)
+    problem = problem_of(fam.profile, fam.space)
+    optimum = solve(problem)
     landscape = problem.landscape(seed)
     served = landscape.evaluate(optimum.flags)
     assert served.outcome == "ok" and served.true_tok_s == pytest.approx(optimum.tok_s)
@@ -87,8 +87,8 @@ def test_issue_46s_optimum_drafts_deep_at_an_explicit_fraction() -> None:
     from benchmarks.family_tight import TIGHT_FRACTIONS, issue_46_member
 
     issue = issue_46_member()
-    optimum = bench.solve(bench.problem_of(issue.profile, issue.space))
+    optimum = solve(problem_of(issue.profile, issue.space))
     assert optimum.flags["speculative-num-steps"] >= 5 and optimum.flags["mem-fraction-static"] in TIGHT_FRACTIONS
-    landscape = bench.problem_of(issue.profile, issue.space).landscape(0)
+    landscape = problem_of(issue.profile, issue.space).landscape(0)
     at_engines_own = {k: v for k, v in optimum.flags.items() if k not in ("mem-fraction-static",)}
     assert landscape.evaluate(at_engines_own).outcome == "too_low"  # the engine's own fraction leaves too small a pool
