@@ -42,6 +42,7 @@ from autotune_twin.profile import TwinProfile
 from autotune_twin.sglang.flags import parse_args
 from benchmarks.axes import GridAxis, grid, random_candidate
 from benchmarks.stream import fluid_stream, perf_key
+from benchmarks.unmodelled import Unmodelled
 
 Outcome = Literal["ok", "too_low", "too_high", "load_oom", "invalid"]
 MEMORY_OUTCOMES: tuple[Outcome, ...] = ("too_low", "too_high", "load_oom")
@@ -204,6 +205,8 @@ class Landscape:
         measure: the measurement protocol (its rounds, caps and warm-up set the measuring time).
         cost: seconds of launching on real GPUs.
         seed: seed of the noise.
+        unmodelled: effects no model knows (:mod:`benchmarks.unmodelled`), applied to each performance
+            class's rate after the physics; None: the twin's answer as it is.
     """
 
     def __init__(
@@ -216,6 +219,7 @@ class Landscape:
         measure: MeasureShape = MeasureShape(),
         cost: LaunchCost = LaunchCost(),
         seed: int = 0,
+        unmodelled: Unmodelled | None = None,
     ) -> None:
         if not prompts:
             raise ValueError("a landscape needs at least one prompt")
@@ -226,6 +230,7 @@ class Landscape:
         self.measure = measure
         self.cost = cost
         self.rng = random.Random(seed)
+        self.unmodelled = unmodelled
         base, _ = parse_args(["--model-path", model_path])
         self._base = vars(base)
         self._flag_cache: dict[tuple[str, FlagValue], dict[str, Any] | _ArgError] = {}
@@ -515,7 +520,12 @@ class Landscape:
         key = repr(perf_key(cfg))
         cached = self._perf_cache.get(key)
         if cached is None:
-            cached = self._perf_cache[key] = self._streams(cfg)
+            cached = self._streams(cfg)
+            if self.unmodelled is not None:
+                tok_s, accept, round_s = cached
+                changed, accept = self.unmodelled.apply(perf_key(cfg), tok_s, accept)
+                cached = (changed, accept, round_s * tok_s / changed)  # a slower decode takes longer rounds
+            self._perf_cache[key] = cached
         return cached
 
     def _streams(self, cfg: LaunchConfig) -> tuple[float, float, float]:

@@ -6,6 +6,7 @@ engine's defaults' true value (an answer below it is harmful).
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from autotune_twin.profile import TwinProfile, load_profile
 from benchmarks.axes import GridAxis
 from benchmarks.landscape import Landscape, LaunchCost, MeasureShape, Optimum, Prompt
 from benchmarks.runs import Run
+from benchmarks.unmodelled import Unmodelled
 
 FLOAT_POINTS = 11  # a float without a step is discretised into this many points (log-spaced if log)
 
@@ -37,6 +39,7 @@ class Problem:
     optimum: Optimum | None = None
     launch_sd: float = 0.0  # the relative sd of speed between launches (the twin's timing.launch_sd)
     nights: dict[tuple[str, int, int], Run] = field(default_factory=dict)  # a study's night, for its bounds
+    unmodelled: Unmodelled | None = None  # effects no model knows, on the truth (--unmodelled)
 
     def landscape(self, seed: int) -> Landscape:
         return Landscape(
@@ -47,6 +50,7 @@ class Problem:
             measure=self.measure,
             cost=self.cost,
             seed=seed,
+            unmodelled=self.unmodelled,
         )
 
     def normalise(self, flags: dict[str, Any]) -> dict[str, Any] | None:
@@ -157,3 +161,17 @@ def twin_defaults_true(problem: Problem) -> float:
     """The defaults' noise-free value (0 when they do not start)."""
     flags = problem.normalise(twin_defaults(problem))
     return (problem.landscape(0).true_value(flags) or 0.0) if flags is not None else 0.0
+
+
+def unmodelled_seed(profile: TwinProfile) -> int:
+    """The seed of a twin profile's unmodelled effects (a family member's is its own seed)."""
+    return zlib.crc32(profile.name.encode())
+
+
+def add_unmodelled(problem: Problem, seed: int) -> Unmodelled:
+    """Item 5's effects of member ``seed`` put on ``problem``'s truth, the ceiling (where drawn) set
+    from the engine's defaults' rate under the other effects; before the optimum is solved."""
+    effects = Unmodelled.draw(seed)
+    problem.unmodelled, problem.optimum = effects, None
+    problem.unmodelled = effects.with_ceiling(twin_defaults_true(problem))
+    return problem.unmodelled

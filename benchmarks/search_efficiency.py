@@ -34,10 +34,12 @@ from benchmarks.methods import DEFAULT_FAMILY_METHODS, DEFAULT_METHODS, methods 
 from benchmarks.nights import run_recorded_random, run_recorded_study  # noqa: E402
 from benchmarks.problems import (  # noqa: E402
     Problem,
+    add_unmodelled,
     load_problem,
     problem_of,
     solve,
     twin_defaults_true,
+    unmodelled_seed,
 )
 from benchmarks.runs import WITHIN, Run  # noqa: E402
 from benchmarks.tables import print_family_table, print_recorded_table, print_regret_table, print_table  # noqa: E402
@@ -80,18 +82,20 @@ def benchmark(
         "defaults_tok_s": defaults,
         "methods": results,
         "paired": paired_regret(by_method),
+        **({"unmodelled": problem.unmodelled.model_dump()} if problem.unmodelled is not None else {}),
     }  # fmt: skip
 
 
 def family_benchmark(
     count: int, first_seed: int, *, budget: int, method_names: Sequence[str] = DEFAULT_FAMILY_METHODS,
     per_tier: int = 8, noise_rel: float | None = None, launch_sd: float | None = None,
-    progress: Callable[[str], None] | None = None, case: FamilyCase = "all",
+    progress: Callable[[str], None] | None = None, case: FamilyCase = "all", unmodelled: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """Every method once on every member (the member's seed seeds the sampler and the noise);
     ``launch_sd``: the relative sd of speed between launches (:class:`LandscapeLauncher`; default each
     member's profile's ``timing.launch_sd``); ``case``: the family's members, its tight members only
-    (:func:`family_tight.tight_member`), or issue 46's landscape."""
+    (:func:`family_tight.tight_member`), or issue 46's landscape; ``unmodelled``: each member's truth
+    with the effects no model knows (:mod:`benchmarks.unmodelled`), listed with the member."""
     chosen = methods(method_names, per_tier=per_tier)
     rows: dict[str, list[dict[str, Any]]] = {m.name: [] for m in chosen}
     described = []
@@ -104,10 +108,11 @@ def family_benchmark(
         fam = fam.model_copy(update={"seed": first_seed + index}) if case == "issue-46" else fam
         problem = problem_of(fam.profile, fam.space, noise_rel=noise_rel)
         problem.launch_sd = launch_sd if launch_sd is not None else fam.profile.timing.launch_sd
+        effects = {"unmodelled": add_unmodelled(problem, fam.seed).model_dump()} if unmodelled else {}
         optimum = solve(problem)
         defaults = twin_defaults_true(problem)
         described.append({"seed": fam.seed, "summary": fam.summary, "optimum_tok_s": optimum.tok_s,
-                          "optimum": optimum.flags, "defaults_tok_s": defaults})  # fmt: skip
+                          "optimum": optimum.flags, "defaults_tok_s": defaults, **effects})  # fmt: skip
         for method in chosen:
             run = method.run(problem, fam.seed, budget)
             run.defaults_true = defaults
@@ -129,7 +134,8 @@ def family_benchmark(
             "runs": runs,
         }
     return {"paired": paired_regret(rows), "family_seeds": [first_seed, first_seed + count - 1], "case": case,
-            "budget": budget, "launch_sd": launch_sd, "members": described, "methods": results}  # fmt: skip
+            "budget": budget, "launch_sd": launch_sd, "members": described, "methods": results,
+            **({"unmodelled": True} if unmodelled else {})}  # fmt: skip
 
 
 RECORDED_NAMES = {"autotune": REFERENCE, "random-runner": "random (autotune loop)"}
@@ -255,10 +261,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--first-seed", type=int, default=0,
                         help="with --recorded and --methods: the first seed (seeds FIRST to FIRST+N-1)")  # fmt: skip
     parser.add_argument("--exhaustive", action="store_true", help="find the optimum by evaluating every candidate")
+    parser.add_argument("--unmodelled", action="store_true",
+                        help="effects no model knows on each twin landscape's truth, drawn per member "
+                        "(benchmarks/unmodelled.py)")  # fmt: skip
     parser.add_argument("--pool", type=Path, nargs="+", default=None, metavar="JSON",
                         help="instead of running: pool --family reports of the same methods and night, and print "
                         "the regret table over all their members")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.unmodelled and (args.recorded is not None or args.pool is not None):
+        parser.error("--unmodelled puts effects on a twin landscape (--family or --twin-profile), not a recording")
     progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     started = time.monotonic()
     if args.pool is not None:
@@ -281,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = family_benchmark(args.family, args.family_seed, budget=args.budget or 80,
                                   method_names=[m.strip() for m in names if m.strip()], per_tier=args.per_tier,
                                   noise_rel=args.noise, launch_sd=args.launch_sd, progress=progress,
-                                  case=args.family_case)  # fmt: skip
+                                  case=args.family_case, unmodelled=args.unmodelled)  # fmt: skip
         report["wall_s"] = time.monotonic() - started
         print_family_table(report)
         print_regret_table(
@@ -294,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("give --twin-profile and --space, or --family N")
         problem = load_problem(args.twin_profile, args.space, noise_rel=args.noise)
         problem.launch_sd = args.launch_sd if args.launch_sd is not None else problem.profile.timing.launch_sd
+        if args.unmodelled:
+            add_unmodelled(problem, unmodelled_seed(problem.profile))
         solve(problem, exhaustive=args.exhaustive or None)
         names = args.methods.split(",") if args.methods else DEFAULT_METHODS
         report = benchmark(problem, seeds=args.seeds, budget=args.budget or 80,
