@@ -125,6 +125,15 @@ MAX_DRAWS = 200
 COST_SPREAD = (0.5, 2.0)  # each pass cost of a member: DEFAULT_COSTS's times a log-uniform factor in this range
 
 
+class PublicFacts(_Frozen):
+    """What a user's own files say of a member: the model's ``config.json`` and its dtype, and each
+    drafter's ``config.json`` by the path its space launches (a model-guided search reads these)."""
+
+    dtype: str
+    model: dict[str, Any]
+    drafters: dict[str, dict[str, Any]]
+
+
 class Member(_Frozen):
     """One landscape of the family: what was drawn, the twin profile and the space to search."""
 
@@ -136,6 +145,7 @@ class Member(_Frozen):
     tightness: Tightness
     profile: TwinProfile
     space: SearchSpace
+    facts: PublicFacts
 
 
 def member(seed: int) -> Member:
@@ -230,7 +240,20 @@ def _draw(rng: random.Random, seed: int, *, case: Case = "base", cased: random.R
         tightness=tightness,
         profile=profile,
         space=space,
+        facts=public_facts(profile, setup, dflash=dflash),
     )
+
+
+def public_facts(profile: TwinProfile, setup: Setup, *, dflash: dict[str, Any] | None = None) -> PublicFacts:
+    """The configs ``setup`` was built from (``dflash``: a DFlash drafter's, which the setup does not
+    hold), each drafter's under the path ``profile`` gives it."""
+    assert isinstance(setup.model.config, dict), "a member's config is drawn or written inline"
+    configs: dict[str, Any] = {"DFLASH": dflash}
+    if setup.drafter is not None:
+        configs[setup.drafter.algorithm] = setup.drafter.config
+    drafters = {d.path: configs[d.algorithm] for d in profile.model.drafters
+                if isinstance(configs.get(d.algorithm), dict)}  # fmt: skip
+    return PublicFacts(dtype=setup.model.dtype, model=setup.model.config, drafters=drafters)
 
 
 def _setup(gpu: GpuKind, count: int, config: dict[str, Any], dtype: str, eagle: dict[str, Any] | None) -> Setup:

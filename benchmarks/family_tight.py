@@ -28,6 +28,7 @@ from benchmarks.family import (
     _log_uniform,
     _memory,
     _setup,
+    public_facts,
 )
 from benchmarks.family_configs import ModelKind, eagle_config, target_config
 
@@ -156,7 +157,7 @@ def _tight(
         f"EAGLE3 drafter, TP {count} (context {context})"
     )
     return Member(seed=seed, summary=summary, case="base", kind=kind, drafting="eagle3", tightness="tight",
-                  profile=profile, space=space)  # fmt: skip
+                  profile=profile, space=space, facts=public_facts(profile, setup))  # fmt: skip
 
 
 def _tight_space(

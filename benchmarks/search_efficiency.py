@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from autotune.study.sampler import SamplerName  # noqa: E402
 from benchmarks import family, family_tight, peers, replay  # noqa: E402
 from benchmarks.judge import REFERENCE, aggregate, paired_regret, regret_summary, spread  # noqa: E402
-from benchmarks.methods import DEFAULT_FAMILY_METHODS, DEFAULT_METHODS, methods  # noqa: E402
+from benchmarks.methods import DEFAULT_FAMILY_METHODS, DEFAULT_METHODS, TPE_NIGHT, methods  # noqa: E402
 from benchmarks.nights import run_recorded_random, run_recorded_study  # noqa: E402
 from benchmarks.problems import (  # noqa: E402
     Problem,
@@ -138,7 +138,7 @@ def family_benchmark(
             **({"unmodelled": True} if unmodelled else {})}  # fmt: skip
 
 
-RECORDED_NAMES = {"autotune": REFERENCE, "random-runner": "random (autotune loop)"}
+RECORDED_NAMES = {"autotune": REFERENCE, "autotune-tpe": TPE_NIGHT, "random-runner": "random (autotune loop)"}
 
 
 def recorded_regret(
@@ -158,6 +158,7 @@ def recorded_regret(
 
     plays: dict[str, Callable[[int], Run]] = {
         "autotune": lambda seed: study("tpe", seed),
+        "autotune-tpe": lambda seed: study("tpe", seed),
         "random-runner": lambda seed: study("random", seed),
         "bound-perfect-race": lambda seed: peers.perfect_race(study("tpe", seed)),
         "bound-oracle-finalists": lambda seed: peers.recorded_oracle_finalists(problem, seed, budget),
@@ -244,7 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=None, help="launches per run (default 80; --recorded: the grid)")
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
     parser.add_argument("--methods", default=None,
-                        help="comma-separated: autotune, random-runner (both race inside the night), "
+                        help="comma-separated: autotune (the CLI's default sampler), autotune-tpe, random-runner "
+                        "(each races inside the night), "
                         "peer-auto-benchmark, peer-spec-tuner, peer-tune-k, peer-llama-optimus, peer-one-at-a-time, "
                         "bound-perfect-race, bound-oracle-finalists, random, grid, tiered, tpe-startup2, "
                         "tpe-startup10, tpe-startup20, tpe-independent, gp, autotune-minus-RULE, "

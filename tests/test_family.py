@@ -92,3 +92,19 @@ def test_issue_46s_optimum_drafts_deep_at_an_explicit_fraction() -> None:
     landscape = problem_of(issue.profile, issue.space).landscape(0)
     at_engines_own = {k: v for k, v in optimum.flags.items() if k not in ("mem-fraction-static",)}
     assert landscape.evaluate(at_engines_own).outcome == "too_low"  # the engine's own fraction leaves too small a pool
+
+
+def test_a_member_s_public_facts_are_the_configs_it_was_built_from() -> None:
+    from autotune_twin.setup import ModelFacts, Setup, model_sizes
+    from benchmarks.family_tight import issue_46_member, tight_member
+
+    for fam in [member(1027), member(9401), tight_member(2), issue_46_member()]:
+        profile, facts = fam.profile, fam.facts
+        setup = Setup(gpu=profile.gpus.name, gpu_count=profile.gpus.count, model=ModelFacts(config=facts.model,
+                      dtype=facts.dtype))  # fmt: skip
+        assert model_sizes(setup).weight_bytes == profile.model.weight_bytes
+        # every drafter the space can launch has its config, and only those
+        assert set(facts.drafters) == {d.path for d in profile.model.drafters}
+        for drafter in profile.model.drafters:
+            architecture = facts.drafters[drafter.path]["architectures"][0]
+            assert {"EAGLE3": "Eagle3", "DFLASH": "DFlash"}[drafter.algorithm] in architecture
