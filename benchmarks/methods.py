@@ -24,6 +24,7 @@ from autotune.study.sampler import SamplerName
 from benchmarks import peers
 from benchmarks.axes import grid
 from benchmarks.grid_tools import random_candidates, run_tiered
+from benchmarks.judge import TPE_NIGHT
 from benchmarks.nights import SamplerFactory, run_candidates, run_study
 from benchmarks.problems import Problem
 from benchmarks.runs import Run
@@ -194,6 +195,5 @@ def _sampler_method(spec: str) -> Method:
     return Method(spec, lambda p, s, b: run_study(p, s, b, factory=factory, name=spec))
 
 
-TPE_NIGHT = "autotune-tpe (--sampler tpe)"
 DEFAULT_METHODS = ("autotune", "random-runner", "random", "grid", "tiered")
 DEFAULT_FAMILY_METHODS = ("autotune", "random", "tiered")

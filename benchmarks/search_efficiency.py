@@ -29,8 +29,8 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from autotune.study.sampler import SamplerName  # noqa: E402
 from benchmarks import family, family_tight, peers, replay  # noqa: E402
-from benchmarks.judge import REFERENCE, aggregate, paired_regret, regret_summary, spread  # noqa: E402
-from benchmarks.methods import DEFAULT_FAMILY_METHODS, DEFAULT_METHODS, TPE_NIGHT, methods  # noqa: E402
+from benchmarks.judge import REFERENCE, TPE_NIGHT, aggregate, paired_regret, regret_summary, spread  # noqa: E402
+from benchmarks.methods import DEFAULT_FAMILY_METHODS, DEFAULT_METHODS, methods  # noqa: E402
 from benchmarks.nights import run_recorded_random, run_recorded_study  # noqa: E402
 from benchmarks.problems import (  # noqa: E402
     Problem,

@@ -102,3 +102,16 @@ def test_every_method_of_the_table_runs_within_the_night_on_a_twin_space(tmp_pat
     assert [(r["regret_pct"], r["launches_to_2pct"]) for r in named] == [
         (r["regret_pct"], r["launches_to_2pct"]) for r in autotune
     ]
+
+
+def test_rows_pair_with_the_named_tpe_night_where_the_default_s_row_is_not_run() -> None:
+    from benchmarks.judge import REFERENCE, TPE_NIGHT, paired_regret
+
+    def rows(regrets: list[float]) -> list[dict[str, float]]:
+        return [{"regret_pct": r} for r in regrets]
+
+    tpe, other = rows([0.0, 1.0, 2.0, 8.0]), rows([0.0, 0.0, 1.0, 4.0])
+    named = paired_regret({TPE_NIGHT: tpe, "other": other})
+    assert set(named) == {"other"} and named["other"]["p90"]["difference"] == pytest.approx(-4.0)
+    assert set(paired_regret({REFERENCE: tpe, TPE_NIGHT: tpe, "other": other})) == {TPE_NIGHT, "other"}
+    assert paired_regret({"other": other}) == {}
