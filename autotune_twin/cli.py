@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune_twin.faults import FAULT_KINDS, Fault, resolve_fault
-from autotune_twin.gpu_state import holdings
-from autotune_twin.profile import DEFAULT_PROFILE, ProfileError, TwinProfile, inventory, load_profile
+from autotune_twin.gpu_state import holdings, inventory
+from passmodel.profile import DEFAULT_PROFILE, ProfileError, TwinProfile, load_profile
 
 PROFILE_ENV = "AUTOTUNE_TWIN_PROFILE"
 
@@ -125,7 +125,7 @@ def add_twin_options(
     group.add_argument(
         "--twin-profile",
         default=os.environ.get(PROFILE_ENV, DEFAULT_PROFILE),
-        help="Built-in twin profile name (autotune_twin/profiles/*.yaml without .yaml) or a YAML path "
+        help="Built-in twin profile name (passmodel/profiles/*.yaml without .yaml) or a YAML path "
         f"(default: ${PROFILE_ENV}, else {DEFAULT_PROFILE}; the variable suits a launcher that must end "
         "with the engine's own command, as vLLM's serve, whose flags the real engine would refuse).",
     )

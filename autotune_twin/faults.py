@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune_twin.launch import SpecConfig
+from passmodel.config import SpecConfig
 
 SCHEDULE_ENV = "AUTOTUNE_TWIN_FAULT_SCHEDULE"
 FAULT_KINDS = (

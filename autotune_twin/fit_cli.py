@@ -20,11 +20,11 @@ from typing import Any
 
 import yaml
 
-from autotune_twin import calibrate
-from autotune_twin.calibrate import PointsError
-from autotune_twin.launch import LaunchConfig
-from autotune_twin.profile import ProfileError, TwinProfile, load_profile
-from autotune_twin.setup import SetupError, load_setup, profile_from_setup
+from passmodel import calibrate
+from passmodel.calibrate import PointsError
+from passmodel.config import LaunchConfig
+from passmodel.profile import ProfileError, TwinProfile, load_profile
+from passmodel.setup import SetupError, load_setup, profile_from_setup
 
 COMMANDS = ("calibrate", "predict")
 

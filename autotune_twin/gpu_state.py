@@ -18,8 +18,11 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from passmodel.profile import TwinProfile
 
 HOST_ENV = "AUTOTUNE_TWIN_HOST"
 
@@ -122,3 +125,34 @@ def holdings(host: str | None = None) -> list[Holding]:
         else:
             path.unlink(missing_ok=True)
     return found
+
+
+def inventory(profile: TwinProfile, holdings: Sequence[Holding] = ()) -> dict[str, Any]:
+    """The simulated GPU inventory, in the schema autotune's GPU reader expects.
+
+    ``holdings``: the memory running twin servers hold (:mod:`autotune_twin.gpu_state`), shown
+    as used memory and as the processes holding it, the way NVML shows a real server.
+    """
+    gpus = profile.gpus
+
+    def gpu(index: int) -> dict[str, Any]:
+        held = [(h.pid, h.used_bytes[index]) for h in holdings if index in h.used_bytes]
+        used = min(gpus.memory_total_bytes, gpus.idle_used_bytes + sum(b for _, b in held))
+        return {
+            "index": index,
+            "name": f"{gpus.name} (simulated)",
+            "uuid": f"TWIN-GPU-{index}",
+            "memory_total_bytes": gpus.memory_total_bytes,
+            "memory_used_bytes": used,
+            "memory_free_bytes": gpus.memory_total_bytes - used,
+            "memory_bus_width_bits": gpus.memory_bus_width_bits,
+            "memory_max_clock_mhz": gpus.memory_max_clock_mhz,
+            "bandwidth_bytes_per_s": gpus.bandwidth_bytes_per_s,
+            "processes": [{"pid": pid, "used_memory_bytes": b} for pid, b in held],
+        }
+
+    return {
+        "driver_version": "twin (simulated)",
+        "simulated": True,
+        "gpus": [gpu(index) for index in range(gpus.count)],
+    }

@@ -19,12 +19,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from autotune_twin import physics
-from autotune_twin.adaptive import StepController
+from autotune_twin import memory
 from autotune_twin.faults import DIVERGE_AFTER_TOKENS, drift_factor
-from autotune_twin.launch import LaunchConfig
-from autotune_twin.physics import PromptClass
-from autotune_twin.profile import TwinProfile
+from passmodel import physics
+from passmodel.adaptive import StepController
+from passmodel.config import LaunchConfig
+from passmodel.physics import PromptClass
+from passmodel.profile import TwinProfile
 
 # Prompts remembered for prefix-cache hits (cached_tokens); oldest forgotten first.
 _PROMPT_CACHE_SIZE = 1024
@@ -126,7 +127,7 @@ class Scheduler(threading.Thread):
         # When the last pass ended on the twin's schedule; None while idle (the next pass starts on arrival).
         self._pass_end: float | None = None
         tiers = cfg.spec.adaptive
-        graphs = None if cfg.disable_cuda_graph else physics.capture_sizes(cfg.cuda_graph_max_bs_decode)
+        graphs = None if cfg.disable_cuda_graph else memory.capture_sizes(cfg.cuda_graph_max_bs_decode)
         self._steps = StepController(tiers, cfg.spec.num_steps or 0, graphs) if tiers is not None else None
 
     # -- called by handler threads -------------------------------------------------------------

@@ -28,8 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic, TypeVar, cast
 
 from autotune_twin.faults import NO_FAULT, Fault
-from autotune_twin.profile import TwinProfile
 from autotune_twin.scheduler import ContextTooLong, Request, Scheduler, Update
+from passmodel.profile import TwinProfile
 
 # How long a handler waits for the next update before checking whether the server is stopping.
 _UPDATE_POLL_S = 0.5

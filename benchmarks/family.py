@@ -1,12 +1,12 @@
 """A family of twin landscapes: from a seed, a GPU set, a model, its drafters and a search space.
 
 For judging a search on landscapes nobody tuned it on (issue 14). :func:`member` draws one
-deployment: 1-8 GPUs from 24 GB consumer cards to 141 GB HBM parts (``autotune_twin.setup``'s
+deployment: 1-8 GPUs from 24 GB consumer cards to 141 GB HBM parts (``passmodel.setup``'s
 datasheets, PCIe or NVLink), a dense, hybrid (linear attention) or MoE model of 1B-250B parameters in
 bf16, fp8 or int4 (a drawn ``config.json``) whose weights fit at the smallest tensor-parallel size
 offered (else the draw is repeated), its MTP heads and/or a separate EAGLE3 or DFlash drafter (their
 configs), and a context length that leaves memory roomy or tight. Those facts become the profile
-through :func:`autotune_twin.setup.profile_from_setup`, the path a user's ``SETUP.yaml`` takes, with
+through :func:`passmodel.setup.profile_from_setup`, the path a user's ``SETUP.yaml`` takes, with
 each pass cost drawn around ``DEFAULT_COSTS`` (``COST_SPREAD``); acceptance curves of different
 shapes, the tree's miss factor, the attention backends' costs and memory reservations are drawn on
 top. The result is a validated :class:`TwinProfile` and a matching :class:`SearchSpace` with only the
@@ -38,7 +38,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from autotune.space import Baseline, SearchSpace
-from autotune_twin.profile import (
+from benchmarks.family_configs import ModelKind, acceptance_curves, dflash_config, eagle_config, target_config
+from passmodel.profile import (
     GpuSpec,
     MemorySpec,
     ModelSpec,
@@ -47,7 +48,7 @@ from autotune_twin.profile import (
     TwinProfile,
     load_profile,
 )
-from autotune_twin.setup import (
+from passmodel.setup import (
     DEFAULT_COSTS,
     KNOWN_GPUS,
     DrafterFacts,
@@ -59,7 +60,6 @@ from autotune_twin.setup import (
     model_sizes,
     profile_from_setup,
 )
-from benchmarks.family_configs import ModelKind, acceptance_curves, dflash_config, eagle_config, target_config
 
 GIB = 1 << 30
 Drafting = Literal["mtp", "eagle3", "dflash", "mtp+dflash", "eagle3+dflash"]
@@ -90,7 +90,7 @@ class _Frozen(BaseModel):
 
 
 class GpuKind(_Frozen):
-    """A GPU of the catalog: its datasheet (``autotune_twin.setup.KNOWN_GPUS``), what NVML shows of
+    """A GPU of the catalog: its datasheet (``passmodel.setup.KNOWN_GPUS``), what NVML shows of
     its memory bus, and the most of it one host holds."""
 
     facts: GpuFacts
@@ -104,7 +104,7 @@ class GpuKind(_Frozen):
 
     @property
     def memory_bytes(self) -> int:
-        return int(self.facts.memory_gb * GIB)  # as autotune_twin.setup reads a datasheet
+        return int(self.facts.memory_gb * GIB)  # as passmodel.setup reads a datasheet
 
 
 # Consumer and workstation cards talk over PCIe (the catalog's nvlink: false).
@@ -220,7 +220,7 @@ def _draw(rng: random.Random, seed: int, *, case: Case = "base", cased: random.R
         seed=seed,
         dflash=dflash,
         simulated="SIMULATION: a generated landscape of the search benchmark's family "
-        f"(benchmarks/family.py, seed {seed}): drawn facts built by autotune_twin.setup, costs drawn "
+        f"(benchmarks/family.py, seed {seed}): drawn facts built by passmodel.setup, costs drawn "
         "around its DEFAULT_COSTS; plausible, uncalibrated numbers.",
     )
     if cased is not None:

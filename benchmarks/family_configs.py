@@ -10,7 +10,7 @@ import math
 import random
 from typing import Any, Literal
 
-from autotune_twin.profile import CATEGORIES
+from passmodel.profile import CATEGORIES
 
 ModelKind = Literal["dense", "hybrid", "moe"]
 CurveShape = Literal["geometric", "plateau", "steep"]

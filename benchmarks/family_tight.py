@@ -14,8 +14,6 @@ import random
 from pathlib import Path
 
 from autotune.space import Baseline, SearchSpace
-from autotune_twin.profile import DrafterSpec, TwinProfile
-from autotune_twin.setup import BYTES_PER_PARAM, Setup, load_setup
 from benchmarks.family import (
     GIB,
     GPUS,
@@ -31,6 +29,8 @@ from benchmarks.family import (
     public_facts,
 )
 from benchmarks.family_configs import ModelKind, eagle_config, target_config
+from passmodel.profile import DrafterSpec, TwinProfile
+from passmodel.setup import BYTES_PER_PARAM, Setup, load_setup
 
 ISSUE_46_SETUP = Path(__file__).parent / "spec_setups" / "angelslim-163-qwen3-30b-a3b.yaml"
 
@@ -115,7 +115,7 @@ def _tight(
         dflash=None,
         memory=memory,
         simulated="SIMULATION: a generated tight-memory landscape of the search benchmark's family "
-        f"(benchmarks/family_tight.py, tight seed {seed}): drawn facts built by autotune_twin.setup, costs drawn "
+        f"(benchmarks/family_tight.py, tight seed {seed}): drawn facts built by passmodel.setup, costs drawn "
         "around its DEFAULT_COSTS; plausible, uncalibrated numbers.",
     )
     model = profile.model

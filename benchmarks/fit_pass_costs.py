@@ -1,4 +1,4 @@
-"""Fit the setup defaults (``autotune_twin.setup.DEFAULT_COSTS``) to the corpus's published tables.
+"""Fit the setup defaults (``passmodel.setup.DEFAULT_COSTS``) to the corpus's published tables.
 
 The loss, summed over the tables of ``shared/spec-tables`` (``benchmarks/spec_tables.py`` replays
 them): the squared log error of each row's rate over its table's first row at the same concurrency
@@ -26,9 +26,9 @@ import sys
 
 import numpy as np
 
-from autotune_twin import calibrate
-from autotune_twin.setup import PassCosts
 from benchmarks import spec_tables
+from passmodel import calibrate
+from passmodel.setup import PassCosts
 
 FITTED = (
     "layer_launch_us",

@@ -10,8 +10,9 @@ feasible optimum of a discrete grid exhaustively.
 
 The flags go through the product's argv spelling (``autotune.engines.base.flag_argv``), then the
 twin's own argparse (``autotune_twin.sglang.flags.parse_args``: SGLang's types, defaults and errors) and
-launch rules (``autotune_twin.launch.resolve_launch``), then the physics (``autotune_twin.physics``),
-so the answer is the twin's. The grid and its axes are ``benchmarks/axes.py``'s.
+launch rules (``autotune_twin.launch.resolve_launch``), then the physics (``passmodel.physics``) and
+the twin's memory rules (``autotune_twin.memory``), so the answer is the twin's. The grid and its axes
+are ``benchmarks/axes.py``'s.
 It lives beside the benchmarks because it joins both: the product and the twin never import each
 other.
 
@@ -35,14 +36,16 @@ from typing import Any, Literal
 
 from autotune.engines.base import flag_argv
 from autotune.space import FlagValue
-from autotune_twin import physics
-from autotune_twin.launch import LaunchConfig, LaunchError, resolve_launch
-from autotune_twin.physics import MemoryFailure
-from autotune_twin.profile import TwinProfile
+from autotune_twin import memory
+from autotune_twin.launch import LaunchError, resolve_launch
+from autotune_twin.memory import MemoryFailure
 from autotune_twin.sglang.flags import parse_args
 from benchmarks.axes import GridAxis, grid, random_candidate
 from benchmarks.stream import fluid_stream, perf_key
 from benchmarks.unmodelled import Unmodelled
+from passmodel import physics
+from passmodel.config import LaunchConfig
+from passmodel.profile import TwinProfile
 
 Outcome = Literal["ok", "too_low", "too_high", "load_oom", "invalid"]
 MEMORY_OUTCOMES: tuple[Outcome, ...] = ("too_low", "too_high", "load_oom")
@@ -476,7 +479,7 @@ class Landscape:
         weights = physics.weight_bytes_per_gpu(profile, cfg)
         load_s = cost.startup_s + weights / cost.load_bytes_per_s
         try:
-            plan = physics.plan_memory(profile, cfg)
+            plan = memory.plan_memory(profile, cfg)
         except MemoryFailure as failure:
             logged = float(weights) if failure.stage != "load" else None
             return _Fixed(
@@ -484,9 +487,9 @@ class Landscape:
                 message=f"{failure.exc_type}: {failure.message}",
                 launch_s=load_s,
                 weights_bytes=logged,
-                server_free_bytes=float(physics.free_bytes_at_start(profile)),
+                server_free_bytes=float(memory.free_bytes_at_start(profile)),
             )
-        memory = {
+        sizes = {
             "weights_bytes": float(weights),
             "kv_pool_bytes": plan.kv_pool_bytes,
             "kv_tokens": plan.max_total_num_tokens,
@@ -494,13 +497,13 @@ class Landscape:
             "avail_after_pools_bytes": plan.free_bytes - plan.weight_bytes - plan.pool_bytes,
         }
         try:
-            physics.check_headroom(profile, plan)
+            memory.check_headroom(profile, plan)
         except MemoryFailure as failure:
             return _Fixed(
                 outcome="too_high",
                 message=f"{failure.exc_type}: {failure.message}",
                 launch_s=load_s + cost.capture_s / 2,
-                **memory,  # type: ignore[arg-type]
+                **sizes,  # type: ignore[arg-type]
             )
         tok_s, accept, decode_s = self._performance(cfg)
         return _Fixed(
@@ -511,8 +514,8 @@ class Landscape:
             launch_s=load_s + (0.0 if cfg.disable_cuda_graph else cost.capture_s),
             graph_bytes=plan.graph_bytes,
             graph_batch=plan.cuda_graph_bs or None,
-            held_bytes=physics.held_bytes(profile, plan, ready=True),
-            **memory,  # type: ignore[arg-type]
+            held_bytes=memory.held_bytes(profile, plan, ready=True),
+            **sizes,  # type: ignore[arg-type]
         )
 
     def _performance(self, cfg: LaunchConfig) -> tuple[float, float, float]:

@@ -28,13 +28,14 @@ from autotune.study.race import RACE_SHARE
 from autotune.study.sampler import SamplerName
 from autotune.testing import memory_as_logged, simulated_outcome, study_runner
 from autotune.trial import TrialOutcome
-from autotune_twin.profile import TwinProfile, inventory
+from autotune_twin.gpu_state import inventory
 from benchmarks import replay
 from benchmarks.axes import random_candidate
 from benchmarks.landscape import Evaluation, Landscape
 from benchmarks.problems import Problem
 from benchmarks.recorded import RecordedLaunch
 from benchmarks.runs import Run, Step
+from passmodel.profile import TwinProfile
 
 TRIAL_CAP_FACTOR = 5  # a sampled method stops after budget x this many trials, launched or not
 FINALISTS = 3  # the race's top configurations (``autotune study --confirm-top``), besides every baseline

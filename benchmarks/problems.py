@@ -15,11 +15,11 @@ from autotune.engines import get_engine
 from autotune.engines.base import Engine, InvalidConfig
 from autotune.measure.suites import load_suite
 from autotune.space import CategoricalParam, FlagValue, FloatParam, IntParam, SearchSpace, load_space
-from autotune_twin.profile import TwinProfile, load_profile
 from benchmarks.axes import GridAxis
 from benchmarks.landscape import Landscape, LaunchCost, MeasureShape, Optimum, Prompt
 from benchmarks.runs import Run
 from benchmarks.unmodelled import Unmodelled
+from passmodel.profile import TwinProfile, load_profile
 
 FLOAT_POINTS = 11  # a float without a step is discretised into this many points (log-spaced if log)
 

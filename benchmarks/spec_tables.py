@@ -8,7 +8,7 @@ its accept length the replay uses it, so only the cost model is judged. Per tabl
 - ``ratio``: each row's rate over the first row's (at the same concurrency), the twin's against the
   published, max and median error over the rows after the first;
 - ``signs``: how many row-to-row changes (in the table's order, at one concurrency) go the same way;
-- ``cal3``: after fitting the profile's free constants (``autotune_twin.calibrate.fit``) to three
+- ``cal3``: after fitting the profile's free constants (``passmodel.calibrate.fit``) to three
   rows, the worst error of the other rows' rates, over every choice of three (``--subsets``: at most
   that many, drawn);
 - ``cal3 spanned``: the same over only the other rows the three span (:func:`spanned`): a row whose
@@ -38,11 +38,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune_twin import calibrate
-from autotune_twin.calibrate import Point
-from autotune_twin.launch import LaunchConfig
-from autotune_twin.profile import TwinProfile
-from autotune_twin.setup import (
+from passmodel import calibrate
+from passmodel.calibrate import Point
+from passmodel.config import LaunchConfig
+from passmodel.profile import TwinProfile
+from passmodel.setup import (
     DEFAULT_COSTS,
     DrafterFacts,
     PassCosts,

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from autotune_twin import physics
-from autotune_twin.launch import LaunchConfig
-from autotune_twin.profile import TwinProfile
+from passmodel import physics
+from passmodel.config import LaunchConfig
+from passmodel.profile import TwinProfile
 
 # LaunchConfig fields that size memory but do not change a single stream's decode rate (the pass
 # time reads tp, the speculative config, the KV dtype, the backend and CUDA graphs; acceptance

@@ -27,7 +27,7 @@ import random
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune_twin.launch import LaunchConfig
+from passmodel.config import LaunchConfig
 
 SPEC_SHARE = 0.25  # the share of a speculative pass that drafting and verifying add to a plain pass
 CEILING_SHARE = 0.4  # members with a host-side ceiling

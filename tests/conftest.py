@@ -47,7 +47,8 @@ def twin_gpus(profile: str = "qwen3.6-27b-2xa6000") -> GpuInventory:
     """The GPUs a twin profile simulates, as autotune reads them from the twin's inventory command
     (for :mod:`autotune.testing`'s runner; no process is started)."""
     from autotune.gpu import GpuInventory
-    from autotune_twin.profile import inventory, load_profile
+    from autotune_twin.gpu_state import inventory
+    from passmodel.profile import load_profile
 
     return GpuInventory.model_validate(inventory(load_profile(profile)))
 

@@ -1,5 +1,5 @@
 """A study's records as calibration points (autotune.calibration_points), read back by the twin's
-own points reader (autotune_twin.calibrate.Point)."""
+own points reader (passmodel.calibrate.Point)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from autotune.decision import Reuse
 from autotune.engines import get_engine
 from autotune.records import LevelRecord, MetricRecord
 from autotune.testing.records import trial_record
-from autotune_twin.calibrate import Point
+from passmodel.calibrate import Point
 
 MTP3 = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3, "speculative-eagle-topk": 1}
 

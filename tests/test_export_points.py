@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune_twin.calibrate import load_points
-from autotune_twin.profile import load_profile
+from passmodel.calibrate import load_points
+from passmodel.profile import load_profile
 from tests.test_study_twin import run, small_space
 from tests.twin.processes import twin
 

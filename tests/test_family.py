@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from autotune.space import load_space
-from autotune_twin.profile import load_profile
-from autotune_twin.setup import DEFAULT_COSTS
 from benchmarks.family import member
 from benchmarks.problems import problem_of, solve
+from passmodel.profile import load_profile
+from passmodel.setup import DEFAULT_COSTS
 
 SEEDS = range(8)
 
@@ -95,8 +95,8 @@ def test_issue_46s_optimum_drafts_deep_at_an_explicit_fraction() -> None:
 
 
 def test_a_member_s_public_facts_are_the_configs_it_was_built_from() -> None:
-    from autotune_twin.setup import ModelFacts, Setup, model_sizes
     from benchmarks.family_tight import issue_46_member, tight_member
+    from passmodel.setup import ModelFacts, Setup, model_sizes
 
     for fam in [member(1027), member(9401), tight_member(2), issue_46_member()]:
         profile, facts = fam.profile, fam.facts

@@ -17,10 +17,10 @@ from autotune.engines.sglang import SGLangEngine
 from autotune.engines.vllm import VLLMEngine
 from autotune.feasibility import FeasibilityModel, FractionWindow, MemoryLesson, headroom_use, model_weight_bytes
 from autotune.gpu import GpuInventory, check_idle, roofline, wait_for
-from autotune_twin import physics
+from autotune_twin import memory
 from autotune_twin.launch import resolve_launch
-from autotune_twin.profile import load_profile
 from autotune_twin.sglang.flags import parse_args
+from passmodel.profile import load_profile
 from tests.conftest import TWIN_SPACE, autotune_cmd
 
 GIB = 2**30
@@ -271,7 +271,7 @@ def test_graphs_are_captured_only_up_to_the_request_pool() -> None:
             "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
             "--cuda-graph-max-bs-decode", "48"]  # fmt: skip
     capped = resolve_launch(parse_args([*argv, "--max-running-requests", "16"])[0], profile)
-    assert capped.cuda_graph_max_bs_decode == 16 and physics.graph_tokens(capped) == 16 * 4
+    assert capped.cuda_graph_max_bs_decode == 16 and memory.graph_tokens(capped) == 16 * 4
 
 
 def test_served_launches_without_graph_sizes_predict_nothing() -> None:
@@ -423,14 +423,14 @@ def test_a_served_launch_saves_a_launch_that_would_run_out_of_headroom(tmp_path:
     argv = ["--model-path", "Qwen/Qwen3.6-27B", "--tp-size", "2", "--context-length", "131072",
             "--speculative-algorithm", "NEXTN", "--speculative-num-draft-tokens", "4",
             *[x for k, v in hand_found.items() for x in (f"--{k}", str(v))]]  # fmt: skip
-    needed, graphs = physics.needed_headroom_bytes(profile, resolve_launch(parse_args(argv)[0], profile))
+    needed, graphs = memory.needed_headroom_bytes(profile, resolve_launch(parse_args(argv)[0], profile))
     served = trials[0].user_attrs
     assert served["memory_runtime_gib"] == pytest.approx((needed - graphs) / GIB, abs=0.03)
     assert served["memory_graph_batch"] == 48 and served["gpu_peak_used_gib"] > served["memory_weights_gib"]
     assert "trial 0 used" in trials[1].user_attrs["reason"] and trials[1].constraints["memory"] > 0
     # and the twin agrees: that fraction dies of memory when launched
     tight = resolve_launch(parse_args([*argv, "--mem-fraction-static", "0.96"])[0], profile)
-    assert physics.memory_outcome(profile, tight) == "too_high"
+    assert memory.memory_outcome(profile, tight) == "too_high"
 
 
 def test_roofline_counts_a_gguf_file_and_its_draft_model(tmp_path: Path) -> None:

@@ -21,9 +21,8 @@ from autotune.engines.base import LaunchPlan
 from autotune.outcomes import OutcomeKind
 from autotune.space import Condition
 from autotune.study import make_sampler
-from autotune_twin import physics
+from autotune_twin import memory
 from autotune_twin.launch import resolve_launch
-from autotune_twin.profile import builtin_profiles, load_profile
 from autotune_twin.sglang.flags import parse_args
 from benchmarks import search_efficiency as bench
 from benchmarks.axes import GridAxis, grid, grid_size
@@ -32,6 +31,8 @@ from benchmarks.landscape import Landscape, MeasureShape, Prompt
 from benchmarks.nights import make_runner, outcome_of, run_study
 from benchmarks.problems import load_problem, solve
 from benchmarks.stream import perf_key
+from passmodel import physics
+from passmodel.profile import builtin_profiles, load_profile
 from tests.conftest import SPACES, TWIN_SPACE
 
 CODE = (
@@ -94,7 +95,7 @@ def test_failures_agree_with_the_physics_and_carry_sglangs_message(a6000: Landsc
         (low, {**HAND_FOUND, "mem-fraction-static": 0.6}),
         (high, {**HAND_FOUND, "mem-fraction-static": 0.97, "cuda-graph-max-bs-decode": 48}),
     ):
-        assert physics.memory_outcome(load_profile(), config(flags)) == result.outcome
+        assert memory.memory_outcome(load_profile(), config(flags)) == result.outcome
     assert "Please try to increase --mem-fraction-static" in (low.message or "")
     assert "CUDA out of memory" in (high.message or "")
     # steps without topk: real SGLang 0.5.23 fails comparing None (speculative_hook.py:1274)

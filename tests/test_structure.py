@@ -16,6 +16,7 @@ from tests.conftest import ROOT
 
 PACKAGE = ROOT / "autotune"
 TWIN = ROOT / "autotune_twin"
+PASS_MODEL = ROOT / "passmodel"
 
 
 def imported_modules(source: str) -> set[str]:
@@ -53,6 +54,15 @@ def test_twin_imports_nothing_of_the_core() -> None:
     assert len(paths) > 10
     for path in paths:
         offending = {m for m in imported_modules(path.read_text()) if top_package(m) == "autotune"}
+        assert not offending, f"{path} imports {offending}"
+
+
+def test_the_pass_model_imports_neither_the_product_nor_the_twin() -> None:
+    """Both import the pass model (``passmodel/``); it stands alone, so neither reaches the other through it."""
+    paths = sorted(PASS_MODEL.rglob("*.py"))
+    assert len(paths) > 5
+    for path in paths:
+        offending = {m for m in imported_modules(path.read_text()) if top_package(m) in ("autotune", "autotune_twin")}
         assert not offending, f"{path} imports {offending}"
 
 

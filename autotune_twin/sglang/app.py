@@ -17,17 +17,20 @@ import sys
 import time
 import traceback
 
-from autotune_twin import physics
+from autotune_twin import memory
 from autotune_twin.cli import prepare
 from autotune_twin.faults import NO_FAULT, Fault, diverges
 from autotune_twin.gpu_state import Publisher, visible_devices
-from autotune_twin.launch import LaunchConfig, LaunchError, resolve_launch
+from autotune_twin.launch import LaunchError, resolve_launch
 from autotune_twin.lifecycle import Lifecycle
-from autotune_twin.physics import GIB, MemoryFailure, MemoryPlan
-from autotune_twin.profile import TwinProfile
+from autotune_twin.memory import MemoryFailure, MemoryPlan
 from autotune_twin.sglang.flags import PROG, parse_args
 from autotune_twin.sglang.scheduler import SglangScheduler
 from autotune_twin.sglang.server import TwinState, start_http
+from passmodel import physics
+from passmodel.config import LaunchConfig
+from passmodel.physics import GIB
+from passmodel.profile import TwinProfile
 
 log = logging.getLogger("autotune_twin")
 # The launcher (main) process logs without a rank tag; the scheduler ("TP0") process with one.
@@ -173,7 +176,7 @@ class TwinApp(Lifecycle):
     def _load_and_size(self, cfg: LaunchConfig) -> MemoryPlan | None:
         """Simulated loading, pool sizing and graph capture; None when it failed (logged) or was stopped."""
         profile = self.profile
-        free = physics.free_bytes_at_start(profile)
+        free = memory.free_bytes_at_start(profile)
         weights = physics.weight_bytes_per_gpu(profile, cfg)
         log.info("Load weight begin. avail mem=%.2f GB", free / GIB)
         started = time.monotonic()
@@ -183,7 +186,7 @@ class TwinApp(Lifecycle):
         if weights <= free:
             self.gpus.hold(profile.gpus.runtime_reserved_bytes + weights)
         try:
-            plan = physics.plan_memory(profile, cfg)
+            plan = memory.plan_memory(profile, cfg)
         except MemoryFailure as failure:
             if failure.stage != "load":
                 self._log_weights(started, free, weights)
@@ -191,24 +194,24 @@ class TwinApp(Lifecycle):
             return None
         self._log_weights(started, free, weights)
         self._log_pools(plan)
-        self.gpus.hold(physics.held_bytes(profile, plan, ready=False))
+        self.gpus.hold(memory.held_bytes(profile, plan, ready=False))
         if cfg.disable_cuda_graph:
             log.info("Disable cuda graph.")
             try:
-                physics.check_headroom(profile, plan)
+                memory.check_headroom(profile, plan)
             except MemoryFailure as failure:
                 self._fail(_exception_text(failure, failure.exc_type, failure.message))
                 return None
-            self.gpus.hold(physics.held_bytes(profile, plan, ready=True))
+            self.gpus.hold(memory.held_bytes(profile, plan, ready=True))
             return plan
         avail = (plan.free_bytes - plan.weight_bytes - plan.pool_bytes) / GIB
         log.info("Capture cuda graph begin. This can take up to several minutes. avail mem=%.2f GB", avail)
         capture_started = time.monotonic()
         if not self._wait(self.load_seconds * (1 - _WEIGHT_SHARE)):
             return None
-        log.info("Capture cuda graph bs %s", physics.capture_sizes(plan.cuda_graph_bs))
+        log.info("Capture cuda graph bs %s", memory.capture_sizes(plan.cuda_graph_bs))
         try:
-            physics.check_headroom(profile, plan)
+            memory.check_headroom(profile, plan)
         except MemoryFailure as failure:
             # SGLang wraps the OOM: "Capture cuda graph failed: <OOM>" first, then the torch error.
             frames = "".join(traceback.format_tb(failure.__traceback__))
@@ -218,7 +221,7 @@ class TwinApp(Lifecycle):
                 f"{failure.exc_type}: {failure.message}"
             )
             return None
-        self.gpus.hold(physics.held_bytes(profile, plan, ready=True))
+        self.gpus.hold(memory.held_bytes(profile, plan, ready=True))
         log.info(
             "Capture cuda graph end. Time elapsed: %.2f s. mem usage=%.2f GB. avail mem=%.2f GB.",
             time.monotonic() - capture_started,

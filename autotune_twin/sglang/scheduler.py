@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from autotune_twin.launch import LaunchConfig
+from autotune_twin.memory import MemoryPlan
 from autotune_twin.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, Histogram
-from autotune_twin.physics import MemoryPlan
-from autotune_twin.profile import TwinProfile
 from autotune_twin.scheduler import Request, Scheduler, Stats
+from passmodel.config import LaunchConfig
+from passmodel.profile import TwinProfile
 
 log = logging.getLogger("autotune_twin")
 

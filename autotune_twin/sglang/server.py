@@ -12,14 +12,15 @@ from http import HTTPStatus
 from typing import Any
 
 from autotune_twin.faults import NO_FAULT, Fault
-from autotune_twin.launch import LaunchConfig
+from autotune_twin.memory import MemoryPlan
 from autotune_twin.metrics import gauge
-from autotune_twin.physics import GIB, MemoryPlan
-from autotune_twin.profile import TwinProfile
 from autotune_twin.scheduler import Request, Update
 from autotune_twin.sglang._flags import SGLANG_VERSION
 from autotune_twin.sglang.scheduler import SglangScheduler
 from autotune_twin.web import Handler, OpenAIReply, ServerState, TwinHTTPServer, chat_prompt
+from passmodel.config import LaunchConfig
+from passmodel.physics import GIB
+from passmodel.profile import TwinProfile
 
 DEFAULT_MAX_NEW_TOKENS = 128
 

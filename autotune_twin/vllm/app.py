@@ -34,8 +34,7 @@ from autotune_twin.faults import Fault, diverges
 from autotune_twin.gpu_state import Publisher, visible_devices
 from autotune_twin.launch import LaunchError
 from autotune_twin.lifecycle import Lifecycle
-from autotune_twin.physics import GIB, MemoryFailure
-from autotune_twin.profile import TwinProfile
+from autotune_twin.memory import MemoryFailure
 from autotune_twin.vllm._flags import VLLM_VERSION
 from autotune_twin.vllm.config import (
     KvPlan,
@@ -50,6 +49,8 @@ from autotune_twin.vllm.flags import PROG, build_parser, parse_args
 from autotune_twin.vllm.scheduler import Snapshot, VllmScheduler
 from autotune_twin.vllm.server import VllmState, start_http
 from autotune_twin.web import TwinHTTPServer
+from passmodel.physics import GIB
+from passmodel.profile import TwinProfile
 
 # Shares of the simulated load time: config build, weights, profile run, graph capture + warm-up.
 _CONFIG_SHARE, _WEIGHT_SHARE, _PROFILE_SHARE = 0.1, 0.5, 0.1

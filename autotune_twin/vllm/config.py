@@ -19,12 +19,15 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any
 
-from autotune_twin import physics
-from autotune_twin.launch import LaunchConfig, LaunchError, SpecConfig
-from autotune_twin.physics import GIB, MIB, MemoryFailure
-from autotune_twin.profile import TwinProfile
+from autotune_twin import memory
+from autotune_twin.launch import LaunchError
+from autotune_twin.memory import MemoryFailure
 from autotune_twin.vllm import dynamic_sd
 from autotune_twin.vllm._flags import FLAGS
+from passmodel import physics
+from passmodel.config import LaunchConfig, SpecConfig
+from passmodel.physics import GIB, MIB
+from passmodel.profile import TwinProfile
 
 # vLLM 0.33's MTPModelTypes: every name but "mtp" is rewritten to "mtp" with a warning.
 MTP_ALIASES = frozenset(
@@ -376,7 +379,7 @@ def check_free_memory(profile: TwinProfile, vc: VllmConfig) -> None:
         MemoryFailure: ``too_high``.
     """
     total = profile.gpus.memory_total_bytes
-    free = physics.free_bytes_at_start(profile)
+    free = memory.free_bytes_at_start(profile)
     requested = vc.gpu_memory_utilization * total
     if requested > free:
         raise MemoryFailure(
@@ -398,7 +401,7 @@ def profile_run(profile: TwinProfile, vc: VllmConfig) -> ProfileRun:
         MemoryFailure: ``load_oom`` when the weights alone do not fit.
     """
     total = profile.gpus.memory_total_bytes
-    free, weights = physics.check_weights_fit(profile, vc.cfg)
+    free, weights = memory.check_weights_fit(profile, vc.cfg)
     mem = profile.memory
     activations = mem.activation_base_bytes + mem.activation_per_prefill_token_bytes * vc.max_num_batched_tokens
     graphs = mem.graph_base_bytes + mem.graph_bytes_per_token * vc.capture_size if vc.cuda_graphs else 0.0

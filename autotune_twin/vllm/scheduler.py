@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from autotune_twin import physics
-from autotune_twin.launch import LaunchConfig
-from autotune_twin.profile import TwinProfile
 from autotune_twin.scheduler import Request, Scheduler
 from autotune_twin.vllm.config import KvPlan, VllmConfig
+from passmodel import physics
+from passmodel.config import LaunchConfig
+from passmodel.profile import TwinProfile
 
 
 @dataclass

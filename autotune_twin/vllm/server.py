@@ -17,15 +17,15 @@ import uuid
 from http import HTTPStatus
 from typing import Any
 
-from autotune_twin import physics
 from autotune_twin.faults import NO_FAULT, Fault
 from autotune_twin.metrics import E2E_BUCKETS, Histogram
-from autotune_twin.profile import TwinProfile
 from autotune_twin.scheduler import Request, Update
 from autotune_twin.vllm._flags import VLLM_VERSION
 from autotune_twin.vllm.config import KvPlan, VllmConfig
 from autotune_twin.vllm.scheduler import VllmScheduler
 from autotune_twin.web import Handler, OpenAIReply, ServerState, TwinHTTPServer, chat_prompt
+from passmodel import physics
+from passmodel.profile import TwinProfile
 
 DEFAULT_COMPLETION_TOKENS = 16  # vLLM's default max_tokens for /v1/completions
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0)

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from autotune_twin import physics
-from autotune_twin.adaptive import DEFAULT_CONFIG, StepController, load_config
-from autotune_twin.launch import LaunchConfig, LaunchError, resolve_launch
-from autotune_twin.profile import TwinProfile, load_profile
+from autotune_twin import memory
+from autotune_twin.launch import LaunchError, resolve_launch
 from autotune_twin.sglang.flags import parse_args
+from passmodel import physics
+from passmodel.adaptive import DEFAULT_CONFIG, StepController, load_config
+from passmodel.config import LaunchConfig
+from passmodel.profile import TwinProfile, load_profile
 
 CODE = "Implement a function in Python that merges two sorted lists; write a pytest unit test for it."
 REPETITIVE = "Count from 1 to 200, writing the numbers in digits separated by commas. Do not add any other text."
@@ -108,15 +110,15 @@ def test_config_candidates_are_the_union_of_its_slots(profile: TwinProfile, tmp_
 def test_every_step_tier_captures_its_own_cuda_graphs(profile: TwinProfile) -> None:
     fixed = launch(profile, *static(3), "--cuda-graph-max-bs-decode", "16")
     tiered = launch(profile, *ADAPTIVE, "--cuda-graph-max-bs-decode", "16")
-    _, fixed_graphs = physics.needed_headroom_bytes(profile, fixed)
-    _, tiered_graphs = physics.needed_headroom_bytes(profile, tiered)
+    _, fixed_graphs = memory.needed_headroom_bytes(profile, fixed)
+    _, tiered_graphs = memory.needed_headroom_bytes(profile, tiered)
     # tiers 0, 1, 3 up to batch 16 plus tiers 5 and 7 for the batches of slot 1 (1-4), each with its base
     mem = profile.memory
     expected = 5 * mem.graph_base_bytes + mem.graph_bytes_per_token * (16 * 1 + 16 * 2 + 16 * 4 + 4 * 6 + 4 * 8)
     assert tiered_graphs == pytest.approx(expected) and tiered_graphs > 2 * fixed_graphs
     # so a fraction that fits the static config can die capturing the adaptive tiers
     def outcome(flags: list[str], fraction: float) -> str:
-        return physics.memory_outcome(profile, launch(profile, *flags, "--mem-fraction-static", str(fraction)))
+        return memory.memory_outcome(profile, launch(profile, *flags, "--mem-fraction-static", str(fraction)))
 
     highest_static = next(f / 100 for f in range(95, 60, -1) if outcome(static(3), f / 100) == "ok")
     assert outcome(ADAPTIVE, highest_static) == "too_high"

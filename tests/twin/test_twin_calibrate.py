@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune_twin import calibrate, physics
-from autotune_twin.calibrate import Point
-from autotune_twin.profile import DrafterSpec, TwinProfile, load_profile
-from autotune_twin.setup import DEFAULT_COSTS, DrafterFacts, drafter_spec, load_setup, profile_from_setup
+from passmodel import calibrate, physics
+from passmodel.calibrate import Point
+from passmodel.profile import DrafterSpec, TwinProfile, load_profile
+from passmodel.setup import DEFAULT_COSTS, DrafterFacts, drafter_spec, load_setup, profile_from_setup
 from tests.twin.processes import REPO, twin
 
 GLM = REPO / "benchmarks" / "spec_setups" / "sgl-23336-glm47-mtp.yaml"

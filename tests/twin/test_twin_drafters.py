@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune_twin import physics
-from autotune_twin.launch import LaunchConfig, LaunchError, resolve_launch
-from autotune_twin.profile import PROFILE_DIR, ProfileError, TwinProfile, load_profile
+from autotune_twin.launch import LaunchError, resolve_launch
 from autotune_twin.sglang.flags import parse_args
+from passmodel import physics
+from passmodel.config import LaunchConfig
+from passmodel.profile import PROFILE_DIR, ProfileError, TwinProfile, load_profile
 
 LLAMA = "llama3.1-8b-1xh100"
 EAGLE3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from autotune_twin.faults import DIVERGE_AFTER_TOKENS, SCHEDULE_ENV
-from autotune_twin.profile import PROFILE_DIR
+from passmodel.profile import PROFILE_DIR
 from tests.twin.processes import serving
 
 pytestmark = [pytest.mark.twin, pytest.mark.slow]

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from autotune_twin import physics
-from autotune_twin.launch import LaunchConfig, LaunchError, default_cuda_graph_max_bs, resolve_launch
-from autotune_twin.profile import ProfileError, TwinProfile, load_profile
-from autotune_twin.setup import DEFAULT_COSTS, draft_step_ms
+from autotune_twin import memory
+from autotune_twin.launch import LaunchError, resolve_launch
 from autotune_twin.sglang.flags import parse_args
+from passmodel import physics
+from passmodel.config import LaunchConfig, default_cuda_graph_max_bs
+from passmodel.profile import ProfileError, TwinProfile, load_profile
+from passmodel.setup import DEFAULT_COSTS, draft_step_ms
 
 CODE = (
     "Implement insertion for a red-black tree in Python. I need a `RedBlackTree` class with an "
@@ -182,7 +184,7 @@ def test_dflash_needs_more_memory(profile: TwinProfile) -> None:
     def lowest_fitting(cfg_flags: list[str]) -> float:
         for percent in range(50, 100):
             cfg = launch(profile, *cfg_flags, "--context-length", "131072", "--mem-fraction-static", str(percent / 100))
-            if physics.memory_outcome(profile, cfg) == "ok":
+            if memory.memory_outcome(profile, cfg) == "ok":
                 return percent / 100
         raise AssertionError("never fits")
 
@@ -231,7 +233,7 @@ def test_natural_completion_length_is_fixed_per_prompt(profile: TwinProfile) -> 
     assert all(48 <= n <= 1024 for n in lengths)
     # fixed across processes too (not Python's salted hash): a twin process and the landscape agree
     code = (
-        "from autotune_twin import physics, profile; "
+        "from passmodel import physics, profile; "
         "print(physics.natural_completion_tokens(profile.load_profile(), {!r}))"
     )
     for hash_seed in ("1", "2"):
@@ -268,7 +270,7 @@ def test_memory_feasibility_is_monotone_in_mem_fraction(profile: TwinProfile, fl
     for step in range(0, 100):
         fraction = round(0.50 + step * 0.005, 3)
         cfg = launch(profile, *flags, "--mem-fraction-static", str(fraction))
-        outcomes.append(physics.memory_outcome(profile, cfg))
+        outcomes.append(memory.memory_outcome(profile, cfg))
     ranks = [RANK[o] for o in outcomes]
     assert ranks == sorted(ranks), outcomes
     assert "ok" in outcomes and outcomes[0] == "too_low"
@@ -276,8 +278,8 @@ def test_memory_feasibility_is_monotone_in_mem_fraction(profile: TwinProfile, fl
 
 def test_hand_found_memory_fits_and_caps_running_requests(profile: TwinProfile) -> None:
     cfg = launch(profile, *nextn(3, 1, 4), *HAND_FOUND_MEMORY)
-    plan = physics.plan_memory(profile, cfg)
-    physics.check_headroom(profile, plan)
+    plan = memory.plan_memory(profile, cfg)
+    memory.check_headroom(profile, plan)
     assert plan.max_total_num_tokens >= 131072
     assert 1 <= plan.max_running_requests < 16  # silently capped by the mamba state cache
 
@@ -285,8 +287,8 @@ def test_hand_found_memory_fits_and_caps_running_requests(profile: TwinProfile) 
 def test_too_low_fraction_fails_with_an_sglang_message(profile: TwinProfile) -> None:
     for fraction in ("0.55", "0.6", "0.68"):
         cfg = launch(profile, *nextn(3, 1, 4), "--context-length", "131072", "--mem-fraction-static", fraction)
-        with pytest.raises(physics.MemoryFailure) as failure:
-            physics.plan_memory(profile, cfg)
+        with pytest.raises(memory.MemoryFailure) as failure:
+            memory.plan_memory(profile, cfg)
         assert failure.value.kind == "too_low"
         assert any(
             needle in failure.value.message
@@ -303,15 +305,15 @@ def test_too_high_boundary_depends_on_graph_batch_and_draft_tokens(profile: Twin
     common = ["--context-length", "131072", "--mem-fraction-static", "0.95"]
     big = launch(profile, *nextn(5, 1, 6), *common, "--cuda-graph-max-bs-decode", "48")
     small = launch(profile, *nextn(1, 1, 2), *common, "--cuda-graph-max-bs-decode", "4")
-    assert physics.memory_outcome(profile, big) == "too_high"
-    assert physics.memory_outcome(profile, small) == "ok"
+    assert memory.memory_outcome(profile, big) == "too_high"
+    assert memory.memory_outcome(profile, small) == "ok"
 
 
 def test_automatic_fraction_fits_the_defaults(profile: TwinProfile) -> None:
     cfg = launch(profile, *nextn(1, 1, 2))
     assert cfg.mem_fraction_static is None
-    plan = physics.plan_memory(profile, cfg)
-    physics.check_headroom(profile, plan)
+    plan = memory.plan_memory(profile, cfg)
+    memory.check_headroom(profile, plan)
     assert 0.85 <= plan.mem_fraction_static <= 0.93
 
 

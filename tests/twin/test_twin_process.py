@@ -10,10 +10,11 @@ from typing import Any, cast
 import httpx
 import pytest
 
-from autotune_twin import physics
+from autotune_twin import memory
 from autotune_twin.launch import resolve_launch
-from autotune_twin.profile import load_profile
 from autotune_twin.sglang.flags import parse_args
+from passmodel import physics
+from passmodel.profile import load_profile
 from tests.twin.processes import Server, free_port, serving, start_twin, twin
 
 pytestmark = [pytest.mark.twin, pytest.mark.slow]
@@ -110,7 +111,7 @@ def test_inventory_shows_what_a_serving_twin_holds_until_it_stops(tmp_path: Path
     stopped = inventory_on(host)
     profile = load_profile()
     cfg = resolve_launch(parse_args(flags)[0], profile)
-    held = physics.held_bytes(profile, physics.plan_memory(profile, cfg), ready=True)
+    held = memory.held_bytes(profile, memory.plan_memory(profile, cfg), ready=True)
     for index in (0, 1):  # tp-size 2: both GPUs, as NVML would show a real TP server
         gpu = serving["gpus"][index]
         assert gpu["processes"] == [{"pid": server.process.pid, "used_memory_bytes": int(held)}]
@@ -120,7 +121,7 @@ def test_inventory_shows_what_a_serving_twin_holds_until_it_stops(tmp_path: Path
         assert stopped["gpus"][index]["memory_used_bytes"] == profile.gpus.idle_used_bytes
     # the server's own log says what it saw: free memory, then what the pools left
     text = server.log_text()
-    assert f"Load weight begin. avail mem={physics.free_bytes_at_start(profile) / physics.GIB:.2f} GB" in text
+    assert f"Load weight begin. avail mem={memory.free_bytes_at_start(profile) / physics.GIB:.2f} GB" in text
 
 
 def test_a_killed_twins_memory_is_not_counted(tmp_path: Path) -> None:

@@ -19,8 +19,8 @@ from autotune.engines.vllm import VLLMEngine
 from autotune.engines.vllm_logs import parse_engine_line, parse_spec_line
 from autotune.measure.suites import Prompt
 from autotune.outcomes import OutcomeKind
-from autotune_twin.profile import load_profile
 from autotune_twin.vllm.flags import help_text
+from passmodel.profile import load_profile
 from tests.twin.processes import REPO, Server, serving, start_twin, twin, wait_for
 
 pytestmark = [pytest.mark.twin, pytest.mark.slow]

@@ -7,14 +7,11 @@ documents every field with its unit.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
-from autotune_twin.gpu_state import Holding
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 DEFAULT_PROFILE = "qwen3.6-27b-2xa6000"
@@ -320,34 +317,3 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> TwinProfile:
             f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in exc.errors()
         )
         raise ProfileError(f"{path}: invalid twin profile: {problems}") from None
-
-
-def inventory(profile: TwinProfile, holdings: Sequence[Holding] = ()) -> dict[str, Any]:
-    """The simulated GPU inventory, in the schema autotune's GPU reader expects.
-
-    ``holdings``: the memory running twin servers hold (:mod:`autotune_twin.gpu_state`), shown
-    as used memory and as the processes holding it, the way NVML shows a real server.
-    """
-    gpus = profile.gpus
-
-    def gpu(index: int) -> dict[str, Any]:
-        held = [(h.pid, h.used_bytes[index]) for h in holdings if index in h.used_bytes]
-        used = min(gpus.memory_total_bytes, gpus.idle_used_bytes + sum(b for _, b in held))
-        return {
-            "index": index,
-            "name": f"{gpus.name} (simulated)",
-            "uuid": f"TWIN-GPU-{index}",
-            "memory_total_bytes": gpus.memory_total_bytes,
-            "memory_used_bytes": used,
-            "memory_free_bytes": gpus.memory_total_bytes - used,
-            "memory_bus_width_bits": gpus.memory_bus_width_bits,
-            "memory_max_clock_mhz": gpus.memory_max_clock_mhz,
-            "bandwidth_bytes_per_s": gpus.bandwidth_bytes_per_s,
-            "processes": [{"pid": pid, "used_memory_bytes": b} for pid, b in held],
-        }
-
-    return {
-        "driver_version": "twin (simulated)",
-        "simulated": True,
-        "gpus": [gpu(index) for index in range(gpus.count)],
-    }

@@ -25,6 +25,7 @@ class Refused(Exception):
         self.exc_type = exc_type
         self.message = message
 
+
 # DEFAULT_ADAPTIVE_CONFIG of 0.5.23: batch-size slot -> (candidate steps, down hysteresis).
 _DEFAULT_SLOTS = {1: ((1, 3, 5, 7), -0.25), 8: ((0, 1, 3), 0.0), 32: ((0, 1), 0.0), 64: ((0,), 0.0)}
 

@@ -12,8 +12,6 @@ near the starting profile.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 import shlex
@@ -25,10 +23,10 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from autotune_twin import physics
-from autotune_twin.launch import LaunchConfig, LaunchError, resolve_launch
-from autotune_twin.profile import CATEGORIES, DrafterSpec, TwinProfile
-from autotune_twin.setup import acceptance_table
+from passmodel import adaptive, physics
+from passmodel.config import DEFAULT_SPEC, LaunchConfig, SpecConfig, default_cuda_graph_max_bs
+from passmodel.profile import CATEGORIES, DrafterSpec, TwinProfile
+from passmodel.setup import acceptance_table
 
 
 class PointsError(Exception):
@@ -123,13 +121,15 @@ def _from_vllm(flags: dict[str, Any]) -> dict[str, Any]:
 
 
 def launch_config(profile: TwinProfile, flags: dict[str, Any], tp: int | None = None) -> LaunchConfig:
-    """The twin's configuration for a point's flags, with the profile's drafter where none is named.
+    """The configuration a point's flags (SGLang's spelling, or vLLM's ``speculative-config``) run,
+    with the profile's drafter where none is named: SGLang's documented normalisation of the
+    speculative flags (topk 1 drafts steps + 1 tokens; DFLASH drafts one block; no depth given: 3
+    steps, topk 1, 4 tokens) and the flags a pass's time depends on. What a launch refuses for other
+    reasons (memory, context) is the engine's business, not the pass model's.
 
     Raises:
-        ValueError: flags the twin cannot simulate (the message says which).
+        ValueError: flags the pass model cannot describe (the message says which).
     """
-    from autotune_twin.sglang.flags import parse_args
-
     flags = _from_vllm(dict(flags))
     speculative = any(name.startswith("speculative-") for name in flags)
     if "speculative-draft-model-path" in flags:
@@ -145,22 +145,86 @@ def launch_config(profile: TwinProfile, flags: dict[str, Any], tp: int | None = 
             flags |= {"speculative-algorithm": drafter.algorithm, "speculative-draft-model-path": drafter.path}
         else:
             raise ValueError(f"profile {profile.name} has no drafter for speculative flags")
-    flags.setdefault("tp-size", tp or profile.gpus.count)
-    argv = ["--model-path", profile.model.name]
-    for name, value in flags.items():
-        if value is False:  # a switch left off, as a launch leaves it out
-            continue
-        argv += [f"--{name}"] if value is True else [f"--{name}", str(value)]
-    stderr = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(stderr):
-            args, _ = parse_args(argv)
-    except SystemExit:
-        raise ValueError(stderr.getvalue().strip().splitlines()[-1].removeprefix("launch_server.py: ")) from None
-    try:
-        return resolve_launch(args, profile)
-    except LaunchError as exc:
-        raise ValueError(f"{exc.exc_type}: {exc.message}" if exc.message else exc.exc_type) from None
+    tp_size = int(flags.get("tp-size") or tp or profile.gpus.count)
+    graph_bs = _int(flags, "cuda-graph-max-bs-decode") or default_cuda_graph_max_bs(profile, tp_size)
+    fraction = flags.get("mem-fraction-static")
+    return LaunchConfig(
+        tp_size=tp_size,
+        context_length=_int(flags, "context-length") or profile.model.max_context_length,
+        spec=_spec(profile, flags),
+        mem_fraction_static=float(fraction) if fraction is not None else None,
+        max_running_requests=_int(flags, "max-running-requests"),
+        mamba_full_memory_ratio=float(flags.get("mamba-full-memory-ratio", 0.9)),
+        mamba_radix_cache_strategy=str(flags.get("mamba-radix-cache-strategy", "auto")),
+        max_mamba_cache_size=_int(flags, "max-mamba-cache-size"),
+        cuda_graph_max_bs_decode=graph_bs,
+        disable_cuda_graph=_on(flags, "disable-cuda-graph") or flags.get("cuda-graph-backend-decode") == "disabled",
+        chunked_prefill_size=_int(flags, "chunked-prefill-size") or profile.memory.default_chunked_prefill_size,
+        attention_backend=str(flags.get("attention-backend") or profile.memory.default_attention_backend),
+        page_size=_int(flags, "page-size") or 1,
+        kv_cache_dtype=str(flags.get("kv-cache-dtype", "auto")),
+    )
+
+
+def _int(flags: dict[str, Any], name: str) -> int | None:
+    value = flags.get(name)
+    return int(value) if value is not None and value is not False else None
+
+
+def _on(flags: dict[str, Any], name: str) -> bool:
+    """A switch: true or the bare flag's text ``true``; false or absent: off."""
+    value = flags.get(name, False)
+    return value is True or str(value).lower() in ("1", "true")
+
+
+def _spec(profile: TwinProfile, flags: dict[str, Any]) -> SpecConfig:
+    name = flags.get("speculative-algorithm")
+    if name is None:
+        return SpecConfig(kind="none")
+    algorithm = str(name).upper()
+    path = flags.get("speculative-draft-model-path")
+    steps, topk, draft = (_int(flags, f"speculative-{n}") for n in ("num-steps", "eagle-topk", "num-draft-tokens"))
+    if algorithm == "DFLASH":
+        drafter = profile.drafter(str(path) if path is not None else None, "DFLASH")
+        if drafter is None:
+            raise ValueError(f"{path} is not a DFLASH draft model the pass model knows (profile {profile.name})")
+        tokens = draft or _int(flags, "speculative-dflash-block-size") or drafter.default_block_size
+        return SpecConfig(kind="dflash", algorithm="DFLASH", num_steps=1, eagle_topk=1, num_draft_tokens=tokens,
+                          draft_model_path=drafter.path, dflash_block_size=tokens, drafter=drafter)  # fmt: skip
+    kind, drafter = _draft_source(profile, algorithm, str(path) if path is not None else None)
+    tiers = None
+    if _on(flags, "speculative-adaptive") and adaptive.unsupported_reason(algorithm, topk) is None:
+        try:
+            tiers = adaptive.load_config(flags.get("speculative-adaptive-config"))
+            steps = adaptive.initial_steps(tiers, steps)
+        except adaptive.Refused as refused:
+            raise ValueError(f"{refused.exc_type}: {refused.message}") from None
+        topk, draft = topk or 1, steps + 1
+    if steps is None and topk is None and draft is None:
+        steps, topk, draft = DEFAULT_SPEC
+    if steps is None or topk is None:
+        raise ValueError("speculative-num-steps and speculative-eagle-topk go together (SGLang refuses one alone)")
+    if draft is None or topk == 1:
+        draft = steps + 1 if topk == 1 else steps * topk + 1
+    return SpecConfig(kind=kind, algorithm=algorithm, num_steps=steps, eagle_topk=topk, num_draft_tokens=draft,
+                      draft_model_path=drafter.path if drafter else None, drafter=drafter, adaptive=tiers)  # fmt: skip
+
+
+def _draft_source(profile: TwinProfile, algorithm: str, path: str | None) -> tuple[str, DrafterSpec | None]:
+    """("mtp", None) for the model's own MTP heads, else ("eagle", the separate drafter)."""
+    if algorithm in ("NEXTN", "EAGLE") and path in (None, profile.model.name):
+        if profile.model.mtp is None:
+            raise ValueError(f"{profile.model.name} has no MTP heads; {algorithm} needs a draft model")
+        return "mtp", None
+    if algorithm not in ("NEXTN", "EAGLE", "EAGLE3"):
+        raise ValueError(f"speculative algorithm {algorithm} is not described by the pass model")
+    drafter = profile.drafter(path, "EAGLE" if algorithm == "NEXTN" else algorithm)
+    if drafter is None:
+        known = [(d.path, d.algorithm) for d in profile.model.drafters]
+        raise ValueError(
+            f"{path} is not an {algorithm} draft model the twin knows (profile {profile.name} has {known})"
+        )
+    return "eagle", drafter
 
 
 def _named_drafter(profile: TwinProfile, path: str) -> DrafterSpec | None:
@@ -205,6 +269,14 @@ def predict(
     prefill_s = physics.prefill_seconds(profile, cfg, input_len * concurrency) if input_len > 0 else 0.0
     seconds = prefill_s + math.ceil(max(output_len - 1, 0) / accept_length) * pass_s
     return Prediction(tok_s=concurrency * output_len / seconds, accept_length=accept_length)
+
+
+def expected_rate(
+    profile: TwinProfile, cfg: LaunchConfig, *, concurrency: int, input_len: int, output_len: int
+) -> float:
+    """Total output tok/s of a configuration no launch has measured: :func:`predict` with the
+    profile's own acceptance."""
+    return predict(profile, cfg, concurrency=concurrency, input_len=input_len, output_len=output_len, accept=None).tok_s
 
 
 def _own_drafter(profile: TwinProfile, cfg: LaunchConfig) -> LaunchConfig:
@@ -259,7 +331,7 @@ def _scale_draft_step(profile: TwinProfile, factor: float) -> TwinProfile:
     return profile.model_copy(update={"overheads": over, "model": model})
 
 
-def _drafter_of(cfg: LaunchConfig) -> str:
+def drafter_of(cfg: LaunchConfig) -> str:
     """The drafter a speculative configuration drafts with: its path, or ``mtp`` for MTP heads."""
     return cfg.spec.drafter.path if cfg.spec.drafter is not None else "mtp"
 
@@ -336,7 +408,7 @@ def identifiable_knobs(points: Sequence[Point], configs: Sequence[LaunchConfig])
     depths: dict[str, set[int | None]] = {}
     for _, c in spec:
         if c.spec.kind != "dflash":  # a block drafter's cost is not a step's
-            depths.setdefault(_drafter_of(c), set()).add(c.spec.num_steps)
+            depths.setdefault(drafter_of(c), set()).add(c.spec.num_steps)
     free = {
         "bandwidth": True,
         "fixed_pass_ms": len(batches) > 1,
@@ -358,9 +430,16 @@ def apply_knobs(profile: TwinProfile, knobs: Sequence[Knob], logs: Sequence[floa
     return profile
 
 
-def fit(profile: TwinProfile, points: Sequence[Point], knobs: Sequence[Knob] | None = None) -> TwinProfile:
+def fit(
+    profile: TwinProfile,
+    points: Sequence[Point],
+    knobs: Sequence[Knob] | None = None,
+    *,
+    iterations: int = 600,
+    restarts: int = 6,
+) -> TwinProfile:
     """The profile with ``knobs`` (default: :func:`identifiable_knobs`) scaled to minimise the
-    points' squared log error.
+    points' squared log error; ``iterations`` and ``restarts`` bound the simplex search.
 
     Raises:
         ValueError: a point's flags the twin cannot simulate.
@@ -379,8 +458,47 @@ def fit(profile: TwinProfile, points: Sequence[Point], knobs: Sequence[Knob] | N
         ]  # fmt: skip
         return float(np.mean((np.log(predicted) - measured) ** 2) + PRIOR_WEIGHT * np.mean(logs**2))
 
-    best = nelder_mead(loss, np.zeros(len(knobs)))
+    best = nelder_mead(loss, np.zeros(len(knobs)), iterations=iterations, restarts=restarts)
     return apply_knobs(profile, knobs, list(best))
+
+
+ACCEPTANCE_RATES = tuple(round(0.05 + 0.01 * i, 2) for i in range(95))  # 0.05 .. 0.99
+
+
+def fit_acceptance(profile: TwinProfile, points: Sequence[Point], configs: Sequence[LaunchConfig]) -> TwinProfile:
+    """Each drafter's acceptance (the MTP heads', each draft model's) made geometric at the rate whose
+    mean accept length best matches, in squared log error, the accept lengths its points measured;
+    a drafter without a measured accept length keeps its table. One rate per drafter is what a few
+    launches at a few depths can tell (a rate per position and prompt category is not)."""
+    by_drafter: dict[str, list[tuple[LaunchConfig, float]]] = {}
+    for point, cfg in zip(points, configs, strict=True):
+        if cfg.spec.enabled and point.accept_length is not None:
+            by_drafter.setdefault(drafter_of(cfg), []).append((cfg, point.accept_length))
+    for drafter, measured in by_drafter.items():
+        length = 15 if measured[0][0].spec.kind == "dflash" else 16
+        fitted = profile
+        best = min(ACCEPTANCE_RATES, key=lambda rate: _accept_error(fitted, drafter, measured, rate, length))
+        profile = _with_acceptance(profile, drafter, acceptance_table(best, length))
+    return profile
+
+
+def _accept_error(
+    profile: TwinProfile, drafter: str, measured: Sequence[tuple[LaunchConfig, float]], rate: float, length: int
+) -> float:
+    trial = _with_acceptance(profile, drafter, acceptance_table(rate, length))
+    return sum((math.log(profile_accept_length(trial, _own_drafter(trial, c))) - math.log(a)) ** 2 for c, a in measured)
+
+
+def _with_acceptance(profile: TwinProfile, drafter: str, table: dict[str, list[float]]) -> TwinProfile:
+    """``profile`` with one drafter's acceptance table (``mtp``: the MTP heads')."""
+    model = profile.model
+    if drafter == "mtp":
+        assert model.mtp is not None
+        return profile.model_copy(
+            update={"model": model.model_copy(update={"mtp": model.mtp.model_copy(update={"acceptance": table})})}
+        )
+    drafters = [d.model_copy(update={"acceptance": table}) if d.path == drafter else d for d in model.drafters]
+    return profile.model_copy(update={"model": model.model_copy(update={"drafters": drafters})})
 
 
 def nelder_mead(

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from autotune_twin.profile import (
+from passmodel.profile import (
     CATEGORIES,
     DrafterSpec,
     GpuSpec,
@@ -391,7 +391,7 @@ def profile_from_setup(setup: Setup, costs: PassCosts = DEFAULT_COSTS, *, name: 
     builtin = _builtin()
     return TwinProfile(
         name=name,
-        simulated=f"SIMULATION: built from public facts (autotune_twin/setup.py) for {facts.architectures[0]} "
+        simulated=f"SIMULATION: built from public facts (passmodel/setup.py) for {facts.architectures[0]} "
         f"on {setup.gpu_count}x {gpu.name}; uncalibrated until fitted to measured points.",
         gpus=gpus,
         interconnect=interconnect,
