@@ -9,8 +9,9 @@ give the share of the weights a pass reads; the weight bytes (from the files or 
 give the bytes, so a quantized checkpoint is weighed as it is stored.
 
 The config is found in a local model folder, or in the Hugging Face cache when the model is a hub
-name (no network). A structure this module cannot count (a hybrid of linear and full attention, a
-config it does not find) is unknown, and so is any ceiling built on it.
+name (no network), or where the space names it (``model_config``). A hybrid of linear (gated delta
+net) and full attention counts each kind of layer's projections. A structure this module cannot count
+(sliding-window layers, a config it does not find) is unknown, and so is any ceiling built on it.
 """
 
 from __future__ import annotations
@@ -101,6 +102,22 @@ def _attention_params(c: dict[str, Any], hidden: int, heads: int) -> int | None:
     return 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
 
 
+KNOWN_LAYERS = {"full_attention", "linear_attention"}
+
+
+def _linear_attention_params(c: dict[str, Any], hidden: int) -> int | None:
+    """One gated-delta-net layer's projections (Qwen3.5's linear attention): query, key, value and gate
+    in, the per-head decay and beta, and out."""
+    key_heads, key_dim, value_heads, value_dim = (
+        _int(c, n)
+        for n in ("linear_num_key_heads", "linear_key_head_dim", "linear_num_value_heads", "linear_value_head_dim")
+    )
+    if key_heads is None or key_dim is None or value_heads is None or value_dim is None:
+        return None
+    keys, values = key_heads * key_dim, value_heads * value_dim
+    return hidden * (2 * keys + 2 * values) + hidden * 2 * value_heads + values * hidden
+
+
 def _moe_layers(c: dict[str, Any], layers: int) -> int:
     """How many layers route to experts: DeepSeek's first dense layers, Qwen's sparse step and
     MLP-only layers; every layer otherwise."""
@@ -118,12 +135,16 @@ def structure_of(config: dict[str, Any]) -> ModelStructure | None:
     hidden, layers, heads, vocab = (
         _int(c, n) for n in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
     )
-    kinds = set(c.get("layer_types") or [])
-    if hidden is None or layers is None or heads is None or vocab is None or kinds - {"full_attention"}:
-        return None  # linear or sliding attention layers: another count, not guessed
-    attention = _attention_params(c, hidden, heads)
-    if attention is None:
+    types = list(c.get("layer_types") or [])
+    if hidden is None or layers is None or heads is None or vocab is None or set(types) - KNOWN_LAYERS:
+        return None  # sliding attention layers: another count, not guessed
+    full = _attention_params(c, hidden, heads)
+    linear_layers = types.count("linear_attention")
+    linear = _linear_attention_params(c, hidden) if linear_layers else 0
+    if full is None or linear is None:
         return None
+    # Every layer's attention, as the mean layer's (the counts below multiply it by the layers).
+    attention = ((layers - linear_layers) * full + linear_layers * linear) / layers
     experts = _int(c, "num_experts", "n_routed_experts", "num_local_experts") or 0
     per_token = _int(c, "num_experts_per_tok") or 0
     dense_mlp = 3 * hidden * (_int(c, "intermediate_size") or 0)  # gate, up and down projections
@@ -156,9 +177,10 @@ def structure_of(config: dict[str, Any]) -> ModelStructure | None:
     )
 
 
-def model_structure(model: str) -> ModelStructure | None:
-    """The structure of ``model`` (a local folder or a hub name in the cache); None when unknown."""
-    path = find_config(model)
+def model_structure(model: str, config: Path | None = None) -> ModelStructure | None:
+    """The structure of ``model`` (a local folder or a hub name in the cache; ``config``: its config.json
+    where the space names one); None when unknown."""
+    path = config or find_config(model)
     if path is None:
         return None
     try:

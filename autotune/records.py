@@ -44,6 +44,13 @@ class AgreementRecord(Frozen):
     error: str | None = None
 
 
+class Prediction(Frozen):
+    """What the model-guided search predicted for a trial before launching it."""
+
+    tok_s: float = Field(description="the objective's predicted rate [tok/s]")
+    search: str = Field(description="'model', or 'tpe' with why the model did not propose")
+
+
 class Proposal(Frozen):
     """Why the study launched this configuration, when not sampled: a retry, or a finalist's relaunch."""
 
@@ -52,6 +59,7 @@ class Proposal(Frozen):
     launch_round: int | None = Field(
         default=None, description="a relaunch's round: the relaunches launched together, compared with drift out"
     )
+    predicted: Prediction | None = Field(default=None, description="the pass model's rate, predicted before the launch")
 
 
 class LaunchRecord(Frozen):
@@ -112,6 +120,7 @@ FLAT_ORDER = (
     "retry_of",
     "confirm_of",
     "launch_round",
+    "predicted",
     "early_stopped",
     "dropped_requests",
     "resent_requests",

@@ -245,6 +245,8 @@ class EngineSpec(_Strict):
 class SearchSpace(_Strict):
     """A whole search-space file."""
 
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
     version: Literal[1]
     study: str | None = Field(default=None, pattern=r"^[\w.-]+$", description="default study name")
     engine: str = DEFAULT_ENGINE
@@ -253,6 +255,14 @@ class SearchSpace(_Strict):
     )
     launcher: list[str] | None = Field(default=None, min_length=1)
     model: str
+    config_json: str | None = Field(
+        default=None,
+        alias="model_config",
+        description="the model's config.json where the model is not local (relative: to this file)",
+    )
+    draft_model_configs: dict[str, str] = Field(
+        default_factory=dict, description="a draft model path -> its config.json, where the drafter is not local"
+    )
     gpus: GPUSpec = GPUSpec()
     env: dict[str, str] = Field(default_factory=dict)
     fixed: dict[str, FlagValue] = Field(default_factory=dict)
@@ -377,6 +387,13 @@ class SearchSpace(_Strict):
         return MeasureSettings.model_validate(
             {**protocol, "objective": self.objective.metric, "concurrency": self.objective.concurrency}
         )
+
+    def relative_path(self, path: str) -> Path:
+        """A path the space names, relative paths resolved against the space file."""
+        named = Path(path).expanduser()
+        if named.is_absolute() or self.source is None:
+            return named
+        return (self.source.parent / named).resolve()
 
     def suite_path(self) -> str:
         """The suite reference with relative paths resolved against the space file."""

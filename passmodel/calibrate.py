@@ -386,6 +386,20 @@ COST_KNOBS = (
     Knob("verify_token_ms", _scale_overhead("verify_token_ms")),
     Knob("compute", _scale_compute),
 )
+
+
+def _scale_dflash(profile: TwinProfile, factor: float) -> TwinProfile:
+    """Every DFlash drafter's block cost (its fixed cost and its cost per drafted token)."""
+    drafters = [
+        d.model_copy(update={"block_fixed_ms": d.block_fixed_ms * factor, "per_token_ms": d.per_token_ms * factor})
+        if d.algorithm == "DFLASH"
+        else d
+        for d in profile.model.drafters
+    ]
+    return profile.model_copy(update={"model": profile.model.model_copy(update={"drafters": drafters})})
+
+
+DFLASH_KNOB = Knob("dflash_block_ms", _scale_dflash)
 ACCEPTANCE_KNOB = Knob("acceptance", _scale_acceptance)
 PRIOR_WEIGHT = 0.002  # per squared log-factor: a constant the points cannot tell apart stays put
 
@@ -397,7 +411,8 @@ def identifiable_knobs(points: Sequence[Point], configs: Sequence[LaunchConfig])
     separate from it is free only where they vary it: the fixed per-pass cost and compute need more
     than one concurrency, the fixed cost of speculation a speculative and a plain point, the draft
     step more than one depth, verify cost more than one count of tokens verified a pass; acceptance
-    is free where a speculative point gives no accept length. Where the points draft with more than
+    is free where a speculative point gives no accept length; a DFlash drafter's block cost where a
+    point drafts with one. Where the points draft with more than
     one drafter, each drafter's step is its own knob, free where that drafter drafts at more than one
     depth (one drafter's step cost says nothing of another's: vLLM's EAGLE-3 step costs more than
     EAGLE's on the same target though it reads less).
@@ -418,6 +433,8 @@ def identifiable_knobs(points: Sequence[Point], configs: Sequence[LaunchConfig])
         "verify_token_ms": len({p.concurrency * c.spec.tokens_per_pass for p, c in spec}) > 1,
     }
     knobs = [k for k in COST_KNOBS if free[k.name]]
+    if any(c.spec.kind == "dflash" for _, c in spec):  # no table has a DFlash row: its costs are guesses
+        knobs.append(DFLASH_KNOB)
     if len(depths) > 1:
         knobs += [Knob(f"draft_step_ms:{d}", _scale_own_draft_step(d)) for d, seen in depths.items() if len(seen) > 1]
     unknown = any(p.accept_length is None for p, _ in spec)

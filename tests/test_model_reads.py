@@ -18,7 +18,7 @@ from autotune.space import load_space
 from autotune.study import make_sampler
 from autotune.testing import memory_as_logged, simulated_outcome, study_runner
 from autotune.trial import TrialOutcome
-from tests.conftest import TWIN_SPACE, idle_gpus
+from tests.conftest import ROOT, TWIN_SPACE, idle_gpus
 
 GIB = 1 << 30
 # Qwen3-30B-A3B's published config.json, as Hugging Face serves it.
@@ -59,10 +59,19 @@ def test_a_dense_model_reads_every_weight_but_an_untied_embedding_table() -> Non
     assert tied is not None and tied.read_share(1) == 1.0
 
 
+def test_a_hybrid_of_linear_and_full_attention_counts_each_kind_of_layer() -> None:
+    config = json.loads((ROOT / "search_spaces" / "configs" / "qwen3.6-27b.json").read_text())
+    hybrid = structure_of(config)
+    assert hybrid is not None and 26e9 < hybrid.total_params < 28e9  # Qwen3.6-27B: 48 linear, 16 full layers
+    full = structure_of({**config, "layer_types": ["full_attention"] * 64})
+    assert full is not None and full.total_params != hybrid.total_params  # a linear layer is not a full one
+
+
 def test_a_structure_not_counted_is_unknown(tmp_path: Path) -> None:
     hybrid = json.loads((QWEN3_MOE / "config.json").read_text())
     hybrid["layer_types"] = ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * 12
-    assert structure_of(hybrid) is None
+    assert structure_of(hybrid) is None  # linear layers without their dimensions
+    assert structure_of({**hybrid, "layer_types": ["sliding_attention", "full_attention"] * 24}) is None
     assert structure_of({"model_type": "unknown"}) is None
     assert model_structure(str(tmp_path)) is None  # a folder without config.json
     assert model_structure("nobody/no-such-model") is None
@@ -89,17 +98,20 @@ def test_a_rate_above_the_counted_ceiling_is_never_shown_as_a_share() -> None:
     assert below.model_copy(update={"unknown": "no config.json"}).share is None
 
 
-def moe_study(tmp_path: Path, model: str) -> tuple[float, float, str]:
-    """One launch of the twin space's study with ``model``, measured at 80 tok/s with 30.5 GB of weights
-    per GPU on two 768 GB/s GPUs (every weight read: at most 25 passes/s). (share or -1, draft tokens, detail)"""
-    space = load_space(TWIN_SPACE).model_copy(update={"baselines": [], "model": model})
+def moe_study(tmp_path: Path, model: str | None, tok_s: float = 80.0) -> tuple[float, float, str]:
+    """One launch of the twin space's study with ``model`` (None: the space's own, whose config.json it
+    names), measured at ``tok_s`` with 30.5 GB of weights per GPU on two 768 GB/s GPUs (every weight read:
+    at most 25 passes/s). (share or -1, draft tokens, detail)"""
+    space = load_space(TWIN_SPACE).model_copy(update={"baselines": []})
+    if model is not None:  # another model: the config the space names is not its
+        space = space.model_copy(update={"model": model, "config_json": None})
     weights = 30.53e9
 
     def launcher(plan: LaunchPlan, log_path: Path, phase: object, early_stop: EarlyStop | None = None) -> TrialOutcome:
         memory = memory_as_logged(weights_bytes=weights, kv_pool_bytes=5 * GIB, kv_tokens=100_000)
-        outcome = simulated_outcome(space, plan, tok_s=80.0, rounds=2, ci95=1.0, memory=memory, accept_length=2.0)
+        outcome = simulated_outcome(space, plan, tok_s=tok_s, rounds=2, ci95=1.0, memory=memory, accept_length=2.0)
         request = RequestRecord(prompt_id="c1", category="coding", round=0, prompt_tokens=0, completion_tokens=2,
-                                ttft_s=0.1, e2e_s=0.2, decode_tok_s=80.0, accept_length=2.0,
+                                ttft_s=0.1, e2e_s=0.2, decode_tok_s=tok_s, accept_length=2.0,
                                 finish_reason="length")  # fmt: skip
         measured = [m.model_copy(update={"requests": [request]}) for m in outcome.measurements]  # fmt: skip
         return outcome.model_copy(update={"measurements": measured})
@@ -125,6 +137,11 @@ def test_a_moe_study_shows_its_share_of_what_a_pass_reads(tmp_path: Path) -> Non
     logged = round(30.53e9 / GIB, 2) * GIB / 30.53e9  # the log's two decimals of GiB
     assert share == pytest.approx(80.0 / (768e9 / (read * logged) * 2.0), abs=0.001)
     assert 0 < share < 1 and f"{share:.0%} of the memory-bandwidth ceiling" in detail
+
+
+def test_a_space_that_names_its_models_config_has_a_ceiling(tmp_path: Path) -> None:
+    share, _, detail = moe_study(tmp_path, None, tok_s=30.0)  # Qwen/Qwen3.6-27B is not local: its config is named
+    assert 0 < share < 1 and "ceiling unknown" not in detail
 
 
 def test_a_study_of_a_model_without_its_config_says_the_ceiling_is_unknown(tmp_path: Path) -> None:

@@ -150,4 +150,16 @@ def _print_overview(opened: StudyView, overview: _Overview) -> None:
     if levels is not None:
         console.print(levels_table(levels))
     console.print(break_even_text(opened.break_even()))
+    _print_model_fit(opened, all_records)
     console.print(best_summary(best, simulated=opened.info.simulated))
+
+
+def _print_model_fit(opened: StudyView, records: list[TrialRecord]) -> None:
+    """The model-guided search's fit, where it ran (a trial carries a prediction made before its launch)."""
+    setup, space = opened.pass_setup(), opened.info.space
+    if setup is None or space is None or not any(r.proposal.predicted for r in records):
+        return
+    from autotune.report.console import model_fit_text
+    from autotune.study.guided import model_fit
+
+    console.print(model_fit_text(model_fit(space, setup, records)), highlight=False)

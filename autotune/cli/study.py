@@ -52,8 +52,17 @@ RaceShare = Annotated[
 class Sampler(str, Enum):
     tpe = "tpe"
     random = "random"
+    model = "model"
 
 
+SamplerOpt = Annotated[
+    Sampler,
+    typer.Option(
+        "--sampler",
+        help="Search strategy: tpe (Optuna's TPE), random, or model (the pass model calibrated on the "
+        "night's launches proposes the speculative flags; TPE the rest, and all where it cannot).",
+    ),
+]
 NameOpt = Annotated[
     Optional[str], typer.Option("--name", help="Study name (default: the space's 'study' key, or the file name).")
 ]
@@ -106,7 +115,7 @@ def study(
     studies_dir: StudiesDir = Path("studies"),
     trials: TrialsOpt = None,
     timeout: TimeoutOpt = None,
-    sampler: Annotated[Sampler, typer.Option("--sampler", help="Search strategy.")] = Sampler.tpe,
+    sampler: SamplerOpt = Sampler.tpe,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Sampler seed, for a reproducible search.")] = None,
     patience: PatienceOpt = None,
     total_trials: TotalTrialsOpt = None,
@@ -202,6 +211,7 @@ def _open_runner(
 ) -> StudyRunner:
     """Open the runner (heartbeat: 60 s on a server database unless given), recover, queue retries and baselines."""
     from autotune.study import StudyRunner
+    from autotune.study.guided import describe_search
 
     if heartbeat is None and not storage_url.startswith("sqlite"):
         heartbeat = 60
@@ -218,6 +228,7 @@ def _open_runner(
     killed, failed = runner.recover()
     if killed or failed:
         console.print(f"recovered: killed {killed} orphaned server(s), marked {failed} stale trial(s) failed")
+    console.print(describe_search(runner.study.sampler, runner.pass_setup), highlight=False)
     retried, queued = runner.prepare()
     if retried:
         console.print(f"interrupted trials queued again: {', '.join(map(str, retried))}", highlight=False)

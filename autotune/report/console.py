@@ -31,6 +31,7 @@ from autotune.study.schedule import Comparison, LevelVerdict, ScheduleVerdict
 
 if TYPE_CHECKING:
     from autotune.gpu import GpuInventory
+    from autotune.study.guided import ModelFit
 
 
 def adjustment_text(change: Adjusted) -> str:
@@ -101,6 +102,9 @@ def trial_detail(record: TrialRecord, finalist: Finalist | None = None) -> Group
         ci = f" ± {metric.ci95:.3g}" if metric.ci95 is not None else ""
         shown = f"{metric.value:.4g}" if metric.value is not None else "-"
         rows.add_row(name, f"{shown}{ci} {metric.unit}".strip())
+    predicted = record.proposal.predicted
+    if predicted is not None:
+        rows.add_row("predicted", f"{predicted.tok_s:.4g} tok/s before the launch (search: {predicted.search})")
     if record.measurement.roofline_share is not None or ROOFLINE_UNKNOWN in record.measurement.readings:
         rows.add_row("roofline", _roofline_text(record))
     if record.measurement.agreement is not None:
@@ -480,6 +484,9 @@ class LiveView(StudyEvents):
     def phase(self, name: str, detail: str) -> None:
         self.phase_text = f"{name} {detail}".strip()
 
+    def note(self, text: str) -> None:
+        self.console.print(text, highlight=False)
+
     def trial_finished(self, record: TrialRecord) -> None:
         self.finished += isinstance(record.decision, Launch)
         if (
@@ -556,3 +563,20 @@ def levels_table(levels: LoadLevels, *, unit: str = "tok/s") -> Group:
         front.add_row(f"#{p.trial}", str(p.concurrency), f"{p.per_user_tok_s:.1f}", f"{p.per_gpu_tok_s:.1f}")
     note = Text(f"only the primary level (concurrency {levels.primary}) is confirmed on fresh launches", style="dim")
     return Group(winners, note, front)
+
+
+def model_fit_text(fit: ModelFit) -> str:
+    """The model-guided search's fit: its error on each launch, predicted before it, and its best untried guess."""
+    lines = [f"model-guided search: {fit.setup}"]
+    median = fit.median_error
+    if median is not None:
+        shown = ", ".join(f"{e:.0%}" for e in fit.errors[-10:])
+        lines.append(
+            f"  error of the rate predicted before each launch: median {median:.1%} over {len(fit.errors)} ({shown})"
+        )
+    if fit.fit_error is not None:
+        lines.append(f"  fit to every launch so far: {fit.fit_error:.1%} rms")
+    if fit.best_untried is not None and fit.best_untried_rate is not None:
+        flags = " ".join(f"--{k} {v}" for k, v in fit.best_untried.items())
+        lines.append(f"  predicted best untried: {flags or '(no speculation)'}: {fit.best_untried_rate:.4g} tok/s")
+    return "\n".join(lines)

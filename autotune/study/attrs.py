@@ -20,6 +20,7 @@ from autotune.feasibility import MemoryLesson
 from autotune.measure.agreement import Agreement, Reference, compare
 from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
+from autotune.pass_setup import PassSetup
 from autotune.records import (
     AgreementRecord,
     LaunchRecord,
@@ -27,6 +28,7 @@ from autotune.records import (
     LevelRecord,
     MeasurementRecord,
     MetricRecord,
+    Prediction,
     Proposal,
     TrialRecord,
 )
@@ -59,19 +61,10 @@ ROOFLINE_UNKNOWN = "roofline_unknown"
 ABOVE_COUNT = "the measured rate is above the ceiling counted from config.json: what a pass reads is unknown"
 # A reuse copies its original's facts, except who ran it, what it taught (learned once) and what
 # was decided for it and launched.
+PREDICTED = "predicted"
 NOT_COPIED = frozenset(
-    {
-        "baseline",
-        "host",
-        "worker_pid",
-        "retry_of",
-        "confirm_of",
-        "launch_round",
-        MEMORY_LESSON,
-        DECISION,
-        "flags",
-        "config_key",
-    }
+    {"baseline", "host", "worker_pid", "retry_of", "confirm_of", "launch_round", MEMORY_LESSON, DECISION, "flags"}
+    | {"config_key", PREDICTED}
 )
 CONFIRMATION = "confirmation"
 SCHEDULE_VERDICT = "schedule_verdict"
@@ -79,6 +72,7 @@ BY_CONCURRENCY = "by_concurrency"
 AGREEMENT = "agreement"
 REFERENCE = "agreement_reference"
 IMPORTANCE = "importance"
+PASS_SETUP = "pass_setup"
 
 
 class StudyInfo(Frozen):
@@ -120,8 +114,9 @@ class StudyInfo(Frozen):
 
 
 def describe_study(
-    study: optuna.Study, *, space: SearchSpace, env: Mapping[str, str | None], suite: str, inventory: GpuInventory
-) -> None:
+    study: optuna.Study, *, space: SearchSpace, env: Mapping[str, str | None], suite: str, inventory: GpuInventory,
+    pass_setup: PassSetup | None = None,
+) -> None:  # fmt: skip
     attrs: dict[str, Any] = {
         "engine": ", ".join(space.engine_names()),
         "model": space.model,
@@ -133,9 +128,23 @@ def describe_study(
         "gpus": [g.name for g in inventory.gpus],
         "driver_version": inventory.driver_version,
         "space": {**space.model_dump(mode="json"), "env": dict(env)},
+        PASS_SETUP: pass_setup.model_dump(mode="json") if pass_setup else None,
     }
     for key, value in attrs.items():
         study.set_user_attr(key, value)
+
+
+def pass_setup(study: StoredStudy | optuna.Study) -> PassSetup | None:
+    """What the pass model is built from (:func:`describe_study`); None where no run of this version kept it."""
+    try:
+        return PassSetup.model_validate(study.user_attrs[PASS_SETUP])
+    except (KeyError, ValidationError):
+        return None
+
+
+def record_prediction(trial: optuna.Trial, prediction: Prediction) -> None:
+    """The rate the model-guided search predicted for this trial, before its launch (the dashboard shows it)."""
+    trial.set_user_attr(PREDICTED, prediction.model_dump(mode="json"))
 
 
 def record_stop_reason(study: optuna.Study, reason: str) -> None:
@@ -169,7 +178,7 @@ def schedule_verdict(study: StoredStudy) -> ScheduleVerdict | None:
         ) from None
 
 
-def study_info(study: StoredStudy) -> StudyInfo:
+def study_info(study: StoredStudy | optuna.Study) -> StudyInfo:
     attrs = study.user_attrs
     stored = dict(attrs.get("space") or {})
     env = stored.pop("env", {}) or {}
@@ -546,8 +555,9 @@ def trial_record(trial: FrozenTrial | StoredTrial) -> TrialRecord:
 def _proposal(attrs: Mapping[str, Any]) -> Proposal:
     """What was enqueued with the trial (nothing, for a sampled one)."""
     return Proposal(
-        retry_of=attrs.get("retry_of"), confirm_of=attrs.get("confirm_of"), launch_round=attrs.get("launch_round")
-    )
+        retry_of=attrs.get("retry_of"), confirm_of=attrs.get("confirm_of"), launch_round=attrs.get("launch_round"),
+        predicted=attrs.get(PREDICTED),
+    )  # fmt: skip
 
 
 _DECISION_ADAPTER: TypeAdapter[Decision] = TypeAdapter(Decision)

@@ -18,3 +18,6 @@ class StudyEvents:
     def phase(self, name: str, detail: str) -> None: ...
 
     def trial_finished(self, record: TrialRecord) -> None: ...
+
+    def note(self, text: str) -> None:
+        """A line the study says once (the search changing its strategy mid-night)."""

@@ -34,6 +34,7 @@ from autotune.measure.client import Measurement
 from autotune.measure.integrity import above_ceiling
 from autotune.model_reads import model_structure
 from autotune.outcomes import OutcomeKind
+from autotune.pass_setup import read_pass_setup
 from autotune.records import TrialRecord
 from autotune.secrets import redact, redact_env, redact_flags, secret_values
 from autotune.server import reap_orphans
@@ -43,6 +44,7 @@ from autotune.study import attrs, recovery
 from autotune.study.artifacts import artifact_store, upload
 from autotune.study.confirm import early_stop_bar
 from autotune.study.events import StudyEvents
+from autotune.study.guided import keep_prediction
 from autotune.study.history import History
 from autotune.study.importance import compute_importance
 from autotune.study.launcher import Launcher, ReadGpus, launched_plan, trial_launcher, wait_for_idle_gpus
@@ -156,7 +158,10 @@ class StudyRunner:
         self.stop_reason: str | None = None
         self.storage_fault: str | None = None
         self.feasibility = feasibility_models(self.space, self.engines, self.inventory)
-        self.structure = model_structure(self.space.model)  # what a decode pass reads, for the roofline
+        named = self.space.relative_path(self.space.config_json) if self.space.config_json else None
+        self.structure = model_structure(self.space.model, named)  # what a decode pass reads, for the roofline
+        self.pass_setup = read_pass_setup(self.space, self.inventory)
+        self.search: str | None = None  # the search that proposed the last trial (model-guided, or why not)
         replay(self.feasibility, self.records(), default_engine=self.space.engine)
         self.rules = build_rules(self.space, self.engines, self.feasibility, off=rules_off)
 
@@ -211,6 +216,7 @@ class StudyRunner:
                 env=redact_env(self.space.env),
                 suite=self.checked.suite.name,
                 inventory=self.inventory,
+                pass_setup=self.pass_setup,
             )
         with warnings.catch_warnings():  # Optuna 5 still calls metric names experimental
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -229,6 +235,10 @@ class StudyRunner:
             trial, host=socket.gethostname(), pid=os.getpid(), gpus=[g.name for g in self.inventory.gpus]
         )
         candidate = suggest(self.space, trial, self._baseline(story))
+        sampled = story.baseline is None and story.proposal.confirm_of is None and story.proposal.retry_of is None
+        self.search = keep_prediction(
+            self.study.sampler, trial, candidate.flags, sampled=sampled, last=self.search, note=self.events.note
+        )
         self.events.trial_started(trial.number, candidate)
         engine, flags = self.space.split_engine(candidate.flags)
         history = self._history(trial.number)

@@ -1,4 +1,4 @@
-"""The study's sampler: Optuna's TPE, or random draws.
+"""The study's sampler: Optuna's TPE, random draws, or the model-guided search (:mod:`autotune.study.guided`).
 
 TPE is multivariate (flags modelled jointly), grouped (a flag present only under a condition is
 modelled with the trials that have it), with a constant liar so parallel workers do not propose the
@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.study import attrs
 
-SamplerName = Literal["tpe", "random"]
+SamplerName = Literal["tpe", "random", "model"]
 
 # Proposals answered without a launch, in a row, before a random draw; chosen on the dev slice
 # (benchmarks/results/memory-budget-2026-12-05/).
@@ -88,10 +88,15 @@ class Unstuck(optuna.samplers.BaseSampler):
 
 
 def make_sampler(name: SamplerName, seed: int | None, *, unstuck: bool = True) -> optuna.samplers.BaseSampler:
-    """The study's sampler: TPE (module docstring) or Optuna's random sampler; ``seed`` seeds it;
+    """The study's sampler: TPE (module docstring), Optuna's random sampler, or the model-guided search
+    (speculative flags from the calibrated pass model, the rest and its fallback TPE); ``seed`` seeds it;
     ``unstuck``: TPE draws at random when proposals stop launching (:class:`Unstuck`)."""
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
+    if name == "model":
+        from autotune.study.guided import ModelGuided
+
+        return ModelGuided(make_sampler("tpe", seed, unstuck=unstuck), seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         tpe = optuna.samplers.TPESampler(

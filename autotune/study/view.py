@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from autotune.engines import DEFAULT_ENGINE
 from autotune.measure.client import Measurement
 from autotune.models import Frozen
+from autotune.pass_setup import PassSetup
 from autotune.profile import Profile, ProfileGain, ProfileMetric
 from autotune.records import TrialRecord
 from autotune.study import artifacts, attrs
@@ -112,6 +113,10 @@ class StudyView:
         return load_levels(
             self.records(), levels, metric=self.info.objective_metric, primary_best=self.best(), gpus=gpus
         )
+
+    def pass_setup(self) -> PassSetup | None:
+        """What the study's pass model is built from (None: recorded by no run of this version)."""
+        return attrs.pass_setup(self._study)
 
     def schedule_verdict(self) -> ScheduleVerdict | None:
         """The speculation schedule's race as ``confirm --schedule`` kept it; None if never raced."""

@@ -1,0 +1,565 @@
+"""The model-guided sampler: proposals from the pass model (:mod:`passmodel`) calibrated on the night's launches.
+
+Stateless across hosts: every proposal rebuilds the model from what the study holds (the setup the
+runner recorded, :func:`autotune.study.attrs.pass_setup`; the finished trials as calibration points,
+:mod:`autotune.calibration_points`), so storage, several hosts, resume and the dashboard work as
+with TPE. Per process the fit is cached by the number of points.
+
+A proposal, for the speculative flags (the others, memory sizing above all, are TPE's):
+1. the first launches give the model what it fits: the plain launch (where the space allows it), the
+   shallowest and the deepest draft, where the measured trials do not already hold them;
+2. then each drafter's acceptance is fitted to the measured accept lengths, and the pass's free
+   constants to the measured rates (:func:`passmodel.calibrate.fit`);
+3. a pool of :data:`POOL` candidates drawn from the space, plus the best measured configuration's
+   one-flag neighbours, is scored by an upper confidence bound: the predicted rate times
+   1 + (the fit's error + :data:`DISTANCE_WIDTH` x the distance to the nearest measured configuration);
+   the highest untried one is proposed.
+It falls back to TPE, saying why, where no model can be built (:class:`~autotune.pass_setup.PassSetup`),
+where the space tunes several engines or nothing speculative, and where the median error of its
+last :data:`JUDGED` predictions made before their launches exceeds :data:`FALLBACK_ERROR`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, TrialState
+from pydantic import Field
+
+from autotune.calibration_points import CalibrationPoint
+from autotune.engines import DEFAULT_ENGINE, get_engine
+from autotune.models import Frozen
+from autotune.pass_setup import PassSetup
+from autotune.records import Prediction, TrialRecord
+from autotune.space import CategoricalParam, FloatParam, IntParam, SearchSpace, suggest
+from autotune.study import attrs
+from passmodel import calibrate
+from passmodel.config import LaunchConfig
+from passmodel.profile import TwinProfile
+
+POOL = 300
+DISTANCE_WIDTH = 0.15  # the UCB's width per unit of distance (mean per-flag difference, 0..1)
+MIN_FIT_ERROR = 0.03  # a fit on few points looks better than it is
+UNKNOWN_ACCEPTANCE_WIDTH = 0.25  # a drafter no launch has measured: its acceptance is a guess
+JUDGED = 5  # the last predictions judged for the fallback
+FALLBACK_ERROR = 0.15  # median relative error of those, above which TPE proposes (fixed before judging)
+SPECULATIVE = "speculative-"
+# The objectives the model predicts: a request's decode rate, the total output rate.
+RATES = ("decode_tok_s", "output_tok_s")
+
+
+@dataclass(frozen=True)
+class Launched:
+    """A trial whose own launch was measured: its speculative parameters and its point."""
+
+    params: dict[str, Any]
+    point: CalibrationPoint
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """The calibrated model: its profile, its error on the points it was fitted to, the mean request."""
+
+    profile: TwinProfile
+    error: float
+    concurrency: int
+    input_len: int
+    output_len: int
+    per_request: bool  # the objective is one request's rate (decode_tok_s), not the total
+    drafters: frozenset[str]  # the drafters whose acceptance a launch measured ("mtp": the MTP heads)
+
+
+class _Draw:
+    """A :class:`~autotune.space.TrialLike` that draws each value at random (a pool candidate)."""
+
+    def __init__(self, rng: random.Random, fixed: Mapping[str, Any] | None = None) -> None:
+        self.rng = rng
+        self.fixed = fixed or {}
+
+    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1, log: bool = False) -> int:
+        if name in self.fixed:
+            return int(self.fixed[name])
+        return low + step * self.rng.randrange((high - low) // step + 1)
+
+    def suggest_float(
+        self, name: str, low: float, high: float, *, step: float | None = None, log: bool = False
+    ) -> float:
+        if name in self.fixed:
+            return float(self.fixed[name])
+        if step:
+            return low + step * self.rng.randrange(int(round((high - low) / step)) + 1)
+        return self.rng.uniform(low, high)
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any:
+        return self.fixed[name] if name in self.fixed else self.rng.choice(list(choices))
+
+
+class ModelGuided(optuna.samplers.BaseSampler):
+    """Speculative flags from the calibrated pass model (module docstring); the rest from ``fallback``."""
+
+    def __init__(self, fallback: optuna.samplers.BaseSampler, seed: int | None) -> None:
+        self.fallback = fallback
+        self.rng = random.Random(seed)
+        self._space: SearchSpace | None = None
+        self._profile: TwinProfile | None = None
+        self._fits: dict[int, Fitted | None] = {}
+        self._chosen: dict[int, tuple[dict[str, Any] | None, str]] = {}  # trial -> (spec params, search)
+        self._read: dict[int, tuple[TrialRecord, Launched | None]] = {}
+        self._depths: dict[str, int | None] = {}
+
+    # ---------------------------------------------------------------- Optuna's interface
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return {}
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        chosen, _ = self.choice(study, trial.number)
+        if chosen is not None and param_name in chosen:
+            return chosen[param_name]
+        return self.fallback.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.fallback.before_trial(study, trial)
+
+    def after_trial(
+        self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
+    ) -> None:
+        self.fallback.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.fallback.reseed_rng()
+
+    # ---------------------------------------------------------------- the model
+
+    def search(self, study: optuna.Study, number: int) -> str:
+        """'model', or 'tpe: why' for the trial ``number``'s proposal."""
+        return self.choice(study, number)[1]
+
+    def choice(self, study: optuna.Study, number: int) -> tuple[dict[str, Any] | None, str]:
+        """The speculative parameters the model proposes for trial ``number`` (None: TPE proposes), and
+        the search that chose them; worked out once per trial."""
+        if number not in self._chosen:
+            self._chosen[number] = self._choose(study)
+        return self._chosen[number]
+
+    def prediction(self, study: optuna.Study, flags: Mapping[str, Any], search: str) -> Prediction | None:
+        """The objective's rate the model predicts for ``flags`` (a proposal's, which ``search`` chose),
+        before its launch; None without a model or before it can be fitted."""
+        space = self._study_space(study)
+        fitted = self._fitted(study) if space is not None else None
+        if space is None or fitted is None:
+            return None
+        rate = _rate(fitted, space, flags)
+        return Prediction(tok_s=rate, search=search) if rate is not None else None
+
+    def _study_space(self, study: optuna.Study) -> SearchSpace | None:
+        if self._space is None:
+            self._space = attrs.study_info(study).space
+        return self._space
+
+    def _model_profile(self, study: optuna.Study) -> tuple[TwinProfile | None, str]:
+        if self._profile is None:
+            setup = attrs.pass_setup(study)
+            if setup is None:
+                return None, "the study recorded no pass-model setup"
+            if setup.setup is None:
+                return None, setup.summary()
+            self._profile = setup.profile()
+        return self._profile, ""
+
+    def _finished(self, study: optuna.Study, space: SearchSpace) -> list[tuple[TrialRecord, Launched | None]]:
+        """Each finished trial's record and, where its own launch was measured, its point (read once: a
+        finished trial does not change)."""
+        finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        for trial in finished:
+            if trial.number not in self._read:
+                record = attrs.trial_record(trial)
+                point = _point(record, space)
+                one = Launched(params=_spec_params(trial.params), point=point) if point is not None else None
+                self._read[trial.number] = (record, one)
+        return [self._read[t.number] for t in sorted(finished, key=lambda t: t.number)]
+
+    def _records(self, study: optuna.Study, space: SearchSpace) -> list[TrialRecord]:
+        return [record for record, _ in self._finished(study, space)]
+
+    def _launched(self, study: optuna.Study, space: SearchSpace) -> list[Launched]:
+        return [one for _, one in self._finished(study, space) if one is not None]
+
+    def _choose(self, study: optuna.Study) -> tuple[dict[str, Any] | None, str]:
+        space = self._study_space(study)
+        if space is None:
+            return None, "tpe: the study's space is not recorded"
+        if space.engines:
+            return None, "tpe: the space tunes several engines; the model compares one engine's drafts"
+        if not any(name.startswith(SPECULATIVE) for name in space.tuned):
+            return None, "tpe: the space tunes no speculative flag"
+        if space.objective.metric not in RATES or space.objective.levels:
+            return None, f"tpe: the model predicts {' or '.join(RATES)} at one concurrency, not this objective"
+        profile, why = self._model_profile(study)
+        if profile is None:
+            return None, f"tpe: {why}"
+        launched = self._launched(study, space)
+        pool = self._pool(space, launched)
+        if not pool:
+            return None, "tpe: no candidate of the space is one the model describes"
+        startup = self._startup(profile, space, launched, pool)
+        if startup is not None:
+            return startup, "model"
+        fitted = self._fitted(study)
+        if fitted is None:
+            return None, "tpe: the model could not be fitted to the launches"
+        error = judged_error(self._records(study, space), space)
+        if error is not None and error > FALLBACK_ERROR:
+            return None, (
+                f"tpe: the model's median error on its last {JUDGED} predictions made before the launch is "
+                f"{error:.0%} (above {FALLBACK_ERROR:.0%})"
+            )
+        finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        tried = {_key(_spec_params(t.params)) for t in finished}  # measured, reused or skipped: known
+        best = self._best(fitted, space, launched, tried, pool)
+        if best is None:
+            return None, "tpe: every candidate the model drew from the space is tried"
+        return best, "model"
+
+    # ---------------------------------------------------------------- candidates
+
+    def _pool(self, space: SearchSpace, launched: Sequence[Launched]) -> list[dict[str, Any]]:
+        """Speculative parameter sets: drawn from the space, and the best measured one's neighbours."""
+        seen: dict[str, dict[str, Any]] = {}
+        for _ in range(POOL):
+            params = _spec_params(suggest(space, _Draw(self.rng)).params)
+            seen.setdefault(_key(params), params)
+        best = _best_measured(launched)
+        if best is not None:
+            for name, param in space.tuned.items():
+                if name.startswith(SPECULATIVE) and name in best:
+                    for value in _neighbours(param, best[name]):
+                        fixed = {**best, name: value}
+                        params = _spec_params(suggest(space, _Draw(self.rng, fixed)).params)
+                        seen.setdefault(_key(params), params)
+        return list(seen.values())
+
+    def _startup(
+        self, profile: TwinProfile, space: SearchSpace, launched: Sequence[Launched], pool: list[dict[str, Any]]
+    ) -> dict[str, Any] | None:
+        """The plain launch, the shallowest and the deepest draft, where no measured trial gives them."""
+        for params in pool:
+            if _key(params) not in self._depths:
+                self._depths[_key(params)] = _depth(profile, space, params)
+        depths = self._depths
+        usable = [p for p in pool if depths[_key(p)] is not None]
+        if not usable:
+            return None
+        measured = {self._depths.get(_key(one.params), _depth(profile, space, one.params)) for one in launched}
+        spec_depths = [d for d in (depths[_key(p)] for p in usable) if d]
+        targets = [0] if any(depths[_key(p)] == 0 for p in usable) else []
+        if spec_depths:
+            targets += [min(spec_depths), max(spec_depths)]
+        for target in targets:
+            if target not in measured:
+                matching = [p for p in usable if depths[_key(p)] == target]
+                return self.rng.choice(matching)
+        return None
+
+    def _best(
+        self,
+        fitted: Fitted,
+        space: SearchSpace,
+        launched: Sequence[Launched],
+        tried: set[str],
+        pool: list[dict[str, Any]],
+    ) -> dict[str, Any] | None:
+        """The untried candidate of the highest upper bound (None: every candidate drawn was tried).
+
+        Even where none promises more than the best measured, the most promising untried one is launched:
+        the best measured one again would differ only in memory flags, which the pre-launch rules answer
+        from its measurement without a launch."""
+        width = max(fitted.error, MIN_FIT_ERROR)
+        scored: list[tuple[float, dict[str, Any]]] = []
+        for params in pool:
+            if _key(params) in tried:
+                continue
+            cfg = _config(fitted.profile, space, _flags(space, params))
+            rate = _rate(fitted, space, _flags(space, params))
+            if rate is None or cfg is None:
+                continue
+            distance = min((_distance(space, params, one.params) for one in launched), default=1.0)
+            unknown = cfg.spec.enabled and calibrate.drafter_of(cfg) not in fitted.drafters
+            bound = 1 + width + DISTANCE_WIDTH * distance + (UNKNOWN_ACCEPTANCE_WIDTH if unknown else 0.0)
+            scored.append((rate * bound, params))
+        return max(scored, key=lambda s: s[0])[1] if scored else None
+
+    # ---------------------------------------------------------------- the fit
+
+    def _fitted(self, study: optuna.Study) -> Fitted | None:
+        profile, _ = self._model_profile(study)
+        space = self._study_space(study)
+        if profile is None or space is None:
+            return None
+        points = [one.point for one in self._launched(study, space)]
+        if len(points) not in self._fits:
+            self._fits[len(points)] = _fit(profile, space, points) if len(points) >= 2 else None
+        return self._fits[len(points)]
+
+
+def _rate(fitted: Fitted, space: SearchSpace, flags: Mapping[str, Any]) -> float | None:
+    """The objective's rate the fitted model predicts for ``flags``; None where it cannot describe them."""
+    cfg = _config(fitted.profile, space, flags)
+    if cfg is None:
+        return None
+    rate = calibrate.expected_rate(
+        fitted.profile, cfg, concurrency=fitted.concurrency, input_len=fitted.input_len, output_len=fitted.output_len
+    )
+    return rate / fitted.concurrency if fitted.per_request else rate
+
+
+def _fit(profile: TwinProfile, space: SearchSpace, measured: Sequence[CalibrationPoint]) -> Fitted | None:
+    """Acceptance, then the free constants, fitted to the points (one per distinct launch, rates averaged)."""
+    grouped: dict[str, list[CalibrationPoint]] = {}
+    for point in measured:
+        grouped.setdefault(json.dumps([point.flags, point.concurrency], sort_keys=True, default=str), []).append(point)
+    points: list[calibrate.Point] = []
+    for same in grouped.values():
+        accepts = [p.accept_length for p in same if p.accept_length is not None]
+        points.append(
+            calibrate.Point(
+                flags=_with_tp(space, same[0].flags),
+                concurrency=same[0].concurrency,
+                input_len=round(statistics.mean(p.input_len for p in same)),
+                output_len=round(statistics.mean(p.output_len for p in same)),
+                tok_s=statistics.mean(p.tok_s for p in same),
+                accept_length=statistics.mean(accepts) if accepts and same[0].flags else None,
+            )
+        )
+    try:
+        configs = [calibrate.launch_config(profile, p.flags) for p in points]
+        accepted = calibrate.fit_acceptance(profile, points, configs)
+        fitted = calibrate.fit(accepted, points, iterations=150, restarts=2)
+    except ValueError:
+        return None
+    errors = [
+        abs(math.log(calibrate.predict_point(fitted, p, c).tok_s / p.tok_s))
+        for p, c in zip(points, configs, strict=True)
+    ]
+    return Fitted(
+        profile=fitted,
+        error=math.sqrt(statistics.mean(e * e for e in errors)),
+        concurrency=points[-1].concurrency,
+        input_len=round(statistics.mean(p.input_len for p in points)),
+        output_len=round(statistics.mean(p.output_len for p in points)),
+        per_request=space.objective.metric == "decode_tok_s",
+        drafters=frozenset(
+            calibrate.drafter_of(c)
+            for p, c in zip(points, configs, strict=True)
+            if c.spec.enabled and p.accept_length is not None
+        ),
+    )
+
+
+class ModelFit(Frozen):
+    """The model-guided search's account of a study, as ``show`` prints it."""
+
+    setup: str = Field(description="what the model is built from, or why there is none")
+    errors: list[float] = Field(default_factory=list, description="each launch's error, predicted before it")
+    fit_error: float | None = Field(default=None, description="the fit's rms log error on every launch so far")
+    best_untried: dict[str, Any] | None = Field(default=None, description="its speculative flags")
+    best_untried_rate: float | None = None
+
+    @property
+    def median_error(self) -> float | None:
+        return statistics.median(self.errors) if self.errors else None
+
+
+def model_fit(space: SearchSpace, setup: PassSetup, records: Sequence[TrialRecord], *, seed: int = 0) -> ModelFit:
+    """The fit to ``records``' launches, the errors of the predictions made before them, and the
+    configuration of the highest predicted rate among :data:`POOL` drawn from the space that no
+    trial ran (compared as the model reads them, so a normalised spelling is not new)."""
+    profile = setup.profile()
+    fitted = None
+    if profile is not None and space.objective.metric in RATES and not space.objective.levels:
+        points = [p for r in records if (p := _point(r, space)) is not None]
+        fitted = _fit(profile, space, points) if len(points) >= 2 else None
+    found = ModelFit(setup=setup.summary(), errors=prediction_errors(records, space))
+    if fitted is None:
+        return found
+    ran = {_spec_key(cfg) for r in records if r.served and (cfg := _config(fitted.profile, space, r.flags))}
+    rng = random.Random(seed)
+    best: tuple[float, dict[str, Any]] | None = None
+    for _ in range(POOL):
+        params = _spec_params(suggest(space, _Draw(rng)).params)
+        cfg = _config(fitted.profile, space, _flags(space, params))
+        rate = _rate(fitted, space, _flags(space, params)) if cfg is not None and _spec_key(cfg) not in ran else None
+        if rate is not None and (best is None or rate > best[0]):
+            best = (rate, params)
+    return found.model_copy(
+        update={
+            "fit_error": fitted.error,
+            "best_untried": best[1] if best else None,
+            "best_untried_rate": best[0] if best else None,
+        }
+    )
+
+
+def _spec_key(cfg: LaunchConfig) -> tuple[Any, ...]:
+    spec = cfg.spec
+    drafter = spec.drafter.path if spec.drafter is not None else None
+    return (spec.kind, spec.num_steps, spec.eagle_topk, spec.num_draft_tokens, drafter, spec.adaptive is not None)
+
+
+def keep_prediction(
+    sampler: optuna.samplers.BaseSampler,
+    trial: optuna.Trial,
+    flags: Mapping[str, Any],
+    *,
+    sampled: bool,
+    last: str | None,
+    note: Callable[[str], None],
+) -> str | None:
+    """With the model-guided sampler, keep its prediction of this proposal before the launch (a sampler
+    cannot set user attrs) and say a change of search (to TPE and why, or back) once; the search now."""
+    if not isinstance(sampler, ModelGuided):
+        return None
+    # A baseline, a retry or a race's relaunch: no search chose it, but its prediction is still judged.
+    search = sampler.search(trial.study, trial.number) if sampled else "none: not sampled"
+    prediction = sampler.prediction(trial.study, flags, search)
+    if prediction is not None:
+        attrs.record_prediction(trial, prediction)
+    if not sampled:
+        return last
+    if search != last and (last is not None or search != "model"):
+        note(f"trial {trial.number}: search {search}")
+    return search
+
+
+def describe_search(sampler: optuna.samplers.BaseSampler, setup: PassSetup) -> str:
+    """The study's first word on its search: which runs and why, and what the pass model could not read."""
+    if not isinstance(sampler, ModelGuided):
+        line = "search: random draws" if isinstance(sampler, optuna.samplers.RandomSampler) else "search: TPE"
+        return line + (f"\n{setup.summary()}" if setup.missing else "")
+    if setup.setup is None:
+        return f"search: model-guided, falling back to TPE: {setup.summary()}"
+    return (
+        f"search: model-guided ({setup.summary()}), calibrated on each launch; "
+        "TPE where the model cannot propose (said when it happens)"
+    )
+
+
+def judged_error(records: Sequence[TrialRecord], space: SearchSpace, last: int = JUDGED) -> float | None:
+    """The median relative error of the last ``last`` rates predicted before their launch; None with fewer."""
+    errors = prediction_errors(records, space)
+    return statistics.median(errors[-last:]) if len(errors) >= last else None
+
+
+def prediction_errors(records: Sequence[TrialRecord], space: SearchSpace) -> list[float]:
+    """Each measured trial's error |predicted / measured - 1|, of the rate predicted before its launch."""
+    errors = []
+    for record in records:
+        predicted = record.proposal.predicted
+        measured = record.metric_value(space.objective.metric) if _point(record, space) is not None else None
+        if predicted is not None and measured and record.confirm_of is None:
+            errors.append(abs(predicted.tok_s / measured - 1))
+    return errors
+
+
+def _point(record: TrialRecord, space: SearchSpace) -> CalibrationPoint | None:
+    """The record's own measured launch as the objective's point (None: not launched, or reused another's).
+
+    A decode rate (``decode_tok_s``: a request's tokens between its first and its last, the client's
+    measure) is predicted without prefill, for one request; the total output rate with its prompts' prefill.
+    """
+    metric = space.objective.metric
+    level = space.objective.concurrency
+    value = record.metric_value(metric) if not space.objective.levels else None
+    flags = get_engine(record.engine or space.engine or DEFAULT_ENGINE).calibration_flags(record.flags)
+    if not record.served or flags is None or metric not in RATES or value is None or value <= 0:
+        return None
+    completion = record.measurement.metrics.get("completion_tokens")
+    prompt = record.measurement.metrics.get("prompt_tokens")
+    output_len = round(completion.value / completion.n) if completion and completion.value and completion.n else None
+    input_len = round(prompt.value / prompt.n) if prompt and prompt.value and prompt.n else 0
+    return CalibrationPoint(
+        flags=flags,
+        concurrency=level,
+        input_len=0 if metric == "decode_tok_s" else input_len,
+        output_len=output_len or space.measurement.max_tokens or 256,
+        tok_s=value * level if metric == "decode_tok_s" else value,
+        accept_length=record.metric_value("accept_length"),
+    )
+
+
+def _spec_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if k.startswith(SPECULATIVE)}
+
+
+def _key(params: Mapping[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+def _with_tp(space: SearchSpace, flags: Mapping[str, Any]) -> dict[str, Any]:
+    tp = space.fixed.get("tp-size")
+    return {**flags, "tp-size": tp} if isinstance(tp, int) and not isinstance(tp, bool) else dict(flags)
+
+
+def _flags(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Any]:
+    """A candidate's flags as launched: the fixed ones and its parameters (``false`` leaves a flag out)."""
+    return {k: v for k, v in {**space.fixed, **params}.items() if v is not False}
+
+
+def _config(profile: TwinProfile, space: SearchSpace, flags: Mapping[str, Any]) -> LaunchConfig | None:
+    spec = get_engine(space.engine or DEFAULT_ENGINE).calibration_flags(dict(flags))
+    if spec is None:
+        return None
+    try:
+        return calibrate.launch_config(profile, _with_tp(space, spec))
+    except ValueError:
+        return None
+
+
+def _depth(profile: TwinProfile, space: SearchSpace, params: Mapping[str, Any]) -> int | None:
+    """Draft tokens verified a pass beyond the first (0: no speculation); None where the model cannot say."""
+    cfg = _config(profile, space, _flags(space, params))
+    return None if cfg is None else cfg.spec.tokens_per_pass - 1
+
+
+def _best_measured(launched: Sequence[Launched]) -> dict[str, Any] | None:
+    best = max(launched, key=lambda one: one.point.tok_s, default=None)
+    return best.params if best is not None else None
+
+
+def _neighbours(param: IntParam | FloatParam | CategoricalParam, value: Any) -> list[Any]:
+    if isinstance(param, CategoricalParam):
+        return [c for c in param.choices if c != value]
+    step = param.step or (param.high - param.low) / 10
+    return [v for v in (value - step, value + step) if param.low <= v <= param.high]
+
+
+def _distance(space: SearchSpace, a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
+    """Mean per-flag difference over the speculative flags either sets: numbers by their range, others 0/1."""
+    names = sorted(set(a) | set(b))
+    if not names:
+        return 0.0
+    total = 0.0
+    for name in names:
+        param = space.tuned.get(name)
+        if name not in a or name not in b:
+            total += 1.0
+        elif isinstance(param, (IntParam, FloatParam)) and param.high > param.low:
+            total += abs(float(a[name]) - float(b[name])) / (param.high - param.low)
+        else:
+            total += 0.0 if a[name] == b[name] else 1.0
+    return total / len(names)

@@ -1,0 +1,177 @@
+"""The model-guided search (``--sampler model``): the pass model fitted to a night's launches proposes
+the speculative flags, keeps each prediction with its trial, says when it falls back to TPE, and
+several hosts on one storage propose from the same stored trials."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from autotune.gpu import GpuInventory
+from autotune.pass_setup import read_pass_setup
+from autotune.records import MetricRecord, Prediction
+from autotune.space import load_space
+from autotune.study import make_sampler
+from autotune.study.guided import FALLBACK_ERROR, JUDGED, ModelGuided, describe_search, judged_error
+from autotune.testing import simulated_outcome, study_runner
+from autotune.testing.records import trial_record
+from passmodel import calibrate
+from tests.conftest import ROOT, TWIN_SPACE, idle_gpus
+from tests.test_study_twin import run, small_space
+
+CONFIGS = ROOT / "search_spaces" / "configs"
+
+
+def a6000s(count: int = 2) -> GpuInventory:
+    """Two simulated RTX A6000s, as the twin's inventory names them."""
+    inventory = idle_gpus(count)
+    named = [g.model_copy(update={"name": "NVIDIA RTX A6000 (simulated)"}) for g in inventory.gpus]
+    return inventory.model_copy(update={"gpus": named})
+
+
+def physical(flags: dict[str, object]) -> tuple[float, float]:
+    """(decode tok/s, accept length) of the twin space's setup, slower by a third than the datasheet
+    says (the fit finds the factor): a landscape the pass model can describe."""
+    profile = read_pass_setup(load_space(TWIN_SPACE), a6000s()).profile()
+    assert profile is not None
+    spec = {k: v for k, v in flags.items() if k.startswith("speculative-")}
+    cfg = calibrate.launch_config(profile, {**spec, "tp-size": 2})
+    rate = calibrate.expected_rate(profile, cfg, concurrency=1, input_len=0, output_len=24)
+    return rate / 1.3, calibrate.profile_accept_length(profile, cfg)
+
+
+def guided_runner(tmp_path: Path, *, sampler: optuna.samplers.BaseSampler, storage: optuna.storages.BaseStorage,
+                  rate: object = physical, space_changes: dict[str, object] | None = None):  # type: ignore[no-untyped-def]
+    space = load_space(TWIN_SPACE).model_copy(update={"baselines": [], **(space_changes or {})})
+
+    def launcher(plan, log_path, phase, early_stop=None):  # type: ignore[no-untyped-def]
+        tok_s, accept = rate(plan.flags)  # type: ignore[operator]
+        return simulated_outcome(space, plan, tok_s=tok_s, rounds=2, ci95=0.5, accept_length=accept)
+
+    return study_runner(space, tmp_path, inventory=a6000s(), launcher=launcher, sampler=sampler, storage=storage)
+
+
+def test_the_twin_space_gives_a_setup_and_a_space_without_configs_says_what_it_lacks() -> None:
+    space = load_space(TWIN_SPACE)
+    setup = read_pass_setup(space, a6000s())
+    assert setup.setup is not None and not setup.missing
+    assert set(setup.drafters) == {"z-lab/Qwen3.6-27B-DFlash", "/models/qwen3.6-27b-dflash/checkpoint-2000"}
+    profile = setup.profile()
+    assert profile is not None and profile.model.mtp is not None and profile.gpus.count == 2
+    bare = space.model_copy(update={"config_json": None, "draft_model_configs": {}})
+    lacking = read_pass_setup(bare, a6000s())
+    assert lacking.setup is None
+    summary = lacking.summary()
+    assert summary.startswith("no pass model: the model's config.json (Qwen/Qwen3.6-27B") and "\n" not in summary
+    unknown_gpu = read_pass_setup(space, idle_gpus(2))  # the harness's GPUs have no datasheet
+    assert unknown_gpu.setup is None and "datasheet" in unknown_gpu.summary()
+
+
+def test_without_a_setup_the_sampler_falls_back_to_tpe_and_says_why(tmp_path: Path) -> None:
+    storage = optuna.storages.InMemoryStorage()
+    sampler = make_sampler("model", 0)
+    assert isinstance(sampler, ModelGuided)
+    bare = {"config_json": None, "draft_model_configs": {}}
+    runner = guided_runner(tmp_path, sampler=sampler, storage=storage, space_changes=bare)
+    assert describe_search(sampler, runner.pass_setup).startswith("search: model-guided, falling back to TPE: no pass")
+    runner.run(trials=3, timeout_s=None)
+    records = runner.records()
+    assert len([r for r in records if r.served]) == 3
+    assert all(r.proposal.predicted is None for r in records)  # no model, no prediction
+    assert sampler.search(runner.study, records[-1].number).startswith("tpe: no pass model: the model's config.json")
+
+
+def test_a_night_is_proposed_by_the_model_and_each_trial_keeps_its_prediction(tmp_path: Path) -> None:
+    storage = optuna.storages.InMemoryStorage()
+    sampler = make_sampler("model", 1)
+    runner = guided_runner(tmp_path, sampler=sampler, storage=storage)
+    runner.run(trials=8, timeout_s=None)
+    launched = [r for r in runner.records() if r.served]
+    assert len(launched) == 8
+    depths = [int(str(r.flags.get("speculative-num-draft-tokens"))) for r in launched[:3]]
+    assert min(depths) == 2 and max(depths) == 16  # the first launches: the shallowest and the deepest draft
+    predicted = [r for r in launched if r.proposal.predicted is not None]
+    assert len(predicted) >= 5 and all(p.proposal.predicted.search == "model" for p in predicted)  # type: ignore[union-attr]
+    drafts = {json.dumps({k: v for k, v in r.flags.items() if k.startswith("speculative-")}) for r in launched}
+    assert len(drafts) == len(launched)  # each launch a draft not launched before
+
+
+def test_a_large_error_before_the_launches_makes_the_night_fall_back_to_tpe(tmp_path: Path) -> None:
+    """A landscape the model cannot follow: the rate jumps at random between configurations."""
+    jumps = random.Random(5)
+    seen: dict[str, float] = {}
+
+    def erratic(flags: dict[str, object]) -> tuple[float, float]:
+        key = json.dumps(flags, sort_keys=True, default=str)
+        return seen.setdefault(key, jumps.choice([5.0, 60.0, 400.0])), 2.0
+
+    storage = optuna.storages.InMemoryStorage()
+    sampler = make_sampler("model", 2)
+    runner = guided_runner(tmp_path, sampler=sampler, storage=storage, rate=erratic)
+    notes: list[str] = []
+    runner.events.note = notes.append  # type: ignore[method-assign]
+    runner.run(trials=12, timeout_s=None)
+    records = runner.records()
+    space = runner.space
+    error = judged_error(records, space)
+    assert error is not None and error > FALLBACK_ERROR
+    last = records[-1].number
+    assert sampler.search(runner.study, last + 1).startswith(f"tpe: the model's median error on its last {JUDGED}")
+    assert any("search tpe: the model's median error" in note for note in notes)  # said mid-night
+
+
+def test_judged_error_reads_the_predictions_made_before_the_launches() -> None:
+    space = load_space(TWIN_SPACE)
+    metrics = {"decode_tok_s": MetricRecord(value=100.0, unit="tok/s", n=2)}
+    made = [
+        trial_record(i, flags={"speculative-algorithm": "NEXTN"}, value=100.0, metrics=metrics) for i in range(JUDGED)
+    ]
+    before = Prediction(tok_s=130.0, search="model")
+    records = [r.model_copy(update={"proposal": r.proposal.model_copy(update={"predicted": before})}) for r in made]
+    assert judged_error(records, space) == pytest.approx(0.3)
+    assert judged_error(records[:-1], space) is None  # fewer than JUDGED: not judged yet
+
+
+def test_two_hosts_on_one_sqlite_study_both_propose_from_the_stored_trials(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    first = make_sampler("model", 3)
+    one = guided_runner(tmp_path / "one", sampler=first, storage=optuna.storages.RDBStorage(url))
+    one.run(trials=5, timeout_s=None)
+    # Another host: its own process state (a fresh sampler), the same database.
+    second = make_sampler("model", 4)
+    assert isinstance(second, ModelGuided)
+    other = guided_runner(tmp_path / "two", sampler=second, storage=optuna.storages.RDBStorage(url))
+    assert other.study.study_name == one.study.study_name
+    other.run(trials=3, timeout_s=None)
+    records = other.records()
+    assert len([r for r in records if r.served]) == 8
+    second_host = [r for r in records if r.number >= 5 and r.served]
+    # The second host's first proposal is already fitted to the first host's five launches.
+    assert second_host and all(r.proposal.predicted is not None for r in second_host)
+    assert [r.proposal.predicted.search for r in second_host] == ["model"] * len(second_host)  # type: ignore[union-attr]
+
+
+@pytest.mark.twin
+@pytest.mark.slow
+def test_a_twin_study_with_the_model_sampler_keeps_predictions_and_show_prints_the_fit(tmp_path: Path) -> None:
+    data = yaml.safe_load(TWIN_SPACE.read_text())
+    configs = {path: str(CONFIGS / Path(config).name) for path, config in data["draft_model_configs"].items()}
+    space = small_space(tmp_path, study="guided", model_config=str(CONFIGS / "qwen3.6-27b.json"),
+                        draft_model_configs=configs)  # fmt: skip
+    out = run("study", str(space), "--trials", "5", "--seed", "2", "--sampler", "model", "--confirm-top", "0",
+              cwd=tmp_path).stdout  # fmt: skip
+    assert "search: model-guided (pass model of Qwen3_5ForConditionalGeneration on 2x NVIDIA RTX A6000" in out
+    data = json.loads(run("show", "guided", "--json", cwd=tmp_path).stdout)
+    predicted = [t for t in data["trials"] if t.get("predicted")]
+    assert predicted and all(t["predicted"]["tok_s"] > 0 for t in predicted)
+    shown = run("show", "guided", cwd=tmp_path).stdout
+    assert "model-guided search: pass model of" in shown
+    assert "error of the rate predicted before each launch: median" in shown
+    assert "predicted best untried: --speculative-" in shown
+    trial = run("show", "guided", "--trial", str(predicted[-1]["number"]), cwd=tmp_path).stdout
+    assert "predicted" in trial and "before the launch (search: model)" in trial
