@@ -30,9 +30,11 @@ benchmark applies it with ``--launch-sd``.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from functools import cache
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -122,6 +124,11 @@ GPUS: tuple[GpuKind, ...] = (
 
 DTYPES = ("bfloat16", "float8_e4m3fn", "int4")
 MAX_DRAWS = 200
+# How a checkpoint's config.json states quantised weights (bf16 ones say only torch_dtype).
+QUANTIZED: dict[str, dict[str, Any]] = {
+    "float8_e4m3fn": {"quantization_config": {"quant_method": "fp8"}},
+    "int4": {"quantization_config": {"quant_method": "awq", "bits": 4}},
+}
 COST_SPREAD = (0.5, 2.0)  # each pass cost of a member: DEFAULT_COSTS's times a log-uniform factor in this range
 
 
@@ -132,6 +139,19 @@ class PublicFacts(_Frozen):
     dtype: str
     model: dict[str, Any]
     drafters: dict[str, dict[str, Any]]
+
+    def write(self, folder: Path) -> tuple[Path, dict[str, Path]]:
+        """The configs as files in ``folder``, the model's with its dtype the way a checkpoint states it
+        (``torch_dtype``, and a ``quantization_config`` for fp8 and int4 weights): (the model's path,
+        each drafter's path by the path the space launches)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        model = {"torch_dtype": "bfloat16", **QUANTIZED.get(self.dtype, {}), **self.model}
+        (folder / "config.json").write_text(json.dumps(model))
+        drafters = {}
+        for index, (path, config) in enumerate(sorted(self.drafters.items())):
+            drafters[path] = folder / f"drafter-{index}.json"
+            drafters[path].write_text(json.dumps(config))
+        return folder / "config.json", drafters
 
 
 class Member(_Frozen):
@@ -242,6 +262,14 @@ def _draw(rng: random.Random, seed: int, *, case: Case = "base", cased: random.R
         space=space,
         facts=public_facts(profile, setup, dflash=dflash),
     )
+
+
+def space_naming_configs(member: Member, folder: Path) -> SearchSpace:
+    """The member's space naming its configs, written in ``folder`` (``model_config``,
+    ``draft_model_configs``), as a user's space names the files of a model that is not local."""
+    model, drafters = member.facts.write(folder)
+    named = {"config_json": str(model), "draft_model_configs": {k: str(v) for k, v in drafters.items()}}
+    return member.space.model_copy(update=named)
 
 
 def public_facts(profile: TwinProfile, setup: Setup, *, dflash: dict[str, Any] | None = None) -> PublicFacts:

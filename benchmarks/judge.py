@@ -69,6 +69,7 @@ def aggregate(rows: list[dict[str, Any]], budget: int) -> dict[str, Any]:
 
 REFERENCE = "autotune (TPE, default)"  # the row every other is paired with
 TPE_NIGHT = "autotune-tpe (--sampler tpe)"  # the same night named: the reference where the default's row is not run
+MODEL_NIGHT = "autotune-model (--sampler model)"
 
 
 def regret_summary(rows: Sequence[dict[str, Any]], budget: int) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from autotune.study.sampler import SamplerName
 from benchmarks import peers
 from benchmarks.axes import grid
 from benchmarks.grid_tools import random_candidates, run_tiered
-from benchmarks.judge import TPE_NIGHT
+from benchmarks.judge import MODEL_NIGHT, TPE_NIGHT
 from benchmarks.nights import SamplerFactory, run_candidates, run_study
 from benchmarks.problems import Problem
 from benchmarks.runs import Run
@@ -64,6 +64,7 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
         "autotune": Method("autotune (TPE, default)", lambda p, s, b: night(p, s, b, sampler="tpe")),
         # The sampler named, not the CLI's default: the same night while TPE is the default.
         "autotune-tpe": Method(TPE_NIGHT, lambda p, s, b: night(p, s, b, sampler="tpe")),
+        "autotune-model": Method(MODEL_NIGHT, lambda p, s, b: night(p, s, b, sampler="model")),
         "autotune-no-early-stop": Method(
             "autotune, no early stop",
             lambda p, s, b: run_study(p, s, b, early_stop=False, name="autotune, no early stop"),

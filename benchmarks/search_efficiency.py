@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -29,7 +30,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from autotune.study.sampler import SamplerName  # noqa: E402
 from benchmarks import family, family_tight, peers, replay  # noqa: E402
-from benchmarks.judge import REFERENCE, TPE_NIGHT, aggregate, paired_regret, regret_summary, spread  # noqa: E402
+from benchmarks.judge import MODEL_NIGHT, REFERENCE, TPE_NIGHT, aggregate, paired_regret, regret_summary, spread  # noqa: E402
 from benchmarks.methods import DEFAULT_FAMILY_METHODS, DEFAULT_METHODS, methods  # noqa: E402
 from benchmarks.nights import run_recorded_random, run_recorded_study  # noqa: E402
 from benchmarks.problems import (  # noqa: E402
@@ -104,21 +105,23 @@ def family_benchmark(
         if case != "issue-46"
         else [family_tight.issue_46_member()] * count
     )
-    for index, fam in enumerate(drawn):
-        fam = fam.model_copy(update={"seed": first_seed + index}) if case == "issue-46" else fam
-        problem = problem_of(fam.profile, fam.space, noise_rel=noise_rel)
-        problem.launch_sd = launch_sd if launch_sd is not None else fam.profile.timing.launch_sd
-        effects = {"unmodelled": add_unmodelled(problem, fam.seed).model_dump()} if unmodelled else {}
-        optimum = solve(problem)
-        defaults = twin_defaults_true(problem)
-        described.append({"seed": fam.seed, "summary": fam.summary, "optimum_tok_s": optimum.tok_s,
-                          "optimum": optimum.flags, "defaults_tok_s": defaults, **effects})  # fmt: skip
-        for method in chosen:
-            run = method.run(problem, fam.seed, budget)
-            run.defaults_true = defaults
-            rows[method.name].append({**run.summary(optimum.tok_s, problem.gpus), "seed": fam.seed})
-        if progress is not None:
-            progress(f"member {fam.seed} done: {fam.summary}")
+    with tempfile.TemporaryDirectory(prefix="autotune-family-configs-") as configs:
+        for index, fam in enumerate(drawn):
+            fam = fam.model_copy(update={"seed": first_seed + index}) if case == "issue-46" else fam
+            space = family.space_naming_configs(fam, Path(configs) / str(index))
+            problem = problem_of(fam.profile, space, noise_rel=noise_rel)
+            problem.launch_sd = launch_sd if launch_sd is not None else fam.profile.timing.launch_sd
+            effects = {"unmodelled": add_unmodelled(problem, fam.seed).model_dump()} if unmodelled else {}
+            optimum = solve(problem)
+            defaults = twin_defaults_true(problem)
+            described.append({"seed": fam.seed, "summary": fam.summary, "optimum_tok_s": optimum.tok_s,
+                              "optimum": optimum.flags, "defaults_tok_s": defaults, **effects})  # fmt: skip
+            for method in chosen:
+                run = method.run(problem, fam.seed, budget)
+                run.defaults_true = defaults
+                rows[method.name].append({**run.summary(optimum.tok_s, problem.gpus), "seed": fam.seed})
+            if progress is not None:
+                progress(f"member {fam.seed} done: {fam.summary}")
     results = {}
     for name, runs in rows.items():
         results[name] = {
@@ -138,7 +141,8 @@ def family_benchmark(
             **({"unmodelled": True} if unmodelled else {})}  # fmt: skip
 
 
-RECORDED_NAMES = {"autotune": REFERENCE, "autotune-tpe": TPE_NIGHT, "random-runner": "random (autotune loop)"}
+RECORDED_NAMES = {"autotune": REFERENCE, "autotune-tpe": TPE_NIGHT, "autotune-model": MODEL_NIGHT,
+                  "random-runner": "random (autotune loop)"}
 
 
 def recorded_regret(
@@ -159,6 +163,7 @@ def recorded_regret(
     plays: dict[str, Callable[[int], Run]] = {
         "autotune": lambda seed: study("tpe", seed),
         "autotune-tpe": lambda seed: study("tpe", seed),
+        "autotune-model": lambda seed: study("model", seed),
         "random-runner": lambda seed: study("random", seed),
         "bound-perfect-race": lambda seed: peers.perfect_race(study("tpe", seed)),
         "bound-oracle-finalists": lambda seed: peers.recorded_oracle_finalists(problem, seed, budget),
@@ -245,7 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=None, help="launches per run (default 80; --recorded: the grid)")
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
     parser.add_argument("--methods", default=None,
-                        help="comma-separated: autotune (the CLI's default sampler), autotune-tpe, random-runner "
+                        help="comma-separated: autotune (the CLI's default sampler), autotune-tpe, autotune-model, "
+                        "random-runner "
                         "(each races inside the night), "
                         "peer-auto-benchmark, peer-spec-tuner, peer-tune-k, peer-llama-optimus, peer-one-at-a-time, "
                         "bound-perfect-race, bound-oracle-finalists, random, grid, tiered, tpe-startup2, "
