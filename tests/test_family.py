@@ -108,3 +108,16 @@ def test_a_member_s_public_facts_are_the_configs_it_was_built_from() -> None:
         for drafter in profile.model.drafters:
             architecture = facts.drafters[drafter.path]["architectures"][0]
             assert {"EAGLE3": "Eagle3", "DFLASH": "DFlash"}[drafter.algorithm] in architecture
+
+
+def test_a_member_s_space_names_its_configs_and_the_pass_model_reads_them(tmp_path: Path) -> None:
+    from autotune.pass_setup import read_pass_setup
+    from benchmarks.family import space_naming_configs
+    from benchmarks.family_tight import tight_member
+    from benchmarks.nights import twin_inventory
+
+    for fam, dtype in [(member(1027), "int4"), (tight_member(2), "fp8"), (member(9400), "bf16")]:
+        read = read_pass_setup(space_naming_configs(fam, tmp_path / str(fam.seed)), twin_inventory(fam.profile))
+        assert read.setup is not None and not read.missing, read.summary()
+        assert read.setup.model.dtype == dtype  # stated as a checkpoint states it
+        assert set(read.drafters) == set(fam.facts.drafters)

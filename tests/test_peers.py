@@ -83,7 +83,8 @@ def test_regret_counts_how_far_below_the_optimum_the_answer_is() -> None:
 
 def test_every_method_of_the_table_runs_within_the_night_on_a_twin_space(tmp_path: Path) -> None:
     out = tmp_path / "regret.json"
-    names = ["autotune", "autotune-tpe", "random-runner", *peers.PEERS, "bound-perfect-race", "bound-oracle-finalists"]
+    names = ["autotune", "autotune-tpe", "autotune-model", "random-runner", *peers.PEERS, "bound-perfect-race",
+             "bound-oracle-finalists"]
     assert bench.main(["--twin-profile", "qwen3.6-27b-2xa6000", "--space", str(TWIN_SPACE), "--seeds", "2",
                        "--budget", "20", "--methods", ",".join(names), "--json", str(out)]) == 0  # fmt: skip
     report = json.loads(out.read_text())
