@@ -495,19 +495,19 @@ def fit_acceptance(profile: TwinProfile, points: Sequence[Point], configs: Seque
         length = 15 if measured[0][0].spec.kind == "dflash" else 16
         fitted = profile
         best = min(ACCEPTANCE_RATES, key=lambda rate: _accept_error(fitted, drafter, measured, rate, length))
-        profile = _with_acceptance(profile, drafter, acceptance_table(best, length))
+        profile = with_acceptance(profile, drafter, acceptance_table(best, length))
     return profile
 
 
 def _accept_error(
     profile: TwinProfile, drafter: str, measured: Sequence[tuple[LaunchConfig, float]], rate: float, length: int
 ) -> float:
-    trial = _with_acceptance(profile, drafter, acceptance_table(rate, length))
+    trial = with_acceptance(profile, drafter, acceptance_table(rate, length))
     return sum((math.log(profile_accept_length(trial, _own_drafter(trial, c))) - math.log(a)) ** 2 for c, a in measured)
 
 
-def _with_acceptance(profile: TwinProfile, drafter: str, table: dict[str, list[float]]) -> TwinProfile:
-    """``profile`` with one drafter's acceptance table (``mtp``: the MTP heads')."""
+def with_acceptance(profile: TwinProfile, drafter: str, table: dict[str, list[float]]) -> TwinProfile:
+    """``profile`` with one drafter's acceptance table (``mtp``: the MTP heads'; a path: that drafter's)."""
     model = profile.model
     if drafter == "mtp":
         assert model.mtp is not None

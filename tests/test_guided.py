@@ -158,7 +158,7 @@ def test_two_hosts_on_one_sqlite_study_both_propose_from_the_stored_trials(tmp_p
 
 @pytest.mark.twin
 @pytest.mark.slow
-def test_a_twin_study_with_the_model_sampler_keeps_predictions_and_show_prints_the_fit(tmp_path: Path) -> None:
+def test_a_twin_study_with_the_model_sampler_keeps_predictions_and_shows_and_draws_its_fit(tmp_path: Path) -> None:
     data = yaml.safe_load(TWIN_SPACE.read_text())
     configs = {path: str(CONFIGS / Path(config).name) for path, config in data["draft_model_configs"].items()}
     space = small_space(tmp_path, study="guided", model_config=str(CONFIGS / "qwen3.6-27b.json"),
@@ -175,3 +175,6 @@ def test_a_twin_study_with_the_model_sampler_keeps_predictions_and_show_prints_t
     assert "predicted best untried: --speculative-" in shown
     trial = run("show", "guided", "--trial", str(predicted[-1]["number"]), cwd=tmp_path).stdout
     assert "predicted" in trial and "before the launch (search: model)" in trial
+    run("report", "guided", cwd=tmp_path)
+    report = tmp_path / "studies" / "guided" / "report"
+    assert (report / "predicted.png").is_file() and "predicted.png" in (report / "index.html").read_text()

@@ -124,6 +124,37 @@ def draw_history(s: StudySummary) -> Figure:
     return fig
 
 
+def predicted_trials(s: StudySummary) -> list[tuple[TrialRecord, float, float]]:
+    """(trial, rate predicted before its launch, rate measured) of the model-guided search's measured trials."""
+    pairs = []
+    for r in s.trials:
+        measured = r.metric_value(s.objective_metric) if r.served else None
+        if r.proposal.predicted is not None and measured:
+            pairs.append((r, r.proposal.predicted.tok_s, measured))
+    return pairs
+
+
+def draw_predicted(s: StudySummary) -> Figure:
+    """Each launch's rate as the model predicted it before the launch, against what was measured."""
+    fig, ax = _new_figure(6.0, 5.0)
+    pairs = predicted_trials(s)
+    for r, predicted, measured in pairs:
+        sampled = r.proposal.predicted is not None and r.proposal.predicted.search == "model"
+        ax.scatter(measured, predicted, color="#1f4e9c" if sampled else "#999999", s=28, zorder=3)
+        ax.annotate(str(r.number), (measured, predicted), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    top = max(max(p, m) for _, p, m in pairs) * 1.08
+    ax.plot([0, top], [0, top], color="#444444", linewidth=1, label="predicted = measured")
+    ax.fill_between([0, top], [0, 0.93 * top], [0, 1.07 * top], color="#1f4e9c", alpha=0.08, label="within 7 %")
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_xlabel(f"measured {_value_label(s)}")
+    ax.set_ylabel(f"predicted before the launch {_value_label(s)}")
+    ax.set_title("The pass model's prediction against the measurement (blue: proposed by the model)")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(alpha=0.3)
+    return fig
+
+
 def draw_importance(s: StudySummary) -> Figure:
     from matplotlib.ticker import PercentFormatter
 

@@ -15,10 +15,12 @@ from autotune.report.drawings import (
     draw_importance,
     draw_levels_front,
     draw_pareto,
+    draw_predicted,
     draw_schedule,
     draw_verdict,
     draw_versus,
     flag_value,
+    predicted_trials,
     verdict_reference,
 )
 from autotune.report.summary import StudySummary, figure_flags
@@ -114,6 +116,17 @@ def _search_figures(s: StudySummary) -> list[FigurePlan]:
             ),
             lambda: draw_importance(s),
             None if s.importance.values else (s.importance.note or "not available"),
+        ),
+        _plan(
+            ReportFigure(
+                "predicted.png",
+                "Predicted against measured",
+                f"Each launch's {s.objective_metric} as the model-guided search (--sampler model) predicted it "
+                "before the launch, against what it measured; on the diagonal the model was right. Grey: a "
+                "launch the model did not choose (a baseline, a relaunch, or TPE's while the model's error was large).",
+            ),
+            lambda: draw_predicted(s),
+            None if len(predicted_trials(s)) >= 2 else "the study did not run --sampler model (no predictions kept)",
         ),
     ]
 

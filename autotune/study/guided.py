@@ -11,8 +11,9 @@ A proposal, for the speculative flags (the others, memory sizing above all, are 
 2. then each drafter's acceptance is fitted to the measured accept lengths, and the pass's free
    constants to the measured rates (:func:`passmodel.calibrate.fit`);
 3. a pool of :data:`POOL` candidates drawn from the space, plus the best measured configuration's
-   one-flag neighbours, is scored by an upper confidence bound: the predicted rate times
-   1 + (the fit's error + :data:`DISTANCE_WIDTH` x the distance to the nearest measured configuration);
+   one-flag neighbours, is scored by an upper confidence bound: the predicted rate (a drafter no
+   launch measured at :data:`OPTIMISTIC_ACCEPTANCE`) times 1 + (the fit's error + :data:`DISTANCE_WIDTH`
+   x the distance to the nearest measured configuration);
    the highest untried one is proposed.
 It falls back to TPE, saying why, where no model can be built (:class:`~autotune.pass_setup.PassSetup`),
 where the space tunes several engines or nothing speculative, and where the median error of its
@@ -26,7 +27,7 @@ import math
 import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import optuna
@@ -44,11 +45,14 @@ from autotune.study import attrs
 from passmodel import calibrate
 from passmodel.config import LaunchConfig
 from passmodel.profile import TwinProfile
+from passmodel.setup import acceptance_table
 
 POOL = 300
 DISTANCE_WIDTH = 0.15  # the UCB's width per unit of distance (mean per-flag difference, 0..1)
 MIN_FIT_ERROR = 0.03  # a fit on few points looks better than it is
-UNKNOWN_ACCEPTANCE_WIDTH = 0.25  # a drafter no launch has measured: its acceptance is a guess
+# A drafter no launch has measured: its acceptance is a guess, taken at the top of what drafters
+# accept (each further position 85 % given the one before) for the upper bound.
+OPTIMISTIC_ACCEPTANCE = 0.85
 JUDGED = 5  # the last predictions judged for the fallback
 FALLBACK_ERROR = 0.15  # median relative error of those, above which TPE proposes (fixed before judging)
 SPECULATIVE = "speculative-"
@@ -230,7 +234,10 @@ class ModelGuided(optuna.samplers.BaseSampler):
                 f"{error:.0%} (above {FALLBACK_ERROR:.0%})"
             )
         finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        tried = {_key(_spec_params(t.params)) for t in finished}  # measured, reused or skipped: known
+        # Measured, reused or skipped: known. Compared as the model reads them (DFLASH ignores adaptive steps).
+        tried = {
+            _spec_key(cfg) for t in finished if (cfg := _config(profile, space, _flags(space, _spec_params(t.params))))
+        }
         best = self._best(fitted, space, launched, tried, pool)
         if best is None:
             return None, "tpe: every candidate the model drew from the space is tried"
@@ -281,7 +288,7 @@ class ModelGuided(optuna.samplers.BaseSampler):
         fitted: Fitted,
         space: SearchSpace,
         launched: Sequence[Launched],
-        tried: set[str],
+        tried: set[tuple[Any, ...]],
         pool: list[dict[str, Any]],
     ) -> dict[str, Any] | None:
         """The untried candidate of the highest upper bound (None: every candidate drawn was tried).
@@ -292,16 +299,16 @@ class ModelGuided(optuna.samplers.BaseSampler):
         width = max(fitted.error, MIN_FIT_ERROR)
         scored: list[tuple[float, dict[str, Any]]] = []
         for params in pool:
-            if _key(params) in tried:
-                continue
             cfg = _config(fitted.profile, space, _flags(space, params))
-            rate = _rate(fitted, space, _flags(space, params))
-            if rate is None or cfg is None:
+            if cfg is None or _spec_key(cfg) in tried:
+                continue
+            unknown = cfg.spec.enabled and calibrate.drafter_of(cfg) not in fitted.drafters
+            bound_fit = _optimistic(fitted, calibrate.drafter_of(cfg)) if unknown else fitted
+            rate = _rate(bound_fit, space, _flags(space, params))
+            if rate is None:
                 continue
             distance = min((_distance(space, params, one.params) for one in launched), default=1.0)
-            unknown = cfg.spec.enabled and calibrate.drafter_of(cfg) not in fitted.drafters
-            bound = 1 + width + DISTANCE_WIDTH * distance + (UNKNOWN_ACCEPTANCE_WIDTH if unknown else 0.0)
-            scored.append((rate * bound, params))
+            scored.append((rate * (1 + width + DISTANCE_WIDTH * distance), params))
         return max(scored, key=lambda s: s[0])[1] if scored else None
 
     # ---------------------------------------------------------------- the fit
@@ -315,6 +322,14 @@ class ModelGuided(optuna.samplers.BaseSampler):
         if len(points) not in self._fits:
             self._fits[len(points)] = _fit(profile, space, points) if len(points) >= 2 else None
         return self._fits[len(points)]
+
+
+def _optimistic(fitted: Fitted, drafter: str) -> Fitted:
+    """The fit with ``drafter``'s acceptance at :data:`OPTIMISTIC_ACCEPTANCE` (none of its launches measured it)."""
+    own = next((d for d in fitted.profile.model.drafters if d.path == drafter), None)
+    length = 15 if own is not None and own.algorithm == "DFLASH" else 16
+    table = acceptance_table(OPTIMISTIC_ACCEPTANCE, length)
+    return replace(fitted, profile=calibrate.with_acceptance(fitted.profile, drafter, table))
 
 
 def _rate(fitted: Fitted, space: SearchSpace, flags: Mapping[str, Any]) -> float | None:
