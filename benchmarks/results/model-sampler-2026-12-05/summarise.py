@@ -1,6 +1,6 @@
 """The tables of this folder's README from its JSON reports (run from the repository root):
 
-    .venv/bin/python benchmarks/results/model-sampler-2026-12-05/summarise.py
+    .venv/bin/python benchmarks/results/model-sampler-2026-12-05/summarise.py [FOLDER]
 
 Per night (20, 60 launches): the family's and the tight members' runs pooled, each row's regret
 (benchmarks.judge.regret_summary), launches until one within 2 % is launched, memory deaths, each row
@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.judge import TPE_NIGHT, paired_regret, quantile_reached, regret_summary  # noqa: E402
 
-HERE = Path(__file__).parent
+HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent  # the reports' folder
 CASES = ("base", "wide-trees", "flat-top", "huge", "tight")
 
 
