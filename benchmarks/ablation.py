@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import multiprocessing
 import random
 import sys
@@ -45,10 +44,20 @@ from autotune.study.race import RACE_SHARE  # noqa: E402
 from autotune.study.rules import RULE_NAMES  # noqa: E402
 from autotune.study.sampler import SamplerName  # noqa: E402
 from benchmarks import family, replay  # noqa: E402
-from benchmarks import search_efficiency as bench  # noqa: E402
+from benchmarks.grid_tools import random_candidates  # noqa: E402
+from benchmarks.judge import paired_interval, quantile  # noqa: E402
+from benchmarks.nights import (  # noqa: E402
+    FINALISTS,
+    run_candidates,
+    run_recorded_grid_once,
+    run_recorded_random,
+    run_recorded_study,
+    run_study,
+)
+from benchmarks.problems import problem_of, solve  # noqa: E402
+from benchmarks.runs import WITHIN, Run  # noqa: E402
 
 LANDSCAPES = ROOT / "benchmarks" / "landscapes"
-BOOTSTRAP = 2000  # resamples of the members for each interval
 
 
 @dataclass(frozen=True)
@@ -61,7 +70,7 @@ class Row:
     plain: bool = False  # plain random search, outside the loop
     race_share: float = RACE_SHARE  # --full-budget: the race's share of the budget
     race_stop: RaceStop = RACE_STOP  # --full-budget: what the race waits for (confirm.standing)
-    finalists: int = bench.FINALISTS  # --full-budget: the race's top configurations, besides the baselines
+    finalists: int = FINALISTS  # --full-budget: the race's top configurations, besides the baselines
 
 
 FULL = Row("study loop (TPE)")
@@ -110,19 +119,19 @@ def family_member(args: tuple[int, int, Sequence[Row], bool]) -> tuple[int, str,
     a share of all its launches) and races its finalists."""
     seed, budget, rows, full_budget = args
     member = family.member(seed)
-    problem = bench.problem_of(member.profile, member.space)
+    problem = problem_of(member.profile, member.space)
     problem.launch_sd = member.profile.timing.launch_sd
-    optimum = bench.solve(problem).tok_s
+    optimum = solve(problem).tok_s
     out = {}
     for row in rows:
         if row.plain:
-            run = bench.run_candidates(problem, seed, budget, row.name, bench.random_candidates(problem, seed))
+            run = run_candidates(problem, seed, budget, row.name, random_candidates(problem, seed))
         else:
             with race_stop(row.race_stop):
-                run = bench.run_study(problem, seed, budget, sampler=row.sampler, rules_off=row.rules_off,
-                                      name=row.name, until=None if full_budget else optimum,
-                                      confirm=full_budget, race_share=row.race_share,
-                                      finalists=row.finalists)  # fmt: skip
+                run = run_study(problem, seed, budget, sampler=row.sampler, rules_off=row.rules_off,
+                                name=row.name, until=None if full_budget else optimum,
+                                confirm=full_budget, race_share=row.race_share,
+                                finalists=row.finalists)  # fmt: skip
         out[row.name] = outcome_of(run, optimum)
     return seed, member.case, member.summary, out
 
@@ -148,35 +157,29 @@ def recorded_seed(args: tuple[Path, int, Sequence[Row], bool]) -> tuple[str, int
     path, seed, rows, full_budget = args
     problem = replay.load_problem(path)
     budget = len(problem.launches)
-    out = {GRID_ONCE: outcome_of(bench.run_recorded_grid_once(problem, seed), problem.optimum)}
+    out = {GRID_ONCE: outcome_of(run_recorded_grid_once(problem, seed), problem.optimum)}
     for row in rows:
         if row.plain:
-            run = bench.run_recorded_random(problem, seed, budget)
+            run = run_recorded_random(problem, seed, budget)
         else:
             with race_stop(row.race_stop):
-                run = bench.run_recorded_study(problem, seed, budget, sampler=row.sampler, rules_off=row.rules_off,
-                                               confirm=full_budget, race_in_budget=True,
-                                               race_share=row.race_share, finalists=row.finalists)  # fmt: skip
+                run = run_recorded_study(problem, seed, budget, sampler=row.sampler, rules_off=row.rules_off,
+                                         confirm=full_budget, race_in_budget=True,
+                                         race_share=row.race_share, finalists=row.finalists)  # fmt: skip
         out[row.name] = outcome_of(run, problem.optimum)
     return path.stem, budget, out
 
 
-def outcome_of(run: bench.Run, optimum: float) -> Outcome:
+def outcome_of(run: Run, optimum: float) -> Outcome:
     summary = run.summary(optimum, 1)
     gap = summary["confirmed_gap"]
     night = summary["launches"] + run.confirm_launches if gap is not None else None
     return Outcome(summary["launches_to_2pct"], summary["memory_death_rate"], summary["launches_to_find_2pct"],
-                   None if gap is None else gap <= bench.WITHIN, run.claims, run.false_claims, night)  # fmt: skip
+                   None if gap is None else gap <= WITHIN, run.claims, run.false_claims, night)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
 # Statistics
-
-
-def quantile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank quantile (``math.inf`` stands for not reached)."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 def reached(outcomes: Sequence[Outcome], budget: int, *, found: bool = False) -> list[float]:
@@ -184,20 +187,6 @@ def reached(outcomes: Sequence[Outcome], budget: int, *, found: bool = False) ->
     got there counts as budget + 1 (shown as >budget)."""
     values = [o.launches_to_find_2pct if found else o.launches_to_2pct for o in outcomes]
     return [float(v) if v is not None else budget + 1.0 for v in values]
-
-
-def paired_interval(
-    row: Sequence[float], full: Sequence[float], q: float, rng: random.Random, *, resamples: int = BOOTSTRAP
-) -> tuple[float, float]:
-    """95 % bootstrap interval of quantile ``q`` of ``row`` minus that of ``full``, members resampled
-    in pairs (each member's two runs stay together: the member's difficulty cancels)."""
-    n = len(row)
-    diffs = []
-    for _ in range(resamples):
-        picks = [rng.randrange(n) for _ in range(n)]
-        diffs.append(quantile([row[i] for i in picks], q) - quantile([full[i] for i in picks], q))
-    diffs.sort()
-    return diffs[int(0.025 * resamples)], diffs[int(0.975 * resamples) - 1]
 
 
 def family_table(results: Results, budget: int, *, seed: int = 0) -> list[dict[str, Any]]:
@@ -328,7 +317,7 @@ def print_recorded(console: Any, report: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace, progress: Callable[[str], None]) -> dict[str, Any]:
     shipped = [row for row in ROWS if (row.race_share, row.race_stop, row.finalists)
-               == (RACE_SHARE, RACE_STOP, bench.FINALISTS)]
+               == (RACE_SHARE, RACE_STOP, FINALISTS)]
     rows = [row for row in ROWS if row.name in args.rows] if args.rows else shipped
     seeds = range(args.family_seed, args.family_seed + args.family)
     recordings = sorted(LANDSCAPES.glob("*.json")) if args.recorded is None else args.recorded

@@ -12,7 +12,6 @@ written by an older autotune has none, and ``show`` computes it (importing Optun
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import random
 import resource
@@ -33,18 +32,17 @@ USER_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE
 
 
 def build_study(folder: Path, trials: int) -> str:
-    spec = importlib.util.spec_from_file_location("search_efficiency", ROOT / "benchmarks" / "search_efficiency.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules["search_efficiency"] = bench
-    spec.loader.exec_module(bench)
+    if str(ROOT) not in sys.path:  # run as a script from anywhere
+        sys.path.insert(0, str(ROOT))
     from autotune.study import make_sampler, open_storage
+    from benchmarks.nights import LandscapeLauncher, make_runner
+    from benchmarks.problems import load_problem
 
     space = ROOT / "search_spaces" / "qwen3.6-27b-2xa6000-twin.yaml"
-    problem = bench.load_problem("qwen3.6-27b-2xa6000", space)
-    launcher = bench.LandscapeLauncher(problem, problem.landscape(1), random.Random(1))
+    problem = load_problem("qwen3.6-27b-2xa6000", space)
+    launcher = LandscapeLauncher(problem, problem.landscape(1), random.Random(1))
     storage = open_storage(f"sqlite:///{folder}/bench.db")
-    runner = bench.make_runner(problem, folder, sampler=make_sampler("random", 1), launcher=launcher, storage=storage)
+    runner = make_runner(problem, folder, sampler=make_sampler("random", 1), launcher=launcher, storage=storage)
     runner.prepare()
     runner.run(trials=None, timeout_s=None, total_trials=trials)  # a study of ``trials`` trials, launched or not
     return "bench"

@@ -30,16 +30,18 @@ benchmark applies it with ``--launch-sd``.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from functools import cache
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from autotune.space import Baseline, SearchSpace
+from benchmarks.family_configs import ModelKind, acceptance_curves, dflash_config, eagle_config, target_config
 from passmodel.profile import (
-    CATEGORIES,
     GpuSpec,
     MemorySpec,
     ModelSpec,
@@ -62,10 +64,8 @@ from passmodel.setup import (
 )
 
 GIB = 1 << 30
-ModelKind = Literal["dense", "hybrid", "moe"]
 Drafting = Literal["mtp", "eagle3", "dflash", "mtp+dflash", "eagle3+dflash"]
 Tightness = Literal["roomy", "medium", "tight"]
-CurveShape = Literal["geometric", "plateau", "steep"]
 Case = Literal["base", "wide-trees", "flat-top", "huge"]
 CASE_WEIGHTS: dict[Case, float] = {"base": 0.4, "wide-trees": 0.2, "flat-top": 0.2, "huge": 0.2}
 LAUNCH_SD = 0.04  # the twin's default spread between launches, as a real H200 showed it
@@ -123,9 +123,35 @@ GPUS: tuple[GpuKind, ...] = (
 )
 
 DTYPES = ("bfloat16", "float8_e4m3fn", "int4")
-VOCAB = 152_064
 MAX_DRAWS = 200
+# How a checkpoint's config.json states quantised weights (bf16 ones say only torch_dtype).
+QUANTIZED: dict[str, dict[str, Any]] = {
+    "float8_e4m3fn": {"quantization_config": {"quant_method": "fp8"}},
+    "int4": {"quantization_config": {"quant_method": "awq", "bits": 4}},
+}
 COST_SPREAD = (0.5, 2.0)  # each pass cost of a member: DEFAULT_COSTS's times a log-uniform factor in this range
+
+
+class PublicFacts(_Frozen):
+    """What a user's own files say of a member: the model's ``config.json`` and its dtype, and each
+    drafter's ``config.json`` by the path its space launches (a model-guided search reads these)."""
+
+    dtype: str
+    model: dict[str, Any]
+    drafters: dict[str, dict[str, Any]]
+
+    def write(self, folder: Path) -> tuple[Path, dict[str, Path]]:
+        """The configs as files in ``folder``, the model's with its dtype the way a checkpoint states it
+        (``torch_dtype``, and a ``quantization_config`` for fp8 and int4 weights): (the model's path,
+        each drafter's path by the path the space launches)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        model = {"torch_dtype": "bfloat16", **QUANTIZED.get(self.dtype, {}), **self.model}
+        (folder / "config.json").write_text(json.dumps(model))
+        drafters = {}
+        for index, (path, config) in enumerate(sorted(self.drafters.items())):
+            drafters[path] = folder / f"drafter-{index}.json"
+            drafters[path].write_text(json.dumps(config))
+        return folder / "config.json", drafters
 
 
 class Member(_Frozen):
@@ -139,6 +165,7 @@ class Member(_Frozen):
     tightness: Tightness
     profile: TwinProfile
     space: SearchSpace
+    facts: PublicFacts
 
 
 def member(seed: int) -> Member:
@@ -184,9 +211,9 @@ def _draw(rng: random.Random, seed: int, *, case: Case = "base", cased: random.R
         dtype = cased.choice(["float8_e4m3fn", "int4"])
     if cased is not None and case in ("wide-trees", "flat-top"):
         drafting = cased.choice(["mtp", "eagle3"])
-    config = _config(rng, kind, params, mtp="mtp" in drafting)
-    eagle = _eagle_config(rng, config) if "eagle3" in drafting else None
-    dflash = _dflash_config(rng, config) if "dflash" in drafting else None
+    config = target_config(rng, kind, params, mtp="mtp" in drafting)
+    eagle = eagle_config(rng, config) if "eagle3" in drafting else None
+    dflash = dflash_config(rng, config) if "dflash" in drafting else None
     setup = _setup(gpu, count, config, dtype, eagle)
     sizes = model_sizes(setup)
     gpus = _gpu_spec(rng, gpu, count)
@@ -233,7 +260,28 @@ def _draw(rng: random.Random, seed: int, *, case: Case = "base", cased: random.R
         tightness=tightness,
         profile=profile,
         space=space,
+        facts=public_facts(profile, setup, dflash=dflash),
     )
+
+
+def space_naming_configs(member: Member, folder: Path) -> SearchSpace:
+    """The member's space naming its configs, written in ``folder`` (``model_config``,
+    ``draft_model_configs``), as a user's space names the files of a model that is not local."""
+    model, drafters = member.facts.write(folder)
+    named = {"config_json": str(model), "draft_model_configs": {k: str(v) for k, v in drafters.items()}}
+    return member.space.model_copy(update=named)
+
+
+def public_facts(profile: TwinProfile, setup: Setup, *, dflash: dict[str, Any] | None = None) -> PublicFacts:
+    """The configs ``setup`` was built from (``dflash``: a DFlash drafter's, which the setup does not
+    hold), each drafter's under the path ``profile`` gives it."""
+    assert isinstance(setup.model.config, dict), "a member's config is drawn or written inline"
+    configs: dict[str, Any] = {"DFLASH": dflash}
+    if setup.drafter is not None:
+        configs[setup.drafter.algorithm] = setup.drafter.config
+    drafters = {d.path: configs[d.algorithm] for d in profile.model.drafters
+                if isinstance(configs.get(d.algorithm), dict)}  # fmt: skip
+    return PublicFacts(dtype=setup.model.dtype, model=setup.model.config, drafters=drafters)
 
 
 def _setup(gpu: GpuKind, count: int, config: dict[str, Any], dtype: str, eagle: dict[str, Any] | None) -> Setup:
@@ -266,15 +314,15 @@ def _built(
     costs = _costs(name)
     profile = profile_from_setup(setup, costs, name=name)
     model = profile.model
-    mtp = model.mtp.model_copy(update={"acceptance": _acceptance(rng, 8)}) if model.mtp is not None else None
+    mtp = model.mtp.model_copy(update={"acceptance": acceptance_curves(rng, 8)}) if model.mtp is not None else None
     drafters = [
-        d.model_copy(update={"path": f"family/drafter-{seed}-EAGLE3", "acceptance": _acceptance(rng, 8)})
+        d.model_copy(update={"path": f"family/drafter-{seed}-EAGLE3", "acceptance": acceptance_curves(rng, 8)})
         for d in model.drafters
     ]
     if dflash is not None:
         spec = dflash_drafter_spec(DrafterFacts(algorithm="DFLASH", config=dflash), costs, setup.tp)
         drafters.append(
-            spec.model_copy(update={"path": f"family/drafter-{seed}-DFlash", "acceptance": _acceptance(rng, 15)})
+            spec.model_copy(update={"path": f"family/drafter-{seed}-DFlash", "acceptance": acceptance_curves(rng, 15)})
         )
     model = model.model_copy(update={"name": f"family/model-{seed}", "mtp": mtp, "drafters": drafters})
     backends = {
@@ -377,99 +425,6 @@ def _gpu_spec(rng: random.Random, gpu: GpuKind, count: int) -> GpuSpec:
         compute_flops=gpu.facts.bf16_tflops * 1e12,
         compute_efficiency=0.5,
     )
-
-
-def _config(rng: random.Random, kind: ModelKind, params: float, *, mtp: bool) -> dict[str, Any]:
-    """A Hugging Face config.json of a ``kind`` model of about ``params`` parameters."""
-    layers = int(min(96, max(16, round(8 * math.log2(params / 1e8)))))
-    hidden = int(max(1024, round(math.sqrt(params / (12 * layers)) / 256) * 256))
-    kv_heads, head_dim = rng.choice([2, 4, 8]), rng.choice([128, 256])
-    heads = max(kv_heads, hidden // head_dim // kv_heads * kv_heads)
-    attention = 2 * hidden * (heads + kv_heads) * head_dim
-    mlp = max((params - 2 * VOCAB * hidden) / layers - attention, 3 * hidden * 256)  # one layer's MLP parameters
-    config: dict[str, Any] = {
-        "architectures": ["FamilyForCausalLM"],
-        "hidden_size": hidden,
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads,
-        "head_dim": head_dim,
-        "intermediate_size": int(mlp / (3 * hidden)),
-        "vocab_size": VOCAB,
-        "max_position_embeddings": rng.choice([32768, 131072, 262144]),
-        "eos_token_id": 2,
-    }
-    if kind == "moe":  # routed experts only; a token uses 2-12 % of them
-        experts, top = rng.choice([64, 128, 256]), rng.choice([4, 8])
-        config |= {"num_experts": experts, "num_experts_per_tok": top,
-                   "moe_intermediate_size": max(64, int(mlp / (3 * hidden * experts)))}  # fmt: skip
-    if kind == "hybrid":  # every fourth layer full attention, the rest linear attention with a recurrent state
-        config |= {"layer_types": ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(layers)],
-                   "linear_num_value_heads": hidden // 128 // rng.choice([1, 2]),
-                   "linear_key_head_dim": 128, "linear_value_head_dim": 128}  # fmt: skip
-    if mtp:
-        config["num_nextn_predict_layers"] = 1
-    return config
-
-
-def _eagle_config(rng: random.Random, target: dict[str, Any]) -> dict[str, Any]:
-    """An EAGLE3 head's config.json: one decoder layer on the target's width, its own (often smaller)
-    draft vocabulary."""
-    return {
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "hidden_size": target["hidden_size"],
-        "num_hidden_layers": 1,
-        "num_attention_heads": target["num_attention_heads"],
-        "num_key_value_heads": target["num_key_value_heads"],
-        "head_dim": target["head_dim"],
-        "intermediate_size": int(target["hidden_size"] * rng.uniform(2.5, 4.0)),
-        "vocab_size": VOCAB,
-        "draft_vocab_size": rng.choice([32000, VOCAB]),
-    }
-
-
-def _dflash_config(rng: random.Random, target: dict[str, Any]) -> dict[str, Any]:
-    """A DFlash drafter's config.json: a few layers on the target's width (its embeddings and lm_head
-    are the target's)."""
-    return {
-        "architectures": ["DFlashDraftModel"],
-        "hidden_size": target["hidden_size"],
-        "num_hidden_layers": rng.randint(1, 6),
-        "num_attention_heads": target["num_attention_heads"],
-        "num_key_value_heads": target["num_key_value_heads"],
-        "head_dim": target["head_dim"],
-        "intermediate_size": int(target["hidden_size"] * rng.uniform(2.5, 4.0)),
-        "vocab_size": VOCAB,
-        "block_size": 16,
-    }
-
-
-def _acceptance(rng: random.Random, length: int) -> dict[str, list[float]]:
-    """Absolute acceptance per position for each prompt category, from one of three shapes."""
-    shape: CurveShape = rng.choice(["geometric", "plateau", "steep"])
-    first = rng.uniform(0.6, 0.92)
-    if shape == "geometric":
-        code = [first * rng.uniform(0.8, 0.92) ** i for i in range(length)]
-    elif shape == "plateau":  # good for a few positions, then falls off a cliff
-        knee = rng.randint(2, max(3, length // 2))
-        code = [first * 0.97**i if i < knee else first * 0.97**knee * 0.55 ** (i - knee + 1) for i in range(length)]
-    else:
-        code = [first * rng.uniform(0.45, 0.65) ** i for i in range(length)]
-    table = {
-        "repetitive": [1 - (1 - p) * 0.25 for p in code],
-        "code": code,
-        "math": [p * 0.96**i for i, p in enumerate(code)],
-        "chat": [p**1.4 for p in code],
-    }
-    return {c: _non_increasing(table[c]) for c in CATEGORIES}
-
-
-def _non_increasing(probs: list[float]) -> list[float]:
-    out: list[float] = []
-    for p in probs:
-        p = min(1.0, max(0.0, round(p, 4)))
-        out.append(min(p, out[-1]) if out else p)
-    return out
 
 
 def _memory(rng: random.Random, gpu: GpuKind) -> MemorySpec:

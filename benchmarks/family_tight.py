@@ -22,15 +22,14 @@ from benchmarks.family import (
     Drafting,
     GpuKind,
     Member,
-    ModelKind,
     _built,
-    _config,
-    _eagle_config,
     _gpu_spec,
     _log_uniform,
     _memory,
     _setup,
+    public_facts,
 )
+from benchmarks.family_configs import ModelKind, eagle_config, target_config
 from passmodel.profile import DrafterSpec, TwinProfile
 from passmodel.setup import BYTES_PER_PARAM, KNOWN_GPUS, Setup, load_setup
 
@@ -104,8 +103,8 @@ def _tight(
     gpus = _gpu_spec(rng, gpu, count)
     if setup is None:
         params = weight_share * gpu.memory_bytes * count / BYTES_PER_PARAM[dtype]
-        config = _config(rng, kind, params, mtp=False)
-        setup = _setup(gpu, count, config, dtype, _eagle_config(rng, config)).model_copy(update={"tp": count})
+        config = target_config(rng, kind, params, mtp=False)
+        setup = _setup(gpu, count, config, dtype, eagle_config(rng, config)).model_copy(update={"tp": count})
     memory = _memory(rng, gpu).model_copy(update={"activation_base_bytes": int(rng.uniform(0.1, 0.3) * GIB)})
     profile = _built(
         rng,
@@ -159,7 +158,7 @@ def _tight(
         f"EAGLE3 drafter, TP {count} (context {context})"
     )
     return Member(seed=seed, summary=summary, case="base", kind=kind, drafting="eagle3", tightness="tight",
-                  profile=profile, space=space)  # fmt: skip
+                  profile=profile, space=space, facts=public_facts(profile, setup))  # fmt: skip
 
 
 def _tight_space(
@@ -245,9 +244,9 @@ def _tight_context(
 
     gpus = _gpu_spec(rng, gpu, count)
     params = weight_share * gpu.memory_bytes * count / BYTES_PER_PARAM[dtype]
-    config = _config(rng, kind, params, mtp=kind == "hybrid")
+    config = target_config(rng, kind, params, mtp=kind == "hybrid")
     config["max_position_embeddings"] = rng.choice([131072, 262144, 524288])
-    eagle = _eagle_config(rng, config) if kind == "dense" else None
+    eagle = eagle_config(rng, config) if kind == "dense" else None
     setup = _setup(gpu, count, config, dtype, eagle).model_copy(update={"tp": count})
     simulated = (
         "SIMULATION: a generated tight-context landscape of the search benchmark's family (benchmarks/family_tight.py, "
@@ -284,7 +283,7 @@ def _tight_context(
     )
     drafting: Drafting = "mtp" if kind == "hybrid" else "eagle3"
     return Member(seed=seed, summary=summary, case="base", kind=kind, drafting=drafting, tightness="tight",
-                  profile=profile, space=space)  # fmt: skip
+                  profile=profile, space=space, facts=public_facts(profile, setup))  # fmt: skip
 
 
 def _tight_context_space(

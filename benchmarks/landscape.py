@@ -10,8 +10,9 @@ feasible optimum of a discrete grid exhaustively.
 
 The flags go through the product's argv spelling (``autotune.engines.base.flag_argv``), then the
 twin's own argparse (``autotune_twin.sglang.flags.parse_args``: SGLang's types, defaults and errors) and
-launch rules (``autotune_twin.launch.resolve_launch``), then the physics (``passmodel.physics``),
-so the answer is the twin's. A grid axis's condition is the product's (``autotune.space.Condition``).
+launch rules (``autotune_twin.launch.resolve_launch``), then the physics (``passmodel.physics``) and
+the twin's memory rules (``autotune_twin.memory``), so the answer is the twin's. The grid and its axes
+are ``benchmarks/axes.py``'s.
 It lives beside the benchmarks because it joins both: the product and the twin never import each
 other.
 
@@ -29,40 +30,25 @@ import io
 import itertools
 import math
 import random
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Literal
 
 from autotune.engines.base import flag_argv
-from autotune.space import Condition, FlagValue
+from autotune.space import FlagValue
 from autotune_twin import memory
 from autotune_twin.launch import LaunchError, resolve_launch
 from autotune_twin.memory import MemoryFailure
 from autotune_twin.sglang.flags import parse_args
+from benchmarks.axes import GridAxis, grid, random_candidate
+from benchmarks.stream import fluid_stream, perf_key
+from benchmarks.unmodelled import Unmodelled
 from passmodel import physics
 from passmodel.config import LaunchConfig
 from passmodel.profile import TwinProfile
 
 Outcome = Literal["ok", "too_low", "too_high", "load_oom", "invalid"]
 MEMORY_OUTCOMES: tuple[Outcome, ...] = ("too_low", "too_high", "load_oom")
-
-# LaunchConfig fields that size memory but do not change a single stream's decode rate (the pass
-# time reads tp, the speculative config, the KV dtype, the backend and CUDA graphs; acceptance
-# reads the speculative config). Blanking them gives the key of the performance cache; a test
-# checks the claim against the physics.
-_MEMORY_ONLY_FIELDS: dict[str, object] = {
-    "context_length": 0,
-    "mem_fraction_static": None,
-    "max_running_requests": None,
-    "mamba_full_memory_ratio": 0.0,
-    "mamba_radix_cache_strategy": "",
-    "max_mamba_cache_size": None,
-    "cuda_graph_max_bs_decode": 0,
-    "chunked_prefill_size": 0,
-    "page_size": 0,
-    "notes": (),
-}
 
 
 @dataclass(frozen=True)
@@ -168,30 +154,6 @@ class Evaluation(ServerMemory):
 
 
 @dataclass(frozen=True)
-class GridAxis:
-    """One tuned flag of a discrete grid: its values, and the condition under which it is set.
-
-    ``when`` is ``(flag, op, value)`` as in a search space's ``when: "flag op value"``: the axis is
-    set only when the flag is already set (fixed or an earlier axis) and the comparison holds.
-    """
-
-    name: str
-    values: tuple[FlagValue, ...]
-    when: tuple[str, str, FlagValue] | None = None
-
-    @cached_property
-    def condition(self) -> Condition | None:
-        """``when`` as the search space's own condition."""
-        if self.when is None:
-            return None
-        flag, op, value = self.when
-        return Condition(flag=flag, op=op, value=value)
-
-    def applies(self, flags: Mapping[str, FlagValue]) -> bool:
-        return self.condition is None or self.condition.holds(flags)
-
-
-@dataclass(frozen=True)
 class Optimum:
     """The true feasible optimum of a grid; how the grid splits when it was searched exhaustively."""
 
@@ -213,46 +175,7 @@ class Optimum:
 TOP = 3
 
 
-def grid(axes: Sequence[GridAxis], fixed: Mapping[str, FlagValue] | None = None) -> Iterator[dict[str, FlagValue]]:
-    """Every candidate of the grid, in order (the last axis varies fastest); False flags left out."""
-    base = dict(fixed or {})
-
-    def walk(index: int, flags: dict[str, FlagValue]) -> Iterator[dict[str, FlagValue]]:
-        if index == len(axes):
-            yield {k: v for k, v in flags.items() if v is not False}
-            return
-        axis = axes[index]
-        if not axis.applies(flags):
-            yield from walk(index + 1, flags)
-            return
-        for value in axis.values:
-            flags[axis.name] = value
-            yield from walk(index + 1, flags)
-        del flags[axis.name]
-
-    yield from walk(0, base)
-
-
 EXHAUSTIVE_LIMIT = 200_000
-
-
-def _random_candidate(
-    axes: Sequence[GridAxis],
-    fixed: Mapping[str, FlagValue],
-    rng: random.Random,
-    *,
-    keep: Mapping[str, FlagValue] | None = None,
-) -> dict[str, FlagValue]:
-    """One random candidate of the grid; values in ``keep`` are used where their axis applies."""
-    flags = dict(fixed)
-    for axis in axes:
-        if axis.applies(flags):
-            flags[axis.name] = keep[axis.name] if keep is not None and axis.name in keep else rng.choice(axis.values)
-    return flags
-
-
-def grid_size(axes: Sequence[GridAxis], fixed: Mapping[str, FlagValue] | None = None) -> int:
-    return sum(1 for _ in grid(axes, fixed))
 
 
 class _ArgError(Exception):
@@ -285,6 +208,8 @@ class Landscape:
         measure: the measurement protocol (its rounds, caps and warm-up set the measuring time).
         cost: seconds of launching on real GPUs.
         seed: seed of the noise.
+        unmodelled: effects no model knows (:mod:`benchmarks.unmodelled`), applied to each performance
+            class's rate after the physics; None: the twin's answer as it is.
     """
 
     def __init__(
@@ -297,6 +222,7 @@ class Landscape:
         measure: MeasureShape = MeasureShape(),
         cost: LaunchCost = LaunchCost(),
         seed: int = 0,
+        unmodelled: Unmodelled | None = None,
     ) -> None:
         if not prompts:
             raise ValueError("a landscape needs at least one prompt")
@@ -307,6 +233,7 @@ class Landscape:
         self.measure = measure
         self.cost = cost
         self.rng = random.Random(seed)
+        self.unmodelled = unmodelled
         base, _ = parse_args(["--model-path", model_path])
         self._base = vars(base)
         self._flag_cache: dict[tuple[str, FlagValue], dict[str, Any] | _ArgError] = {}
@@ -457,14 +384,14 @@ class Landscape:
 
         relevant: set[str] = set()
         for _ in range(probes):
-            sample = _random_candidate(axes, fixed, rng)
+            sample = random_candidate(axes, fixed, rng)
             for axis in axes:
                 if axis.name in relevant or axis.name not in sample:
                     continue
                 keys = set()
                 for value in axis.values:
                     variant = {**sample, axis.name: value}
-                    if set(_random_candidate(axes, fixed, rng, keep=variant)) != set(sample):
+                    if set(random_candidate(axes, fixed, rng, keep=variant)) != set(sample):
                         relevant.add(axis.name)  # changes which other flags are set
                         break
                     key, _ = key_of({k: v for k, v in variant.items() if v is not False})
@@ -596,7 +523,12 @@ class Landscape:
         key = repr(perf_key(cfg))
         cached = self._perf_cache.get(key)
         if cached is None:
-            cached = self._perf_cache[key] = self._streams(cfg)
+            cached = self._streams(cfg)
+            if self.unmodelled is not None:
+                tok_s, accept, round_s = cached
+                changed, accept = self.unmodelled.apply(perf_key(cfg), tok_s, accept)
+                cached = (changed, accept, round_s * tok_s / changed)  # a slower decode takes longer rounds
+            self._perf_cache[key] = cached
         return cached
 
     def _streams(self, cfg: LaunchConfig) -> tuple[float, float, float]:
@@ -646,26 +578,3 @@ class _Args(argparse.Namespace):
             return self.__dict__["_defaults"][name]
         except KeyError:
             raise AttributeError(name) from None
-
-
-def perf_key(cfg: LaunchConfig) -> LaunchConfig:
-    """The launch configuration with the memory-only fields blanked (see ``_MEMORY_ONLY_FIELDS``)."""
-    return dataclasses.replace(cfg, **_MEMORY_ONLY_FIELDS)  # type: ignore[arg-type]
-
-
-def fluid_stream(
-    profile: TwinProfile, cfg: LaunchConfig, prompt: physics.PromptClass, completion_tokens: int
-) -> tuple[float, float, float]:
-    """One request alone, with each verify pass yielding the mean accept length (no draws).
-
-    Returns (decode tok/s as a client measures it, accept length, decode seconds), the expected
-    values of :func:`physics.simulate_stream`.
-    """
-    accept = physics.expected_accept_length(physics.acceptance_probs(profile, cfg, prompt))
-    produced, passes, elapsed = 1.0, 0, 0.0  # the first token comes from prefill
-    while produced < completion_tokens - 1e-9:
-        elapsed += physics.decode_pass_seconds(profile, cfg, [prompt.prompt_tokens + int(produced)])
-        produced += min(accept, completion_tokens - produced)
-        passes += 1
-    rate = (produced - 1) / elapsed if elapsed > 0 else 0.0
-    return rate, produced / max(passes, 1), elapsed

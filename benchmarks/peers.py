@@ -29,22 +29,20 @@ from autotune.study import make_sampler
 from autotune.study.night import Night, run_night
 from autotune.testing import study_runner
 from benchmarks import replay
-from benchmarks.landscape import GridAxis
-from benchmarks.search_efficiency import (
+from benchmarks.axes import GridAxis
+from benchmarks.grid_tools import tier_stage
+from benchmarks.nights import (
     FINALISTS,
     LandscapeLauncher,
-    Problem,
     RecordedSteps,
-    Run,
-    Step,
     StepRecorder,
-    _launch_candidate,
-    _tier_stage,
     count_claims,
+    launch_candidate,
     make_runner,
     replayed_step,
-    solve,
 )
+from benchmarks.problems import Problem, solve, twin_defaults, twin_defaults_true
+from benchmarks.runs import Run, Step
 
 SPEC_PREFIXES = ("speculative-", "spec-")
 ALGORITHM_AXES = ("speculative-algorithm", "spec-type")
@@ -93,25 +91,13 @@ def levels(values: Sequence[FlagValue], count: int) -> list[FlagValue]:
     return [values[i] for i in sorted({round(j * (len(values) - 1) / (count - 1)) for j in range(count)})]
 
 
-def twin_defaults(problem: Problem) -> dict[str, FlagValue]:
-    """The engine's defaults on a twin space: its ``defaults`` baseline, else the fixed flags alone."""
-    named = next((b for b in problem.space.baselines if b.name == "defaults"), None)
-    return {**problem.space.fixed, **(named.flags if named is not None else {})}
-
-
-def twin_defaults_true(problem: Problem) -> float:
-    """The defaults' noise-free value (0 when they do not start)."""
-    flags = problem.normalise(twin_defaults(problem))
-    return (problem.landscape(0).true_value(flags) or 0.0) if flags is not None else 0.0
-
-
 def twin_bench(problem: Problem, seed: int) -> Bench:
     """A twin landscape: launches with the measurement's noise and the profile's launch noise."""
     landscape, rng = problem.landscape(seed), random.Random(seed)
     return Bench(axes=problem.axes, fixed=dict(problem.space.fixed), defaults=twin_defaults(problem),
                  drafter=_drafter(problem.axes, [b.flags for b in problem.space.baselines]),
                  defaults_true=twin_defaults_true(problem),
-                 launch=lambda candidate: _launch_candidate(problem, landscape, rng, candidate))  # fmt: skip
+                 launch=lambda candidate: launch_candidate(problem, landscape, rng, candidate))  # fmt: skip
 
 
 def recorded_bench(problem: replay.RecordedProblem, seed: int) -> Bench:
@@ -182,7 +168,7 @@ def auto_benchmark(bench: Bench, seed: int, budget: int) -> Run:
         if not axes or len(run.steps) >= budget:
             continue
         before = len(run.steps)
-        _launch_all(run, bench, _tier_stage(base, axes, per_tier=max(budget // 2, 1), cartesian_keys=2), budget)
+        _launch_all(run, bench, tier_stage(base, axes, per_tier=max(budget // 2, 1), cartesian_keys=2), budget)
         served = [s for s in run.steps[before:] if s.measured is not None and s.flags is not None]
         if served:
             base = dict(max(served, key=lambda s: s.measured or 0.0).flags or {})

@@ -23,7 +23,7 @@ from autotune.measure.statistics import Metric
 from autotune.outcomes import OutcomeKind
 from autotune.space import Condition, FlagValue, SearchSpace
 from autotune.trial import TrialOutcome
-from benchmarks.landscape import GridAxis
+from benchmarks.axes import GridAxis
 from benchmarks.recorded import RecordedLandscape, RecordedLaunch, load_recorded
 
 

@@ -52,13 +52,8 @@ from autotune.study.confirm import Confirmation, Finalist  # noqa: E402
 from autotune.study.night import Night, run_night  # noqa: E402
 from autotune.testing import study_runner  # noqa: E402
 from benchmarks import family, replay  # noqa: E402
-from benchmarks.search_efficiency import (  # noqa: E402
-    TRIAL_CAP_FACTOR,
-    LandscapeLauncher,
-    make_runner,
-    problem_of,
-    solve,
-)
+from benchmarks.nights import TRIAL_CAP_FACTOR, LandscapeLauncher, make_runner  # noqa: E402
+from benchmarks.problems import problem_of, solve  # noqa: E402
 
 WITHIN = 0.02  # a recommendation truly more than 2 % below the best baseline is a false best
 LAUNCH_SD = 0.04  # the twin's timing.launch_sd default: relative sd of speed between launches

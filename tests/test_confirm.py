@@ -21,7 +21,8 @@ from autotune.report.console import trial_detail
 from autotune.study import StudyView, make_sampler
 from autotune.study.race import FinalistsRace, race_finalists
 from autotune.trial import TrialOutcome
-from benchmarks import search_efficiency as bench
+from benchmarks.nights import LandscapeLauncher, make_runner, run_study
+from benchmarks.problems import load_problem, solve
 from tests.conftest import TWIN_SPACE
 
 HAND_FOUND = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3, "speculative-eagle-topk": 1,
@@ -35,7 +36,7 @@ def _problem(tmp_path: Path, baselines: list[dict[str, Any]]):  # type: ignore[n
     data["baselines"] = baselines
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump(data))
-    return bench.load_problem("qwen3.6-27b-2xa6000", space)
+    return load_problem("qwen3.6-27b-2xa6000", space)
 
 
 class Lucky:
@@ -58,8 +59,8 @@ class Lucky:
 
 
 def _runner(problem, tmp_path: Path, seed: int, *, launcher: Any = None):  # type: ignore[no-untyped-def]
-    launcher = launcher or bench.LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed))
-    return bench.make_runner(problem, tmp_path, sampler=make_sampler("tpe", seed), launcher=launcher,
+    launcher = launcher or LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed))
+    return make_runner(problem, tmp_path, sampler=make_sampler("tpe", seed), launcher=launcher,
                              storage=optuna.storages.InMemoryStorage())  # fmt: skip
 
 
@@ -92,7 +93,7 @@ def test_a_lucky_first_measurement_is_corrected_by_confirmation(tmp_path: Path) 
     land = problem.landscape(1)
     hand, deeper = (problem.normalise({**problem.space.fixed, **b.flags}) for b in problem.space.baselines)
     assert land.true_value(deeper) > land.true_value(hand) * 1.03  # truly better by a few percent
-    inner = bench.LandscapeLauncher(problem, land, random.Random(1))
+    inner = LandscapeLauncher(problem, land, random.Random(1))
     runner = _runner(problem, tmp_path, 1, launcher=Lucky(inner, HAND_FOUND, boost=1.15))
     runner.enqueue_baselines()
     runner.run(trials=2, timeout_s=None)
@@ -150,7 +151,7 @@ def test_under_heavy_noise_a_much_slower_config_is_no_tie_even_within_the_noise(
     land = problem.landscape(2)
     hand, slow = (problem.normalise({**problem.space.fixed, **b.flags}) for b in problem.space.baselines)
     assert land.true_value(slow) < land.true_value(hand) * 0.9
-    inner = bench.LandscapeLauncher(problem, land, random.Random(2))
+    inner = LandscapeLauncher(problem, land, random.Random(2))
     # Interleaved launches A B | A B A B: the rounds swing the two configs opposite ways.
     runner = _runner(problem, tmp_path, 2, launcher=Swinging(inner, [1.0, 1.0, 1.3, 0.7, 0.7, 1.3]))
     runner.enqueue_baselines()
@@ -165,9 +166,9 @@ def test_under_heavy_noise_a_much_slower_config_is_no_tie_even_within_the_noise(
 
 
 def test_hopeless_trials_stop_early_and_the_best_does_not_change(tmp_path: Path) -> None:
-    problem = bench.load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
-    optimum = bench.solve(problem).tok_s
-    on, off = (bench.run_study(problem, 2, 25, early_stop=flag, name=str(flag)) for flag in (True, False))
+    problem = load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
+    optimum = solve(problem).tok_s
+    on, off = (run_study(problem, 2, 25, early_stop=flag, name=str(flag)) for flag in (True, False))
     # The same values reach the sampler either way, so the same configurations are tried...
     assert [s.measured for s in on.steps] == [s.measured for s in off.steps]
     pairs = list(zip(on.steps, off.steps, strict=True))

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from autotune.space import load_space
-from benchmarks import search_efficiency as bench
 from benchmarks.family import member
+from benchmarks.problems import problem_of, solve
 from passmodel.profile import load_profile
 from passmodel.setup import DEFAULT_COSTS
 
@@ -38,8 +38,8 @@ def test_member_files_load_back_as_the_user_facing_formats(seed: int, tmp_path: 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_member_launches_and_knows_its_feasible_optimum(seed: int) -> None:
     fam = member(seed)
-    problem = bench.problem_of(fam.profile, fam.space)
-    optimum = bench.solve(problem)
+    problem = problem_of(fam.profile, fam.space)
+    optimum = solve(problem)
     landscape = problem.landscape(seed)
     served = landscape.evaluate(optimum.flags)
     assert served.outcome == "ok" and served.true_tok_s == pytest.approx(optimum.tok_s)
@@ -87,8 +87,37 @@ def test_issue_46s_optimum_drafts_deep_at_an_explicit_fraction() -> None:
     from benchmarks.family_tight import TIGHT_FRACTIONS, issue_46_member
 
     issue = issue_46_member()
-    optimum = bench.solve(bench.problem_of(issue.profile, issue.space))
+    optimum = solve(problem_of(issue.profile, issue.space))
     assert optimum.flags["speculative-num-steps"] >= 5 and optimum.flags["mem-fraction-static"] in TIGHT_FRACTIONS
-    landscape = bench.problem_of(issue.profile, issue.space).landscape(0)
+    landscape = problem_of(issue.profile, issue.space).landscape(0)
     at_engines_own = {k: v for k, v in optimum.flags.items() if k not in ("mem-fraction-static",)}
     assert landscape.evaluate(at_engines_own).outcome == "too_low"  # the engine's own fraction leaves too small a pool
+
+
+def test_a_member_s_public_facts_are_the_configs_it_was_built_from() -> None:
+    from benchmarks.family_tight import issue_46_member, tight_member
+    from passmodel.setup import ModelFacts, Setup, model_sizes
+
+    for fam in [member(1027), member(9401), tight_member(2), issue_46_member()]:
+        profile, facts = fam.profile, fam.facts
+        setup = Setup(gpu=profile.gpus.name, gpu_count=profile.gpus.count, model=ModelFacts(config=facts.model,
+                      dtype=facts.dtype))  # fmt: skip
+        assert model_sizes(setup).weight_bytes == profile.model.weight_bytes
+        # every drafter the space can launch has its config, and only those
+        assert set(facts.drafters) == {d.path for d in profile.model.drafters}
+        for drafter in profile.model.drafters:
+            architecture = facts.drafters[drafter.path]["architectures"][0]
+            assert {"EAGLE3": "Eagle3", "DFLASH": "DFlash"}[drafter.algorithm] in architecture
+
+
+def test_a_member_s_space_names_its_configs_and_the_pass_model_reads_them(tmp_path: Path) -> None:
+    from autotune.pass_setup import read_pass_setup
+    from benchmarks.family import space_naming_configs
+    from benchmarks.family_tight import tight_member
+    from benchmarks.nights import twin_inventory
+
+    for fam, dtype in [(member(1027), "int4"), (tight_member(2), "fp8"), (member(9400), "bf16")]:
+        read = read_pass_setup(space_naming_configs(fam, tmp_path / str(fam.seed)), twin_inventory(fam.profile))
+        assert read.setup is not None and not read.missing, read.summary()
+        assert read.setup.model.dtype == dtype  # stated as a checkpoint states it
+        assert set(read.drafters) == set(fam.facts.drafters)

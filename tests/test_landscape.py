@@ -25,7 +25,12 @@ from autotune_twin import memory
 from autotune_twin.launch import resolve_launch
 from autotune_twin.sglang.flags import parse_args
 from benchmarks import search_efficiency as bench
-from benchmarks.landscape import GridAxis, Landscape, MeasureShape, Prompt, grid, grid_size, perf_key
+from benchmarks.axes import GridAxis, grid, grid_size
+from benchmarks.grid_tools import tier_stage, tiered_candidates
+from benchmarks.landscape import Landscape, MeasureShape, Prompt
+from benchmarks.nights import make_runner, outcome_of, run_study
+from benchmarks.problems import load_problem, solve
+from benchmarks.stream import perf_key
 from passmodel import physics
 from passmodel.profile import builtin_profiles, load_profile
 from tests.conftest import SPACES, TWIN_SPACE
@@ -174,8 +179,8 @@ def test_every_shipped_profile_has_a_twin_space_and_an_optimum() -> None:
         assert space is not None, f"no search space for profile {name}"
         launcher = yaml.safe_load(space.read_text())["launcher"]
         assert name in launcher or name == "qwen3.6-27b-2xa6000"
-        problem = bench.load_problem(name, space)
-        optimum = bench.solve(problem)
+        problem = load_problem(name, space)
+        optimum = solve(problem)
         assert optimum.tok_s > 0 and problem.landscape(0).true_value(optimum.flags) == optimum.tok_s
 
 
@@ -185,14 +190,14 @@ def test_every_shipped_profile_has_a_twin_space_and_an_optimum() -> None:
 @pytest.mark.twin
 @pytest.mark.slow
 def test_landscape_agrees_with_a_twin_process(tmp_path: Path) -> None:
-    problem = bench.load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
-    runner = bench.make_runner(problem, tmp_path, sampler=make_sampler("tpe", 0))  # its launch is the real one
+    problem = load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
+    runner = make_runner(problem, tmp_path, sampler=make_sampler("tpe", 0))  # its launch is the real one
     land = problem.landscape(0)
     kinds = []
     for flags in (HAND_FOUND, {**HAND_FOUND, "mem-fraction-static": 0.6}):
         plan = LaunchPlan(engine="sglang", flags=problem.normalise(flags) or flags)
         real = runner.launch(plan, tmp_path / "trial.log", lambda name, detail: None)
-        simulated = bench.outcome_of(problem, plan, land.evaluate(plan.flags))
+        simulated = outcome_of(problem, plan, land.evaluate(plan.flags))
         assert real.kind == simulated.kind
         kinds.append(real.kind)
         if real.kind is OutcomeKind.OK:
@@ -230,11 +235,11 @@ def test_benchmark_runs_small_and_reports_numbers(tmp_path: Path, capsys: pytest
 
 
 def test_tiered_grid_tunes_server_flags_then_speculative_flags() -> None:
-    problem = bench.load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
+    problem = load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
     land = problem.landscape(0)
-    steps = bench.tiered_candidates(problem, land, random.Random(0), per_tier=8)
+    steps = tiered_candidates(problem, land, random.Random(0), per_tier=8)
     assert len(steps) <= 16 and all(s.launched for s in steps)
-    stage1 = list(bench._tier_stage({**problem.space.fixed, **problem.space.baselines[0].flags},
+    stage1 = list(tier_stage({**problem.space.fixed, **problem.space.baselines[0].flags},
                                     [a for a in problem.axes if not a.name.startswith("speculative-")],
                                     per_tier=8, cartesian_keys=2))  # fmt: skip
     assert len(stage1) == 8 and all(c["speculative-num-steps"] == 1 for c in stage1)
@@ -260,9 +265,9 @@ def wide_runs(tmp_path_factory: pytest.TempPathFactory) -> list:  # type: ignore
     data["objective"] = {"metric": "decode_tok_s", "concurrency": 4}
     space = tmp_path_factory.mktemp("wide") / "wide.yaml"
     space.write_text(yaml.safe_dump(data))
-    problem = bench.load_problem("qwen3.6-27b-2xa6000", space)
-    bench.solve(problem)
-    return [bench.run_study(problem, seed, 40, name="autotune") for seed in range(5)]
+    problem = load_problem("qwen3.6-27b-2xa6000", space)
+    solve(problem)
+    return [run_study(problem, seed, 40, name="autotune") for seed in range(5)]
 
 
 def _deaths(run) -> list[int]:  # type: ignore[no-untyped-def]
@@ -289,7 +294,7 @@ def test_launches_rarely_die_of_memory(wide_runs: list) -> None:  # type: ignore
 @pytest.mark.slow
 def test_what_is_predicted_infeasible_would_have_died(wide_runs: list) -> None:  # type: ignore[type-arg]
     """Too cautious costs throughput: no candidate skipped as infeasible would have started."""
-    land = bench.load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE).landscape(0)
+    land = load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE).landscape(0)
     predicted = [s.flags for run in wide_runs for s in run.steps if s.outcome.startswith("predicted-infeasible")]
     assert predicted and all(flags is not None for flags in predicted)
     outcomes = {land.evaluate(flags).outcome for flags in predicted}  # type: ignore[arg-type]

@@ -13,7 +13,9 @@ import pytest
 from autotune.space import FlagValue
 from benchmarks import peers
 from benchmarks import search_efficiency as bench
-from benchmarks.landscape import GridAxis
+from benchmarks.axes import GridAxis
+from benchmarks.judge import regret_summary
+from benchmarks.runs import Run, Step
 from tests.conftest import TWIN_SPACE
 
 STEPS = GridAxis("speculative-num-steps", (1, 2, 3), ("speculative-algorithm", "==", "NEXTN"))
@@ -25,12 +27,12 @@ def hand_bench(speed: Callable[[dict[str, FlagValue]], list[float]], axes: list[
     """A bench whose n-th launch of a configuration measures ``speed(flags)[n]`` and whose truth is its mean."""
     launched: dict[str, int] = {}
 
-    def launch(flags: dict[str, FlagValue]) -> bench.Step:
+    def launch(flags: dict[str, FlagValue]) -> Step:
         key = json.dumps(flags, sort_keys=True)
         values = speed(flags)
         n = launched.get(key, 0)
         launched[key] = n + 1
-        return bench.Step(launched=True, outcome="ok", measured=values[n % len(values)],
+        return Step(launched=True, outcome="ok", measured=values[n % len(values)],
                           true=statistics.fmean(values), flags=flags)  # fmt: skip
 
     return peers.Bench(axes=axes, fixed={}, defaults={}, drafter={"speculative-algorithm": "NEXTN"}, launch=launch,
@@ -56,10 +58,10 @@ def test_one_at_a_time_keeps_each_knobs_best_and_brings_the_drafter_with_its_alg
 
 
 def test_the_perfect_race_is_the_truly_best_configuration_the_search_launched() -> None:
-    night = bench.Run(method="autotune", seed=0, confirm_launches=12, steps=[
-        bench.Step(launched=True, outcome="ok", measured=99.0, true=90.0),
-        bench.Step(launched=True, outcome="ok", measured=80.0, true=97.0),
-        bench.Step(launched=False, outcome="ok", measured=None, true=None)])  # fmt: skip
+    night = Run(method="autotune", seed=0, confirm_launches=12, steps=[
+        Step(launched=True, outcome="ok", measured=99.0, true=90.0),
+        Step(launched=True, outcome="ok", measured=80.0, true=97.0),
+        Step(launched=False, outcome="ok", measured=None, true=None)])  # fmt: skip
     bound = peers.perfect_race(night)
     assert bound.confirmed_true == 97.0 and bound.summary(100.0, 1)["night_launches"] == 14
 
@@ -68,10 +70,10 @@ def test_regret_counts_how_far_below_the_optimum_the_answer_is() -> None:
     answers = [100.0, 99.0, 96.0, 90.0, 40.0]
     rows = []
     for answer in answers:
-        run = bench.Run(method="m", seed=0, steps=[bench.Step(launched=True, outcome="ok", measured=1.0, true=1.0)])
+        run = Run(method="m", seed=0, steps=[Step(launched=True, outcome="ok", measured=1.0, true=1.0)])
         run.confirmed_true, run.defaults_true = answer, 50.0
         rows.append(run.summary(100.0, 1))
-    regret = bench.regret_summary(rows, budget=1)
+    regret = regret_summary(rows, budget=1)
     assert [r["regret_pct"] for r in rows] == pytest.approx([0.0, 1.0, 4.0, 10.0, 60.0])
     assert regret["median"] == pytest.approx(4.0) and regret["p90"] == pytest.approx(60.0)
     assert regret["mean"] == pytest.approx(15.0)
@@ -81,7 +83,8 @@ def test_regret_counts_how_far_below_the_optimum_the_answer_is() -> None:
 
 def test_every_method_of_the_table_runs_within_the_night_on_a_twin_space(tmp_path: Path) -> None:
     out = tmp_path / "regret.json"
-    names = ["autotune", "random-runner", *peers.PEERS, "bound-perfect-race", "bound-oracle-finalists"]
+    names = ["autotune", "autotune-tpe", "autotune-model", "random-runner", *peers.PEERS, "bound-perfect-race",
+             "bound-oracle-finalists"]
     assert bench.main(["--twin-profile", "qwen3.6-27b-2xa6000", "--space", str(TWIN_SPACE), "--seeds", "2",
                        "--budget", "20", "--methods", ",".join(names), "--json", str(out)]) == 0  # fmt: skip
     report = json.loads(out.read_text())
@@ -96,3 +99,20 @@ def test_every_method_of_the_table_runs_within_the_night_on_a_twin_space(tmp_pat
     # the bound judges the same night: its answer is never worse than the race's pick from that search
     assert all(p["regret_pct"] <= a["regret_pct"] + 1e-9 for p, a in zip(perfect, autotune, strict=True))
     assert set(report["paired"]) == set(report["methods"]) - {"autotune (TPE, default)"}
+    named = report["methods"]["autotune-tpe (--sampler tpe)"]["runs"]  # TPE named: today the default's night
+    assert [(r["regret_pct"], r["launches_to_2pct"]) for r in named] == [
+        (r["regret_pct"], r["launches_to_2pct"]) for r in autotune
+    ]
+
+
+def test_rows_pair_with_the_named_tpe_night_where_the_default_s_row_is_not_run() -> None:
+    from benchmarks.judge import REFERENCE, TPE_NIGHT, paired_regret
+
+    def rows(regrets: list[float]) -> list[dict[str, float]]:
+        return [{"regret_pct": r} for r in regrets]
+
+    tpe, other = rows([0.0, 1.0, 2.0, 8.0]), rows([0.0, 0.0, 1.0, 4.0])
+    named = paired_regret({TPE_NIGHT: tpe, "other": other})
+    assert set(named) == {"other"} and named["other"]["p90"]["difference"] == pytest.approx(-4.0)
+    assert set(paired_regret({REFERENCE: tpe, TPE_NIGHT: tpe, "other": other})) == {TPE_NIGHT, "other"}
+    assert paired_regret({"other": other}) == {}

@@ -27,14 +27,15 @@ from autotune.study.race import (
 from autotune.study.schedule import Schedule
 from autotune.testing import checked_space, simulated_outcome
 from autotune.trial import Phase, TrialOutcome
-from benchmarks import search_efficiency as bench
+from benchmarks.nights import LandscapeLauncher, make_runner
+from benchmarks.problems import load_problem
 from tests.conftest import ROOT, TWIN_SPACE, twin_gpus
 from tests.test_schedule import deep_alone_shallow_loaded, schedule_of
 
 
 def _runner(problem, tmp_path: Path, seed: int, launcher=None):  # type: ignore[no-untyped-def]
-    launcher = launcher or bench.LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed))
-    return bench.make_runner(problem, tmp_path, sampler=make_sampler("random", seed), launcher=launcher,
+    launcher = launcher or LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed))
+    return make_runner(problem, tmp_path, sampler=make_sampler("random", seed), launcher=launcher,
                              storage=optuna.storages.InMemoryStorage())  # fmt: skip
 
 
@@ -64,7 +65,7 @@ def test_a_timeout_covers_search_and_race() -> None:
 
 
 def _raced(tmp_path: Path, **race: object):  # type: ignore[no-untyped-def]
-    problem = bench.load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
+    problem = load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
     runner = _runner(problem, tmp_path, seed=4)
     runner.enqueue_baselines()
     runner.run(trials=8, timeout_s=None)
@@ -77,7 +78,7 @@ def _raced(tmp_path: Path, **race: object):  # type: ignore[no-untyped-def]
 class Timed:
     """The landscape's launcher on a fake clock: each launch moves it on by the seconds it took."""
 
-    def __init__(self, inner: bench.LandscapeLauncher) -> None:
+    def __init__(self, inner: LandscapeLauncher) -> None:
         self.inner, self.now = inner, 1000.0
 
     def __call__(self, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
@@ -89,9 +90,9 @@ class Timed:
 def test_the_race_stops_before_a_round_that_would_pass_its_deadline(tmp_path: Path) -> None:
     runner, result, relaunches, _ = _raced(tmp_path / "none", deadline=-1.0)
     assert result is not None and not relaunches  # the night was over: nothing relaunched
-    problem = bench.load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
-    timed = Timed(bench.LandscapeLauncher(problem, problem.landscape(4), random.Random(4)))
-    runner = bench.make_runner(problem, tmp_path / "some", sampler=make_sampler("random", 4), launcher=timed,
+    problem = load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
+    timed = Timed(LandscapeLauncher(problem, problem.landscape(4), random.Random(4)))
+    runner = make_runner(problem, tmp_path / "some", sampler=make_sampler("random", 4), launcher=timed,
                                storage=optuna.storages.InMemoryStorage())  # fmt: skip
     runner.clock = lambda: timed.now
     runner.enqueue_baselines()
@@ -121,7 +122,7 @@ def test_the_race_never_spends_past_its_budget_and_relaunches_only_what_is_open(
 
 
 def test_the_plan_says_what_the_race_will_race_and_the_most_it_spends(tmp_path: Path) -> None:
-    problem = bench.load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
+    problem = load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
     runner = _runner(problem, tmp_path, seed=5)
     runner.enqueue_baselines()
     runner.run(trials=8, timeout_s=None)
@@ -137,7 +138,7 @@ def test_the_plan_says_what_the_race_will_race_and_the_most_it_spends(tmp_path: 
 
 
 def test_a_night_of_launches_searches_on_its_share_and_races_on_the_rest(tmp_path: Path) -> None:
-    problem = bench.load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
+    problem = load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
     runner = _runner(problem, tmp_path, seed=6)
     runner.enqueue_baselines()
     night = Night.of_launches(30, baselines=len(problem.space.baselines), top=3)
@@ -154,7 +155,7 @@ def test_a_night_of_launches_searches_on_its_share_and_races_on_the_rest(tmp_pat
 
 
 def test_a_night_with_no_finalists_to_race_ends_with_its_search(tmp_path: Path) -> None:
-    problem = bench.load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
+    problem = load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
     runner = _runner(problem, tmp_path, seed=7)
     ended = run_night(runner, Night(trials=3, top=0))
     assert ended.confirmation is None and not ended.interrupted
@@ -164,7 +165,7 @@ def test_a_night_with_no_finalists_to_race_ends_with_its_search(tmp_path: Path) 
 class Interrupting:
     """The landscape's launcher, with Ctrl-C pressed once during its ``at``-th launch."""
 
-    def __init__(self, inner: bench.LandscapeLauncher, at: int) -> None:
+    def __init__(self, inner: LandscapeLauncher, at: int) -> None:
         self.inner, self.at, self.launches = inner, at, 0
 
     def __call__(self, *args: object, **kwargs: object) -> TrialOutcome:
@@ -175,8 +176,8 @@ class Interrupting:
 
 
 def test_ctrl_c_in_the_search_ends_it_and_the_race_runs_on_what_it_found(tmp_path: Path) -> None:
-    problem = bench.load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
-    launcher = Interrupting(bench.LandscapeLauncher(problem, problem.landscape(8), random.Random(8)), at=7)
+    problem = load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
+    launcher = Interrupting(LandscapeLauncher(problem, problem.landscape(8), random.Random(8)), at=7)
     runner = _runner(problem, tmp_path, seed=8, launcher=launcher)
     runner.enqueue_baselines()
     said: list[str] = []

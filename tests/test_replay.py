@@ -10,7 +10,9 @@ import pytest
 from autotune.measure.protocol import MeasureSettings
 from benchmarks import replay
 from benchmarks import search_efficiency as bench
+from benchmarks.nights import run_recorded_grid_once
 from benchmarks.recorded import GridFlag, Machine, RecordedConfig, RecordedLandscape, RecordedLaunch
+from benchmarks.runs import Run, Step
 
 
 def _launch(round_: int, value: float | None, outcome: str = "ok") -> RecordedLaunch:
@@ -79,7 +81,7 @@ def test_the_benchmark_replays_autotune_and_random_search(tmp_path: Path) -> Non
 
 def test_the_reference_launches_every_configuration_of_the_grid_once(tmp_path: Path) -> None:
     problem = replay.load_problem(_landscape(tmp_path))
-    run = bench.run_recorded_grid_once(problem, seed=2)
+    run = run_recorded_grid_once(problem, seed=2)
     keys = [step.flags["key"] for step in run.steps if step.flags]
     assert sorted(keys) == sorted(problem.launches) and len(run.steps) == 8
     summary = run.summary(problem.optimum, 1)
@@ -88,10 +90,10 @@ def test_the_reference_launches_every_configuration_of_the_grid_once(tmp_path: P
 
 
 def test_found_is_the_first_launch_within_2_percent_and_crowned_waits_for_its_mean_to_lead() -> None:
-    steps = [bench.Step(launched=True, outcome="ok", measured=99.0, true=95.0, flags={"a": 1}),
-             bench.Step(launched=True, outcome="ok", measured=92.0, true=100.0, flags={"a": 2}),
-             bench.Step(launched=True, outcome="ok", measured=50.0, true=50.0, flags={"a": 3}),
-             bench.Step(launched=True, outcome="ok", measured=108.0, true=100.0, flags={"a": 2})]  # fmt: skip
-    summary = bench.Run(method="hand-built", seed=0, steps=steps).summary(100.0, 1)
+    steps = [Step(launched=True, outcome="ok", measured=99.0, true=95.0, flags={"a": 1}),
+             Step(launched=True, outcome="ok", measured=92.0, true=100.0, flags={"a": 2}),
+             Step(launched=True, outcome="ok", measured=50.0, true=50.0, flags={"a": 3}),
+             Step(launched=True, outcome="ok", measured=108.0, true=100.0, flags={"a": 2})]  # fmt: skip
+    summary = Run(method="hand-built", seed=0, steps=steps).summary(100.0, 1)
     # the optimum was launched second, measured low, and led only once its mean (100) beat 99
     assert summary["launches_to_find_2pct"] == 2 and summary["launches_to_2pct"] == 4

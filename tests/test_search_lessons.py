@@ -26,7 +26,8 @@ from autotune.study import StudyView, make_sampler
 from autotune.study.named_failures import named_values, predicted_failure
 from autotune.testing.records import trial_record
 from autotune.trial import TrialOutcome
-from benchmarks import search_efficiency as bench
+from benchmarks.nights import LandscapeLauncher, make_runner
+from benchmarks.problems import load_problem, problem_of
 from tests.conftest import TWIN_SPACE, run_queued
 
 HAND_FOUND = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 3, "speculative-eagle-topk": 1,
@@ -70,9 +71,9 @@ def _family_runner(tmp_path: Path, seed: int) -> tuple[Any, Counting]:
     from benchmarks import family
 
     member = family.member(1027)  # 2x H100, EAGLE3 and DFLASH drafters, both paths listed for either
-    problem = bench.problem_of(member.profile, member.space)
-    launcher = Counting(bench.LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed)))
-    runner = bench.make_runner(problem, tmp_path, sampler=make_sampler("tpe", seed), launcher=launcher)
+    problem = problem_of(member.profile, member.space)
+    launcher = Counting(LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed)))
+    runner = make_runner(problem, tmp_path, sampler=make_sampler("tpe", seed), launcher=launcher)
     return runner, launcher
 
 
@@ -114,13 +115,13 @@ def _twin_problem(tmp_path: Path, concurrency: int):  # type: ignore[no-untyped-
     data["objective"] = {"metric": "decode_tok_s", "concurrency": concurrency}
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump(data, sort_keys=False))
-    return bench.load_problem("qwen3.6-27b-2xa6000", space)
+    return load_problem("qwen3.6-27b-2xa6000", space)
 
 
 def _run_with_memory_variant(tmp_path: Path, concurrency: int = 1) -> tuple[Any, Counting]:
     problem = _twin_problem(tmp_path, concurrency)
-    launcher = Counting(bench.LandscapeLauncher(problem, problem.landscape(0), random.Random(0)))
-    runner = bench.make_runner(problem, tmp_path, sampler=make_sampler("tpe", 0), launcher=launcher,
+    launcher = Counting(LandscapeLauncher(problem, problem.landscape(0), random.Random(0)))
+    runner = make_runner(problem, tmp_path, sampler=make_sampler("tpe", 0), launcher=launcher,
                                storage=optuna.storages.InMemoryStorage())  # fmt: skip
     runner.enqueue_baselines()
     runner.run(trials=1, timeout_s=None)
@@ -151,9 +152,9 @@ def _run_after_hand_found(
     tmp_path: Path, proposed: dict[str, Any], concurrency: int = 1, console: Console | None = None
 ) -> tuple[Any, Counting]:
     problem = _twin_problem(tmp_path, concurrency)
-    launcher = Counting(bench.LandscapeLauncher(problem, problem.landscape(0), random.Random(0)))
+    launcher = Counting(LandscapeLauncher(problem, problem.landscape(0), random.Random(0)))
     events = LiveView(console, total=2, timeout_s=None, simulated=True) if console is not None else None
-    runner = bench.make_runner(problem, tmp_path, sampler=make_sampler("tpe", 0), launcher=launcher,
+    runner = make_runner(problem, tmp_path, sampler=make_sampler("tpe", 0), launcher=launcher,
                                storage=optuna.storages.InMemoryStorage(), events=events)  # fmt: skip
     runner.enqueue_baselines()
     runner.run(trials=1, timeout_s=None)
@@ -264,9 +265,9 @@ def test_a_borrowed_sizing_that_killed_a_launch_demanding_more_is_not_borrowed_a
     from benchmarks import family
 
     member = family.member(1259)  # 8x H100, a 354B MoE in int4 at TP 4: little headroom left at a high fraction
-    problem = bench.problem_of(member.profile, member.space)
-    launcher = Counting(bench.LandscapeLauncher(problem, problem.landscape(0), random.Random(0)))
-    runner = bench.make_runner(problem, tmp_path, sampler=make_sampler("tpe", 0), launcher=launcher,
+    problem = problem_of(member.profile, member.space)
+    launcher = Counting(LandscapeLauncher(problem, problem.landscape(0), random.Random(0)))
+    runner = make_runner(problem, tmp_path, sampler=make_sampler("tpe", 0), launcher=launcher,
                                storage=optuna.storages.InMemoryStorage())  # fmt: skip
     nextn = {"tp-size": 4, "speculative-algorithm": "NEXTN", "speculative-eagle-topk": 2, "attention-backend": "fa3"}
     sampled = {"mem-fraction-static": 0.87, "max-running-requests": 4, "cuda-graph-max-bs-decode": 4}

@@ -29,26 +29,25 @@ from tests.test_postgres import postgres  # noqa: F401 - the fixture: a PostgreS
 ROUNDS = int(os.environ.get("AUTOTUNE_SIMULTANEOUS_ROUNDS", "6"))
 
 WORKER = """
-import importlib.util, os, random, sys, time
+import os, random, sys, time
 from pathlib import Path
 
 go, url, folder, root, space, seed = sys.argv[1:]
-spec = importlib.util.spec_from_file_location("search_efficiency", Path(root) / "benchmarks" / "search_efficiency.py")
-bench = importlib.util.module_from_spec(spec)
-sys.modules["search_efficiency"] = bench
-spec.loader.exec_module(bench)
+sys.path.insert(0, root)
 from autotune.errors import AutotuneError
 from autotune.study import make_sampler, open_storage
+from benchmarks.nights import LandscapeLauncher, make_runner
+from benchmarks.problems import load_problem
 
-problem = bench.load_problem("qwen3.6-27b-2xa6000", space)
-launcher = bench.LandscapeLauncher(problem, problem.landscape(int(seed)), random.Random(int(seed)))
+problem = load_problem("qwen3.6-27b-2xa6000", space)
+launcher = LandscapeLauncher(problem, problem.landscape(int(seed)), random.Random(int(seed)))
 print("waiting", flush=True)
 while not os.path.exists(go):  # every worker is past its imports: released together
     time.sleep(0.002)
 try:
     storage = open_storage(url)
-    runner = bench.make_runner(problem, Path(folder), sampler=make_sampler("random", int(seed)), launcher=launcher,
-                               storage=storage)
+    runner = make_runner(problem, Path(folder), sampler=make_sampler("random", int(seed)), launcher=launcher,
+                         storage=storage)
     runner.prepare()
     runner.run(trials=1, timeout_s=None)
 except AutotuneError as exc:

@@ -421,6 +421,64 @@ def test_no_module_of_autotune_is_over_six_hundred_lines() -> None:
     assert not too_long, report(f"{len(too_long)} modules over {MAX_MODULE_LINES} lines", too_long)
 
 
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def test_no_module_of_the_benchmarks_is_over_six_hundred_lines() -> None:
+    paths = sorted(BENCHMARKS.glob("*.py"))
+    assert len(paths) > 15  # the scan reads the benchmarks, not an empty folder
+    too_long = [f"{path.relative_to(ROOT)} ({n} lines)" for path, n in long_modules(paths, MAX_MODULE_LINES)]
+    assert not too_long, report(f"{len(too_long)} modules over {MAX_MODULE_LINES} lines", too_long)
+
+
+def benchmark_imports(source: str) -> set[str]:
+    """The benchmarks modules a module imports, at its top or inside a function (a late import hides
+    a circle; it does not remove it)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[1] for a in node.names if a.name.startswith("benchmarks."))
+        elif isinstance(node, ast.ImportFrom) and node.module == "benchmarks":
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("benchmarks."):
+            names.add(node.module.split(".")[1])
+    return names
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each circle of ``graph`` (module -> the modules it imports), once, as the path that closes it."""
+    cycles: list[list[str]] = []
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            cycles.append(path[path.index(module) :] + [module])
+            return
+        if module in done:
+            return
+        for imported in sorted(graph.get(module, ())):
+            visit(imported, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+    return cycles
+
+
+def test_the_cycle_scan_finds_a_late_import_circle() -> None:
+    late = "def f() -> None:\n    from benchmarks import b  # late\n"
+    graph = {"a": benchmark_imports(late), "b": benchmark_imports("from benchmarks.a import f\n"), "c": {"a"}}
+    assert import_cycles(graph) == [["a", "b", "a"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_benchmarks_import_no_circle() -> None:
+    graph = {path.stem: benchmark_imports(path.read_text()) for path in sorted(BENCHMARKS.glob("*.py"))}
+    assert "nights" in graph["search_efficiency"]  # the scan reads the real imports
+    cycles = [" -> ".join(cycle) for cycle in import_cycles(graph)]
+    assert not cycles, report(f"{len(cycles)} import circles in benchmarks/", cycles)
+
+
 def test_no_function_of_autotune_is_over_sixty_lines() -> None:
     paths = sorted(PACKAGE.rglob("*.py"))
     assert len(paths) > 50

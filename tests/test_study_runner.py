@@ -16,7 +16,8 @@ from autotune.feasibility import FeasibilityModel
 from autotune.outcomes import OutcomeKind
 from autotune.study import StudyView, make_sampler
 from autotune.study.memory import feasibility_models
-from benchmarks import search_efficiency as bench
+from benchmarks.nights import LandscapeLauncher, make_runner
+from benchmarks.problems import load_problem
 from tests.conftest import TWIN_SPACE
 
 
@@ -27,12 +28,12 @@ def _wide_problem(tmp_path: Path):  # type: ignore[no-untyped-def]
     data["tuned"]["mem-fraction-static"]["low"] = 0.55
     space = tmp_path / "wide.yaml"
     space.write_text(yaml.safe_dump(data))
-    return bench.load_problem("qwen3.6-27b-2xa6000", space)
+    return load_problem("qwen3.6-27b-2xa6000", space)
 
 
 def _runner(problem, tmp_path: Path, storage: optuna.storages.BaseStorage, seed: int):  # type: ignore[no-untyped-def]
-    launcher = bench.LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed))
-    return bench.make_runner(
+    launcher = LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed))
+    return make_runner(
         problem, tmp_path, sampler=make_sampler("random", seed), launcher=launcher, storage=storage
     )
 

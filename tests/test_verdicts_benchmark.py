@@ -6,8 +6,9 @@ import random
 from pathlib import Path
 
 from autotune.engines.base import LaunchPlan
-from benchmarks import search_efficiency as bench
 from benchmarks import verdicts
+from benchmarks.nights import LandscapeLauncher
+from benchmarks.problems import problem_of, solve
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "benchmarks" / "landscapes" / "cpu-alone-llamacpp.json"
@@ -56,12 +57,12 @@ def test_the_report_counts_each_study_once_in_both_scenarios() -> None:
 
 
 def test_the_launch_noise_is_off_unless_asked_for() -> None:
-    problem = bench.problem_of(verdicts.family.member(5000).profile, verdicts.family.member(5000).space)
-    flags = bench.solve(problem).flags
+    problem = problem_of(verdicts.family.member(5000).profile, verdicts.family.member(5000).space)
+    flags = solve(problem).flags
     plan = LaunchPlan(engine="sglang", flags=flags)
 
     def measured(**options: object) -> list[float]:
-        launcher = bench.LandscapeLauncher(problem, problem.landscape(1), random.Random(1), **options)  # type: ignore[arg-type]
+        launcher = LandscapeLauncher(problem, problem.landscape(1), random.Random(1), **options)  # type: ignore[arg-type]
         return [launcher(plan, Path("unused.log"), lambda *_: None).objective or 0.0 for _ in range(20)]
 
     plain = measured()
