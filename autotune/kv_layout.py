@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field
@@ -68,9 +69,10 @@ def kv_layout_of(config: dict[str, Any]) -> KvLayout | None:
     return KvLayout(full_attention_layers=full, kv_heads=kv_heads, head_dim=head_dim, hybrid=hybrid)
 
 
-def kv_layout(model: str) -> KvLayout | None:
-    """The KV layout of ``model`` (a local folder, or a hub name in the cache); None when unknown."""
-    path = find_config(model)
+def kv_layout(model: str, config: Path | None = None) -> KvLayout | None:
+    """The KV layout of ``model`` (a local folder, or a hub name in the cache; ``config``: its config.json
+    where the space names one); None when unknown."""
+    path = config or find_config(model)
     if path is None:
         return None
     try:

@@ -425,6 +425,10 @@ class SearchSpace(_Strict):
             return named
         return (self.source.parent / named).resolve()
 
+    def named_config(self) -> Path | None:
+        """The model's config.json where the space names one (``model_config``), resolved; else None."""
+        return self.relative_path(self.config_json) if self.config_json else None
+
     def suite_path(self) -> str:
         """The suite reference with relative paths resolved against the space file."""
         suite = self.measurement.suite

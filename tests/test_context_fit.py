@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import pytest
 import yaml
 
 from autotune.decision import Skip
@@ -259,13 +260,18 @@ def test_tight_context_members_tune_contexts_on_both_sides_of_what_the_pool_hold
     assert tight_context_member(3) == members[3]  # the same seed, the same member
 
 
-def test_check_says_what_one_request_of_each_context_needs_by_the_config(tmp_path: Path) -> None:
+@pytest.mark.parametrize("named", [False, True], ids=["in the model's folder", "named by the space"])
+def test_check_says_what_one_request_of_each_context_needs_by_the_config(tmp_path: Path, named: bool) -> None:
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(HYBRID_CONFIG))
     data = yaml.safe_load(TWIN_SPACE.read_text())
     del data["fixed"]["context-length"]
-    data["model"] = str(model)
+    if named:  # a hub name not in the cache: only the space's model_config says the layout
+        data["model_config"] = str(model / "config.json")
+    else:
+        del data["model_config"]
+        data["model"] = str(model)
     data["tuned"]["context-length"] = {"type": "categorical", "choices": [65536, 262144]}
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump(data, sort_keys=False))

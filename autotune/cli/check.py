@@ -81,6 +81,6 @@ def _request_kv(space: SearchSpace, checked: Preflight) -> list[RequestKv]:
     from autotune.kv_layout import kv_layout
     from autotune.study.pool_tokens import request_kv
 
-    layout = kv_layout(space.model)
+    layout = kv_layout(space.model, space.named_config())
     rules = [p.engine.memory_rules for p in checked.engines.values() if p.engine.memory_rules is not None]
     return request_kv(space, rules[0], layout) if layout is not None and rules else []

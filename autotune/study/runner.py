@@ -158,8 +158,8 @@ class StudyRunner:
         self.stop_reason: str | None = None
         self.storage_fault: str | None = None
         self.feasibility = feasibility_models(self.space, self.engines, self.inventory)
-        named = self.space.relative_path(self.space.config_json) if self.space.config_json else None
-        self.structure = model_structure(self.space.model, named)  # what a decode pass reads, for the roofline
+        # what a decode pass reads, for the roofline
+        self.structure = model_structure(self.space.model, self.space.named_config())
         self.pass_setup = read_pass_setup(self.space, self.inventory)
         self.search: str | None = None  # the search that proposed the last trial (model-guided, or why not)
         replay(self.feasibility, self.records(), default_engine=self.space.engine)

@@ -75,7 +75,7 @@ def build_rules(
         rules += [SameRate(engines), ServedSizing(engines, feasibility), FractionInside(space, engines, feasibility)]
     rules += [
         MakeRoom(space, engines, feasibility),
-        ContextFit(space, engines, feasibility, layout=kv_layout(space.model)),
+        ContextFit(space, engines, feasibility, layout=kv_layout(space.model, space.named_config())),
         NamedFailure(),
         PredictedMemory(feasibility),
     ]
