@@ -86,6 +86,20 @@ def test_without_a_setup_the_sampler_falls_back_to_tpe_and_says_why(tmp_path: Pa
     assert sampler.search(runner.study, records[-1].number).startswith("tpe: no pass model: the model's config.json")
 
 
+def test_where_no_model_can_be_built_the_night_is_tpe_s_own(tmp_path: Path) -> None:
+    """The fallback is the study's TPE as it is (multivariate, grouped), not TPE flag by flag: the same
+    seed proposes the same night."""
+    bare = {"config_json": None, "draft_model_configs": {}}
+
+    def night(sampler: optuna.samplers.BaseSampler, folder: str) -> list[dict[str, object]]:
+        runner = guided_runner(tmp_path / folder, sampler=sampler, storage=optuna.storages.InMemoryStorage(),
+                               space_changes=bare)  # fmt: skip
+        runner.run(trials=8, timeout_s=None)
+        return [t.params for t in runner.study.trials]
+
+    assert night(make_sampler("model", 5), "model") == night(make_sampler("tpe", 5), "tpe")
+
+
 def test_a_night_is_proposed_by_the_model_and_each_trial_keeps_its_prediction(tmp_path: Path) -> None:
     storage = optuna.storages.InMemoryStorage()
     sampler = make_sampler("model", 1)

@@ -121,13 +121,21 @@ class ModelGuided(optuna.samplers.BaseSampler):
 
     # ---------------------------------------------------------------- Optuna's interface
 
+    # The fallback samples every flag the model does not choose, jointly (TPE is multivariate): where the
+    # model proposes nothing, the trial is the fallback's own.
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        return {}
+        space = self.fallback.infer_relative_search_space(study, trial)
+        chosen, _ = self.choice(study, trial.number)
+        return {name: d for name, d in space.items() if chosen is None or name not in chosen}
 
     def sample_relative(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        return {}
+        if not search_space:
+            return {}
+        # a grouped TPE samples its whole groups; only the flags left to it may come back
+        sampled = self.fallback.sample_relative(study, trial, search_space)
+        return {name: value for name, value in sampled.items() if name in search_space}
 
     def sample_independent(
         self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
