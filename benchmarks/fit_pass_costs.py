@@ -40,7 +40,6 @@ FITTED = (
     "draft_step_tp_ms",
     "verify_token_ms",
     "batch_scale",
-    "per_request_ms",
     "tree_branch_ms",
     "tree_bookkeeping_ms",
     "compute_efficiency",
@@ -62,7 +61,6 @@ REMOVED: dict[str, tuple[str, ...]] = {
     "new - draft_step_tp": ("draft_step_tp_ms",),
     "new - tree costs": ("tree_branch_ms", "tree_bookkeeping_ms"),
     "new - batch_scale": ("batch_scale",),
-    "new - per_request": ("per_request_ms",),
     "new - experts touched": ("moe_draft_token_spread",),
     "today": ("spec_pass_ms", "spec_pass_tp_ms", "draft_step_tp_ms", "moe_draft_token_spread"),
 }

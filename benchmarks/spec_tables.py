@@ -199,7 +199,6 @@ def variants(new: PassCosts) -> dict[str, PassCosts]:
         "new - draft_step_tp": new.model_copy(update={"draft_step_tp_ms": 0.0}),
         "new - tree costs": new.model_copy(update={"tree_branch_ms": 0.3, "tree_bookkeeping_ms": 1.5}),
         "new - batch_scale": new.model_copy(update={"batch_scale": 0.1}),
-        "new - per_request": new.model_copy(update={"per_request_ms": 0.05}),
         "new - experts touched": new,
     }
 
