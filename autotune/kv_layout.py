@@ -9,14 +9,13 @@ full-attention layers count (``layer_types``, or every ``full_attention_interval
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
-from autotune.model_reads import find_config
+from autotune.model_reads import find_config, read_config
 from autotune.models import Frozen
 
 
@@ -72,11 +71,5 @@ def kv_layout_of(config: dict[str, Any]) -> KvLayout | None:
 def kv_layout(model: str, config: Path | None = None) -> KvLayout | None:
     """The KV layout of ``model`` (a local folder, or a hub name in the cache; ``config``: its config.json
     where the space names one); None when unknown."""
-    path = config or find_config(model)
-    if path is None:
-        return None
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return kv_layout_of(config) if isinstance(config, dict) else None
+    found = read_config(config or find_config(model))
+    return kv_layout_of(found) if found is not None else None

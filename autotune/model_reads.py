@@ -177,14 +177,19 @@ def structure_of(config: dict[str, Any]) -> ModelStructure | None:
     )
 
 
-def model_structure(model: str, config: Path | None = None) -> ModelStructure | None:
-    """The structure of ``model`` (a local folder or a hub name in the cache; ``config``: its config.json
-    where the space names one); None when unknown."""
-    path = config or find_config(model)
+def read_config(path: Path | None) -> dict[str, Any] | None:
+    """A config.json's object; None where there is no path, or it cannot be read as one."""
     if path is None:
         return None
     try:
-        config = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return structure_of(config) if isinstance(config, dict) else None
+    return data if isinstance(data, dict) else None
+
+
+def model_structure(model: str, config: Path | None = None) -> ModelStructure | None:
+    """The structure of ``model`` (a local folder or a hub name in the cache; ``config``: its config.json
+    where the space names one); None when unknown."""
+    found = read_config(config or find_config(model))
+    return structure_of(found) if found is not None else None

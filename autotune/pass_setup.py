@@ -9,16 +9,14 @@ line (:attr:`PassSetup.missing`); without the model's config or a known GPU ther
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
 from autotune.engines import get_engine
 from autotune.gpu import GpuInventory
-from autotune.model_reads import find_config
+from autotune.model_reads import find_config, read_config
 from autotune.models import Frozen
 from autotune.space import SearchSpace
 from passmodel.profile import TwinProfile
@@ -91,19 +89,11 @@ def known_gpu(name: str) -> GpuFacts | None:
     return None
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _config(space: SearchSpace, named: str | None, model: str) -> tuple[dict[str, Any] | None, str]:
     """(the config, where it was looked for)."""
     path = space.relative_path(named) if named is not None else find_config(model)
     where = str(path) if path is not None else f"{model} (no local folder, not in the Hugging Face cache)"
-    return (_read_json(path) if path is not None else None), where
+    return read_config(path), where
 
 
 def _dtype(config: dict[str, Any]) -> str:

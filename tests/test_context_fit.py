@@ -28,7 +28,8 @@ from autotune.study.history import History
 from autotune.study.pool_tokens import most_room, pool_points, tokens_at, too_small
 from autotune.study.rules.context_fit import ContextFit
 from autotune.testing.records import trial_record
-from benchmarks import search_efficiency as bench
+from benchmarks.nights import LandscapeLauncher, make_runner
+from benchmarks.problems import load_problem
 from tests.conftest import TWIN_SPACE, autotune_cmd
 
 FIXTURES = Path(__file__).parent / "fixtures" / "pool_figures"
@@ -156,13 +157,13 @@ def _context_night(tmp_path: Path, rules_off: tuple[str, ...] = ()) -> Any:
     tmp_path.mkdir(exist_ok=True)
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump(data, sort_keys=False))
-    problem = bench.load_problem("qwen3.6-27b-2xa6000", space)
-    launcher = bench.LandscapeLauncher(problem, problem.landscape(0), random.Random(0))
+    problem = load_problem("qwen3.6-27b-2xa6000", space)
+    launcher = LandscapeLauncher(problem, problem.landscape(0), random.Random(0))
     # the benchmark's runner names its study "bench"; stored where `autotune show bench` finds it
     (tmp_path / "studies").mkdir()
     stored = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/studies/bench.db")
     storage = stored if not rules_off else optuna.storages.InMemoryStorage()
-    runner = bench.make_runner(problem, tmp_path, sampler=make_sampler("tpe", 0), launcher=launcher,
+    runner = make_runner(problem, tmp_path, sampler=make_sampler("tpe", 0), launcher=launcher,
                                storage=storage, rules_off=rules_off)  # fmt: skip
     runner.run(trials=20, timeout_s=None)
     return runner.space, StudyView(runner.study).records()
