@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field
 
-from autotune.model_reads import find_config, read_config
+from autotune.model_reads import config_int, find_config, read_config
 from autotune.models import Frozen
 
 
@@ -33,28 +33,20 @@ class KvLayout(Frozen):
         return 2.0 * self.full_attention_layers * heads * self.head_dim * element_bytes
 
 
-def _int(config: dict[str, Any], *names: str) -> int | None:
-    for name in names:
-        value = config.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
-
-
 def kv_layout_of(config: dict[str, Any]) -> KvLayout | None:
     """The KV layout of a decoder's config (a multimodal one's text part); None where it states too little
     (or uses attention this module does not count, such as sliding windows or latent KV)."""
     c = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     assert isinstance(c, dict)
-    layers, heads, hidden = (_int(c, n) for n in ("num_hidden_layers", "num_attention_heads", "hidden_size"))
-    kv_heads = _int(c, "num_key_value_heads") or heads
+    layers, heads, hidden = (config_int(c, n) for n in ("num_hidden_layers", "num_attention_heads", "hidden_size"))
+    kv_heads = config_int(c, "num_key_value_heads") or heads
     if layers is None or kv_heads is None or "kv_lora_rank" in c:
         return None
-    head_dim = _int(c, "head_dim") or (hidden // heads if hidden and heads else None)
+    head_dim = config_int(c, "head_dim") or (hidden // heads if hidden and heads else None)
     if head_dim is None:
         return None
     kinds = c.get("layer_types")
-    interval = _int(c, "full_attention_interval")
+    interval = config_int(c, "full_attention_interval")
     if isinstance(kinds, list) and kinds:
         if set(kinds) - {"full_attention", "linear_attention"}:
             return None

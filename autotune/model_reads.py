@@ -78,7 +78,8 @@ def find_config(model: str) -> Path | None:
     return next(iter(sorted((repo / "snapshots").glob("*/config.json"))), None)
 
 
-def _int(config: dict[str, Any], *names: str) -> int | None:
+def config_int(config: dict[str, Any], *names: str) -> int | None:
+    """The first of ``names`` that a config gives as an integer."""
     for name in names:
         value = config.get(name)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -90,15 +91,15 @@ def _attention_params(c: dict[str, Any], hidden: int, heads: int) -> int | None:
     """One layer's attention projections: multi-head latent attention (DeepSeek) or grouped-query."""
     if "kv_lora_rank" in c:
         rank, rope, nope, v_dim = (
-            _int(c, n) for n in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+            config_int(c, n) for n in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
         )
         if rank is None or rope is None or nope is None or v_dim is None:
             return None
-        q_rank = _int(c, "q_lora_rank")
+        q_rank = config_int(c, "q_lora_rank")
         q = hidden * q_rank + q_rank * heads * (nope + rope) if q_rank else hidden * heads * (nope + rope)
         return q + hidden * (rank + rope) + rank * heads * (nope + v_dim) + heads * v_dim * hidden
-    kv_heads = _int(c, "num_key_value_heads") or heads
-    head_dim = _int(c, "head_dim") or hidden // heads
+    kv_heads = config_int(c, "num_key_value_heads") or heads
+    head_dim = config_int(c, "head_dim") or hidden // heads
     return 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
 
 
@@ -109,7 +110,7 @@ def _linear_attention_params(c: dict[str, Any], hidden: int) -> int | None:
     """One gated-delta-net layer's projections (Qwen3.5's linear attention): query, key, value and gate
     in, the per-head decay and beta, and out."""
     key_heads, key_dim, value_heads, value_dim = (
-        _int(c, n)
+        config_int(c, n)
         for n in ("linear_num_key_heads", "linear_key_head_dim", "linear_num_value_heads", "linear_value_head_dim")
     )
     if key_heads is None or key_dim is None or value_heads is None or value_dim is None:
@@ -121,8 +122,8 @@ def _linear_attention_params(c: dict[str, Any], hidden: int) -> int | None:
 def _moe_layers(c: dict[str, Any], layers: int) -> int:
     """How many layers route to experts: DeepSeek's first dense layers, Qwen's sparse step and
     MLP-only layers; every layer otherwise."""
-    first_dense = _int(c, "first_k_dense_replace") or 0
-    step = _int(c, "decoder_sparse_step") or 1
+    first_dense = config_int(c, "first_k_dense_replace") or 0
+    step = config_int(c, "decoder_sparse_step") or 1
     only_mlp = set(c.get("mlp_only_layers") or [])
     return sum(1 for i in range(first_dense, layers) if i not in only_mlp and (i + 1) % step == 0)
 
@@ -133,7 +134,7 @@ def structure_of(config: dict[str, Any]) -> ModelStructure | None:
     c = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     assert isinstance(c, dict)
     hidden, layers, heads, vocab = (
-        _int(c, n) for n in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+        config_int(c, n) for n in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
     )
     types = list(c.get("layer_types") or [])
     if hidden is None or layers is None or heads is None or vocab is None or set(types) - KNOWN_LAYERS:
@@ -145,9 +146,9 @@ def structure_of(config: dict[str, Any]) -> ModelStructure | None:
         return None
     # Every layer's attention, as the mean layer's (the counts below multiply it by the layers).
     attention = ((layers - linear_layers) * full + linear_layers * linear) / layers
-    experts = _int(c, "num_experts", "n_routed_experts", "num_local_experts") or 0
-    per_token = _int(c, "num_experts_per_tok") or 0
-    dense_mlp = 3 * hidden * (_int(c, "intermediate_size") or 0)  # gate, up and down projections
+    experts = config_int(c, "num_experts", "n_routed_experts", "num_local_experts") or 0
+    per_token = config_int(c, "num_experts_per_tok") or 0
+    dense_mlp = 3 * hidden * (config_int(c, "intermediate_size") or 0)  # gate, up and down projections
     embedding = vocab * hidden
     head = 0 if c.get("tie_word_embeddings") else embedding
     if not experts:
@@ -155,12 +156,14 @@ def structure_of(config: dict[str, Any]) -> ModelStructure | None:
             return None
         total = embedding + head + layers * (attention + dense_mlp)
         return ModelStructure(total_params=total, always_read_params=total - (embedding if head else 0))
-    moe_width = _int(c, "moe_intermediate_size") or (_int(c, "intermediate_size") if "num_local_experts" in c else None)
+    moe_width = config_int(c, "moe_intermediate_size") or (
+        config_int(c, "intermediate_size") if "num_local_experts" in c else None
+    )
     if not moe_width or not per_token:
         return None
     expert = 3 * hidden * moe_width
-    shared_width = _int(c, "shared_expert_intermediate_size") or 0
-    shared = (_int(c, "n_shared_experts") or 0) * expert + 3 * hidden * shared_width
+    shared_width = config_int(c, "shared_expert_intermediate_size") or 0
+    shared = (config_int(c, "n_shared_experts") or 0) * expert + 3 * hidden * shared_width
     moe_layers = _moe_layers(c, layers)
     router = hidden * experts
     always = head + layers * attention + moe_layers * (router + shared) + (layers - moe_layers) * dense_mlp

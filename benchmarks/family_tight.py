@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 from autotune.space import Baseline, SearchSpace
 from benchmarks.family import (
@@ -181,6 +182,16 @@ def _tight_space(
         tuned["max-running-requests"] = {"type": "categorical", "choices": [False, 1, 4, 16]}
     cautious = {"speculative-algorithm": "EAGLE3", "speculative-draft-model-path": drafter.path,
                 "speculative-num-steps": 1, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 2}  # fmt: skip
+    return _twin_space(profile, fixed={"context-length": context, "tp-size": tp}, tuned=tuned, baselines=[
+        Baseline(name="defaults", note="SGLang's defaults (no speculative decoding)", flags={}),
+        Baseline(name="cautious", note="the drafter at its mildest, the engine's own memory sizing", flags=cautious),
+    ])  # fmt: skip
+
+
+def _twin_space(
+    profile: TwinProfile, *, fixed: dict[str, Any], tuned: dict[str, Any], baselines: list[Baseline]
+) -> SearchSpace:
+    """A tight member's space on the twin serving ``profile``: its GPUs, weights and measurement."""
     return SearchSpace.model_validate(
         {
             "version": 1,
@@ -189,14 +200,9 @@ def _tight_space(
             "launcher": ["{python}", "-m", "autotune_twin", "--twin-profile", f"{profile.name}.yaml"],
             "model": profile.model.name,
             "gpus": {"devices": list(range(profile.gpus.count)), "model_bytes": float(profile.model.weight_bytes)},
-            "fixed": {"context-length": context, "tp-size": tp},
+            "fixed": fixed,
             "tuned": tuned,
-            "baselines": [
-                Baseline(name="defaults", note="SGLang's defaults (no speculative decoding)", flags={}),
-                Baseline(
-                    name="cautious", note="the drafter at its mildest, the engine's own memory sizing", flags=cautious
-                ),
-            ],  # fmt: skip
+            "baselines": baselines,
             **MEASURED_AS,
         }
     )
@@ -311,21 +317,8 @@ def _tight_context_space(
         tuned["mamba-full-memory-ratio"] = {"type": "categorical", "choices": CONTEXT_RATIOS}
     cautious = {**drafted, "speculative-num-steps": 1, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 2,
                 "context-length": contexts[-1], "mem-fraction-static": 0.9}  # fmt: skip
-    return SearchSpace.model_validate(
-        {
-            "version": 1,
-            "study": profile.name,
-            "engine": "sglang",
-            "launcher": ["{python}", "-m", "autotune_twin", "--twin-profile", f"{profile.name}.yaml"],
-            "model": profile.model.name,
-            "gpus": {"devices": list(range(profile.gpus.count)), "model_bytes": float(profile.model.weight_bytes)},
-            "fixed": {"tp-size": tp},
-            "tuned": tuned,
-            "baselines": [
-                Baseline(name="defaults", note="SGLang's defaults at the model's maximum context",
-                         flags={"context-length": contexts[0]}),
-                Baseline(name="cautious", note="the mildest draft at a quarter of the maximum context", flags=cautious),
-            ],  # fmt: skip
-            **MEASURED_AS,
-        }
-    )
+    return _twin_space(profile, fixed={"tp-size": tp}, tuned=tuned, baselines=[
+        Baseline(name="defaults", note="SGLang's defaults at the model's maximum context",
+                 flags={"context-length": contexts[0]}),
+        Baseline(name="cautious", note="the mildest draft at a quarter of the maximum context", flags=cautious),
+    ])  # fmt: skip
