@@ -204,12 +204,15 @@ class Scheduler(threading.Thread):
         work between passes (streaming the last pass's tokens, the adaptive controller's bookkeeping) is
         inside the pass, as a GPU overlaps the host's work, not added to it: on a loaded CPU that work
         grew with the batch and the configuration, and slowed one configuration more than another. A
-        pass that began late ends now at the earliest: it never catches up. False when stopping (so a
-        SIGTERM ends the thread promptly)."""
+        pass that began late still ends on its deadline when the host is late by up to one pass, as a
+        GPU keeps running the pass the host queued ahead (SGLang's overlap scheduler, CUDA's launch
+        queue): a loaded test machine's scheduling delays then cost the twin nothing; lateness beyond
+        that is lost, as a real GPU idles. False when stopping (so a SIGTERM ends the thread promptly)."""
         now = self._clock()
+        seconds = max(seconds, 0.0)
         start = now if self._pass_end is None else self._pass_end
-        self._pass_end = max(start + max(seconds, 0.0), now)
-        return not self._stop_event.wait(self._pass_end - now)
+        self._pass_end = max(start + seconds, now - seconds)
+        return not self._stop_event.wait(max(self._pass_end - now, 0.0))
 
     def _drop_aborted(self) -> None:
         self._waiting = deque(r for r in self._waiting if not r.aborted)
