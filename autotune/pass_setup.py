@@ -3,7 +3,8 @@
 The model's ``config.json`` (the space's ``model_config``, else the model's folder or the Hugging Face
 cache: :func:`autotune.model_reads.find_config`), each draft model's likewise (``draft_model_configs``),
 the GPUs from the inventory (NVML's name and memory; bandwidth and compute from the datasheet table,
-:data:`passmodel.setup.KNOWN_GPUS`) and TP from the fixed flags. What cannot be read is said in one
+:data:`passmodel.setup.KNOWN_GPUS`) and TP from the fixed flags (where the space tunes TP, the setup's
+costs are at TP 1 and the model-guided search predicts each candidate at its own TP). What cannot be read is said in one
 line (:attr:`PassSetup.missing`); without the model's config or a known GPU there is no model.
 """
 
@@ -42,6 +43,7 @@ class PassSetup(Frozen):
     setup: Setup | None = None
     drafters: dict[str, DrafterFacts] = Field(default_factory=dict)
     missing: list[str] = Field(default_factory=list, description="what could not be read, one phrase each")
+    tp_tuned: bool = Field(default=False, description="the space tunes TP: each candidate is predicted at its own")
 
     def summary(self) -> str:
         """One line: what the model is built from, or why there is none."""
@@ -49,7 +51,8 @@ class PassSetup(Frozen):
             return "no pass model: " + "; ".join(self.missing)
         gpu = self.setup.gpu.name if isinstance(self.setup.gpu, GpuFacts) else self.setup.gpu
         arch = _architecture(self.setup)
-        built = f"pass model of {arch} on {self.setup.gpu_count}x {gpu} at TP {self.setup.tp}"
+        tp = "each candidate's TP" if self.tp_tuned else f"TP {self.setup.tp}"
+        built = f"pass model of {arch} on {self.setup.gpu_count}x {gpu} at {tp}"
         drafters = f", {len(self.drafters)} draft model(s)" if self.drafters else ""
         return built + drafters + (f" (not read: {'; '.join(self.missing)})" if self.missing else "")
 
@@ -166,4 +169,6 @@ def read_pass_setup(space: SearchSpace, inventory: GpuInventory) -> PassSetup:
         model=ModelFacts(config=config, dtype=_dtype(config)),
         drafter=DrafterFacts(algorithm="NEXTN") if has_heads else None,
     )
-    return PassSetup(setup=setup, drafters=drafters, missing=missing)
+    tuned = get_engine(space.engine).memory_rules
+    tp_tuned = (tuned.tp_flag if tuned is not None else "tp-size") in space.tuned
+    return PassSetup(setup=setup, drafters=drafters, missing=missing, tp_tuned=tp_tuned)

@@ -15,7 +15,7 @@ import yaml
 from autotune.gpu import GpuInventory
 from autotune.pass_setup import read_pass_setup
 from autotune.records import MetricRecord, Prediction
-from autotune.space import load_space
+from autotune.space import CategoricalParam, load_space
 from autotune.study import make_sampler
 from autotune.study.guided import FALLBACK_ERROR, JUDGED, ModelGuided, describe_search, judged_error
 from autotune.testing import simulated_outcome, study_runner
@@ -192,3 +192,35 @@ def test_a_twin_study_with_the_model_sampler_keeps_predictions_and_shows_and_dra
     run("report", "guided", cwd=tmp_path)
     report = tmp_path / "studies" / "guided" / "report"
     assert (report / "predicted.png").is_file() and "predicted.png" in (report / "index.html").read_text()
+
+
+def test_a_candidate_at_tp_2_is_predicted_at_tp_2_where_the_space_tunes_tp(tmp_path: Path) -> None:
+    """The landscape runs each launch at its own TP; the model, fitted to it, predicts TP 2 at TP 2 and
+    TP 1 at TP 1 (one A6000 reads the weights alone: well under TP 2's rate)."""
+    profile = read_pass_setup(load_space(TWIN_SPACE), a6000s()).profile()
+    assert profile is not None
+
+    def at_own_tp(flags: dict[str, object]) -> tuple[float, float]:
+        spec = {k: v for k, v in flags.items() if k.startswith("speculative-")}
+        cfg = calibrate.launch_config(profile, {**spec, "tp-size": int(str(flags["tp-size"]))})
+        rate = calibrate.expected_rate(profile, cfg, concurrency=1, input_len=0, output_len=24)
+        return rate / 1.3, calibrate.profile_accept_length(profile, cfg)
+
+    base = load_space(TWIN_SPACE)
+    tuned = {**base.tuned, "tp-size": CategoricalParam(type="categorical", choices=[1, 2])}
+    fixed = {k: v for k, v in base.fixed.items() if k != "tp-size"}
+    storage = optuna.storages.InMemoryStorage()
+    sampler = make_sampler("model", 1)
+    assert isinstance(sampler, ModelGuided)
+    runner = guided_runner(tmp_path, sampler=sampler, storage=storage, rate=at_own_tp,
+                           space_changes={"tuned": tuned, "fixed": fixed})  # fmt: skip
+    assert "at each candidate's TP" in read_pass_setup(runner.space, a6000s()).summary()
+    runner.run(trials=8, timeout_s=None)
+    assert {r.flags.get("tp-size") for r in runner.records() if r.served} >= {2}
+    draft = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 2, "speculative-eagle-topk": 1,
+             "speculative-num-draft-tokens": 3}  # fmt: skip
+    at_tp2 = sampler.prediction(runner.study, {**fixed, **draft, "tp-size": 2}, "model")
+    at_tp1 = sampler.prediction(runner.study, {**fixed, **draft, "tp-size": 1}, "model")
+    assert at_tp2 is not None and at_tp1 is not None
+    assert at_tp2.tok_s == pytest.approx(at_own_tp({**draft, "tp-size": 2})[0], rel=0.1)
+    assert at_tp1.tok_s < 0.75 * at_tp2.tok_s

@@ -56,6 +56,7 @@ OPTIMISTIC_ACCEPTANCE = 0.85
 JUDGED = 5  # the last predictions judged for the fallback
 FALLBACK_ERROR = 0.15  # median relative error of those, above which TPE proposes (fixed before judging)
 SPECULATIVE = "speculative-"
+TP = "tp-size"  # the pass model's spelling of a launch's TP (any engine's flag, as calibrate reads it)
 # The objectives the model predicts: a request's decode rate, the total output rate.
 RATES = ("decode_tok_s", "output_tok_s")
 
@@ -202,7 +203,7 @@ class ModelGuided(optuna.samplers.BaseSampler):
             if trial.number not in self._read:
                 record = attrs.trial_record(trial)
                 point = _point(record, space)
-                one = Launched(params=_spec_params(trial.params), point=point) if point is not None else None
+                one = Launched(params=_model_params(space, trial.params), point=point) if point is not None else None
                 self._read[trial.number] = (record, one)
         return [self._read[t.number] for t in sorted(finished, key=lambda t: t.number)]
 
@@ -244,7 +245,9 @@ class ModelGuided(optuna.samplers.BaseSampler):
         finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         # Measured, reused or skipped: known. Compared as the model reads them (DFLASH ignores adaptive steps).
         tried = {
-            _spec_key(cfg) for t in finished if (cfg := _config(profile, space, _flags(space, _spec_params(t.params))))
+            _spec_key(cfg)
+            for t in finished
+            if (cfg := _config(profile, space, _flags(space, _model_params(space, t.params))))
         }
         best = self._best(fitted, space, launched, tried, pool)
         if best is None:
@@ -257,15 +260,15 @@ class ModelGuided(optuna.samplers.BaseSampler):
         """Speculative parameter sets: drawn from the space, and the best measured one's neighbours."""
         seen: dict[str, dict[str, Any]] = {}
         for _ in range(POOL):
-            params = _spec_params(suggest(space, _Draw(self.rng)).params)
+            params = _model_params(space, suggest(space, _Draw(self.rng)).params)
             seen.setdefault(_key(params), params)
         best = _best_measured(launched)
         if best is not None:
             for name, param in space.tuned.items():
-                if name.startswith(SPECULATIVE) and name in best:
+                if name in best:
                     for value in _neighbours(param, best[name]):
                         fixed = {**best, name: value}
-                        params = _spec_params(suggest(space, _Draw(self.rng, fixed)).params)
+                        params = _model_params(space, suggest(space, _Draw(self.rng, fixed)).params)
                         seen.setdefault(_key(params), params)
         return list(seen.values())
 
@@ -361,12 +364,12 @@ def _fit(profile: TwinProfile, space: SearchSpace, measured: Sequence[Calibratio
         accepts = [p.accept_length for p in same if p.accept_length is not None]
         points.append(
             calibrate.Point(
-                flags=_with_tp(space, same[0].flags),
+                flags=same[0].flags,
                 concurrency=same[0].concurrency,
                 input_len=round(statistics.mean(p.input_len for p in same)),
                 output_len=round(statistics.mean(p.output_len for p in same)),
                 tok_s=statistics.mean(p.tok_s for p in same),
-                accept_length=statistics.mean(accepts) if accepts and same[0].flags else None,
+                accept_length=statistics.mean(accepts) if accepts and set(same[0].flags) - {TP} else None,
             )
         )
     try:
@@ -424,7 +427,7 @@ def model_fit(space: SearchSpace, setup: PassSetup, records: Sequence[TrialRecor
     rng = random.Random(seed)
     best: tuple[float, dict[str, Any]] | None = None
     for _ in range(POOL):
-        params = _spec_params(suggest(space, _Draw(rng)).params)
+        params = _model_params(space, suggest(space, _Draw(rng)).params)
         cfg = _config(fitted.profile, space, _flags(space, params))
         rate = _rate(fitted, space, _flags(space, params)) if cfg is not None and _spec_key(cfg) not in ran else None
         if rate is not None and (best is None or rate > best[0]):
@@ -441,7 +444,8 @@ def model_fit(space: SearchSpace, setup: PassSetup, records: Sequence[TrialRecor
 def _spec_key(cfg: LaunchConfig) -> tuple[Any, ...]:
     spec = cfg.spec
     drafter = spec.drafter.path if spec.drafter is not None else None
-    return (spec.kind, spec.num_steps, spec.eagle_topk, spec.num_draft_tokens, drafter, spec.adaptive is not None)
+    adaptive = spec.adaptive is not None
+    return (cfg.tp_size, spec.kind, spec.num_steps, spec.eagle_topk, spec.num_draft_tokens, drafter, adaptive)
 
 
 def keep_prediction(
@@ -504,11 +508,13 @@ def _point(record: TrialRecord, space: SearchSpace) -> CalibrationPoint | None:
 
     A decode rate (``decode_tok_s``: a request's tokens between its first and its last, the client's
     measure) is predicted without prefill, for one request; the total output rate with its prompts' prefill.
+    Its flags are the speculative ones and the launch's TP (:data:`TP`).
     """
     metric = space.objective.metric
     level = space.objective.concurrency
     value = record.metric_value(metric) if not space.objective.levels else None
-    flags = get_engine(record.engine or space.engine or DEFAULT_ENGINE).calibration_flags(record.flags)
+    spec = get_engine(record.engine or space.engine or DEFAULT_ENGINE).calibration_flags(record.flags)
+    flags = {**spec, TP: _tp(space, record.flags)} if spec is not None else None
     if not record.served or flags is None or metric not in RATES or value is None or value <= 0:
         return None
     completion = record.measurement.metrics.get("completion_tokens")
@@ -525,17 +531,28 @@ def _point(record: TrialRecord, space: SearchSpace) -> CalibrationPoint | None:
     )
 
 
-def _spec_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in params.items() if k.startswith(SPECULATIVE)}
+def _model_params(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters the model chooses: the speculative flags and, where tuned, TP."""
+    tp = _tp_flag(space)
+    return {k: v for k, v in params.items() if k.startswith(SPECULATIVE) or k == tp}
 
 
 def _key(params: Mapping[str, Any]) -> str:
     return json.dumps(params, sort_keys=True, default=str)
 
 
-def _with_tp(space: SearchSpace, flags: Mapping[str, Any]) -> dict[str, Any]:
-    tp = space.fixed.get("tp-size")
-    return {**flags, "tp-size": tp} if isinstance(tp, int) and not isinstance(tp, bool) else dict(flags)
+def _tp_flag(space: SearchSpace) -> str:
+    rules = get_engine(space.engine or DEFAULT_ENGINE).memory_rules
+    return rules.tp_flag if rules is not None else TP
+
+
+def _tp(space: SearchSpace, flags: Mapping[str, Any]) -> int:
+    """A launch's TP: its own flag (tuned or fixed), else 1."""
+    value = {**space.fixed, **flags}.get(_tp_flag(space))
+    try:
+        return max(1, int(value)) if value is not None and not isinstance(value, bool) else 1
+    except ValueError:
+        return 1
 
 
 def _flags(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -544,11 +561,14 @@ def _flags(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _config(profile: TwinProfile, space: SearchSpace, flags: Mapping[str, Any]) -> LaunchConfig | None:
+    """The launch the model reads in ``flags``, at their own TP; None where it cannot describe them (a TP
+    above the GPUs it is built for included)."""
     spec = get_engine(space.engine or DEFAULT_ENGINE).calibration_flags(dict(flags))
-    if spec is None:
+    tp = _tp(space, flags)
+    if spec is None or tp > profile.gpus.count:
         return None
     try:
-        return calibrate.launch_config(profile, _with_tp(space, spec))
+        return calibrate.launch_config(profile, {**spec, TP: tp})
     except ValueError:
         return None
 
