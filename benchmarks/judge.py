@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.runs import WITHIN
+from benchmarks.runs import PREDICTED_AFTER, WITHIN
 
 BOOTSTRAP = 2000  # resamples of the members for each interval
 
@@ -86,7 +86,20 @@ def regret_summary(rows: Sequence[dict[str, Any]], budget: int) -> dict[str, Any
         "harmful": sum(bool(r["harmful"]) for r in rows),
         "claims": sum(r["claims"] for r in rows), "false_claims": sum(r["false_claims"] for r in rows),
         "night_launches_max": max(nights), "within_budget": all(n <= budget for n in nights),
+        "predicted_error_after": predicted_error_spread(rows),
     }  # fmt: skip
+
+
+def predicted_error_spread(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float | int | None]]:
+    """Per k of :data:`~benchmarks.runs.PREDICTED_AFTER`: the median and 90th percentile (nearest rank),
+    over the runs that predicted it, of the error of the launch predicted after k measured launches,
+    and how many runs did (a night without a model predicts none)."""
+    spread: dict[str, dict[str, float | int | None]] = {}
+    for k in PREDICTED_AFTER:
+        errors = [e for r in rows if (e := r.get("predicted_error_after", {}).get(str(k))) is not None]
+        spread[str(k)] = {"median": statistics.median(errors) if errors else None,
+                          "p90": quantile(errors, 0.9) if errors else None, "runs": len(errors)}  # fmt: skip
+    return spread
 
 
 def paired_regret(by_method: dict[str, list[dict[str, Any]]], *, seed: int = 0) -> dict[str, Any]:

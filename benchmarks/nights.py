@@ -159,6 +159,7 @@ class StepRecorder(StudyEvents):
                 measured=evaluation.tok_s if evaluation else None,
                 true=evaluation.true_tok_s if evaluation else None,
                 flags=record.flags or None,
+                predicted=record.proposal.predicted.tok_s if record.proposal.predicted is not None else None,
             )
         )
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 WITHIN = 0.02  # "reached": the incumbent's true value is within 2 % of the optimum
+PREDICTED_AFTER = (3, 5, 10)  # the launch predicted after this many measured launches is judged (issue 53)
 
 
 @dataclass
@@ -22,6 +23,7 @@ class Step:
     measured: float | None = None
     true: float | None = None
     flags: dict[str, Any] | None = None
+    predicted: float | None = None  # the rate the model-guided search predicted before the launch
 
 
 @dataclass
@@ -88,4 +90,16 @@ class Run:
             # The night's answer: the race's (or the peer's) pick, else the incumbent by mean.
             "regret_pct": 100 * (1 - answer / optimum),
             "harmful": self.defaults_true is not None and answer < self.defaults_true,
+            "predicted_error_after": self.predicted_errors(),
         }
+
+    def predicted_errors(self) -> dict[str, float | None]:
+        """After k measured launches (k in :data:`PREDICTED_AFTER`), the next measured launch's error
+        |predicted / measured - 1|, of the rate predicted before it; None where it had no prediction."""
+        measured = [s for s in self.steps if s.launched and s.measured]
+        errors: dict[str, float | None] = {}
+        for k in PREDICTED_AFTER:
+            step = measured[k] if len(measured) > k else None
+            ok = step is not None and step.predicted is not None and step.measured
+            errors[str(k)] = abs(step.predicted / step.measured - 1) if ok else None  # type: ignore[union-attr,operator]
+        return errors

@@ -35,7 +35,15 @@ def print_regret_table(report: dict[str, Any], title: str) -> None:
                       f"{r['false_claims']} / {r['claims']}",
                       f"{r['night_launches_max']}{'' if r['within_budget'] else ' (over)'}",
                       against("median"), against("p90"))  # fmt: skip
-    Console(width=max(Console().width, 160)).print(table)
+    console = Console(width=max(Console().width, 160))
+    console.print(table)
+    for name, result in report["methods"].items():
+        after = result["summary"]["regret"].get("predicted_error_after", {})
+        judged = [f"after {k}: {e['median']:.1%} / {e['p90']:.1%} ({e['runs']} runs)"
+                  for k, e in after.items() if e["runs"]]  # fmt: skip
+        if judged:
+            console.print(f"{name}: the next launch's rate predicted before it, error median / p90: "
+                          f"{'; '.join(judged)}")  # fmt: skip
 
 
 def _fmt(value: Any, digits: int = 0, budget: int | None = None) -> str:

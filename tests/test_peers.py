@@ -81,6 +81,23 @@ def test_regret_counts_how_far_below_the_optimum_the_answer_is() -> None:
     assert regret["harmful"] == 1 and regret["within_budget"]  # 40 tok/s is below the defaults' 50
 
 
+def test_the_launch_after_k_measured_launches_is_judged_by_the_rate_predicted_before_it() -> None:
+    def measured(value: float, predicted: float | None = None) -> Step:
+        return Step(launched=True, outcome="ok", measured=value, true=value, predicted=predicted)
+
+    died = Step(launched=True, outcome="infeasible-memory")  # launched, measured nothing: not counted
+    reused = Step(launched=False, outcome="reused", measured=None, predicted=50.0)
+    steps = [measured(100.0), died, measured(100.0), reused, measured(100.0, 90.0), measured(100.0, 120.0)]
+    steps += [measured(100.0)] * 6 + [measured(200.0, 150.0)]
+    rows = [Run(method="m", seed=0, steps=steps).summary(200.0, 1)]
+    # the 4th measured launch (after 3), the 6th (after 5: no prediction), the 11th (after 10)
+    assert rows[0]["predicted_error_after"] == pytest.approx({"3": 0.2, "5": None, "10": 0.25})
+    rows.append(Run(method="m", seed=1, steps=steps[:4] + [measured(100.0, 97.0)] * 8).summary(200.0, 1))
+    after = regret_summary(rows, budget=12)["predicted_error_after"]
+    assert after["3"] == pytest.approx({"median": 0.115, "p90": 0.2, "runs": 2})
+    assert after["5"]["runs"] == 1 and after["10"]["runs"] == 1
+
+
 def test_every_method_of_the_table_runs_within_the_night_on_a_twin_space(tmp_path: Path) -> None:
     out = tmp_path / "regret.json"
     names = ["autotune", "autotune-tpe", "autotune-model", "random-runner", *peers.PEERS, "bound-perfect-race",
@@ -99,6 +116,10 @@ def test_every_method_of_the_table_runs_within_the_night_on_a_twin_space(tmp_pat
     # the bound judges the same night: its answer is never worse than the race's pick from that search
     assert all(p["regret_pct"] <= a["regret_pct"] + 1e-9 for p, a in zip(perfect, autotune, strict=True))
     assert set(report["paired"]) == set(report["methods"]) - {"autotune (TPE, default)"}
+    # the model-guided night predicts each launch before it is made; TPE's predicts none
+    model = report["methods"]["autotune-model (--sampler model)"]["summary"]["regret"]["predicted_error_after"]
+    assert model["3"]["runs"] == 2 and model["3"]["median"] is not None
+    assert report["methods"]["autotune (TPE, default)"]["summary"]["regret"]["predicted_error_after"]["3"]["runs"] == 0
     named = report["methods"]["autotune-tpe (--sampler tpe)"]["runs"]  # TPE named: today the default's night
     assert [(r["regret_pct"], r["launches_to_2pct"]) for r in named] == [
         (r["regret_pct"], r["launches_to_2pct"]) for r in autotune
