@@ -17,7 +17,8 @@ from autotune.pass_setup import read_pass_setup
 from autotune.records import MetricRecord, Prediction
 from autotune.space import CategoricalParam, load_space
 from autotune.study import make_sampler
-from autotune.study.guided import FALLBACK_ERROR, JUDGED, ModelGuided, describe_search, judged_error
+from autotune.study.guided import FALLBACK_ERROR, ModelGuided, describe_search
+from autotune.study.guided_reads import JUDGED, judged_error
 from autotune.testing import simulated_outcome, study_runner
 from autotune.testing.records import trial_record
 from passmodel import calibrate

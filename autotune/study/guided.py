@@ -36,14 +36,30 @@ from optuna.trial import FrozenTrial, TrialState
 from pydantic import Field
 
 from autotune.calibration_points import CalibrationPoint
-from autotune.engines import DEFAULT_ENGINE, get_engine
 from autotune.models import Frozen
 from autotune.pass_setup import PassSetup
 from autotune.records import Prediction, TrialRecord
-from autotune.space import CategoricalParam, FloatParam, IntParam, SearchSpace, suggest
+from autotune.space import SearchSpace, suggest
 from autotune.study import attrs
+from autotune.study.guided_reads import (
+    JUDGED,
+    RATES,
+    SPECULATIVE,
+    TP,
+    Draw,
+    config_of,
+    depth,
+    distance,
+    flags_of,
+    judged_error,
+    key,
+    model_params,
+    neighbours,
+    point_of,
+    prediction_errors,
+    spec_key,
+)
 from passmodel import calibrate
-from passmodel.config import LaunchConfig
 from passmodel.profile import TwinProfile
 from passmodel.setup import acceptance_table
 
@@ -53,12 +69,7 @@ MIN_FIT_ERROR = 0.03  # a fit on few points looks better than it is
 # A drafter no launch has measured: its acceptance is a guess, taken at the top of what drafters
 # accept (each further position 85 % given the one before) for the upper bound.
 OPTIMISTIC_ACCEPTANCE = 0.85
-JUDGED = 5  # the last predictions judged for the fallback
 FALLBACK_ERROR = 0.15  # median relative error of those, above which TPE proposes (fixed before judging)
-SPECULATIVE = "speculative-"
-TP = "tp-size"  # the pass model's spelling of a launch's TP (any engine's flag, as calibrate reads it)
-# The objectives the model predicts: a request's decode rate, the total output rate.
-RATES = ("decode_tok_s", "output_tok_s")
 
 
 @dataclass(frozen=True)
@@ -80,31 +91,6 @@ class Fitted:
     output_len: int
     per_request: bool  # the objective is one request's rate (decode_tok_s), not the total
     drafters: frozenset[str]  # the drafters whose acceptance a launch measured ("mtp": the MTP heads)
-
-
-class _Draw:
-    """A :class:`~autotune.space.TrialLike` that draws each value at random (a pool candidate)."""
-
-    def __init__(self, rng: random.Random, fixed: Mapping[str, Any] | None = None) -> None:
-        self.rng = rng
-        self.fixed = fixed or {}
-
-    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1, log: bool = False) -> int:
-        if name in self.fixed:
-            return int(self.fixed[name])
-        return low + step * self.rng.randrange((high - low) // step + 1)
-
-    def suggest_float(
-        self, name: str, low: float, high: float, *, step: float | None = None, log: bool = False
-    ) -> float:
-        if name in self.fixed:
-            return float(self.fixed[name])
-        if step:
-            return low + step * self.rng.randrange(int(round((high - low) / step)) + 1)
-        return self.rng.uniform(low, high)
-
-    def suggest_categorical(self, name: str, choices: Any) -> Any:
-        return self.fixed[name] if name in self.fixed else self.rng.choice(list(choices))
 
 
 class ModelGuided(optuna.samplers.BaseSampler):
@@ -202,8 +188,8 @@ class ModelGuided(optuna.samplers.BaseSampler):
         for trial in finished:
             if trial.number not in self._read:
                 record = attrs.trial_record(trial)
-                point = _point(record, space)
-                one = Launched(params=_model_params(space, trial.params), point=point) if point is not None else None
+                point = point_of(record, space)
+                one = Launched(params=model_params(space, trial.params), point=point) if point is not None else None
                 self._read[trial.number] = (record, one)
         return [self._read[t.number] for t in sorted(finished, key=lambda t: t.number)]
 
@@ -245,9 +231,9 @@ class ModelGuided(optuna.samplers.BaseSampler):
         finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         # Measured, reused or skipped: known. Compared as the model reads them (DFLASH ignores adaptive steps).
         tried = {
-            _spec_key(cfg)
+            spec_key(cfg)
             for t in finished
-            if (cfg := _config(profile, space, _flags(space, _model_params(space, t.params))))
+            if (cfg := config_of(profile, space, flags_of(space, model_params(space, t.params))))
         }
         best = self._best(fitted, space, launched, tried, pool)
         if best is None:
@@ -260,16 +246,16 @@ class ModelGuided(optuna.samplers.BaseSampler):
         """Speculative parameter sets: drawn from the space, and the best measured one's neighbours."""
         seen: dict[str, dict[str, Any]] = {}
         for _ in range(POOL):
-            params = _model_params(space, suggest(space, _Draw(self.rng)).params)
-            seen.setdefault(_key(params), params)
+            params = model_params(space, suggest(space, Draw(self.rng)).params)
+            seen.setdefault(key(params), params)
         best = _best_measured(launched)
         if best is not None:
             for name, param in space.tuned.items():
                 if name in best:
-                    for value in _neighbours(param, best[name]):
+                    for value in neighbours(param, best[name]):
                         fixed = {**best, name: value}
-                        params = _model_params(space, suggest(space, _Draw(self.rng, fixed)).params)
-                        seen.setdefault(_key(params), params)
+                        params = model_params(space, suggest(space, Draw(self.rng, fixed)).params)
+                        seen.setdefault(key(params), params)
         return list(seen.values())
 
     def _startup(
@@ -277,20 +263,20 @@ class ModelGuided(optuna.samplers.BaseSampler):
     ) -> dict[str, Any] | None:
         """The plain launch, the shallowest and the deepest draft, where no measured trial gives them."""
         for params in pool:
-            if _key(params) not in self._depths:
-                self._depths[_key(params)] = _depth(profile, space, params)
+            if key(params) not in self._depths:
+                self._depths[key(params)] = depth(profile, space, params)
         depths = self._depths
-        usable = [p for p in pool if depths[_key(p)] is not None]
+        usable = [p for p in pool if depths[key(p)] is not None]
         if not usable:
             return None
-        measured = {self._depths.get(_key(one.params), _depth(profile, space, one.params)) for one in launched}
-        spec_depths = [d for d in (depths[_key(p)] for p in usable) if d]
-        targets = [0] if any(depths[_key(p)] == 0 for p in usable) else []
+        measured = {self._depths.get(key(one.params), depth(profile, space, one.params)) for one in launched}
+        spec_depths = [d for d in (depths[key(p)] for p in usable) if d]
+        targets = [0] if any(depths[key(p)] == 0 for p in usable) else []
         if spec_depths:
             targets += [min(spec_depths), max(spec_depths)]
         for target in targets:
             if target not in measured:
-                matching = [p for p in usable if depths[_key(p)] == target]
+                matching = [p for p in usable if depths[key(p)] == target]
                 return self.rng.choice(matching)
         return None
 
@@ -310,16 +296,16 @@ class ModelGuided(optuna.samplers.BaseSampler):
         width = max(fitted.error, MIN_FIT_ERROR)
         scored: list[tuple[float, dict[str, Any]]] = []
         for params in pool:
-            cfg = _config(fitted.profile, space, _flags(space, params))
-            if cfg is None or _spec_key(cfg) in tried:
+            cfg = config_of(fitted.profile, space, flags_of(space, params))
+            if cfg is None or spec_key(cfg) in tried:
                 continue
             unknown = cfg.spec.enabled and calibrate.drafter_of(cfg) not in fitted.drafters
             bound_fit = _optimistic(fitted, calibrate.drafter_of(cfg)) if unknown else fitted
-            rate = _rate(bound_fit, space, _flags(space, params))
+            rate = _rate(bound_fit, space, flags_of(space, params))
             if rate is None:
                 continue
-            distance = min((_distance(space, params, one.params) for one in launched), default=1.0)
-            scored.append((rate * (1 + width + DISTANCE_WIDTH * distance), params))
+            far = min((distance(space, params, one.params) for one in launched), default=1.0)
+            scored.append((rate * (1 + width + DISTANCE_WIDTH * far), params))
         return max(scored, key=lambda s: s[0])[1] if scored else None
 
     # ---------------------------------------------------------------- the fit
@@ -345,7 +331,7 @@ def _optimistic(fitted: Fitted, drafter: str) -> Fitted:
 
 def _rate(fitted: Fitted, space: SearchSpace, flags: Mapping[str, Any]) -> float | None:
     """The objective's rate the fitted model predicts for ``flags``; None where it cannot describe them."""
-    cfg = _config(fitted.profile, space, flags)
+    cfg = config_of(fitted.profile, space, flags)
     if cfg is None:
         return None
     rate = calibrate.expected_rate(
@@ -418,18 +404,18 @@ def model_fit(space: SearchSpace, setup: PassSetup, records: Sequence[TrialRecor
     profile = setup.profile()
     fitted = None
     if profile is not None and space.objective.metric in RATES and not space.objective.levels:
-        points = [p for r in records if (p := _point(r, space)) is not None]
+        points = [p for r in records if (p := point_of(r, space)) is not None]
         fitted = _fit(profile, space, points) if len(points) >= 2 else None
     found = ModelFit(setup=setup.summary(), errors=prediction_errors(records, space))
     if fitted is None:
         return found
-    ran = {_spec_key(cfg) for r in records if r.served and (cfg := _config(fitted.profile, space, r.flags))}
+    ran = {spec_key(cfg) for r in records if r.served and (cfg := config_of(fitted.profile, space, r.flags))}
     rng = random.Random(seed)
     best: tuple[float, dict[str, Any]] | None = None
     for _ in range(POOL):
-        params = _model_params(space, suggest(space, _Draw(rng)).params)
-        cfg = _config(fitted.profile, space, _flags(space, params))
-        rate = _rate(fitted, space, _flags(space, params)) if cfg is not None and _spec_key(cfg) not in ran else None
+        params = model_params(space, suggest(space, Draw(rng)).params)
+        cfg = config_of(fitted.profile, space, flags_of(space, params))
+        rate = _rate(fitted, space, flags_of(space, params)) if cfg is not None and spec_key(cfg) not in ran else None
         if rate is not None and (best is None or rate > best[0]):
             best = (rate, params)
     return found.model_copy(
@@ -439,13 +425,6 @@ def model_fit(space: SearchSpace, setup: PassSetup, records: Sequence[TrialRecor
             "best_untried_rate": best[0] if best else None,
         }
     )
-
-
-def _spec_key(cfg: LaunchConfig) -> tuple[Any, ...]:
-    spec = cfg.spec
-    drafter = spec.drafter.path if spec.drafter is not None else None
-    adaptive = spec.adaptive is not None
-    return (cfg.tp_size, spec.kind, spec.num_steps, spec.eagle_topk, spec.num_draft_tokens, drafter, adaptive)
 
 
 def keep_prediction(
@@ -486,123 +465,6 @@ def describe_search(sampler: optuna.samplers.BaseSampler, setup: PassSetup) -> s
     )
 
 
-def judged_error(records: Sequence[TrialRecord], space: SearchSpace, last: int = JUDGED) -> float | None:
-    """The median relative error of the last ``last`` rates predicted before their launch; None with fewer."""
-    errors = prediction_errors(records, space)
-    return statistics.median(errors[-last:]) if len(errors) >= last else None
-
-
-def prediction_errors(records: Sequence[TrialRecord], space: SearchSpace) -> list[float]:
-    """Each measured trial's error |predicted / measured - 1|, of the rate predicted before its launch."""
-    errors = []
-    for record in records:
-        predicted = record.proposal.predicted
-        measured = record.metric_value(space.objective.metric) if _point(record, space) is not None else None
-        if predicted is not None and measured and record.confirm_of is None:
-            errors.append(abs(predicted.tok_s / measured - 1))
-    return errors
-
-
-def _point(record: TrialRecord, space: SearchSpace) -> CalibrationPoint | None:
-    """The record's own measured launch as the objective's point (None: not launched, or reused another's).
-
-    A decode rate (``decode_tok_s``: a request's tokens between its first and its last, the client's
-    measure) is predicted without prefill, for one request; the total output rate with its prompts' prefill.
-    Its flags are the speculative ones and the launch's TP (:data:`TP`).
-    """
-    metric = space.objective.metric
-    level = space.objective.concurrency
-    value = record.metric_value(metric) if not space.objective.levels else None
-    spec = get_engine(record.engine or space.engine or DEFAULT_ENGINE).calibration_flags(record.flags)
-    flags = {**spec, TP: _tp(space, record.flags)} if spec is not None else None
-    if not record.served or flags is None or metric not in RATES or value is None or value <= 0:
-        return None
-    completion = record.measurement.metrics.get("completion_tokens")
-    prompt = record.measurement.metrics.get("prompt_tokens")
-    output_len = round(completion.value / completion.n) if completion and completion.value and completion.n else None
-    input_len = round(prompt.value / prompt.n) if prompt and prompt.value and prompt.n else 0
-    return CalibrationPoint(
-        flags=flags,
-        concurrency=level,
-        input_len=0 if metric == "decode_tok_s" else input_len,
-        output_len=output_len or space.measurement.max_tokens or 256,
-        tok_s=value * level if metric == "decode_tok_s" else value,
-        accept_length=record.metric_value("accept_length"),
-    )
-
-
-def _model_params(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Any]:
-    """The parameters the model chooses: the speculative flags and, where tuned, TP."""
-    tp = _tp_flag(space)
-    return {k: v for k, v in params.items() if k.startswith(SPECULATIVE) or k == tp}
-
-
-def _key(params: Mapping[str, Any]) -> str:
-    return json.dumps(params, sort_keys=True, default=str)
-
-
-def _tp_flag(space: SearchSpace) -> str:
-    rules = get_engine(space.engine or DEFAULT_ENGINE).memory_rules
-    return rules.tp_flag if rules is not None else TP
-
-
-def _tp(space: SearchSpace, flags: Mapping[str, Any]) -> int:
-    """A launch's TP: its own flag (tuned or fixed), else 1."""
-    value = {**space.fixed, **flags}.get(_tp_flag(space))
-    try:
-        return max(1, int(value)) if value is not None and not isinstance(value, bool) else 1
-    except ValueError:
-        return 1
-
-
-def _flags(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Any]:
-    """A candidate's flags as launched: the fixed ones and its parameters (``false`` leaves a flag out)."""
-    return {k: v for k, v in {**space.fixed, **params}.items() if v is not False}
-
-
-def _config(profile: TwinProfile, space: SearchSpace, flags: Mapping[str, Any]) -> LaunchConfig | None:
-    """The launch the model reads in ``flags``, at their own TP; None where it cannot describe them (a TP
-    above the GPUs it is built for included)."""
-    spec = get_engine(space.engine or DEFAULT_ENGINE).calibration_flags(dict(flags))
-    tp = _tp(space, flags)
-    if spec is None or tp > profile.gpus.count:
-        return None
-    try:
-        return calibrate.launch_config(profile, {**spec, TP: tp})
-    except ValueError:
-        return None
-
-
-def _depth(profile: TwinProfile, space: SearchSpace, params: Mapping[str, Any]) -> int | None:
-    """Draft tokens verified a pass beyond the first (0: no speculation); None where the model cannot say."""
-    cfg = _config(profile, space, _flags(space, params))
-    return None if cfg is None else cfg.spec.tokens_per_pass - 1
-
-
 def _best_measured(launched: Sequence[Launched]) -> dict[str, Any] | None:
     best = max(launched, key=lambda one: one.point.tok_s, default=None)
     return best.params if best is not None else None
-
-
-def _neighbours(param: IntParam | FloatParam | CategoricalParam, value: Any) -> list[Any]:
-    if isinstance(param, CategoricalParam):
-        return [c for c in param.choices if c != value]
-    step = param.step or (param.high - param.low) / 10
-    return [v for v in (value - step, value + step) if param.low <= v <= param.high]
-
-
-def _distance(space: SearchSpace, a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
-    """Mean per-flag difference over the speculative flags either sets: numbers by their range, others 0/1."""
-    names = sorted(set(a) | set(b))
-    if not names:
-        return 0.0
-    total = 0.0
-    for name in names:
-        param = space.tuned.get(name)
-        if name not in a or name not in b:
-            total += 1.0
-        elif isinstance(param, (IntParam, FloatParam)) and param.high > param.low:
-            total += abs(float(a[name]) - float(b[name])) / (param.high - param.low)
-        else:
-            total += 0.0 if a[name] == b[name] else 1.0
-    return total / len(names)
