@@ -51,6 +51,8 @@ def night(budget: int) -> None:
                 rows.setdefault(method, []).extend(result["runs"])
     if not rows:
         return
+    for runs in rows.values():  # paired by member: every row in seed order (a row may come in several files)
+        runs.sort(key=lambda run: run["seed"])
     members = len(next(iter(rows.values())))
     print(f"\n## Night of {budget} launches, {members} members (--unmodelled)\n")
     print("| row | regret % median / p90 / mean | within 2 % / 5 % | found 2 % (median launches) | memory deaths "
