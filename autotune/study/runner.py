@@ -144,6 +144,7 @@ class StudyRunner:
         self.early_stop = early_stop
         self.launched = 0  # by this runner, in this process: what --trials counts
         self.clock: Callable[[], float] = time.monotonic  # the race's deadline is on this clock
+        self._finished: dict[int, TrialRecord] = {}  # read once: see records()
         self.feasibility = feasibility_models(self.space, self.engines, self.inventory)
         self.rules = build_rules(self.space, self.engines, self.feasibility, off=rules_off)
         self.sampler = sampler or make_sampler("tpe", None)  # what proposes (the study's may wrap it)
@@ -197,7 +198,17 @@ class StudyRunner:
         )
 
     def records(self) -> list[TrialRecord]:
-        return [attrs.trial_record(t) for t in self.study.get_trials(deepcopy=False)]
+        """Every trial's record; a finished trial's is read once (Optuna refuses to change a finished
+        trial), since the loop reads them all several times a proposal and a night proposes ~1,000."""
+        out = []
+        for trial in self.study.get_trials(deepcopy=False):
+            record = self._finished.get(trial.number)
+            if record is None:
+                record = attrs.trial_record(trial)
+                if trial.state.is_finished():
+                    self._finished[trial.number] = record
+            out.append(record)
+        return out
 
     # ---------------------------------------------------------------- before the first trial
 
