@@ -251,6 +251,12 @@ def test_before_any_launch_the_config_rules_out_a_context_no_allowed_fraction_ho
     assert isinstance(skip, Skip) and "no fraction the space allows holds it" in skip.reason
     assert "before any launch stated its pool, by the model's config.json" in skip.reason and skip.trials == []
     assert decide(**{"context-length": 65536, "mem-fraction-static": 0.90}) is None
+    # the engine's defaults (it picks the fraction): skipped only where even the whole memory would not hold it
+    engines_pick = decide(**{"context-length": 262144})
+    assert isinstance(engines_pick, Skip) and engines_pick.rule == "context-fit"
+    said = "the engine picks --mem-fraction-static, and even at 1 the pool would hold about 227784 ("
+    assert said in engines_pick.reason  # (23 GiB - 13.5 GB) / 1.5 over 2 x 16 x 2 x 256 x 2 bytes
+    assert decide(**{"context-length": 196608}) is None
     assert ContextFit(_hybrid_space(), {"sglang": SGLANG}, models).decide(
         SGLANG.normalise({**HYBRID, "context-length": 262144, "mem-fraction-static": 0.96}), empty
     ) is None  # without the config nothing is known before a launch

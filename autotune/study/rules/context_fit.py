@@ -1,9 +1,10 @@
 """Rule ``context-fit``: a plan whose KV pool, by the tokens earlier launches' pools held
 (:mod:`autotune.study.pool_tokens`), cannot hold one request of its context is not launched: at its own
 fraction, and, said so, where no fraction the space allows would hold it either (with the state ratio
-and KV dtype the space offers that leave the KV the most room). Before any launch stated its pool, the
-model's KV layout from its ``config.json`` (:mod:`autotune.kv_layout`) estimates it. Applied after
-``make-room``, which may have given the plan a larger fraction.
+and KV dtype the space offers that leave the KV the most room); where the engine picks the fraction
+(a baseline of its defaults), where even the whole memory (fraction 1) would not hold it. Before any
+launch stated its pool, the model's KV layout from its ``config.json`` (:mod:`autotune.kv_layout`)
+estimates it. Applied after ``make-room``, which may have given the plan a larger fraction.
 
 The same estimate keeps the sampler from proposing such contexts at all (:meth:`ContextFit.ruled_out`,
 read by :class:`~autotune.study.sampler.PossibleContexts`): for a proposal's other flags, the contexts this
@@ -125,14 +126,23 @@ class ContextFit:
         needed = needed_tokens(rules, plan.flags)
         fraction = plan.flags.get(rules.fraction_flag)
         fraction = fraction if isinstance(fraction, (int, float)) else rules.default_fraction
-        if needed is None or fraction is None:
+        if needed is None:
             return None
         estimate = self._estimator(plan.engine, rules, history.finished)
+        said = f"--{rules.context_flag} {needed} needs {needed} tokens for one request"
+        if fraction is None:  # the engine picks it: whatever it picks, the pool is at most the whole memory's
+            whole = estimate(plan.flags, 1.0)
+            if whole is None or not too_small(whole, needed):
+                return None
+            reason = (
+                f"predicted without launching: {said}; the engine picks --{rules.fraction_flag}, and even at 1 the "
+                f"pool would hold about {whole.tokens:.0f} ({self._source(whole)})"
+            )
+            return self._skip(reason, whole.trials)
         here = estimate(plan.flags, float(fraction))
         if here is None or not too_small(here, needed):
             return None
         best, room, top = self._at_most_room(rules, plan.flags, estimate)
-        said = f"--{rules.context_flag} {needed} needs {needed} tokens for one request"
         if best is not None and too_small(best, needed):
             varied = [f"{name} {room[name]}" for name in room if room[name] != plan.flags.get(name)]
             assert top is not None  # an estimate at the most room has its fraction
@@ -148,6 +158,9 @@ class ContextFit:
                 f"{here.tokens:.0f} ({self._source(here)})"
             )
             trials = here.trials
+        return self._skip(reason, trials)
+
+    def _skip(self, reason: str, trials: Sequence[int]) -> Skip:
         return Skip(
             rule=self.name,
             outcome=OutcomeKind.predicted_for("too-low"),
