@@ -37,7 +37,6 @@ from benchmarks.recorded import RecordedLaunch
 from benchmarks.runs import Run, Step
 from passmodel.profile import TwinProfile
 
-TRIAL_CAP_FACTOR = 5  # a sampled method stops after budget x this many trials, launched or not
 FINALISTS = 3  # the race's top configurations (``autotune study --confirm-top``), besides every baseline
 
 # A sampler factory: seed -> sampler (None: the product's own make_sampler).
@@ -201,11 +200,11 @@ def run_study(
                              early_stop=early_stop, rules_off=rules_off)  # fmt: skip
         runner.enqueue_baselines()
 
+        # The night ends as a study's does: at its launches, or at the study's own cap on proposals
+        # (PROPOSALS_PER_LAUNCH a launch asked), which run_night's search applies.
         def launch_budget(records: Sequence[TrialRecord]) -> str | None:
             if until is not None and run.summary(until, 1)["launches_to_2pct"] is not None:
                 return "within 2 %"
-            if len(records) >= budget * TRIAL_CAP_FACTOR:
-                return f"{len(records)} trials"
             return f"{budget} launches" if sum(s.launched for s in run.steps) >= budget else None
 
         with warnings.catch_warnings():
@@ -299,9 +298,7 @@ def run_recorded_study(
                               launcher=launcher, sampler=make_sampler(sampler, seed), events=events,
                               rules_off=rules_off, name="replay")  # fmt: skip
 
-        def launch_budget(records: Sequence[TrialRecord]) -> str | None:
-            if len(records) >= budget * TRIAL_CAP_FACTOR:
-                return f"{len(records)} trials"
+        def launch_budget(records: Sequence[TrialRecord]) -> str | None:  # proposals capped as in run_study
             return f"{budget} launches" if len(launcher.drawn) >= budget else None
 
         with warnings.catch_warnings():

@@ -52,7 +52,7 @@ from autotune.study.confirm import Confirmation, Finalist  # noqa: E402
 from autotune.study.night import Night, run_night  # noqa: E402
 from autotune.testing import study_runner  # noqa: E402
 from benchmarks import family, replay  # noqa: E402
-from benchmarks.nights import TRIAL_CAP_FACTOR, LandscapeLauncher, make_runner  # noqa: E402
+from benchmarks.nights import LandscapeLauncher, make_runner  # noqa: E402
 from benchmarks.problems import problem_of, solve  # noqa: E402
 
 WITHIN = 0.02  # a recommendation truly more than 2 % below the best baseline is a false best
@@ -98,20 +98,13 @@ class Subject:
         return self.space.model_copy(update={"baselines": [*self.space.baselines, self.optimum_baseline]})
 
 
-def _launch_budget(launched: Callable[[], int], budget: int) -> Callable[[Sequence[TrialRecord]], str | None]:
-    def rule(records: Sequence[TrialRecord]) -> str | None:
-        return f"{budget} launches" if launched() >= budget else None
-
-    return rule
-
-
 def _run(runner: Any, launched: Callable[[], int], budget: int) -> tuple[Confirmation | None, int, int]:
     """The study as ``autotune study`` runs it: baselines first, ``budget`` launches, then the race."""
     runner.enqueue_baselines()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        night = Night(trials=budget * TRIAL_CAP_FACTOR)
-        confirmation = run_night(runner, night, rules=[_launch_budget(launched, budget)]).confirmation
+        # ``budget`` launches, or the study's own cap on proposals (PROPOSALS_PER_LAUNCH a launch asked)
+        confirmation = run_night(runner, Night(trials=budget)).confirmation
     raced = sum(1 for r in runner.records() if r.confirm_of is not None)  # each relaunch launches once
     return confirmation, launched() - raced, raced
 

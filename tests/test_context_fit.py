@@ -169,11 +169,14 @@ def _context_night(tmp_path: Path, rules_off: tuple[str, ...] = ()) -> Any:
     return runner.space, StudyView(runner.study).records()
 
 
-def unfit_launches(space: Any, records: Any) -> list[int]:
-    """Launches whose context the pools of the launches before them said no allowed fraction holds."""
+def unfit_launches(space: Any, records: Any, *, proposed: bool = False) -> list[int]:
+    """Launches (``proposed``: proposals, launched or not) whose context the pools of the launches before
+    them said no allowed fraction holds."""
     unfit = []
     for record in records:
-        if record.decision is None or record.decision.kind != "launch" or record.reused_from is not None:
+        if record.decision is None or not record.flags:
+            continue
+        if not proposed and (record.decision.kind != "launch" or record.reused_from is not None):
             continue
         earlier = [r for r in records if r.number < record.number]
         points = pool_points(earlier, RULES, "sglang", budget_bytes=None)
@@ -187,8 +190,12 @@ def unfit_launches(space: Any, records: Any) -> list[int]:
 def test_a_twin_study_tuning_the_context_never_launches_one_the_fitted_pool_cannot_hold(tmp_path: Path) -> None:
     space, records = _context_night(tmp_path)
     assert unfit_launches(space, records) == []
-    skipped = [r for r in records if r.decision is not None and getattr(r.decision, "rule", None) == "context-fit"]
-    assert any("no fraction the space allows holds it" in (r.reason or "") for r in skipped)
+    # nor proposed, once learned: the sampler draws among the contexts still possible (PossibleContexts)
+    assert unfit_launches(space, records, proposed=True) == []
+    learned = pool_points(records, RULES, "sglang", budget_bytes=None)
+    room = most_room(space, RULES, {**records[-1].flags, "context-length": 262144})
+    at_most = tokens_at(learned, RULES, room, float(room["mem-fraction-static"]))
+    assert at_most is not None and too_small(at_most, 262144)  # there was something to learn
     # show says which contexts cannot fit and from which launches; show --trial N of a death, its pool
     def show(*args: str) -> str:
         command = autotune_cmd("show", "bench", *args, "--studies-dir", str(tmp_path / "studies"))
@@ -206,6 +213,7 @@ def test_a_twin_study_tuning_the_context_never_launches_one_the_fitted_pool_cann
     # without the rule the same night launches such contexts
     space, records = _context_night(tmp_path / "off", rules_off=("context-fit",))
     assert unfit_launches(space, records) != []
+    assert len(unfit_launches(space, records, proposed=True)) > len(unfit_launches(space, records))
 
 
 # Of our own making, shaped like a hybrid (linear + full attention) 27B's config: 64 layers, every fourth
@@ -243,6 +251,12 @@ def test_before_any_launch_the_config_rules_out_a_context_no_allowed_fraction_ho
     assert isinstance(skip, Skip) and "no fraction the space allows holds it" in skip.reason
     assert "before any launch stated its pool, by the model's config.json" in skip.reason and skip.trials == []
     assert decide(**{"context-length": 65536, "mem-fraction-static": 0.90}) is None
+    # the engine's defaults (it picks the fraction): skipped only where even the whole memory would not hold it
+    engines_pick = decide(**{"context-length": 262144})
+    assert isinstance(engines_pick, Skip) and engines_pick.rule == "context-fit"
+    said = "the engine picks --mem-fraction-static, and even at 1 the pool would hold about 227784 ("
+    assert said in engines_pick.reason  # (23 GiB - 13.5 GB) / 1.5 over 2 x 16 x 2 x 256 x 2 bytes
+    assert decide(**{"context-length": 196608}) is None
     assert ContextFit(_hybrid_space(), {"sglang": SGLANG}, models).decide(
         SGLANG.normalise({**HYBRID, "context-length": 262144, "mem-fraction-static": 0.96}), empty
     ) is None  # without the config nothing is known before a launch

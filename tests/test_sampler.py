@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import optuna
 import pytest
 
-from autotune.study.sampler import SamplerName, Unstuck, make_sampler
+from autotune.study.sampler import PossibleContexts, SamplerName, Unstuck, make_sampler
 
 
 def _proposals(name: SamplerName, seed: int) -> list[dict[str, object]]:
@@ -36,3 +38,27 @@ def test_a_seed_repeats_the_proposals(name: SamplerName) -> None:
     assert _proposals(name, 3) == _proposals(name, 3)
     assert _proposals(name, 3) != _proposals(name, 4)
     assert isinstance(make_sampler("random", 1), optuna.samplers.RandomSampler)
+
+
+@pytest.mark.parametrize("name", ["tpe", "random"])
+def test_a_context_ruled_out_for_the_other_flags_is_redrawn_among_the_possible(name: SamplerName) -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    asked: list[dict[str, object]] = []
+
+    def ruled_out(params: Mapping[str, object]) -> dict[str, frozenset[int]]:
+        asked.append(dict(params))  # with a draft, the two longest contexts cannot fit; without, the longest
+        return {"context-length": frozenset({262144, 131072} if params.get("draft") else {262144})}
+
+    sampler = PossibleContexts(make_sampler(name, 3), frozenset({"context-length"}), ruled_out)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+
+    def objective(trial: optuna.Trial) -> float:
+        draft = trial.suggest_categorical("draft", [False, True])
+        context = trial.suggest_categorical("context-length", [262144, 131072, 65536])
+        return context / 65536 + draft
+
+    study.optimize(objective, n_trials=30)
+    drawn = [(t.params["draft"], t.params["context-length"]) for t in study.trials]
+    assert all(c != 262144 and not (d and c == 131072) for d, c in drawn)
+    assert {c for _, c in drawn} == {131072, 65536}
+    assert any("draft" in params for params in asked)  # the other flags reach the question

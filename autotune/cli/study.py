@@ -228,7 +228,7 @@ def _open_runner(
     killed, failed = runner.recover()
     if killed or failed:
         console.print(f"recovered: killed {killed} orphaned server(s), marked {failed} stale trial(s) failed")
-    console.print(describe_search(runner.study.sampler, runner.pass_setup), highlight=False)
+    console.print(describe_search(runner.sampler, runner.pass_setup), highlight=False)
     retried, queued = runner.prepare()
     if retried:
         console.print(f"interrupted trials queued again: {', '.join(map(str, retried))}", highlight=False)

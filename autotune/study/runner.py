@@ -53,7 +53,8 @@ from autotune.study.named_failures import named_values
 from autotune.study.paths import StudyPaths
 from autotune.study.preflight_checks import Preflight
 from autotune.study.rules import build_rules, decide
-from autotune.study.sampler import SamplerName, make_sampler
+from autotune.study.rules.context_fit import ContextFit
+from autotune.study.sampler import PossibleContexts, SamplerName, make_sampler
 from autotune.study.storage import exclusive, open_storage
 from autotune.trial import TrialOutcome
 
@@ -143,12 +144,20 @@ class StudyRunner:
         self.early_stop = early_stop
         self.launched = 0  # by this runner, in this process: what --trials counts
         self.clock: Callable[[], float] = time.monotonic  # the race's deadline is on this clock
+        self._finished: dict[int, TrialRecord] = {}  # read once: see records()
+        self.feasibility = feasibility_models(self.space, self.engines, self.inventory)
+        self.rules = build_rules(self.space, self.engines, self.feasibility, off=rules_off)
+        self.sampler = sampler or make_sampler("tpe", None)  # what proposes (the study's may wrap it)
+        fit = next((rule for rule in self.rules if isinstance(rule, ContextFit)), None)
+        proposer = self.sampler
+        if fit is not None and fit.context_flags():  # contexts context-fit knows cannot fit are not proposed
+            proposer = PossibleContexts(self.sampler, fit.context_flags(), lambda p: fit.proposal(p, self.records()))
         with exclusive(storage, paths):  # workers started at the same moment create it once
             self.study = optuna.create_study(
                 study_name=name,
                 storage=storage,
                 directions=["maximize"] * len(self.space.objective_levels()),
-                sampler=sampler or make_sampler("tpe", None),
+                sampler=proposer,
                 load_if_exists=True,
             )
         self.launch: Launcher = launcher or trial_launcher(
@@ -157,13 +166,11 @@ class StudyRunner:
         self.artifact_store = artifact_store(paths.artifacts)
         self.stop_reason: str | None = None
         self.storage_fault: str | None = None
-        self.feasibility = feasibility_models(self.space, self.engines, self.inventory)
         # what a decode pass reads, for the roofline
         self.structure = model_structure(self.space.model, self.space.named_config())
         self.pass_setup = read_pass_setup(self.space, self.inventory)
         self.search: str | None = None  # the search that proposed the last trial (model-guided, or why not)
-        replay(self.feasibility, self.records(), default_engine=self.space.engine)
-        self.rules = build_rules(self.space, self.engines, self.feasibility, off=rules_off)
+        replay(self.feasibility, self.records(), default_engine=self.space.engine)  # the rules read these models
 
     @classmethod
     def open(
@@ -191,7 +198,17 @@ class StudyRunner:
         )
 
     def records(self) -> list[TrialRecord]:
-        return [attrs.trial_record(t) for t in self.study.get_trials(deepcopy=False)]
+        """Every trial's record; a finished trial's is read once (Optuna refuses to change a finished
+        trial), since the loop reads them all several times a proposal and a night proposes ~1,000."""
+        out = []
+        for trial in self.study.get_trials(deepcopy=False):
+            record = self._finished.get(trial.number)
+            if record is None:
+                record = attrs.trial_record(trial)
+                if trial.state.is_finished():
+                    self._finished[trial.number] = record
+            out.append(record)
+        return out
 
     # ---------------------------------------------------------------- before the first trial
 
@@ -237,7 +254,7 @@ class StudyRunner:
         candidate = suggest(self.space, trial, self._baseline(story))
         sampled = story.baseline is None and story.proposal.confirm_of is None and story.proposal.retry_of is None
         self.search = keep_prediction(
-            self.study.sampler, trial, candidate.flags, sampled=sampled, last=self.search, note=self.events.note
+            self.sampler, trial, candidate.flags, sampled=sampled, last=self.search, note=self.events.note
         )
         self.events.trial_started(trial.number, candidate)
         engine, flags = self.space.split_engine(candidate.flags)

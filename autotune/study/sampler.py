@@ -9,12 +9,20 @@ One exception, :class:`Unstuck`: a proposal the rules answer without a launch (r
 predicted to fail) tells TPE nothing it did not know, so a TPE whose only served region is measured
 already proposes it again and again and the night stops launching. After :data:`STALL_PROPOSALS` such
 proposals in a row, the next is a random draw, until one launches.
+
+And :class:`PossibleContexts`, around whichever sampler runs: a context the study already knows cannot
+hold one request at any fraction the space allows (the rule ``context-fit``'s knowledge) is not
+proposed; the sampler's draw of it is replaced by a draw among the contexts still possible, so the trial's
+parameters are what ran (as Optuna's ``PartialFixedSampler`` fixes values). Without it, TPE and random
+draws keep proposing such a context, every proposal is skipped unlaunched, and a night runs out of
+proposals before it runs out of launches.
 """
 
 from __future__ import annotations
 
+import random
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import optuna
@@ -85,6 +93,63 @@ class Unstuck(optuna.samplers.BaseSampler):
     def reseed_rng(self) -> None:
         self.base.reseed_rng()
         self.random.reseed_rng()
+
+
+class PossibleContexts(optuna.samplers.BaseSampler):
+    """``base``, but where its draw of a flag in ``names`` is a value ``ruled_out`` names for the
+    proposal's other parameters, a value it does not name, drawn uniformly (seeded by the trial's number:
+    a study repeats its proposals, workers draw apart); left as drawn when it names every choice."""
+
+    def __init__(
+        self,
+        base: optuna.samplers.BaseSampler,
+        names: frozenset[str],
+        ruled_out: Callable[[Mapping[str, Any]], Mapping[str, frozenset[int]]],
+    ) -> None:
+        self.base = base
+        self.names = names
+        self.ruled_out = ruled_out
+
+    def _possible(
+        self, trial: FrozenTrial, params: Mapping[str, Any], name: str, distribution: BaseDistribution, value: Any
+    ) -> Any:
+        if name not in self.names or not isinstance(distribution, optuna.distributions.CategoricalDistribution):
+            return value
+        ruled = self.ruled_out({k: v for k, v in params.items() if k != name}).get(name, frozenset())
+        if value not in ruled:
+            return value
+        left = [c for c in distribution.choices if c not in ruled]
+        return random.Random(trial.number).choice(left) if left else value
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return self.base.infer_relative_search_space(study, trial)
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        sampled = self.base.sample_relative(study, trial, search_space)
+        params = {**trial.params, **sampled}
+        return {
+            name: self._possible(trial, params, name, search_space[name], value) if name in search_space else value
+            for name, value in sampled.items()
+        }
+
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        value = self.base.sample_independent(study, trial, param_name, param_distribution)
+        return self._possible(trial, trial.params, param_name, param_distribution, value)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.base.before_trial(study, trial)
+
+    def after_trial(
+        self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
+    ) -> None:
+        self.base.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.base.reseed_rng()
 
 
 def make_sampler(name: SamplerName, seed: int | None, *, unstuck: bool = True) -> optuna.samplers.BaseSampler:
