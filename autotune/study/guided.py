@@ -59,6 +59,7 @@ from autotune.study.guided_reads import (
     prediction_errors,
     spec_key,
 )
+from autotune.study.sampler import Wrapping
 from passmodel import calibrate
 from passmodel.profile import TwinProfile
 from passmodel.setup import acceptance_table
@@ -93,11 +94,12 @@ class Fitted:
     drafters: frozenset[str]  # the drafters whose acceptance a launch measured ("mtp": the MTP heads)
 
 
-class ModelGuided(optuna.samplers.BaseSampler):
-    """Speculative flags from the calibrated pass model (module docstring); the rest from ``fallback``."""
+class ModelGuided(Wrapping):
+    """Speculative flags from the calibrated pass model (module docstring); the rest from the fallback
+    sampler it wraps (``base``)."""
 
     def __init__(self, fallback: optuna.samplers.BaseSampler, seed: int | None) -> None:
-        self.fallback = fallback
+        super().__init__(fallback)
         self.rng = random.Random(seed)
         self._space: SearchSpace | None = None
         self._profile: TwinProfile | None = None
@@ -111,7 +113,7 @@ class ModelGuided(optuna.samplers.BaseSampler):
     # The fallback samples every flag the model does not choose, jointly (TPE is multivariate): where the
     # model proposes nothing, the trial is the fallback's own.
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        space = self.fallback.infer_relative_search_space(study, trial)
+        space = self.base.infer_relative_search_space(study, trial)
         chosen, _ = self.choice(study, trial.number)
         return {name: d for name, d in space.items() if chosen is None or name not in chosen}
 
@@ -121,7 +123,7 @@ class ModelGuided(optuna.samplers.BaseSampler):
         if not search_space:
             return {}
         # a grouped TPE samples its whole groups; only the flags left to it may come back
-        sampled = self.fallback.sample_relative(study, trial, search_space)
+        sampled = self.base.sample_relative(study, trial, search_space)
         return {name: value for name, value in sampled.items() if name in search_space}
 
     def sample_independent(
@@ -130,18 +132,7 @@ class ModelGuided(optuna.samplers.BaseSampler):
         chosen, _ = self.choice(study, trial.number)
         if chosen is not None and param_name in chosen:
             return chosen[param_name]
-        return self.fallback.sample_independent(study, trial, param_name, param_distribution)
-
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.fallback.before_trial(study, trial)
-
-    def after_trial(
-        self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
-    ) -> None:
-        self.fallback.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self.fallback.reseed_rng()
+        return self.base.sample_independent(study, trial, param_name, param_distribution)
 
     # ---------------------------------------------------------------- the model
 

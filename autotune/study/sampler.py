@@ -48,11 +48,43 @@ def unlaunched_in_a_row(trials: Sequence[FrozenTrial]) -> int:
     return count
 
 
-class Unstuck(optuna.samplers.BaseSampler):
+class Wrapping(optuna.samplers.BaseSampler):
+    """A sampler around ``base``: every call passes through unless a subclass changes it (Optuna's
+    samplers keep state per trial in these hooks, so a wrapper must forward them all)."""
+
+    def __init__(self, base: optuna.samplers.BaseSampler) -> None:
+        self.base = base
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return self.base.infer_relative_search_space(study, trial)
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        return self.base.sample_relative(study, trial, search_space)
+
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        return self.base.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.base.before_trial(study, trial)
+
+    def after_trial(
+        self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
+    ) -> None:
+        self.base.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.base.reseed_rng()
+
+
+class Unstuck(Wrapping):
     """``base`` (TPE), but a random draw after ``after`` proposals in a row were answered without a launch."""
 
     def __init__(self, base: optuna.samplers.BaseSampler, seed: int | None, *, after: int = STALL_PROPOSALS) -> None:
-        self.base = base
+        super().__init__(base)
         self.random = optuna.samplers.RandomSampler(seed=seed)
         self.after = after
         self._stalled_at: tuple[int, bool] | None = None  # (trial number, stalled): read once per trial
@@ -82,20 +114,12 @@ class Unstuck(optuna.samplers.BaseSampler):
         sampler = self.random if self._stalled(study, trial) else self.base
         return sampler.sample_independent(study, trial, param_name, param_distribution)
 
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.base.before_trial(study, trial)
-
-    def after_trial(
-        self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
-    ) -> None:
-        self.base.after_trial(study, trial, state, values)
-
     def reseed_rng(self) -> None:
-        self.base.reseed_rng()
+        super().reseed_rng()
         self.random.reseed_rng()
 
 
-class PossibleContexts(optuna.samplers.BaseSampler):
+class PossibleContexts(Wrapping):
     """``base``, but where its draw of a flag in ``names`` is a value ``ruled_out`` names for the
     proposal's other parameters, a value it does not name, drawn uniformly (seeded by the trial's number:
     a study repeats its proposals, workers draw apart); left as drawn when it names every choice."""
@@ -106,7 +130,7 @@ class PossibleContexts(optuna.samplers.BaseSampler):
         names: frozenset[str],
         ruled_out: Callable[[Mapping[str, Any]], Mapping[str, frozenset[int]]],
     ) -> None:
-        self.base = base
+        super().__init__(base)
         self.names = names
         self.ruled_out = ruled_out
 
@@ -120,9 +144,6 @@ class PossibleContexts(optuna.samplers.BaseSampler):
             return value
         left = [c for c in distribution.choices if c not in ruled]
         return random.Random(trial.number).choice(left) if left else value
-
-    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        return self.base.infer_relative_search_space(study, trial)
 
     def sample_relative(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
@@ -139,17 +160,6 @@ class PossibleContexts(optuna.samplers.BaseSampler):
     ) -> Any:
         value = self.base.sample_independent(study, trial, param_name, param_distribution)
         return self._possible(trial, trial.params, param_name, param_distribution, value)
-
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.base.before_trial(study, trial)
-
-    def after_trial(
-        self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
-    ) -> None:
-        self.base.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self.base.reseed_rng()
 
 
 def make_sampler(name: SamplerName, seed: int | None, *, unstuck: bool = True) -> optuna.samplers.BaseSampler:
