@@ -19,7 +19,6 @@ from autotune.memory_types import (
     MemoryLesson,
     MemoryRules,
     Observation,
-    PoolPart,
     Prediction,
 )
 from autotune.outcomes import MemorySide as Side
@@ -172,7 +171,7 @@ class FeasibilityModel:
     def learn(self, lesson: MemoryLesson) -> None:
         """Everything one trial taught: its failure side, logged weights and graphs, free memory, headroom use."""
         if lesson.side is not None:
-            self.observe(lesson.flags, lesson.side, trial=lesson.trial, short_of=lesson.short_of)
+            self.observe(lesson.flags, lesson.side, trial=lesson.trial)
         if lesson.served:
             self.observe_served(lesson.flags)
         if lesson.weights_bytes:
@@ -191,10 +190,8 @@ class FeasibilityModel:
                     )
                 )
 
-    def observe(
-        self, flags: Mapping[str, FlagValue], side: Side, *, trial: int | None = None, short_of: PoolPart | None = None
-    ) -> None:
-        failure = Observation(flags=dict(flags), side=side, trial=trial, short_of=short_of)
+    def observe(self, flags: Mapping[str, FlagValue], side: Side, *, trial: int | None = None) -> None:
+        failure = Observation(flags=dict(flags), side=side, trial=trial)
         self.failures.append(failure)
         for served in self.served:  # a launch that served earlier may already contradict it
             self._contradict(failure, served)
@@ -237,15 +234,9 @@ class FeasibilityModel:
             beyond, demand, ignore = fraction >= failed_fraction, rules.headroom_demand, rules.headroom_irrelevant
             only_here, scale = rules.pool_irrelevant - demand, {}
         ignore = ignore | {rules.fraction_flag}
-        failed, candidate = self._filled(failure.flags), self._filled(flags)
-        if failure.side == "too-low" and failure.short_of is not None:  # the split ratio, ordered by the part short
-            split = rules.split_no_roomier(failure.short_of, failed, candidate)
-            if split is None:
-                return False
-            candidate = split
         return beyond and _loosely_dominates(
-            failed,
-            candidate,
+            self._filled(failure.flags),
+            self._filled(flags),
             demand=demand,
             ignore=ignore,
             relevant=self.relevant[failure.side],

@@ -3,21 +3,12 @@ taught, and a prediction and its parts (the model that uses them: :mod:`autotune
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.outcomes import MemorySide as Side
 from autotune.space import FlagValue
-
-PoolPart = Literal["kv", "state"]
-"""The part of a split pool a death ran short of: the full-attention KV, or a hybrid model's state."""
-
-
-def _number(value: FlagValue | None) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 class MemoryRules(BaseModel):
@@ -77,35 +68,6 @@ class MemoryRules(BaseModel):
         "mamba ratio; a model without linear attention ignores it, and a space should not tune it there)",
     )
     kv_share_default: float | None = Field(default=None, description="the ratio when the flag is unset")
-    short_parts: dict[PoolPart, tuple[str, ...]] = Field(
-        default_factory=dict,
-        description="messages (regexes) by which a pool death names the part of the split pool that ran short; "
-        "a larger ratio (kv_share_flag) gives the state more of the pool and the KV less",
-    )
-
-    def split_no_roomier(
-        self, short_of: PoolPart, failed: Mapping[str, FlagValue], candidate: Mapping[str, FlagValue]
-    ) -> dict[str, FlagValue] | None:
-        """``candidate`` with the failed launch's split ratio where its own gives the part of the pool that
-        ran short no more room (the state: a ratio no larger; the KV: no smaller), so that the rest compares
-        as at one ratio; None where it gives that part more. Unchanged where a ratio is not known."""
-        name = self.kv_share_flag
-        if name is None:
-            return dict(candidate)
-        ratio_failed, ratio = (_number(flags.get(name, self.kv_share_default)) for flags in (failed, candidate))
-        if ratio_failed is None or ratio is None:
-            return dict(candidate)
-        if ratio > ratio_failed if short_of == "state" else ratio < ratio_failed:
-            return None
-        rest = {key: value for key, value in candidate.items() if key != name}
-        return {**rest, name: failed[name]} if name in failed else rest
-
-    def short_part(self, reason: str | None) -> PoolPart | None:
-        """The part of the split pool a pool death's message says ran short; None where it does not say."""
-        for part, patterns in self.short_parts.items():
-            if reason and any(re.search(pattern, reason) for pattern in patterns):
-                return part
-        return None
 
 
 class Prediction(BaseModel):
@@ -123,7 +85,6 @@ class Observation(BaseModel):
     flags: dict[str, FlagValue]
     side: Side
     trial: int | None = None
-    short_of: PoolPart | None = Field(default=None, description="the part of a split pool a pool death ran short of")
 
 
 class HeadroomUse(BaseModel):
@@ -146,9 +107,6 @@ class MemoryLesson(BaseModel):
     flags: dict[str, FlagValue]
     trial: int
     side: Side | None = Field(default=None, description="the launch died of memory on this side")
-    short_of: PoolPart | None = Field(
-        default=None, description="the part of a split pool a pool death ran short of, where its message said"
-    )
     weights_bytes: float | None = None
     graph_bytes: float | None = None
     graph_batch: int | None = None

@@ -17,11 +17,6 @@ from autotune.engines.sglang import SGLangEngine
 from autotune.engines.vllm import VLLMEngine
 from autotune.feasibility import FeasibilityModel, FractionWindow, MemoryLesson, headroom_use, model_weight_bytes
 from autotune.gpu import GpuInventory, check_idle, roofline, wait_for
-from autotune.outcomes import OutcomeKind
-from autotune.space import load_space
-from autotune.study import attrs
-from autotune.study.memory import lesson_of
-from autotune.testing import simulated_outcome
 from autotune_twin import memory
 from autotune_twin.launch import resolve_launch
 from autotune_twin.sglang.flags import parse_args
@@ -132,56 +127,6 @@ def test_a_failure_after_a_served_launch_that_refutes_its_presumption_speaks_onl
     assert m.relevant["too-low"] == {"attention-backend"}
     assert m.predict({**BASE, "mem-fraction-static": 0.72, "attention-backend": "triton"}).feasible
     assert not m.predict({**BASE, "mem-fraction-static": 0.72, "attention-backend": "fa3"}).feasible
-
-
-def test_a_pool_death_that_names_the_part_short_orders_the_state_ratio() -> None:
-    ratio = "mamba-full-memory-ratio"  # the state gets r / (1 + r) of the pool, the KV the rest
-    state = model()
-    state.observe({**BASE, "mem-fraction-static": 0.90, ratio: 0.5}, "too-low", trial=2, short_of="state")
-    less_state = state.predict({**BASE, "mem-fraction-static": 0.88, ratio: 0.3})
-    assert not less_state.feasible and "trial 2" in (less_state.reason or "")
-    assert not state.predict({**BASE, "mem-fraction-static": 0.90, ratio: 0.5}).feasible
-    assert state.predict({**BASE, "mem-fraction-static": 0.88, ratio: 0.7}).feasible  # more room for the state
-    assert state.predict({**BASE, "mem-fraction-static": 0.88}).feasible  # unset: the engine's 0.9
-    kv = model()
-    kv.observe({**BASE, "mem-fraction-static": 0.90, ratio: 0.5}, "too-low", trial=3, short_of="kv")
-    assert not kv.predict({**BASE, "mem-fraction-static": 0.88, ratio: 0.7}).feasible
-    assert not kv.predict({**BASE, "mem-fraction-static": 0.88}).feasible  # unset: 0.9, less KV still
-    assert kv.predict({**BASE, "mem-fraction-static": 0.88, ratio: 0.3}).feasible  # more room for the KV
-    unnamed = model()  # the message did not say which part: another ratio is another question
-    unnamed.observe({**BASE, "mem-fraction-static": 0.90, ratio: 0.5}, "too-low", trial=4)
-    assert unnamed.predict({**BASE, "mem-fraction-static": 0.88, ratio: 0.3}).feasible
-    assert unnamed.predict({**BASE, "mem-fraction-static": 0.88, ratio: 0.7}).feasible
-    # the headroom side is not ordered by it: the ratio never mattered there
-    state.observe({**BASE, "mem-fraction-static": 0.95, ratio: 0.3}, "too-high", trial=5)
-    assert not state.predict({**BASE, "mem-fraction-static": 0.96, ratio: 0.9}).feasible
-
-
-def test_the_part_a_pool_death_ran_short_of_is_read_from_its_message_and_stored(tmp_path: Path) -> None:
-    short = {
-        "RuntimeError: Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
-        "max_mamba_cache_size=0 (total_rest_memory=1.20 GB, mamba_cache_per_req=150.00 MB).": "state",
-        "RuntimeError: Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
-        "max_mamba_cache_size=4, mamba_ratio=5, resulting max_num_reqs=0.": "state",
-        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: "
-        "mem_fraction_static=0.8 (twin: the KV pool holds 900 tokens, fewer than one context_length=1000 "
-        "request)": "kv",
-        "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.5.": None,
-    }
-    engine = SGLangEngine()
-    space = load_space(TWIN_SPACE)
-    inventory = GpuInventory(driver_version="simulated", gpus=[])
-    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'lessons.db'}")  # attrs as JSON, as stored
-    for reason, part in short.items():
-        launched = engine.normalise({**BASE, "mem-fraction-static": 0.8, "mamba-full-memory-ratio": 0.3})
-        outcome = simulated_outcome(space, launched, kind=OutcomeKind.MEMORY_TOO_LOW, reason=reason)
-        trial = study.ask()
-        lesson = lesson_of(outcome, trial=trial.number, inventory=inventory, engine=engine)
-        attrs.TrialStory(trial).learned(lesson)
-        stored = attrs.trial_record(study.get_trials()[trial.number]).lessons.memory
-        assert stored is not None and stored.short_of == part, reason
-    served = simulated_outcome(space, launched, tok_s=50.0)
-    assert lesson_of(served, trial=9, inventory=inventory, engine=engine).short_of is None
 
 
 def test_a_too_low_failure_speaks_only_for_a_kv_dtype_no_smaller() -> None:
@@ -459,31 +404,6 @@ def test_a_learned_boundary_saves_a_launch_on_the_twin(tmp_path: Path) -> None:
     for low in trials[2:]:
         reason = low.user_attrs["reason"]
         assert "the pools of trials 0" in reason and "--context-length 131072" in reason
-
-
-@pytest.mark.twin
-def test_a_state_cache_death_rules_out_a_smaller_state_ratio_only_on_the_twin(tmp_path: Path) -> None:
-    """At fraction 0.80 the twin's state cache is too small at ratio 0.05: a smaller ratio gives the state
-    less still and is not launched, a larger one gives it more and serves."""
-    data = yaml.safe_load(TWIN_SPACE.read_text())
-    ratio = "mamba-full-memory-ratio"
-    data.update(
-        study="state",
-        baselines=[
-            {"name": "short", "flags": {"mem-fraction-static": 0.80, ratio: 0.05}},
-            {"name": "shorter", "flags": {"mem-fraction-static": 0.80, ratio: 0.02}},
-            {"name": "roomier", "flags": {"mem-fraction-static": 0.80, ratio: 0.5}},
-        ],
-    )
-    data["fixed"].update({"speculative-num-steps": 3, "speculative-eagle-topk": 1, "cuda-graph-max-bs-decode": 16,
-                          "max-running-requests": 16})  # fmt: skip
-    trials = fraction_study(tmp_path, data, low=0.70)
-    outcomes = [t.user_attrs["outcome"] for t in trials]
-    assert outcomes == ["infeasible-memory-low", "predicted-infeasible-memory-low", "ok"]
-    assert "state cache" in trials[0].user_attrs["reason"] and "trial 0" in trials[1].user_attrs["reason"]
-    assert trials[0].user_attrs["memory_lesson"]["short_of"] == "state"
-    logs = sorted(p.name for p in (tmp_path / "studies" / "state" / "logs").glob("trial-*.log"))
-    assert logs == ["trial-0000.log", "trial-0002.log"]
 
 
 @pytest.mark.twin

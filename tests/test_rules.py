@@ -88,29 +88,6 @@ def test_served_sizing_launches_the_sizing_of_a_served_launch_alike() -> None:
     assert ServedSizing(ENGINES, models()).decide(sampled, History([], number=0)) is None
 
 
-def test_served_sizing_steps_aside_where_a_death_speaks_for_the_borrowed_sizing() -> None:
-    """A served launch of 2 draft steps and a death of 4 at its sizing (state ratio 0.3, the state cache too
-    small): a 4-step proposal at ratio 0.5 keeps its own sizing, which no death speaks for, instead of
-    borrowing the served one and being skipped as that death."""
-    ratio = "mamba-full-memory-ratio"
-    first = served(0, plan(**{"speculative-num-steps": 2, ratio: 0.3}))
-    reason = ("RuntimeError: Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
-              "max_mamba_cache_size=4, mamba_ratio=5, resulting max_num_reqs=0.")  # fmt: skip
-    died = plan(**{"speculative-num-steps": 4, ratio: 0.3})
-    learned = models()
-    learned["sglang"].learn(MemoryLesson(flags=died.flags, trial=1, side="too-low", short_of="state"))
-    death = trial_record(1, outcome="infeasible-memory-low", reason=reason, engine="sglang", flags=died.flags)
-    history = History([first, death], number=2)
-    sampled = plan(**{"speculative-num-steps": 4, ratio: 0.5, "mem-fraction-static": 0.8})
-    assert ServedSizing(ENGINES, learned).decide(sampled, history) is None
-    decision = decide(build_rules(space(), ENGINES, learned), sampled, history, baseline=False)
-    assert isinstance(decision, Launch) and decision.plan.flags[ratio] == 0.5
-    # at the death's own ratio, never at or below the death's fraction
-    at_death = decide(build_rules(space(), ENGINES, learned), plan(**{"speculative-num-steps": 4, ratio: 0.3,
-                      "mem-fraction-static": 0.8}), history, baseline=False)  # fmt: skip
-    assert isinstance(at_death, Launch) and float(at_death.plan.flags["mem-fraction-static"]) > 0.85
-
-
 def test_fraction_inside_launches_the_middle_of_what_memory_deaths_left_open() -> None:
     learned = models()
     died = plan(**{"mem-fraction-static": 0.9})

@@ -376,19 +376,6 @@ class SGLangEngine(Engine):
         context_flag=CONTEXT,
         kv_share_flag="mamba-full-memory-ratio",
         kv_share_default=0.9,
-        # Which part of the split pool a pool death ran short of: the state (a larger ratio gives it more)
-        # or the full-attention KV sized after the split (a smaller ratio gives it more). The weights
-        # leaving no pool at all name neither.
-        short_parts={
-            "state": (
-                r"Not enough GPU memory for hybrid \(mamba/linear-attention\) state cache",
-                r"Hybrid \(mamba/linear-attention\) state cache is too small to serve any requests",
-            ),
-            "kv": (
-                r"Not enough memory\. Please try to increase --mem-fraction-static",
-                r"Not enough memory to allocate KV cache",
-            ),
-        },
     )
     renamed_flags = {
         "mamba-scheduler-strategy": RADIX_STRATEGY,

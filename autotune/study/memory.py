@@ -47,10 +47,9 @@ def replay(models: Mapping[str, FeasibilityModel], records: Iterable[TrialRecord
 
 
 def lesson_of(outcome: TrialOutcome, *, trial: int, inventory: GpuInventory, engine: Engine) -> MemoryLesson:
-    """What a launch taught: its memory failure side (and the part of a split pool it ran short of, where
-    its message says), logged weights/graphs/free memory, the tokens its pool held (logged, or printed by
-    a death, from its log or else its reason) and, for a launch that served, its run-time memory outside
-    the graphs (log against the NVML peak)."""
+    """What a launch taught: its memory failure side, logged weights/graphs/free memory, the tokens its
+    pool held (logged, or printed by a death, from its log or else its reason) and, for a launch that
+    served, its run-time memory outside the graphs (log against the NVML peak)."""
     facts = outcome.memory
     side = outcome.kind.memory_side if outcome.kind.is_memory else None
     runtime = None
@@ -80,9 +79,6 @@ def lesson_of(outcome: TrialOutcome, *, trial: int, inventory: GpuInventory, eng
         flags=outcome.plan.flags,
         trial=trial,
         side=side,
-        short_of=engine.memory_rules.short_part(outcome.reason)
-        if side == "too-low" and engine.memory_rules is not None
-        else None,
         weights_bytes=facts.weights_bytes if facts else None,
         graph_bytes=facts.graph_bytes if facts else None,
         graph_batch=facts.graph_batch if facts else None,

@@ -55,9 +55,9 @@ def alike_sizing(
 ) -> tuple[LaunchPlan, TrialRecord | None] | None:
     """The plan with the memory sizing of the served launch chosen for it (module docstring), and that
     launch; the plan as sampled, with no source, where a served launch vouches for its sizing; None
-    when no served launch is alike at a sizing the memory model lets the plan launch at, or when the
-    config exceeds the chosen one while launches like it died of headroom at or below its fraction (more
-    draft tokens at a borrowed sizing that already killed some)."""
+    when no served launch is alike, or when the config exceeds the chosen one while launches like it
+    died of headroom at or below its fraction (more draft tokens at a borrowed sizing that already
+    killed some)."""
     sizing = set(engine.memory_sizing_flags)
     if not sizing:
         return None
@@ -75,13 +75,9 @@ def alike_sizing(
             return plan, None
         if chosen is None or rank < chosen[0]:
             try:
-                sized = engine.normalise(flags)
+                chosen = (rank, engine.normalise(flags), record)
             except InvalidConfig:
                 continue
-            # A borrowed sizing a memory death speaks for would write the proposal off at sizing values it
-            # was not sampled at (another state ratio, say): the sampled sizing is then the question to ask.
-            if model.predict(sized.flags).feasible:
-                chosen = (rank, sized, record)
     if chosen is None:
         return None
     (excess, _), sized, source = chosen
