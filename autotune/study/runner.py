@@ -149,9 +149,10 @@ class StudyRunner:
         self.rules = build_rules(self.space, self.engines, self.feasibility, off=rules_off)
         self.sampler = sampler or make_sampler("tpe", None)  # what proposes (the study's may wrap it)
         fit = next((rule for rule in self.rules if isinstance(rule, ContextFit)), None)
+        contexts = fit.context_flags() if fit is not None else frozenset()
         proposer = self.sampler
-        if fit is not None and fit.context_flags():  # contexts context-fit knows cannot fit are not proposed
-            proposer = PossibleContexts(self.sampler, fit.context_flags(), lambda p: fit.proposal(p, self.records()))
+        if fit is not None and contexts:  # contexts context-fit knows cannot fit are not proposed
+            proposer = PossibleContexts(self.sampler, contexts, lambda p: fit.proposal(p, self.records()))
         with exclusive(storage, paths):  # workers started at the same moment create it once
             self.study = optuna.create_study(
                 study_name=name,
