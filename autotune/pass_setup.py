@@ -109,6 +109,12 @@ def _dtype(config: dict[str, Any]) -> str:
     return _DTYPES.get(raw, "bf16")
 
 
+def tp_flag(space: SearchSpace) -> str:
+    """The engine's TP flag (its memory rules'), else SGLang's spelling."""
+    rules = get_engine(space.engine).memory_rules
+    return rules.tp_flag if rules is not None else "tp-size"
+
+
 def _tp(space: SearchSpace) -> int:
     for name in ("tp-size", "tp", "tensor-parallel-size"):
         value = space.fixed.get(name)
@@ -169,6 +175,4 @@ def read_pass_setup(space: SearchSpace, inventory: GpuInventory) -> PassSetup:
         model=ModelFacts(config=config, dtype=_dtype(config)),
         drafter=DrafterFacts(algorithm="NEXTN") if has_heads else None,
     )
-    tuned = get_engine(space.engine).memory_rules
-    tp_tuned = (tuned.tp_flag if tuned is not None else "tp-size") in space.tuned
-    return PassSetup(setup=setup, drafters=drafters, missing=missing, tp_tuned=tp_tuned)
+    return PassSetup(setup=setup, drafters=drafters, missing=missing, tp_tuned=tp_flag(space) in space.tuned)

@@ -13,6 +13,7 @@ from typing import Any
 
 from autotune.calibration_points import CalibrationPoint
 from autotune.engines import DEFAULT_ENGINE, get_engine
+from autotune.pass_setup import tp_flag
 from autotune.records import TrialRecord
 from autotune.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 from passmodel import calibrate
@@ -111,11 +112,6 @@ def model_params(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Any
 
 def key(params: Mapping[str, Any]) -> str:
     return json.dumps(params, sort_keys=True, default=str)
-
-
-def tp_flag(space: SearchSpace) -> str:
-    rules = get_engine(space.engine or DEFAULT_ENGINE).memory_rules
-    return rules.tp_flag if rules is not None else TP
 
 
 def tp_of(space: SearchSpace, flags: Mapping[str, Any]) -> int:
