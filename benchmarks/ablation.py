@@ -316,8 +316,9 @@ def print_recorded(console: Any, report: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace, progress: Callable[[str], None]) -> dict[str, Any]:
-    shipped = [row for row in ROWS if (row.race_share, row.race_stop, row.finalists)
-               == (RACE_SHARE, RACE_STOP, FINALISTS)]
+    shipped = [
+        row for row in ROWS if (row.race_share, row.race_stop, row.finalists) == (RACE_SHARE, RACE_STOP, FINALISTS)
+    ]
     rows = [row for row in ROWS if row.name in args.rows] if args.rows else shipped
     seeds = range(args.family_seed, args.family_seed + args.family)
     recordings = sorted(LANDSCAPES.glob("*.json")) if args.recorded is None else args.recorded

@@ -96,8 +96,11 @@ def main() -> None:
             limit = TARGETS.get(target or "")
             verdict = "" if limit is None else ("ok" if seconds <= limit else "OVER")
             limit_text = f"{limit:.1f}" if limit else ""
-            print(f"{label:<34} {seconds:>7.3f} {seconds / base:>7.1f} {cpu:>6.3f} {cpu / base_cpu:>7.1f} "
-                  f"{limit_text:>9}  {verdict}")
+            print(
+                f"{label:<34} {seconds:>7.3f} {seconds / base:>7.1f} {cpu:>6.3f} {cpu / base_cpu:>7.1f} "
+                f"{limit_text:>9}  {verdict}"
+            )
+
 
 if __name__ == "__main__":
     main()

@@ -143,10 +143,14 @@ def main() -> int:
     model.observe_server_free(facts.free_at_start_bytes)
     model.observe_graph(facts.graph_bytes, flags=flags, logged_batch=facts.graph_batch)
     model.observe_headroom(use)
-    print(f"server free at start {facts.free_at_start_bytes / GIB:.2f} GiB, graphs {facts.graph_bytes / GIB:.2f} GiB "
-          f"(batch {facts.graph_batch}), NVML peak {first.peak_used / GIB:.2f} GiB")
-    print(f"run-time memory outside the graphs: {use.runtime_bytes / GIB:.2f} GiB "
-          f"(the stand-in's activation: {args.activation_gib:.2f} GiB)")
+    print(
+        f"server free at start {facts.free_at_start_bytes / GIB:.2f} GiB, graphs {facts.graph_bytes / GIB:.2f} GiB "
+        f"(batch {facts.graph_batch}), NVML peak {first.peak_used / GIB:.2f} GiB"
+    )
+    print(
+        f"run-time memory outside the graphs: {use.runtime_bytes / GIB:.2f} GiB "
+        f"(the stand-in's activation: {args.activation_gib:.2f} GiB)"
+    )
     feasible = [f / 100 for f in range(50, 100) if model.predict({**flags, "mem-fraction-static": f / 100}).feasible]
     boundary = max(feasible)
     print(f"largest fraction predicted to fit: {boundary:.2f}")
@@ -157,8 +161,10 @@ def main() -> int:
         predicted = model.predict({**flags, "mem-fraction-static": fraction})
         run = serve(fraction, args.weights_gib, args.activation_gib)
         agree &= predicted.feasible or not run.served  # never call a launch that serves infeasible
-        print(f"| {fraction:.2f} | {'fits' if predicted.feasible else 'infeasible'} | "
-              f"{'served' if run.served else 'died'} | {run.last_line} |")
+        print(
+            f"| {fraction:.2f} | {'fits' if predicted.feasible else 'infeasible'} | "
+            f"{'served' if run.served else 'died'} | {run.last_line} |"
+        )
     return 0 if agree else 1
 
 

@@ -225,8 +225,10 @@ class Soak:
               f"({', '.join(f'{k} {v}' for k, v in faults.items()) or 'none'})")  # fmt: skip
         # busy_wait_s includes the inventory read (about 0.5 s for the twin's command): a wait is longer
         waits = [w for t in trials if (w := float(t.user_attrs.get("busy_wait_s") or 0)) >= 1.0]
-        print(f"GPUs taken by another process: {self.busy_spells} spells; trials that waited for them: {len(waits)} "
-              f"(longest wait {max(waits, default=0):.0f} s, skipped-busy {outcomes.get('skipped-busy', 0)})")
+        print(
+            f"GPUs taken by another process: {self.busy_spells} spells; trials that waited for them: {len(waits)} "
+            f"(longest wait {max(waits, default=0):.0f} s, skipped-busy {outcomes.get('skipped-busy', 0)})"
+        )
         longest_lock = max(self.locks, default=0)
         print(f"database locked by another writer: {len(self.locks)} times (longest {longest_lock:.0f} s)")
         print(f"measured configs: {len(measured)}, each once: {len(keys) == len(set(keys))}")

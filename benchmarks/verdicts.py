@@ -414,8 +414,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="recorded landscapes (default: every benchmarks/landscapes/*.json; none when given "
                         "without a file)")  # fmt: skip
     parser.add_argument("--seeds", type=int, default=20, help="studies per scenario on each recorded landscape")
-    parser.add_argument("--first-seed", type=int, default=0, help="the first study seed (a held-out set starts past "
-                        "the seeds tuned on)")
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="the first study seed (a held-out set starts past the seeds tuned on)"
+    )
     parser.add_argument("--family", type=int, default=0, metavar="N", help="N generated twin landscapes")
     parser.add_argument("--family-seed", type=int, default=5000, metavar="S", help="the first member's seed")
     parser.add_argument("--family-seeds", type=int, default=2, help="studies per scenario on each member")

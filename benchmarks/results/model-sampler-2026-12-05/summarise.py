@@ -48,17 +48,21 @@ def night(budget: int) -> None:
         return
     members = len(next(iter(rows.values())))
     print(f"\n## Night of {budget} launches, {members} members (--unmodelled)\n")
-    print("| row | regret % median / p90 / mean | within 2 % / 5 % | found 2 % (median launches) | memory deaths "
-          "(median share; tight members) | harmful | false / claims |")
+    print(
+        "| row | regret % median / p90 / mean | within 2 % / 5 % | found 2 % (median launches) | memory deaths "
+        "(median share; tight members) | harmful | false / claims |"
+    )
     print("|---|---|---|---|---|---|---|")
     for method, runs in rows.items():
         r = regret_summary(runs, budget)
         found = quantile_reached([x["launches_to_find_2pct"] for x in runs], 0.5)
         tight = [x["memory_death_rate"] for x in runs if cases[x["seed"]] == "tight"]
         deaths = f"{statistics.median(tight):.0%}" if tight else "-"
-        print(f"| {method} | {r['median']:.1f} / {r['p90']:.1f} / {r['mean']:.1f} | {r['within_2pct']:.0%} / "
-              f"{r['within_5pct']:.0%} | {found if found is not None else f'>{budget}'} | {deaths} | {r['harmful']} | "
-              f"{r['false_claims']} / {r['claims']} |")
+        print(
+            f"| {method} | {r['median']:.1f} / {r['p90']:.1f} / {r['mean']:.1f} | {r['within_2pct']:.0%} / "
+            f"{r['within_5pct']:.0%} | {found if found is not None else f'>{budget}'} | {deaths} | {r['harmful']} | "
+            f"{r['false_claims']} / {r['claims']} |"
+        )
     print(f"\nAgainst {TPE_NIGHT}, paired over members (difference, 95 % interval; negative: better than TPE):\n")
     print("| row | median | p90 |")
     print("|---|---|---|")
