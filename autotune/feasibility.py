@@ -360,18 +360,23 @@ class FeasibilityModel:
     def _headroom_bound(self, failure: Observation, flags: Mapping[str, FlagValue], fraction: float) -> bool:
         """A too-high failure at headroom h_F and graph tokens T_F means the need at T_F exceeds h_F.
         Needs grow with T at most by the per-token bound g, so at T the need exceeds h_F - g (T_F - T):
-        a candidate with less headroom than that cannot fit either."""
-        free = self.start_free_bytes
-        assert self.rules is not None and free is not None
-        g = self.graph_bytes_per_token_max
+        a candidate with less headroom than that cannot fit either. At no fewer tokens g is not needed
+        (the need is at least h_F), and a drafter the failure ran without only adds its own graphs and
+        activations; prefill activations are ordered like the tokens."""
+        assert self.rules is not None
+        rules, free = self.rules, self.start_free_bytes
         t_failed, t_candidate = self.graph_tokens(failure.flags), self.graph_tokens(flags)
         failed_fraction = self._fraction(failure.flags)
-        if g is None or t_failed is None or t_candidate is None or failed_fraction is None:
+        if free is None or t_failed is None or t_candidate is None or failed_fraction is None:
             return False
-        ignore = self.rules.graph_ignored | {self.rules.fraction_flag}
-        if not dominates(failure.flags, flags, demand=frozenset(), ignore=ignore):
+        fewer, g = max(0.0, t_failed - t_candidate), self.graph_bytes_per_token_max
+        if fewer and g is None:
             return False
-        needed = (1 - failed_fraction) * free - g * max(0.0, t_failed - t_candidate)
+        drafted = not any(name in failure.flags for name in rules.drafting_flags)
+        ignore = rules.graph_ignored | {rules.fraction_flag} | (rules.drafting_flags if drafted else frozenset())
+        if not dominates(failure.flags, flags, demand=rules.activation_demand, ignore=ignore):
+            return False
+        needed = (1 - failed_fraction) * free - (g or 0.0) * fewer
         return (1 - fraction) * free <= needed
 
     def _tp(self, flags: Mapping[str, FlagValue]) -> float:

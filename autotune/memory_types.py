@@ -47,6 +47,12 @@ class MemoryRules(BaseModel):
     activation_demand: frozenset[str] = Field(
         default=frozenset(), description="flags whose larger values need more run-time memory outside the graphs"
     )
+    drafting_flags: frozenset[str] = Field(
+        default=frozenset(),
+        description="flags that turn speculative decoding on and shape it: a launch that sets none of them needs "
+        "no more headroom than one that does at as many graph tokens (a drafter adds its own graphs and "
+        "activations; its verify tokens are in the graph tokens already)",
+    )
     weights_flags: frozenset[str] = Field(
         default=frozenset(), description="flags that choose which weights load (a drafter): never presumed alike"
     )
