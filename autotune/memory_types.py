@@ -154,6 +154,16 @@ class FractionWindow(BaseModel):
         mid = round(mid, 10)
         return mid if low <= mid <= high and self.open(mid) else None
 
+    def nearest_middle(self, values: list[float]) -> float | None:
+        """Of a space's listed fractions, the one inside the window nearest its middle (the window's open
+        ends at the lowest and highest listed); None when none lies inside."""
+        inside = [v for v in values if self.open(v)]
+        if not inside:
+            return None
+        low = self.low if self.low is not None else min(values)
+        mid = (low + (self.high if self.high is not None else max(values))) / 2
+        return min(inside, key=lambda v: (abs(v - mid), v))
+
 
 class GraphPoint(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
