@@ -12,7 +12,6 @@ import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from autotune.memory_order import SCALE_UNSET, dominates, loosely_dominates, number, scale_factors
 from autotune.memory_types import (
     FractionWindow,
     GraphPoint,
@@ -39,9 +38,99 @@ __all__ = [
     "model_weight_bytes",
 ]
 
+# SGLang and vLLM read an unset --kv-cache-dtype as "auto" (the model's dtype), and their rules drop
+# an explicit "auto": an unset scaled flag is compared as this value.
+SCALE_UNSET = "auto"
+
 # Logged figures have two decimals of GB and NVML is sampled: a prediction from a served run needs
 # the candidate to miss by more than this to call it infeasible.
 HEADROOM_MARGIN_BYTES = 128 * 2**20
+
+
+def _number(value: FlagValue | None) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _dominates(
+    failed: Mapping[str, FlagValue],
+    candidate: Mapping[str, FlagValue],
+    *,
+    demand: frozenset[str],
+    ignore: frozenset[str],
+    scale: Mapping[str, Mapping[str, float]] | None = None,
+) -> bool:
+    """Every demand flag of the candidate is at least the failed one's (``scale``: by the factor
+    of its value); every other flag equal."""
+    for name in set(failed) | set(candidate):
+        if name in ignore:
+            continue
+        a, b = failed.get(name), candidate.get(name)
+        factors = _factors(scale, name, a, b)
+        if factors is not None:
+            if factors[1] < factors[0]:
+                return False
+        elif name in demand and a is not None and b is not None:
+            fa, fb = _number(a), _number(b)
+            if fa is None or fb is None or fb < fa:
+                return False
+        elif a != b:
+            return False
+    return True
+
+
+def _factors(
+    scale: Mapping[str, Mapping[str, float]] | None, name: str, a: FlagValue | None, b: FlagValue | None
+) -> tuple[float, float] | None:
+    """The scale factors of two values of ``name``, when the rules know both (unset: the engine's default)."""
+    known = scale.get(name) if scale else None
+    if known is None:
+        return None
+    a, b = (SCALE_UNSET if value is None else value for value in (a, b))
+    if not isinstance(a, str) or not isinstance(b, str) or a not in known or b not in known:
+        return None
+    return known[a], known[b]
+
+
+def _loosely_dominates(
+    failed: Mapping[str, FlagValue],
+    candidate: Mapping[str, FlagValue],
+    *,
+    demand: frozenset[str],
+    ignore: frozenset[str],
+    relevant: set[str],
+    tp_flag: str,
+    only_here: frozenset[str],
+    ordered: bool,
+    scale: Mapping[str, Mapping[str, float]] | None = None,
+) -> bool:
+    """:func:`_dominates` with presumptions a served launch can refute (``relevant``): a flag set on
+    both sides may differ (a backend, a dtype, a drafter, a demand: they move a boundary little next
+    to the fraction), unless the rules name it as mattering to this boundary only without ordering
+    it (``only_here``: a split ratio is not monotone); a tensor-parallel size no larger is no less
+    demanding. ``ordered``: demands keep their order (graphs grow with them much as with the fraction).
+    ``scale``: flags compared by a known factor of their values, never presumed."""
+    kept = only_here | (demand if ordered else frozenset())
+    presumed = {
+        n
+        for n in set(failed) & set(candidate)
+        if n not in relevant
+        and n != tp_flag
+        and n not in kept
+        and _factors(scale, n, failed.get(n), candidate.get(n)) is None
+    }
+    tp_failed, tp_candidate = _number(failed.get(tp_flag)), _number(candidate.get(tp_flag))
+    if tp_failed is not None and tp_candidate is not None:
+        if tp_candidate > tp_failed:
+            return False
+        presumed.add(tp_flag)
+    return _dominates(failed, candidate, demand=demand, ignore=ignore | presumed, scale=scale)
 
 
 class FeasibilityModel:
@@ -145,7 +234,7 @@ class FeasibilityModel:
             beyond, demand, ignore = fraction >= failed_fraction, rules.headroom_demand, rules.headroom_irrelevant
             only_here, scale = rules.pool_irrelevant - demand, {}
         ignore = ignore | {rules.fraction_flag}
-        return beyond and loosely_dominates(
+        return beyond and _loosely_dominates(
             self._filled(failure.flags),
             self._filled(flags),
             demand=demand,
@@ -180,12 +269,12 @@ class FeasibilityModel:
             a, b = served.get(name), candidate.get(name)
             if a == b:
                 continue
-            factors = scale_factors(rules.pool_scale, name, a, b)
+            factors = _factors(rules.pool_scale, name, a, b)
             if factors is not None:
                 if factors[1] > factors[0]:
                     return None  # a larger KV dtype scales the whole pool, not one demand among several
             elif name == rules.tp_flag or name in demand:
-                fa, fb = number(a), number(b)
+                fa, fb = _number(a), _number(b)
                 if fa is None or fb is None:
                     return None
                 larger += fb < fa if name == rules.tp_flag else fb > fa
@@ -206,13 +295,11 @@ class FeasibilityModel:
         low: tuple[float, int | None] | None = None
         high: tuple[float, int | None] | None = None
         for failure in self.failures:
-            fraction = number(failure.flags.get(rules.fraction_flag))
+            fraction = _number(failure.flags.get(rules.fraction_flag))
             if fraction is None or any(failure.flags.get(n) != flags.get(n) for n in same):
                 continue
             if failure.side == "too-low":
-                factors = [
-                    scale_factors(rules.pool_scale, n, failure.flags.get(n), flags.get(n)) for n in rules.pool_scale
-                ]
+                factors = [_factors(rules.pool_scale, n, failure.flags.get(n), flags.get(n)) for n in rules.pool_scale]
                 if all(f is not None and f[1] >= f[0] for f in factors) and (low is None or fraction > low[0]):
                     low = (fraction, failure.trial)
             elif high is None or fraction < high[0]:
@@ -234,8 +321,8 @@ class FeasibilityModel:
             for n in set(failed) & set(flags)
             if failed[n] != flags[n]
             and n != self.rules.fraction_flag
-            and number(flags[n]) is None
-            and scale_factors(ordered, n, failed[n], flags[n]) is None
+            and _number(flags[n]) is None
+            and _factors(ordered, n, failed[n], flags[n]) is None
         )
         return f" (presuming {', '.join(names)} do not matter)" if names else ""
 
@@ -258,7 +345,7 @@ class FeasibilityModel:
 
     def _fraction(self, flags: Mapping[str, FlagValue]) -> float | None:
         assert self.rules is not None
-        value = number(flags.get(self.rules.fraction_flag))
+        value = _number(flags.get(self.rules.fraction_flag))
         return value if value is not None else self.rules.default_fraction
 
     def _same_default_fraction(self, a: Mapping[str, FlagValue], b: Mapping[str, FlagValue]) -> bool:
@@ -276,14 +363,14 @@ class FeasibilityModel:
         ``logged_batch``: the largest batch the server said it captured (when the flag is unset)."""
         if self.rules is None or self.rules.graph_batch_flag is None:
             return None
-        batch = number(flags.get(self.rules.graph_batch_flag))
+        batch = _number(flags.get(self.rules.graph_batch_flag))
         if batch is None and not logged_batch and self.unset_graph_tokens is not None:
             return self.unset_graph_tokens(flags)
         batch = batch if batch is not None else (float(logged_batch) if logged_batch else None)
-        cap = number(flags.get(self.rules.graph_batch_cap_flag)) if self.rules.graph_batch_cap_flag else None
+        cap = _number(flags.get(self.rules.graph_batch_cap_flag)) if self.rules.graph_batch_cap_flag else None
         if batch is not None and cap is not None:
             batch = min(batch, cap)
-        width = number(flags.get(self.rules.graph_width_flag)) if self.rules.graph_width_flag else None
+        width = _number(flags.get(self.rules.graph_width_flag)) if self.rules.graph_width_flag else None
         return batch * (width or 1.0) if batch is not None else None
 
     def observe_graph(
@@ -351,7 +438,7 @@ class FeasibilityModel:
         graphs = self.graph_bytes_at_least(self.graph_tokens(flags))
         for use in self.headroom_uses:
             ignore = rules.graph_ignored | {rules.fraction_flag}
-            if not dominates(use.flags, flags, demand=rules.activation_demand, ignore=ignore):
+            if not _dominates(use.flags, flags, demand=rules.activation_demand, ignore=ignore):
                 continue
             if use.runtime_bytes + graphs > (1 - fraction) * use.server_free_bytes + HEADROOM_MARGIN_BYTES:
                 return use
@@ -360,27 +447,22 @@ class FeasibilityModel:
     def _headroom_bound(self, failure: Observation, flags: Mapping[str, FlagValue], fraction: float) -> bool:
         """A too-high failure at headroom h_F and graph tokens T_F means the need at T_F exceeds h_F.
         Needs grow with T at most by the per-token bound g, so at T the need exceeds h_F - g (T_F - T):
-        a candidate with less headroom than that cannot fit either. At no fewer tokens g is not needed
-        (the need is at least h_F), and a drafter the failure ran without only adds its own graphs and
-        activations; prefill activations are ordered like the tokens."""
-        assert self.rules is not None
-        rules, free = self.rules, self.start_free_bytes
+        a candidate with less headroom than that cannot fit either."""
+        free = self.start_free_bytes
+        assert self.rules is not None and free is not None
+        g = self.graph_bytes_per_token_max
         t_failed, t_candidate = self.graph_tokens(failure.flags), self.graph_tokens(flags)
         failed_fraction = self._fraction(failure.flags)
-        if free is None or t_failed is None or t_candidate is None or failed_fraction is None:
+        if g is None or t_failed is None or t_candidate is None or failed_fraction is None:
             return False
-        fewer, g = max(0.0, t_failed - t_candidate), self.graph_bytes_per_token_max
-        if fewer and g is None:
+        ignore = self.rules.graph_ignored | {self.rules.fraction_flag}
+        if not _dominates(failure.flags, flags, demand=frozenset(), ignore=ignore):
             return False
-        drafted = not any(name in failure.flags for name in rules.drafting_flags)
-        ignore = rules.graph_ignored | {rules.fraction_flag} | (rules.drafting_flags if drafted else frozenset())
-        if not dominates(failure.flags, flags, demand=rules.activation_demand, ignore=ignore):
-            return False
-        needed = (1 - failed_fraction) * free - (g or 0.0) * fewer
+        needed = (1 - failed_fraction) * free - g * max(0.0, t_failed - t_candidate)
         return (1 - fraction) * free <= needed
 
     def _tp(self, flags: Mapping[str, FlagValue]) -> float:
-        return (number(flags.get(self.rules.tp_flag)) if self.rules else None) or 1.0
+        return (_number(flags.get(self.rules.tp_flag)) if self.rules else None) or 1.0
 
     def weights_per_gpu(self, flags: Mapping[str, FlagValue]) -> float | None:
         total = self.weights_total_logged if self.weights_total_logged is not None else self.weight_bytes

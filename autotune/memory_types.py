@@ -47,12 +47,6 @@ class MemoryRules(BaseModel):
     activation_demand: frozenset[str] = Field(
         default=frozenset(), description="flags whose larger values need more run-time memory outside the graphs"
     )
-    drafting_flags: frozenset[str] = Field(
-        default=frozenset(),
-        description="flags that turn speculative decoding on and shape it: a launch that sets none of them needs "
-        "no more headroom than one that does at as many graph tokens (a drafter adds its own graphs and "
-        "activations; its verify tokens are in the graph tokens already)",
-    )
     weights_flags: frozenset[str] = Field(
         default=frozenset(), description="flags that choose which weights load (a drafter): never presumed alike"
     )
@@ -153,16 +147,6 @@ class FractionWindow(BaseModel):
             mid = low + round((mid - low) / step) * step
         mid = round(mid, 10)
         return mid if low <= mid <= high and self.open(mid) else None
-
-    def nearest_middle(self, values: list[float]) -> float | None:
-        """Of a space's listed fractions, the one inside the window nearest its middle (the window's open
-        ends at the lowest and highest listed); None when none lies inside."""
-        inside = [v for v in values if self.open(v)]
-        if not inside:
-            return None
-        low = self.low if self.low is not None else min(values)
-        mid = (low + (self.high if self.high is not None else max(values))) / 2
-        return min(inside, key=lambda v: (abs(v - mid), v))
 
 
 class GraphPoint(BaseModel):

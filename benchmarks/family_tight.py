@@ -191,11 +191,7 @@ def _tight_space(
 def _twin_space(
     profile: TwinProfile, *, fixed: dict[str, Any], tuned: dict[str, Any], baselines: list[Baseline]
 ) -> SearchSpace:
-    """A tight member's space on the twin serving ``profile``: its GPUs, weights and measurement. The weights
-    are the checkpoint's, as its safetensors index states them: MTP heads included (the twin loads them
-    with the checkpoint, used or not)."""
-    mtp = profile.model.mtp
-    checkpoint = profile.model.weight_bytes + (mtp.head_bytes if mtp is not None else 0)
+    """A tight member's space on the twin serving ``profile``: its GPUs, weights and measurement."""
     return SearchSpace.model_validate(
         {
             "version": 1,
@@ -203,7 +199,7 @@ def _twin_space(
             "engine": "sglang",
             "launcher": ["{python}", "-m", "autotune_twin", "--twin-profile", f"{profile.name}.yaml"],
             "model": profile.model.name,
-            "gpus": {"devices": list(range(profile.gpus.count)), "model_bytes": float(checkpoint)},
+            "gpus": {"devices": list(range(profile.gpus.count)), "model_bytes": float(profile.model.weight_bytes)},
             "fixed": fixed,
             "tuned": tuned,
             "baselines": baselines,

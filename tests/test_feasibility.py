@@ -83,31 +83,6 @@ def test_too_high_failure_generalises_to_larger_fractions_and_graph_demands() ->
     assert m.predict({**BASE, "mem-fraction-static": 0.96, "chunked-prefill-size": 8192}).feasible  # not comparable
 
 
-def test_a_headroom_death_without_a_drafter_speaks_for_one_with_it_at_no_fewer_graph_tokens() -> None:
-    """Tight-context member 6's night: out of headroom at 0.95 and 0.96 without speculation, then the same
-    deaths with NEXTN at as many graph tokens or more. The drafter's worker adds its own graphs and
-    activations to the headroom; no launch has served yet, so no per-token graph bound is known."""
-    m = model()
-    plain = {"tp-size": 2, "cuda-graph-max-bs-decode": 1, "max-running-requests": 16, "mamba-full-memory-ratio": 0.9}
-    m.observe({**plain, "mem-fraction-static": 0.95}, "too-high", trial=5)
-    assert m.graph_bytes_per_token_max is None
-    drafted = {**BASE, "cuda-graph-max-bs-decode": 1, "mamba-full-memory-ratio": 0.3}  # 1 x 4 graph tokens, not 1
-    dead = m.predict({**drafted, "mem-fraction-static": 0.96})
-    assert not dead.feasible and dead.side == "too-high" and "trial 5" in (dead.reason or "")
-    assert not m.predict({**drafted, "mem-fraction-static": 0.95, "cuda-graph-max-bs-decode": 16}).feasible
-    assert m.predict({**drafted, "mem-fraction-static": 0.94}).feasible  # more headroom
-    # fewer running requests capture the same one graph token: no less headroom
-    assert not m.predict({**plain, "mem-fraction-static": 0.96, "max-running-requests": 1}).feasible
-    # fewer graph tokens: how much that frees is unknown until a launch logs its graphs
-    fewer = model()
-    fewer.observe({**plain, "mem-fraction-static": 0.95, "cuda-graph-max-bs-decode": 16}, "too-high", trial=6)
-    assert fewer.predict({**drafted, "mem-fraction-static": 0.96}).feasible  # 4 tokens against 16
-    # a death with a drafter does not speak for the same launch without one (that frees headroom)
-    with_drafter = model()
-    with_drafter.observe({**drafted, "mem-fraction-static": 0.95}, "too-high", trial=7)
-    assert with_drafter.predict({**plain, "mem-fraction-static": 0.96}).feasible
-
-
 def test_too_low_failure_generalises_to_smaller_fractions_and_larger_demands() -> None:
     m = model()
     m.observe({**BASE, "mem-fraction-static": 0.70, "mamba-full-memory-ratio": 0.5}, "too-low", trial=1)

@@ -14,7 +14,7 @@ from autotune.engines.sglang import SGLangEngine
 from autotune.feasibility import FeasibilityModel, MemoryLesson
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
-from autotune.space import CategoricalParam, SearchSpace, load_space
+from autotune.space import SearchSpace, load_space
 from autotune.study import attrs
 from autotune.study.history import History
 from autotune.study.rules import RULE_NAMES, build_rules, decide, one_stream_rate
@@ -101,28 +101,6 @@ def test_fraction_inside_launches_the_middle_of_what_memory_deaths_left_open() -
     inside = FractionInside(space(), ENGINES, learned).decide(plan(**{"mem-fraction-static": 0.85}),
                                                               History([], number=4))  # fmt: skip
     assert inside is None  # already inside the window
-
-
-def test_fraction_inside_launches_the_listed_fraction_nearest_the_middle_of_a_categorical_space() -> None:
-    """Tight-context member 6: the fraction is a list (0.85-0.96); after headroom deaths at 0.95 and 0.94 a
-    sampled 0.96 launched and died too. The listed fraction nearest the window's middle launches instead."""
-    listed = space().model_copy(deep=True)
-    fractions: list[Any] = [round(0.85 + 0.01 * i, 2) for i in range(12)]
-    listed.tuned["mem-fraction-static"] = CategoricalParam(type="categorical", choices=fractions)
-    learned = models()
-    for trial, fraction in ((3, 0.95), (4, 0.94)):
-        learned["sglang"].learn(MemoryLesson(flags=plan(**{"mem-fraction-static": fraction}).flags, trial=trial,
-                                             side="too-high"))  # fmt: skip
-    decision = FractionInside(listed, ENGINES, learned).decide(plan(**{"mem-fraction-static": 0.96}),
-                                                               History([], number=5))  # fmt: skip
-    assert isinstance(decision, Launch) and decision.plan.flags["mem-fraction-static"] == 0.89  # (0.85 + 0.94) / 2
-    assert decision.adjusted[0].trials == [4] and decision.adjusted[0].values[0].sampled == 0.96
-    inside = plan(**{"mem-fraction-static": 0.93})
-    assert FractionInside(listed, ENGINES, learned).decide(inside, History([], number=5)) is None
-    learned["sglang"].learn(MemoryLesson(flags=plan(**{"mem-fraction-static": 0.93}).flags, trial=5, side="too-low"))
-    closed = FractionInside(listed, ENGINES, learned).decide(plan(**{"mem-fraction-static": 0.96}),
-                                                             History([], number=6))  # fmt: skip
-    assert closed is None  # no listed fraction lies between 0.93 and 0.94: launched as sampled
 
 
 def test_named_failure_skips_what_shares_the_named_values_until_they_serve() -> None:

@@ -1,7 +1,6 @@
 """Rule ``fraction-inside``: where memory sizing cannot buy the objective and no served launch is alike,
 a sampled memory fraction beyond what memory deaths of alike launches left open launches in the
-middle of that window instead (of a listed set of fractions, the listed one nearest it): the boundary
-is found in a few deaths rather than one per draw.
+middle of that window instead: the boundary is found in a few deaths rather than one per draw.
 Built only for a study whose objective is one stream's decode rate.
 """
 
@@ -9,9 +8,8 @@ from __future__ import annotations
 
 from autotune.decision import Decision, Launch
 from autotune.engines.base import InvalidConfig, LaunchPlan
-from autotune.space import CategoricalParam, FloatParam
+from autotune.space import FloatParam
 from autotune.study.history import History
-from autotune.study.rules.make_room import offered
 from autotune.study.rules.served_sizing import SizingRule, adjusted, alike_sizing
 
 
@@ -25,15 +23,10 @@ class FractionInside(SizingRule):
         if rules is None or alike_sizing(plan, history.served, engine, model) is not None:
             return None  # a served launch alike sizes it (rule served-sizing)
         param, fraction = self.space.tuned.get(rules.fraction_flag), plan.flags.get(rules.fraction_flag)
-        if not isinstance(param, (FloatParam, CategoricalParam)) or not isinstance(fraction, (int, float)):
+        if not isinstance(param, FloatParam) or not isinstance(fraction, (int, float)):
             return None
         window = model.fraction_window(plan.flags)
-        if window.open(fraction):
-            return None
-        if isinstance(param, FloatParam):
-            middle = window.middle(param.low, param.high, param.step)
-        else:  # a list of fractions: the listed one nearest the middle
-            middle = window.nearest_middle(offered(param))
+        middle = None if window.open(fraction) else window.middle(param.low, param.high, param.step)
         if middle is None:
             return None
         try:
