@@ -316,3 +316,28 @@ def test_a_vllm_death_in_gib_sizes_the_pool_at_other_utilizations_and_lengths() 
     # fp8 halves the bytes per token: twice the tokens at one utilization
     fp8 = tokens_at([point], rules, {**flags, "kv-cache-dtype": "fp8"}, 0.85)
     assert fp8 is not None and abs(fp8.tokens - 2 * 51104) < 1e-6
+
+
+def test_the_kv_bytes_per_token_a_launch_logged_beat_the_config_s_count(tmp_path: Path) -> None:
+    # Issue 46's tight member 172: 2 KV heads at TP 4. config.json's count keeps a head whole per GPU (as
+    # SGLang does); the engine it runs on (the twin) logs half that. Counted from config.json, no drafter
+    # launch's pool holds one request of 9216 tokens at any fraction, and the night ended at the proposal
+    # cap after 2 launches; the defaults' launch logged the engine's own bytes per token, which say 0.98 does.
+    from benchmarks.family import space_naming_configs
+    from benchmarks.family_tight import tight_member
+    from benchmarks.problems import problem_of
+
+    member = tight_member(172)
+    problem = problem_of(member.profile, space_naming_configs(member, tmp_path / "configs"))
+    launcher = LandscapeLauncher(problem, problem.landscape(172), random.Random(172))
+    runner = make_runner(problem, tmp_path, sampler=make_sampler("tpe", 172), launcher=launcher)
+    runner.enqueue_baselines()
+    runner.run(trials=6, timeout_s=None)
+    records = StudyView(runner.study).records()
+    assert runner.launched == 6, runner.stop_reason
+    served = [r for r in records if r.decision is not None and r.decision.kind == "launch" and r.outcome == "ok"]
+    assert any(r.flags.get("speculative-algorithm") == "EAGLE3" for r in served)
+    fit_skips = [r.reason or "" for r in records if isinstance(r.decision, Skip) and r.decision.rule == "context-fit"]
+    said = "over the KV bytes per token trials 0 logged, fewer than the model's config.json counts"
+    assert any(said in reason for reason in fit_skips)
+    assert not any("by the model's config.json: 87" in reason for reason in fit_skips)

@@ -54,6 +54,9 @@ class PoolEstimate(Frozen):
     tokens: float
     fraction: float
     trials: tuple[int, ...] = Field(description="the launches whose pools say it")
+    cell_trials: tuple[int, ...] = Field(
+        default=(), description="before any alike launch: the launches whose logged KV bytes per token it used"
+    )
 
 
 def pool_point(lesson: MemoryLesson, rules: MemoryRules, *, budget_bytes: float | None, died: bool) -> PoolPoint | None:
@@ -156,6 +159,30 @@ def tokens_at(
     return PoolEstimate(tokens=best[0], fraction=fraction, trials=tuple(sorted(best[1])))
 
 
+def engine_cell(
+    records: Sequence[TrialRecord], rules: MemoryRules, engine_name: str, flags: Mapping[str, FlagValue]
+) -> tuple[float, tuple[int, ...]] | None:
+    """The fewest KV bytes per token the engine itself logged or printed for a launch at the plan's
+    tensor-parallel size, scaled to the plan's KV dtype, with the launches that said it; None where none
+    did. The engine's cell beats the config.json's count (it knows how it shards and pads the heads);
+    the fewest, as a launch with a drafter's KV layers holds more per token than one without."""
+    scale, tp = _scale(rules, flags), _number(flags.get(rules.tp_flag)) or 1.0
+    best: tuple[float, tuple[int, ...]] | None = None
+    for record in records:
+        lesson = record.lessons.memory
+        if lesson is None or not lesson.kv_cell_bytes or (record.engine or engine_name) != engine_name:
+            continue
+        launched = _scale(rules, lesson.flags)
+        if scale is None or launched is None or (_number(lesson.flags.get(rules.tp_flag)) or 1.0) != tp:
+            continue
+        cell = lesson.kv_cell_bytes * scale / launched
+        if best is None or cell < best[0] * (1 - MARGIN):
+            best = (cell, (lesson.trial,))
+        elif cell <= best[0] * (1 + MARGIN):
+            best = (min(best[0], cell), (*best[1], lesson.trial))
+    return best
+
+
 def prior_tokens(
     layout: KvLayout,
     rules: MemoryRules,
@@ -164,19 +191,23 @@ def prior_tokens(
     *,
     budget_bytes: float | None,
     weights_per_gpu: float | None,
+    logged_cell: tuple[float, tuple[int, ...]] | None = None,
 ) -> PoolEstimate | None:
-    """Before any launch stated its pool: the tokens at ``fraction`` by the model's KV layout, the memory
-    the fraction is of and the weights per GPU (a drafter's weights and KV layers, and the engine's
-    other reserves, are not counted: the estimate errs towards more tokens)."""
+    """Before any alike launch stated its pool: the tokens at ``fraction`` by the model's KV layout, the
+    memory the fraction is of and the weights per GPU (a drafter's weights and KV layers, and the engine's
+    other reserves, are not counted: the estimate errs towards more tokens). ``logged_cell``
+    (:func:`engine_cell`): where an unlike launch logged fewer KV bytes per token than the layout counts,
+    the engine's figure."""
     element = _scale(rules, flags)
     if element is None or budget_bytes is None or weights_per_gpu is None:
         return None
     tp = int(_number(flags.get(rules.tp_flag)) or 1)
     share = kv_share(rules, flags) if layout.hybrid else 1.0
     pool = max(fraction * budget_bytes - weights_per_gpu, 0.0) * share
-    return PoolEstimate(
-        tokens=pool / layout.bytes_per_token(element_bytes=element, tp=tp), fraction=fraction, trials=()
-    )
+    cell, cell_trials = layout.bytes_per_token(element_bytes=element, tp=tp), tuple[int, ...]()
+    if logged_cell is not None and logged_cell[0] < cell * (1 - MARGIN):
+        cell, cell_trials = logged_cell
+    return PoolEstimate(tokens=pool / cell, fraction=fraction, trials=(), cell_trials=cell_trials)
 
 
 class RequestKv(Frozen):

@@ -26,6 +26,7 @@ from autotune.space import ENGINE_PARAM, CategoricalParam, FlagValue, SearchSpac
 from autotune.study.history import History
 from autotune.study.pool_tokens import (
     PoolEstimate,
+    engine_cell,
     largest_fraction,
     most_room,
     needed_tokens,
@@ -65,8 +66,10 @@ class ContextFit:
             found = tokens_at(points, rules, flags, at)
             if found is not None or self.layout is None:
                 return found
-            weights = model.weights_per_gpu(flags)
-            return prior_tokens(self.layout, rules, flags, at, budget_bytes=budget, weights_per_gpu=weights)
+            weights, cell = model.weights_per_gpu(flags), engine_cell(records, rules, engine, flags)
+            return prior_tokens(
+                self.layout, rules, flags, at, budget_bytes=budget, weights_per_gpu=weights, logged_cell=cell
+            )
 
         return estimate
 
@@ -138,7 +141,7 @@ class ContextFit:
                 f"predicted without launching: {said}; the engine picks --{rules.fraction_flag}, and even at 1 the "
                 f"pool would hold about {whole.tokens:.0f} ({self._source(whole)})"
             )
-            return self._skip(reason, whole.trials)
+            return self._skip(reason, whole.trials + whole.cell_trials)
         here = estimate(plan.flags, float(fraction))
         if here is None or not too_small(here, needed):
             return None
@@ -151,13 +154,13 @@ class ContextFit:
                 f"predicted without launching: {said}; no fraction the space allows holds it: at most about "
                 f"{best.tokens:.0f} tokens at {at} ({self._source(best)})"
             )
-            trials = best.trials
+            trials = best.trials + best.cell_trials
         else:
             reason = (
                 f"predicted without launching: {said}; at {rules.fraction_flag} {fraction:g} the pool holds about "
                 f"{here.tokens:.0f} ({self._source(here)})"
             )
-            trials = here.trials
+            trials = here.trials + here.cell_trials
         return self._skip(reason, trials)
 
     def _skip(self, reason: str, trials: Sequence[int]) -> Skip:
@@ -175,6 +178,12 @@ class ContextFit:
             return "the pools of trials " + ", ".join(str(n) for n in estimate.trials)
         layout = self.layout
         assert layout is not None
+        if estimate.cell_trials:
+            logged = ", ".join(str(n) for n in estimate.cell_trials)
+            return (
+                f"before any alike launch stated its pool, by the free memory and the weights over the KV bytes "
+                f"per token trials {logged} logged, fewer than the model's config.json counts"
+            )
         return (
             f"before any launch stated its pool, by the model's config.json: {layout.full_attention_layers} "
             f"full-attention layers of {layout.kv_heads} KV heads x {layout.head_dim}, the free memory and the weights"
