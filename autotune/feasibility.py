@@ -166,12 +166,13 @@ class FeasibilityModel:
         self.headroom_uses: list[HeadroomUse] = []
         # Unordered flags a served launch showed to move each boundary (docs/how-it-works.md, "Memory", 4).
         self.relevant: dict[Side, set[str]] = {"too-low": set(), "too-high": set()}
+        self.state_relevant: set[str] = set()  # the same for state-cache deaths, compared on their own flags
         self.served: list[dict[str, FlagValue]] = []
 
     def learn(self, lesson: MemoryLesson) -> None:
         """Everything one trial taught: its failure side, logged weights and graphs, free memory, headroom use."""
         if lesson.side is not None:
-            self.observe(lesson.flags, lesson.side, trial=lesson.trial)
+            self.observe(lesson.flags, lesson.side, trial=lesson.trial, state_short=lesson.state_short)
         if lesson.served:
             self.observe_served(lesson.flags)
         if lesson.weights_bytes:
@@ -190,8 +191,10 @@ class FeasibilityModel:
                     )
                 )
 
-    def observe(self, flags: Mapping[str, FlagValue], side: Side, *, trial: int | None = None) -> None:
-        failure = Observation(flags=dict(flags), side=side, trial=trial)
+    def observe(
+        self, flags: Mapping[str, FlagValue], side: Side, *, trial: int | None = None, state_short: bool = False
+    ) -> None:
+        failure = Observation(flags=dict(flags), side=side, trial=trial, state_short=state_short)
         self.failures.append(failure)
         for served in self.served:  # a launch that served earlier may already contradict it
             self._contradict(failure, served)
@@ -206,7 +209,8 @@ class FeasibilityModel:
     def _contradict(self, failure: Observation, served: Mapping[str, FlagValue]) -> None:
         if self.rules is not None and self._presumed(failure, served):
             failed, served = self._filled(failure.flags), self._filled(served)
-            self.relevant[failure.side] |= {
+            refuted = self.state_relevant if failure.state_short else self.relevant[failure.side]
+            refuted |= {
                 name
                 for name in set(failed) & set(served)
                 if failed[name] != served[name] and name != self.rules.fraction_flag
@@ -227,6 +231,9 @@ class FeasibilityModel:
             if not self._same_default_fraction(failure.flags, flags):
                 return False
             fraction = failed_fraction = 0.0  # the engine's own choice, the same for both
+        if failure.side == "too-low" and failure.state_short:
+            failed, candidate, refuted = self._filled(failure.flags), self._filled(flags), self.state_relevant
+            return fraction <= failed_fraction and rules.state_no_roomier(failed, candidate, relevant=refuted)
         if failure.side == "too-low":
             beyond, demand, ignore = fraction <= failed_fraction, rules.pool_demand, rules.pool_irrelevant
             only_here, scale = rules.headroom_irrelevant - demand, rules.pool_scale
@@ -532,12 +539,15 @@ class FeasibilityModel:
                 else (f"the engine's own {rules.fraction_flag} (the same for both)")
             )
             if failure.side == "too-low" and self._presumed(failure, flags):
+                said = f"trial {failure.trial} ran out of pool memory at {at} with demands no larger"
+                if failure.state_short:
+                    said = f"trial {failure.trial}'s hybrid state cache ran short at {at}; this one's is no larger"
+                    said += " per request (a state ratio no larger, state demands such as draft tokens no smaller)"
                 return Prediction(
                     feasible=False,
                     side="too-low",
                     pool_bytes=pool,
-                    reason=f"trial {failure.trial} ran out of pool memory at {at} with demands no larger"
-                    f"{self._differing(failure, flags)}",
+                    reason=said if failure.state_short else f"{said}{self._differing(failure, flags)}",
                 )
             if failure.side == "too-high" and (
                 self._presumed(failure, flags)

@@ -3,12 +3,18 @@ taught, and a prediction and its parts (the model that uses them: :mod:`autotune
 
 from __future__ import annotations
 
+import re
+from collections.abc import Collection, Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.outcomes import MemorySide as Side
 from autotune.space import FlagValue
+
+
+def _number(value: FlagValue | None) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 class MemoryRules(BaseModel):
@@ -68,6 +74,51 @@ class MemoryRules(BaseModel):
         "mamba ratio; a model without linear attention ignores it, and a space should not tune it there)",
     )
     kv_share_default: float | None = Field(default=None, description="the ratio when the flag is unset")
+    state_short: tuple[str, ...] = Field(
+        default=(),
+        description="messages (regexes) by which a pool death says a hybrid model's state cache ran short, not "
+        "the KV: its slots are the state share of the pool (larger with the fraction and the ratio) over the "
+        "state each request needs (larger with the state demands)",
+    )
+    state_demand: frozenset[str] = Field(
+        default=frozenset(),
+        description="flags whose larger values need more of the state cache (SGLang: the speculative "
+        "intermediate state per draft token, per running request)",
+    )
+    state_kept: frozenset[str] = Field(
+        default=frozenset(),
+        description="other flags that size the state cache, compared as equal; besides these, the state "
+        "demands, the weights, the tensor-parallel size, the fraction and the ratio, none matters to it",
+    )
+
+    def state_ran_short(self, reason: str | None) -> bool:
+        """Whether a pool death's message says the hybrid state cache ran short."""
+        return bool(reason) and any(re.search(pattern, reason or "") for pattern in self.state_short)
+
+    def state_no_roomier(
+        self, failed: Mapping[str, FlagValue], candidate: Mapping[str, FlagValue], *, relevant: Collection[str]
+    ) -> bool:
+        """Whether ``candidate`` leaves a hybrid's state cache no more room per request than ``failed``, whose
+        state cache ran short (the fraction aside): a state ratio no larger, state demands no smaller, a
+        tensor-parallel size no larger, the same weights and other state flags. Flags that do not size the
+        state cache are not compared, unless a served launch showed one to matter (``relevant``)."""
+        ratio, tp = self.kv_share_flag, self.tp_flag
+        if ratio is not None:
+            ratios = [_number(flags.get(ratio, self.kv_share_default)) for flags in (failed, candidate)]
+            if ratios[0] is None or ratios[1] is None or ratios[1] > ratios[0]:
+                return False
+        if (_number(candidate.get(tp)) or 1.0) > (_number(failed.get(tp)) or 1.0):
+            return False
+        equal = self.state_kept | self.weights_flags | set(relevant)
+        for name in (set(failed) | set(candidate)) - {ratio, tp, self.fraction_flag}:
+            a, b = failed.get(name), candidate.get(name)
+            numbers = _number(a), _number(b)
+            if name in self.state_demand and numbers[0] is not None and numbers[1] is not None:
+                if numbers[1] < numbers[0]:
+                    return False
+            elif (name in self.state_demand or name in equal) and a != b:
+                return False
+        return True
 
 
 class Prediction(BaseModel):
@@ -85,6 +136,7 @@ class Observation(BaseModel):
     flags: dict[str, FlagValue]
     side: Side
     trial: int | None = None
+    state_short: bool = Field(default=False, description="a pool death of a hybrid model's state cache")
 
 
 class HeadroomUse(BaseModel):
@@ -107,6 +159,7 @@ class MemoryLesson(BaseModel):
     flags: dict[str, FlagValue]
     trial: int
     side: Side | None = Field(default=None, description="the launch died of memory on this side")
+    state_short: bool = Field(default=False, description="a pool death whose message says the state cache ran short")
     weights_bytes: float | None = None
     graph_bytes: float | None = None
     graph_batch: int | None = None

@@ -514,3 +514,88 @@ def test_a_failure_at_the_engines_own_fraction_speaks_for_launches_that_get_the_
     assert m.predict({**auto_cache, "mem-fraction-static": 0.95}).feasible  # a fraction of its own
     vllm = FeasibilityModel(VLLM_RULES, free_bytes=47 * GIB, weight_bytes=20e9, total_bytes=48 * GIB)
     assert vllm._same_default_fraction({}, {}) is False  # vLLM's default is a number: compared as one
+
+
+def test_a_state_cache_death_speaks_by_the_flags_that_size_the_state_only() -> None:
+    ratio, draft = "mamba-full-memory-ratio", "speculative-num-draft-tokens"
+    m = model()
+    died = {**BASE, "speculative-num-steps": 2, "speculative-eagle-topk": 8, draft: 28, "mem-fraction-static": 0.80}
+    m.observe({**died, ratio: 0.5}, "too-low", trial=24, state_short=True)
+    # more draft tokens with fewer tree branches, another backend, graph batch and context: no more room per request
+    alike = {**died, "speculative-num-steps": 3, "speculative-eagle-topk": 4, draft: 49, "context-length": 4096,
+             "attention-backend": "triton", "cuda-graph-max-bs-decode": 4, "mem-fraction-static": 0.79}  # fmt: skip
+    alike[ratio] = 0.3
+    predicted = m.predict(alike)
+    assert not predicted.feasible and "trial 24's hybrid state cache ran short" in (predicted.reason or "")
+    assert m.predict({**alike, ratio: 0.7}).feasible  # a larger ratio gives the state more of the pool
+    assert m.predict({**alike, draft: 20}).feasible  # fewer draft tokens need less intermediate state
+    assert m.predict({**alike, "mem-fraction-static": 0.85}).feasible  # a larger fraction
+    assert m.predict({**alike, "max-running-requests": 4}).feasible  # fewer running requests
+    assert m.predict({**alike, "speculative-algorithm": "EAGLE3"}).feasible  # other weights
+    # a pool death whose message does not name the state compares every pool demand, as before
+    kv = model()
+    kv.observe({**died, ratio: 0.5}, "too-low", trial=3)
+    assert kv.predict(alike).feasible
+
+
+def test_whether_the_state_cache_ran_short_is_read_from_a_death_s_message_and_stored(tmp_path: Path) -> None:
+    from autotune.outcomes import OutcomeKind
+    from autotune.space import load_space
+    from autotune.study import attrs
+    from autotune.study.memory import lesson_of
+    from autotune.testing import simulated_outcome
+
+    reasons = {
+        "RuntimeError: Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+        "max_mamba_cache_size=4, mamba_ratio=5, resulting max_num_reqs=0.": True,
+        "RuntimeError: Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
+        "max_mamba_cache_size=0 (total_rest_memory=1.20 GB, mamba_cache_per_req=150.00 MB).": True,
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: "
+        "mem_fraction_static=0.8": False,
+    }
+    engine, space = SGLangEngine(), load_space(TWIN_SPACE)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'lessons.db'}")  # attrs as stored
+    launched = engine.normalise({**BASE, "mem-fraction-static": 0.8})
+    for reason, state in reasons.items():
+        outcome = simulated_outcome(space, launched, kind=OutcomeKind.MEMORY_TOO_LOW, reason=reason)
+        trial = study.ask()
+        lesson = lesson_of(outcome, trial=trial.number, inventory=GpuInventory(driver_version="x", gpus=[]),
+                           engine=engine)  # fmt: skip
+        attrs.TrialStory(trial).learned(lesson)
+        stored = attrs.trial_record(study.get_trials()[trial.number]).lessons.memory
+        assert stored is not None and stored.state_short is state, reason
+
+
+def test_a_twin_night_launches_no_state_cache_an_earlier_death_says_is_smaller(tmp_path: Path) -> None:
+    # Other-case member 344 (2x RTX 5090, hybrid 67B int4, EAGLE3): its state cache holds the intermediate
+    # state of every draft token; each death at another tree width or ratio spoke for none after it.
+    import random
+
+    from autotune.study import StudyView, make_sampler
+    from benchmarks.family import members, space_naming_configs
+    from benchmarks.nights import LandscapeLauncher, make_runner
+    from benchmarks.problems import problem_of
+
+    member = members(1, 344)[0]
+    problem = problem_of(member.profile, space_naming_configs(member, tmp_path / "configs"))
+    launcher = LandscapeLauncher(problem, problem.landscape(344), random.Random(344))
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/night.db")
+    runner = make_runner(problem, tmp_path, sampler=make_sampler("tpe", 344), launcher=launcher, storage=storage)
+    runner.enqueue_baselines()
+    runner.run(trials=30, timeout_s=None)
+    ratio, draft, fraction = "mamba-full-memory-ratio", "speculative-num-draft-tokens", "mem-fraction-static"
+    deaths: list[dict[str, Any]] = []
+    spoken_for = []
+    for record in StudyView(runner.study).records():
+        if record.outcome != "infeasible-memory-low" or "state cache" not in (record.reason or ""):
+            continue
+        flags = record.flags
+        if any(
+            d.get(draft, 0) <= flags.get(draft, 0) and d[fraction] >= flags[fraction]
+            and d.get(ratio, 0.9) >= flags.get(ratio, 0.9)
+            and d.get("max-running-requests") == flags.get("max-running-requests")
+            for d in deaths
+        ):  # fmt: skip
+            spoken_for.append(record.number)
+        deaths.append(flags)
+    assert len(deaths) >= 2 and spoken_for == []

@@ -376,6 +376,15 @@ class SGLangEngine(Engine):
         context_flag=CONTEXT,
         kv_share_flag="mamba-full-memory-ratio",
         kv_share_default=0.9,
+        # A hybrid's state cache is the ratio's share of the pool over the state a request needs, with the
+        # speculative intermediate state per draft token and running request: the draft's steps and tree
+        # width matter only through the draft tokens; the context, graphs and backend not at all.
+        state_short=(
+            r"Not enough GPU memory for hybrid \(mamba/linear-attention\) state cache",
+            r"Hybrid \(mamba/linear-attention\) state cache is too small to serve any requests",
+        ),
+        state_demand=frozenset({DRAFT, DFLASH_BLOCK, RUNNING}),
+        state_kept=frozenset({"max-mamba-cache-size", RADIX_STRATEGY}),
     )
     renamed_flags = {
         "mamba-scheduler-strategy": RADIX_STRATEGY,

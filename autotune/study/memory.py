@@ -79,6 +79,9 @@ def lesson_of(outcome: TrialOutcome, *, trial: int, inventory: GpuInventory, eng
         flags=outcome.plan.flags,
         trial=trial,
         side=side,
+        state_short=side == "too-low"
+        and engine.memory_rules is not None
+        and engine.memory_rules.state_ran_short(outcome.reason),
         weights_bytes=facts.weights_bytes if facts else None,
         graph_bytes=facts.graph_bytes if facts else None,
         graph_batch=facts.graph_batch if facts else None,
