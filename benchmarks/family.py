@@ -466,6 +466,13 @@ def _context_length(
 # The space
 
 
+def checkpoint_bytes(profile: TwinProfile) -> float:
+    """The checkpoint's weights as its safetensors index states them: MTP heads included, which the twin
+    loads with the weights, used or not (a space stating the target's alone under-counts every launch)."""
+    mtp = profile.model.mtp
+    return float(profile.model.weight_bytes + (mtp.head_bytes if mtp is not None else 0))
+
+
 def _space(
     rng: random.Random, profile: TwinProfile, *, tps: list[int], context: int, wide: bool = False
 ) -> SearchSpace:
@@ -558,7 +565,7 @@ def _space(
             "engine": "sglang",
             "launcher": ["{python}", "-m", "autotune_twin", "--twin-profile", f"{profile.name}.yaml"],
             "model": model.name,
-            "gpus": {"devices": list(range(profile.gpus.count)), "model_bytes": float(model.weight_bytes)},
+            "gpus": {"devices": list(range(profile.gpus.count)), "model_bytes": checkpoint_bytes(profile)},
             "fixed": fixed,
             "tuned": tuned,
             "baselines": [

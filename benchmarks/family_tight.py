@@ -28,6 +28,7 @@ from benchmarks.family import (
     _log_uniform,
     _memory,
     _setup,
+    checkpoint_bytes,
     public_facts,
 )
 from benchmarks.family_configs import ModelKind, eagle_config, target_config
@@ -199,7 +200,7 @@ def _twin_space(
             "engine": "sglang",
             "launcher": ["{python}", "-m", "autotune_twin", "--twin-profile", f"{profile.name}.yaml"],
             "model": profile.model.name,
-            "gpus": {"devices": list(range(profile.gpus.count)), "model_bytes": float(profile.model.weight_bytes)},
+            "gpus": {"devices": list(range(profile.gpus.count)), "model_bytes": checkpoint_bytes(profile)},
             "fixed": fixed,
             "tuned": tuned,
             "baselines": baselines,

@@ -275,6 +275,23 @@ def test_tight_context_members_tune_contexts_on_both_sides_of_what_the_pool_hold
     assert tight_context_member(3) == members[3]  # the same seed, the same member
 
 
+def test_a_members_space_states_the_weights_its_checkpoint_loads() -> None:
+    """A checkpoint's safetensors index counts its MTP heads, and the twin loads them with the weights; a
+    space stating less made the config.json estimate call tight-context member 3's cautious baseline (0.9,
+    a quarter of the context) fit where the twin's pool held 53802 tokens of 65536."""
+    from benchmarks.family import member
+    from benchmarks.family_tight import tight_context_member
+    from benchmarks.landscape import Landscape
+
+    for drawn in (tight_context_member(3), next(m for m in map(member, range(40)) if m.profile.model.mtp)):
+        assert drawn.profile.model.mtp is not None
+        tp = int(drawn.space.fixed.get("tp-size") or 1)  # type: ignore[arg-type]
+        landscape = Landscape(drawn.profile, ["Write a haiku."], model_path=drawn.profile.model.name, noise_rel=0.0)
+        launched = landscape.evaluate({"tp-size": tp, "mem-fraction-static": 0.5})
+        assert launched.weights_bytes is not None  # logged when the weights loaded, whatever came after
+        assert drawn.space.gpus.model_bytes == pytest.approx(launched.weights_bytes * tp, rel=1e-6)
+
+
 @pytest.mark.parametrize("named", [False, True], ids=["in the model's folder", "named by the space"])
 def test_check_says_what_one_request_of_each_context_needs_by_the_config(tmp_path: Path, named: bool) -> None:
     model = tmp_path / "model"
