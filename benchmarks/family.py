@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict
 
 from autotune.space import Baseline, SearchSpace
 from benchmarks.family_configs import ModelKind, acceptance_curves, dflash_config, eagle_config, target_config
+from passmodel.physics import kv_share_per_gpu
 from passmodel.profile import (
     GpuSpec,
     MemorySpec,
@@ -455,7 +456,7 @@ def _context_length(
     low, high = {"roomy": (0.35, 0.6), "medium": (0.6, 0.8), "tight": (0.84, 0.92)}[tightness]
     target = rng.uniform(low, high)
     weights = (model.weight_bytes + extra) / tp
-    cell = model.kv_bytes_per_token * 1.3 / tp  # drafter KV on top
+    cell = model.kv_bytes_per_token * 1.3 * kv_share_per_gpu(model.kv_heads, tp)  # drafter KV on top
     state = 8 * 5 * model.mamba_state_bytes_per_request / tp  # a few requests' recurrent state
     tokens = (target * free - weights - state) / cell
     context = min(model.max_context_length, int(tokens // 1024) * 1024)

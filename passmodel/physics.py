@@ -42,14 +42,22 @@ def weight_bytes_per_gpu(profile: TwinProfile, cfg: LaunchConfig) -> int:
     return total // cfg.tp_size
 
 
+def kv_share_per_gpu(kv_heads: int | None, tp: int) -> float:
+    """The share of a token's KV one GPU holds at TP ``tp``: its heads, at least one whole head
+    (SGLang's and vLLM's ``max(1, heads // tp)``); unknown heads split evenly."""
+    return max(1, kv_heads // tp) / kv_heads if kv_heads else 1 / tp
+
+
 def kv_cell_bytes(profile: TwinProfile, cfg: LaunchConfig) -> float:
     """Bytes of full-attention KV per token per GPU, including the draft model's KV layers."""
-    per_token = profile.model.kv_bytes_per_token
-    if cfg.spec.kind == "mtp" and profile.model.mtp is not None:
-        per_token += profile.model.mtp.kv_bytes_per_token
+    model = profile.model
+    per_token = model.kv_bytes_per_token * kv_share_per_gpu(model.kv_heads, cfg.tp_size)
+    if cfg.spec.kind == "mtp" and model.mtp is not None:
+        per_token += model.mtp.kv_bytes_per_token * kv_share_per_gpu(model.kv_heads, cfg.tp_size)
     if cfg.spec.drafter is not None:
-        per_token += cfg.spec.drafter.kv_bytes_per_token
-    return per_token * cfg.kv_bytes_scale / cfg.tp_size
+        drafter = cfg.spec.drafter
+        per_token += drafter.kv_bytes_per_token * kv_share_per_gpu(drafter.kv_heads, cfg.tp_size)
+    return per_token * cfg.kv_bytes_scale
 
 
 def tier_config(cfg: LaunchConfig, steps: int) -> LaunchConfig:

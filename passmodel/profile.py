@@ -98,6 +98,8 @@ class DrafterSpec(_Strict):
     algorithm: str
     weight_bytes: int = Field(ge=0)
     kv_bytes_per_token: int = Field(ge=0)
+    # KV heads per layer: at a TP size above it the engines keep one whole head per GPU (None: split by TP).
+    kv_heads: int | None = Field(default=None, ge=1)
     acceptance: dict[str, list[float]]
     # A broken checkpoint (wrong tokenizer, wrong target): its tokens depart from greedy text.
     diverges: bool = False
@@ -148,6 +150,9 @@ class ModelSpec(_Strict):
     active_params: float = Field(gt=0)
     max_context_length: int = Field(ge=1)
     kv_bytes_per_token: int = Field(gt=0)
+    # KV heads per layer (its MTP layer's too): at a TP size above it SGLang and vLLM keep one whole head
+    # per GPU, so a GPU holds more than 1/TP of each token's KV (None: split by TP).
+    kv_heads: int | None = Field(default=None, ge=1)
     mamba_state_bytes_per_request: int = Field(ge=0)
     mamba_state_bytes_per_draft_token: int = Field(ge=0)
     eos_token_id: int

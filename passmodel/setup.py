@@ -470,6 +470,7 @@ def model_spec(facts: ConfigFacts, setup: Setup, per_param: float, costs: PassCo
         active_params=active,
         max_context_length=facts.max_context,
         kv_bytes_per_token=kv,
+        kv_heads=facts.kv_heads,
         mamba_state_bytes_per_request=state,
         mamba_state_bytes_per_draft_token=state,
         eos_token_id=facts.eos_token_id,
@@ -503,6 +504,7 @@ def drafter_spec(drafter: DrafterFacts, path: str = "drafter") -> DrafterSpec:
         algorithm=drafter.algorithm,
         weight_bytes=int(total * 2),
         kv_bytes_per_token=draft.num_layers * draft.kv_heads * draft.head_dim * 4,
+        kv_heads=draft.kv_heads,
         step_read_bytes=int(read),
         acceptance=acceptance_table(drafter.acceptance_rate),
     )
@@ -541,6 +543,7 @@ def dflash_drafter_spec(drafter: DrafterFacts, costs: PassCosts, tp: int, path: 
         algorithm="DFLASH",
         weight_bytes=int(weight),
         kv_bytes_per_token=draft.num_layers * draft.kv_heads * draft.head_dim * 4,
+        kv_heads=draft.kv_heads,
         default_block_size=int(drafter.config.get("block_size") or 16),
         block_fixed_ms=draft.num_layers * costs.layer_launch_us * 1e-3 + draft_step_ms(costs, tp),
         per_token_ms=costs.verify_token_ms,

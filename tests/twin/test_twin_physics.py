@@ -284,6 +284,20 @@ def test_hand_found_memory_fits_and_caps_running_requests(profile: TwinProfile) 
     assert 1 <= plan.max_running_requests < 16  # silently capped by the mamba state cache
 
 
+def test_a_gpu_keeps_a_whole_kv_head_when_tp_exceeds_the_heads(profile: TwinProfile) -> None:
+    """SGLang and vLLM give each GPU max(1, heads // tp) KV heads: past TP = heads a token's KV stops
+    shrinking per GPU, so the pool holds fewer tokens than an even split would."""
+    cfg = launch(profile, "--context-length", "32768", "--mem-fraction-static", "0.88")  # TP 2
+
+    def with_heads(heads: int) -> TwinProfile:
+        return profile.model_copy(update={"model": profile.model.model_copy(update={"kv_heads": heads})})
+
+    assert physics.kv_cell_bytes(with_heads(2), cfg) == physics.kv_cell_bytes(profile, cfg)
+    assert physics.kv_cell_bytes(with_heads(1), cfg) == 2 * physics.kv_cell_bytes(profile, cfg)
+    split, whole = memory.plan_memory(profile, cfg), memory.plan_memory(with_heads(1), cfg)
+    assert whole.max_total_num_tokens < 0.55 * split.max_total_num_tokens
+
+
 def test_too_low_fraction_fails_with_an_sglang_message(profile: TwinProfile) -> None:
     for fraction in ("0.55", "0.6", "0.68"):
         cfg = launch(profile, *nextn(3, 1, 4), "--context-length", "131072", "--mem-fraction-static", fraction)
