@@ -279,7 +279,7 @@ def test_the_model_proposes_only_what_the_rules_would_launch_and_gives_way_when_
 def test_the_rules_are_asked_with_the_sizings_of_the_measured_launches(tmp_path: Path) -> None:
     """The model's flags of a configuration measured already: at every sizing the rules answer from that
     measurement (the rate is one stream's: sizing cannot change it), so they would not launch it; another
-    draft they would, at the measured launch's sizing."""
+    draft they would, at the measured launch's memory sizing (the rest is TPE's to draw)."""
     sampler = make_sampler("model", 1)
     assert isinstance(sampler, ModelGuided)
     runner = guided_runner(tmp_path, sampler=sampler, storage=optuna.storages.InMemoryStorage())
@@ -291,7 +291,8 @@ def test_the_rules_are_asked_with_the_sizings_of_the_measured_launches(tmp_path:
     other = {"speculative-algorithm": "DFLASH", "speculative-draft-model-path": "z-lab/Qwen3.6-27B-DFlash",
              "speculative-dflash-block-size": 8, "speculative-adaptive": False}  # fmt: skip
     assert spec != other
-    sizing = {k: v for k, v in measured.items() if not k.startswith("speculative-")}
+    memory = ("mem-fraction-static", "max-running-requests", "cuda-graph-max-bs-decode")
+    sizing = {k: v for k, v in measured.items() if k in memory}
     completed = sampler.would_launch(other)
     assert completed is not None and completed.keys() == {**other, **sizing}.keys()
     assert [completed[k] for k in other] == list(other.values())

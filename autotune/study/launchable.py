@@ -20,17 +20,18 @@ from autotune.study.guided_reads import Draw
 from autotune.study.history import History
 from autotune.study.rules import Rule, decide
 
-# Whose other flags complete a partial proposal: the best measured launch's, the latest few measured
-# launches', then this many random draws.
+# Whose other flags complete a partial proposal: the best measured launch's and the latest few measured
+# launches'; before any launch served, this many random draws.
 LATEST = 3
 DRAWS = 16
 
 
 class WouldLaunch:
-    """``(params) -> params | None``: a proposal of ``params`` (some of the space's tuned flags) that the
-    rules would launch, its other tuned flags as the best measured launch, one of the :data:`LATEST`
-    latest measured launches or one of :data:`DRAWS` random draws set them (the first that launches); None where
-    none would. Before any trial finished, ``params`` as given (nothing to ask yet)."""
+    """``(params) -> params | None``: ``params`` (some of the space's tuned flags) with the memory sizing
+    (the engine's fraction, graph batch and its cap, context, where tuned) at which the rules would launch
+    them, the other tuned flags as the best measured launch or one of the :data:`LATEST` latest measured
+    launches set them (before any served, one of :data:`DRAWS` random draws; the first that launches);
+    None where none would. Before any trial finished, ``params`` as given."""
 
     def __init__(
         self,
@@ -43,6 +44,15 @@ class WouldLaunch:
         self.engines = engines
         self.rules = rules
         self.records = records
+        memory = engines[space.engine].memory_rules if space.engine in engines else None
+        sizing = (
+            (memory.fraction_flag, memory.graph_batch_flag, memory.graph_batch_cap_flag, memory.context_flag)
+            if memory is not None
+            else ()
+        )
+        # What the proposal pins besides ``params``: the memory sizing; the rest (a kernel, a cache dtype) is
+        # the other sampler's to draw.
+        self.sizing = frozenset(name for name in sizing if name in space.tuned)
 
     def __call__(self, params: Mapping[str, Any]) -> dict[str, Any] | None:
         records = self.records()
@@ -53,11 +63,13 @@ class WouldLaunch:
         served = [r for r in finished if r.served]
         others = [*([max(served, key=lambda r: r.value or 0.0)] if served else []), *served[-LATEST:]]
         rng = random.Random(len(records))  # a study repeats its proposals
-        completions = [self._tuned(r.flags) for r in others] + [{} for _ in range(DRAWS)]
+        # Once a launch served, only sizings that served: exploring the sizing is TPE's (the rules cannot
+        # tell every death ahead, and a draw they let through died on the tight members time and again).
+        completions = [self._tuned(r.flags) for r in others] if served else [{} for _ in range(DRAWS)]
         for completion in completions:
             candidate = suggest(self.space, Draw(rng, {**completion, **params}))
             if self._launches(candidate.flags, history):
-                return dict(candidate.params)
+                return {k: v for k, v in candidate.params.items() if k in params or k in self.sizing}
         return None
 
     def _tuned(self, flags: Mapping[str, Any]) -> dict[str, Any]:
