@@ -13,15 +13,18 @@ import optuna
 import pytest
 import yaml
 
+from autotune.decision import Launch
 from autotune.gpu import GpuInventory
 from autotune.outcomes import OutcomeKind
 from autotune.pass_setup import read_pass_setup
 from autotune.records import MetricRecord, Prediction
-from autotune.space import CategoricalParam, load_space
+from autotune.space import CategoricalParam, load_space, suggest
 from autotune.study import make_sampler
 from autotune.study.guided import FALLBACK_ERROR, STALLED, STARTUP_TRIES, ModelGuided, describe_search
-from autotune.study.guided_reads import JUDGED, judged_error
+from autotune.study.guided_reads import JUDGED, Draw, judged_error
+from autotune.study.history import History
 from autotune.study.launchable import WouldLaunch
+from autotune.study.rules import decide
 from autotune.testing import simulated_outcome, study_runner
 from autotune.testing.records import trial_record
 from passmodel import calibrate
@@ -319,3 +322,26 @@ def test_after_proposals_that_do_not_serve_tpe_proposes_every_flag(tmp_path: Pat
     after = sampler.search(runner.study, records[3 + STALLED].number)
     assert after.startswith(f"tpe: the last {STALLED} proposals did not launch and serve")
     assert any(f"search {after}" in note for note in notes)
+
+
+def test_once_a_launch_served_the_rules_are_asked_only_at_measured_sizings(tmp_path: Path) -> None:
+    """A draft died of memory above the measured launch's fraction: at that launch's sizing the rules
+    predict it dies again, so it is not proposed, although at a lower fraction the rules would let it
+    through (exploring the sizing is TPE's: such sizings died time and again on the tight members)."""
+    sampler = make_sampler("model", 1)
+    assert isinstance(sampler, ModelGuided)
+    deep = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 6, "speculative-eagle-topk": 4,
+            "speculative-adaptive": False, "speculative-num-draft-tokens": 16}  # fmt: skip
+    sizing = {"mem-fraction-static": 0.9, "mamba-full-memory-ratio": 0.5, "max-running-requests": 8,
+              "cuda-graph-max-bs-decode": 8}  # fmt: skip
+    runner = guided_runner(tmp_path, sampler=sampler, storage=optuna.storages.InMemoryStorage(),
+                           dies=lambda flags: tokens(flags) == 16)  # fmt: skip
+    runner.study.enqueue_trial({"speculative-algorithm": "NEXTN", "speculative-num-steps": 1,
+                                "speculative-eagle-topk": 1, "speculative-adaptive": False, **sizing})  # fmt: skip
+    runner.study.enqueue_trial({**deep, **sizing})
+    runner.run(trials=2, timeout_s=None)
+    assert [r.served for r in runner.records()] == [True, False]
+    assert sampler.would_launch(deep) is None
+    lower = suggest(runner.space, Draw(random.Random(0), {**deep, **sizing, "mem-fraction-static": 0.75}))
+    plan = runner.engines["sglang"].normalise(lower.flags)
+    assert isinstance(decide(runner.rules, plan, History(runner.records(), number=99), baseline=False), Launch)
