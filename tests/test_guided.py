@@ -4,6 +4,7 @@ several hosts on one storage propose from the same stored trials."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import random
 from collections.abc import Callable
@@ -345,3 +346,12 @@ def test_once_a_launch_served_the_rules_are_asked_only_at_measured_sizings(tmp_p
     lower = suggest(runner.space, Draw(random.Random(0), {**deep, **sizing, "mem-fraction-static": 0.75}))
     plan = runner.engines["sglang"].normalise(lower.flags)
     assert isinstance(decide(runner.rules, plan, History(runner.records(), number=99), baseline=False), Launch)
+
+
+def test_the_default_search_is_the_model_guided_one() -> None:
+    """Judged once on held out (benchmarks/results/model-sampler-2026-12-07): ahead of TPE at both budgets."""
+    from autotune.cli.study import Sampler, study
+    from autotune.study.runner import StudyRunner
+
+    assert inspect.signature(study).parameters["sampler"].default is Sampler.model
+    assert inspect.signature(StudyRunner.open).parameters["sampler"].default == "model"

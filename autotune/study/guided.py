@@ -7,17 +7,20 @@ with TPE. Per process the fit is cached by the number of points.
 
 A proposal, for the speculative flags (the others, memory sizing above all, are TPE's):
 1. the first launches give the model what it fits: the plain launch (where the space allows it), the
-   shallowest and the deepest draft, where the measured trials do not already hold them;
+   shallowest and the deepest draft, where the measured trials do not already hold them (one that was
+   tried and did not serve is not asked for again);
 2. then each drafter's acceptance is fitted to the measured accept lengths, and the pass's free
    constants to the measured rates (:func:`passmodel.calibrate.fit`);
 3. a pool of :data:`POOL` candidates drawn from the space, plus the best measured configuration's
    one-flag neighbours, is scored by an upper confidence bound: the predicted rate (a drafter no
    launch measured at :data:`OPTIMISTIC_ACCEPTANCE`) times 1 + (the fit's error + :data:`DISTANCE_WIDTH`
    x the distance to the nearest measured configuration);
-   the highest untried one is proposed.
+   the highest untried one the study's pre-launch rules would launch is proposed, with the memory sizing
+   they would launch it at (:class:`~autotune.study.launchable.WouldLaunch`, handed over by the runner).
 It falls back to TPE, saying why, where no model can be built (:class:`~autotune.pass_setup.PassSetup`),
-where the space tunes several engines or nothing speculative, and where the median error of its
-last :data:`JUDGED` predictions made before their launches exceeds :data:`FALLBACK_ERROR`.
+where the space tunes several engines or nothing speculative, where none of its best candidates would
+launch or the last :data:`STALLED` proposals did not serve (TPE then draws every flag), and where the
+median error of its last :data:`JUDGED` predictions made before their launches exceeds :data:`FALLBACK_ERROR`.
 """
 
 from __future__ import annotations

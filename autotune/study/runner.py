@@ -184,7 +184,7 @@ class StudyRunner:
         name: str,
         storage_url: str,
         paths: StudyPaths,
-        sampler: SamplerName = "tpe",
+        sampler: SamplerName = "model",
         seed: int | None = None,
         heartbeat_s: int | None = None,
         early_stop: bool = True,
