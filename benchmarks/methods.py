@@ -60,7 +60,9 @@ class Method:
 
 def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
     known: dict[str, Method] = {
-        # A study's night: the search's share of the budget, then the race on the rest.
+        # A study's night: the search's share of the budget, then the race on the rest. TPE's, the CLI's
+        # default until the model-guided search became it (model-sampler-2026-12-07): kept under its name
+        # so the reports that pair with it stay comparable.
         "autotune": Method("autotune (TPE, default)", lambda p, s, b: night(p, s, b, sampler="tpe")),
         # The sampler named, not the CLI's default: the same night while TPE is the default.
         "autotune-tpe": Method(TPE_NIGHT, lambda p, s, b: night(p, s, b, sampler="tpe")),

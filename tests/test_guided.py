@@ -4,21 +4,28 @@ several hosts on one storage propose from the same stored trials."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
 import pytest
 import yaml
 
+from autotune.decision import Launch
 from autotune.gpu import GpuInventory
+from autotune.outcomes import OutcomeKind
 from autotune.pass_setup import read_pass_setup
 from autotune.records import MetricRecord, Prediction
-from autotune.space import CategoricalParam, load_space
+from autotune.space import CategoricalParam, load_space, suggest
 from autotune.study import make_sampler
-from autotune.study.guided import FALLBACK_ERROR, ModelGuided, describe_search
-from autotune.study.guided_reads import JUDGED, judged_error
+from autotune.study.guided import FALLBACK_ERROR, STALLED, STARTUP_TRIES, ModelGuided, describe_search
+from autotune.study.guided_reads import JUDGED, Draw, judged_error
+from autotune.study.history import History
+from autotune.study.launchable import WouldLaunch
+from autotune.study.rules import decide
 from autotune.testing import simulated_outcome, study_runner
 from autotune.testing.records import trial_record
 from passmodel import calibrate
@@ -47,10 +54,14 @@ def physical(flags: dict[str, object]) -> tuple[float, float]:
 
 
 def guided_runner(tmp_path: Path, *, sampler: optuna.samplers.BaseSampler, storage: optuna.storages.BaseStorage,
-                  rate: object = physical, space_changes: dict[str, object] | None = None):  # type: ignore[no-untyped-def]
+                  rate: object = physical, space_changes: dict[str, object] | None = None,
+                  dies: Callable[[dict[str, object]], bool] = lambda flags: False):  # type: ignore[no-untyped-def]
+    """``dies``: the launches that die of memory (any sizing)."""
     space = load_space(TWIN_SPACE).model_copy(update={"baselines": [], **(space_changes or {})})
 
     def launcher(plan, log_path, phase, early_stop=None):  # type: ignore[no-untyped-def]
+        if dies(plan.flags):
+            return simulated_outcome(space, plan, kind=OutcomeKind.MEMORY_TOO_LOW, reason="CUDA out of memory")
         tok_s, accept = rate(plan.flags)  # type: ignore[operator]
         return simulated_outcome(space, plan, tok_s=tok_s, rounds=2, ci95=0.5, accept_length=accept)
 
@@ -225,3 +236,122 @@ def test_a_candidate_at_tp_2_is_predicted_at_tp_2_where_the_space_tunes_tp(tmp_p
     assert at_tp2 is not None and at_tp1 is not None
     assert at_tp2.tok_s == pytest.approx(at_own_tp({**draft, "tp-size": 2})[0], rel=0.1)
     assert at_tp1.tok_s < 0.75 * at_tp2.tok_s
+
+
+def tokens(flags: dict[str, object]) -> int:
+    """Tokens a pass verifies (the twin space's MTP heads; a DFlash block its size)."""
+    if flags.get("speculative-algorithm") == "DFLASH":
+        return int(str(flags.get("speculative-dflash-block-size", 16)))
+    return int(str(flags.get("speculative-num-draft-tokens", 0)))
+
+
+def test_a_start_up_draft_that_died_of_memory_is_not_proposed_again(tmp_path: Path) -> None:
+    """The shallowest drafts die of memory at any sizing: the start-up tries at most :data:`STARTUP_TRIES` of
+    them, then moves on to the deepest (before, it asked for the shallowest again until one served)."""
+    sampler = make_sampler("model", 1)
+    runner = guided_runner(tmp_path, sampler=sampler, storage=optuna.storages.InMemoryStorage(),
+                           dies=lambda flags: tokens(flags) == 2)  # fmt: skip
+    runner.run(trials=6, timeout_s=None)
+    first = runner.records()[: STARTUP_TRIES + 1]
+    assert [tokens(r.flags) for r in first].count(2) == STARTUP_TRIES
+    assert tokens(first[-1].flags) == 16 and first[-1].served  # the deepest draft, next
+    by_model = [r for r in runner.records() if sampler.search(runner.study, r.number) == "model"]
+    assert [tokens(r.flags) for r in by_model].count(2) == STARTUP_TRIES
+
+
+def test_the_model_proposes_only_what_the_rules_would_launch_and_gives_way_when_nothing_would(
+    tmp_path: Path,
+) -> None:
+    sampler = make_sampler("model", 1)
+    assert isinstance(sampler, ModelGuided)
+    runner = guided_runner(tmp_path, sampler=sampler, storage=optuna.storages.InMemoryStorage())
+    assert isinstance(sampler.would_launch, WouldLaunch)  # the runner's rules, handed over
+    served = lambda: len([r for r in runner.records() if r.served])  # noqa: E731
+    # The rules, as the model sees them: never the DFlash checkpoint, and nothing once four launches served.
+    refused = "/models/qwen3.6-27b-dflash/checkpoint-2000"
+    sampler.ask_rules(lambda p: None if p.get("speculative-draft-model-path") == refused or served() >= 4 else dict(p))
+    notes: list[str] = []
+    runner.events.note = notes.append  # type: ignore[method-assign]
+    runner.run(trials=6, timeout_s=None)
+    by_model = [r for r in runner.records() if sampler.search(runner.study, r.number) == "model"]
+    assert len(by_model) == 4 and all(r.flags.get("speculative-draft-model-path") != refused for r in by_model)
+    why = sampler.search(runner.study, runner.records()[-1].number)
+    assert why == "tpe: the study's rules would launch none of the model's 20 best candidates"
+    assert len([n for n in notes if "would launch none" in n]) == 1  # said once, when it happened
+
+
+def test_the_rules_are_asked_with_the_sizings_of_the_measured_launches(tmp_path: Path) -> None:
+    """The model's flags of a configuration measured already: at every sizing the rules answer from that
+    measurement (the rate is one stream's: sizing cannot change it), so they would not launch it; another
+    draft they would, at the measured launch's memory sizing (the rest is TPE's to draw)."""
+    sampler = make_sampler("model", 1)
+    assert isinstance(sampler, ModelGuided)
+    runner = guided_runner(tmp_path, sampler=sampler, storage=optuna.storages.InMemoryStorage())
+    assert sampler.would_launch({"speculative-algorithm": "NEXTN"}) == {"speculative-algorithm": "NEXTN"}  # none yet
+    runner.run(trials=1, timeout_s=None)
+    measured = runner.study.trials[0].params
+    spec = {k: v for k, v in measured.items() if k.startswith("speculative-")}
+    assert sampler.would_launch(spec) is None
+    other = {"speculative-algorithm": "DFLASH", "speculative-draft-model-path": "z-lab/Qwen3.6-27B-DFlash",
+             "speculative-dflash-block-size": 8, "speculative-adaptive": False}  # fmt: skip
+    assert spec != other
+    memory = ("mem-fraction-static", "max-running-requests", "cuda-graph-max-bs-decode")
+    sizing = {k: v for k, v in measured.items() if k in memory}
+    completed = sampler.would_launch(other)
+    assert completed is not None and completed.keys() == {**other, **sizing}.keys()
+    assert [completed[k] for k in other] == list(other.values())
+    assert [completed[k] for k in sizing] == pytest.approx(list(sizing.values()))  # as launched: 0.8, not 0.79999
+
+
+def test_after_proposals_that_do_not_serve_tpe_proposes_every_flag(tmp_path: Path) -> None:
+    """After three launches every launch dies: the model gives way to TPE (which then draws the
+    speculative flags too) after :data:`STALLED` proposals in a row did not serve, and says so."""
+    sampler = make_sampler("model", 3)
+    assert isinstance(sampler, ModelGuided)
+    launches: list[int] = []
+
+    def late_deaths(flags: dict[str, object]) -> bool:
+        launches.append(1)
+        return len(launches) > 3
+
+    runner = guided_runner(tmp_path, sampler=sampler, storage=optuna.storages.InMemoryStorage(), dies=late_deaths)
+    notes: list[str] = []
+    runner.events.note = notes.append  # type: ignore[method-assign]
+    runner.run(trials=3 + STALLED + 2, timeout_s=None)
+    records = runner.records()
+    assert not any(r.served for r in records[3 : 3 + STALLED])
+    after = sampler.search(runner.study, records[3 + STALLED].number)
+    assert after.startswith(f"tpe: the last {STALLED} proposals did not launch and serve")
+    assert any(f"search {after}" in note for note in notes)
+
+
+def test_once_a_launch_served_the_rules_are_asked_only_at_measured_sizings(tmp_path: Path) -> None:
+    """A draft died of memory above the measured launch's fraction: at that launch's sizing the rules
+    predict it dies again, so it is not proposed, although at a lower fraction the rules would let it
+    through (exploring the sizing is TPE's: such sizings died time and again on the tight members)."""
+    sampler = make_sampler("model", 1)
+    assert isinstance(sampler, ModelGuided)
+    deep = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 6, "speculative-eagle-topk": 4,
+            "speculative-adaptive": False, "speculative-num-draft-tokens": 16}  # fmt: skip
+    sizing = {"mem-fraction-static": 0.9, "mamba-full-memory-ratio": 0.5, "max-running-requests": 8,
+              "cuda-graph-max-bs-decode": 8}  # fmt: skip
+    runner = guided_runner(tmp_path, sampler=sampler, storage=optuna.storages.InMemoryStorage(),
+                           dies=lambda flags: tokens(flags) == 16)  # fmt: skip
+    runner.study.enqueue_trial({"speculative-algorithm": "NEXTN", "speculative-num-steps": 1,
+                                "speculative-eagle-topk": 1, "speculative-adaptive": False, **sizing})  # fmt: skip
+    runner.study.enqueue_trial({**deep, **sizing})
+    runner.run(trials=2, timeout_s=None)
+    assert [r.served for r in runner.records()] == [True, False]
+    assert sampler.would_launch(deep) is None
+    lower = suggest(runner.space, Draw(random.Random(0), {**deep, **sizing, "mem-fraction-static": 0.75}))
+    plan = runner.engines["sglang"].normalise(lower.flags)
+    assert isinstance(decide(runner.rules, plan, History(runner.records(), number=99), baseline=False), Launch)
+
+
+def test_the_default_search_is_the_model_guided_one() -> None:
+    """Judged once on held out (benchmarks/results/model-sampler-2026-12-07): ahead of TPE at both budgets."""
+    from autotune.cli.study import Sampler, study
+    from autotune.study.runner import StudyRunner
+
+    assert inspect.signature(study).parameters["sampler"].default is Sampler.model
+    assert inspect.signature(StudyRunner.open).parameters["sampler"].default == "model"

@@ -30,6 +30,7 @@ FIGURES = {
     "accept-by-category.png",
     "feasibility.png",
     "break-even.png",
+    "predicted.png",  # the default search (model-guided) keeps its predictions
 }
 
 

@@ -59,8 +59,8 @@ SamplerOpt = Annotated[
     Sampler,
     typer.Option(
         "--sampler",
-        help="Search strategy: tpe (Optuna's TPE), random, or model (the pass model calibrated on the "
-        "night's launches proposes the speculative flags; TPE the rest, and all where it cannot).",
+        help="Search strategy: model (the default: the pass model calibrated on the night's launches proposes "
+        "the speculative flags; TPE the rest, and all where it cannot), tpe (Optuna's TPE), or random.",
     ),
 ]
 NameOpt = Annotated[
@@ -115,7 +115,7 @@ def study(
     studies_dir: StudiesDir = Path("studies"),
     trials: TrialsOpt = None,
     timeout: TimeoutOpt = None,
-    sampler: SamplerOpt = Sampler.tpe,
+    sampler: SamplerOpt = Sampler.model,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Sampler seed, for a reproducible search.")] = None,
     patience: PatienceOpt = None,
     total_trials: TotalTrialsOpt = None,

@@ -7,17 +7,20 @@ with TPE. Per process the fit is cached by the number of points.
 
 A proposal, for the speculative flags (the others, memory sizing above all, are TPE's):
 1. the first launches give the model what it fits: the plain launch (where the space allows it), the
-   shallowest and the deepest draft, where the measured trials do not already hold them;
+   shallowest and the deepest draft, where the measured trials do not already hold them (one that was
+   tried and did not serve is not asked for again);
 2. then each drafter's acceptance is fitted to the measured accept lengths, and the pass's free
    constants to the measured rates (:func:`passmodel.calibrate.fit`);
 3. a pool of :data:`POOL` candidates drawn from the space, plus the best measured configuration's
    one-flag neighbours, is scored by an upper confidence bound: the predicted rate (a drafter no
    launch measured at :data:`OPTIMISTIC_ACCEPTANCE`) times 1 + (the fit's error + :data:`DISTANCE_WIDTH`
    x the distance to the nearest measured configuration);
-   the highest untried one is proposed.
+   the highest untried one the study's pre-launch rules would launch is proposed, with the memory sizing
+   they would launch it at (:class:`~autotune.study.launchable.WouldLaunch`, handed over by the runner).
 It falls back to TPE, saying why, where no model can be built (:class:`~autotune.pass_setup.PassSetup`),
-where the space tunes several engines or nothing speculative, and where the median error of its
-last :data:`JUDGED` predictions made before their launches exceeds :data:`FALLBACK_ERROR`.
+where the space tunes several engines or nothing speculative, where none of its best candidates would
+launch or the last :data:`STALLED` proposals did not serve (TPE then draws every flag), and where the
+median error of its last :data:`JUDGED` predictions made before their launches exceeds :data:`FALLBACK_ERROR`.
 """
 
 from __future__ import annotations
@@ -71,6 +74,10 @@ MIN_FIT_ERROR = 0.03  # a fit on few points looks better than it is
 # accept (each further position 85 % given the one before) for the upper bound.
 OPTIMISTIC_ACCEPTANCE = 0.85
 FALLBACK_ERROR = 0.15  # median relative error of those, above which TPE proposes (fixed before judging)
+STARTUP_TRIES = 2  # a start-up role's candidates that did not serve, before the role ends
+STARTUP_DEPTHS = 2  # the depths a start-up role walks inward: the shallowest two, the deepest two
+STALLED = 3  # the latest proposals none of which served, after which TPE proposes every flag
+LAUNCHABLE_ASKED = 20  # the best candidates the study's rules are asked about, in order
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,13 @@ class ModelGuided(Wrapping):
         self._chosen: dict[int, tuple[dict[str, Any] | None, str]] = {}  # trial -> (spec params, search)
         self._read: dict[int, tuple[TrialRecord, Launched | None]] = {}
         self._depths: dict[str, int | None] = {}
+        self.would_launch: Callable[[Mapping[str, Any]], dict[str, Any] | None] = dict
+
+    def ask_rules(self, would_launch: Callable[[Mapping[str, Any]], dict[str, Any] | None]) -> None:
+        """Propose only what the study's pre-launch rules would launch: ``would_launch`` (the runner's
+        :class:`~autotune.study.launchable.WouldLaunch`) completes the model's flags with the others (memory
+        sizing) at which the rules would launch them, or says none would; the model proposes the whole."""
+        self.would_launch = would_launch
 
     # ---------------------------------------------------------------- Optuna's interface
 
@@ -207,7 +221,22 @@ class ModelGuided(Wrapping):
         pool = self._pool(space, launched)
         if not pool:
             return None, "tpe: no candidate of the space is one the model describes"
-        startup = self._startup(profile, space, launched, pool)
+        recent = [r for r in self._records(study, space) if r.baseline is None and r.confirm_of is None][-STALLED:]
+        if len(recent) == STALLED and not any(r.served for r in recent):
+            return None, (
+                f"tpe: the last {STALLED} proposals did not launch and serve; TPE (at random while stuck) draws "
+                "every flag until one does"
+            )
+        finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+        served = {t.number for t in finished if t.number in self._read and self._read[t.number][1] is not None}
+        # Tried and never served (died, skipped, failed), compared as the model reads them.
+        dead = {
+            spec: depth(profile, space, params)
+            for t in finished
+            if t.number not in served
+            and (spec := self._spec(profile, space, params := model_params(space, t.params))) is not None
+        }
+        startup = self._startup(profile, space, launched, pool, dead)
         if startup is not None:
             return startup, "model"
         fitted = self._fitted(study)
@@ -219,17 +248,14 @@ class ModelGuided(Wrapping):
                 f"tpe: the model's median error on its last {JUDGED} predictions made before the launch is "
                 f"{error:.0%} (above {FALLBACK_ERROR:.0%})"
             )
-        finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         # Measured, reused or skipped: known. Compared as the model reads them (DFLASH ignores adaptive steps).
         tried = {
-            spec_key(cfg)
+            spec
             for t in finished
-            if (cfg := config_of(profile, space, flags_of(space, model_params(space, t.params))))
+            if t.state == TrialState.COMPLETE and (spec := self._spec(profile, space, model_params(space, t.params)))
         }
-        best = self._best(fitted, space, launched, tried, pool)
-        if best is None:
-            return None, "tpe: every candidate the model drew from the space is tried"
-        return best, "model"
+        best, why = self._best(fitted, space, launched, tried, pool)
+        return (best, "model") if best is not None else (None, f"tpe: {why}")
 
     # ---------------------------------------------------------------- candidates
 
@@ -250,26 +276,42 @@ class ModelGuided(Wrapping):
         return list(seen.values())
 
     def _startup(
-        self, profile: TwinProfile, space: SearchSpace, launched: Sequence[Launched], pool: list[dict[str, Any]]
+        self,
+        profile: TwinProfile,
+        space: SearchSpace,
+        launched: Sequence[Launched],
+        pool: list[dict[str, Any]],
+        dead: Mapping[tuple[Any, ...], int | None],
     ) -> dict[str, Any] | None:
-        """The plain launch, the shallowest and the deepest draft, where no measured trial gives them."""
+        """The plain launch, the shallowest and the deepest draft, where no measured trial gives them.
+
+        A role's candidate that was tried and did not serve (``dead``: died, skipped by a rule, failed) is
+        not proposed again: the role moves on to its next candidate (within its :data:`STARTUP_DEPTHS` depths),
+        and ends after :data:`STARTUP_TRIES` such; one the study's rules would not launch is passed over."""
         for params in pool:
             if key(params) not in self._depths:
                 self._depths[key(params)] = depth(profile, space, params)
         depths = self._depths
         usable = [p for p in pool if depths[key(p)] is not None]
-        if not usable:
-            return None
         measured = {self._depths.get(key(one.params), depth(profile, space, one.params)) for one in launched}
-        spec_depths = [d for d in (depths[key(p)] for p in usable) if d]
-        targets = [0] if any(depths[key(p)] == 0 for p in usable) else []
-        if spec_depths:
-            targets += [min(spec_depths), max(spec_depths)]
-        for target in targets:
-            if target not in measured:
-                matching = [p for p in usable if depths[key(p)] == target]
-                return self.rng.choice(matching)
+        served = {k for one in launched if (k := self._spec(profile, space, one.params)) is not None}
+        plain = [p for p in usable if depths[key(p)] == 0]
+        drafts = sorted((p for p in usable if depths[key(p)]), key=lambda p: depths[key(p)] or 0)
+        for role in (plain, drafts, drafts[::-1]):
+            if not role or depths[key(role[0])] in measured:
+                continue
+            near = sorted({depths[key(p)] or 0 for p in role}, reverse=role is not drafts)[:STARTUP_DEPTHS]
+            specs = [(self._spec(profile, space, p), p) for p in role if depths[key(p)] in near]
+            if sum(d in near for d in dead.values()) >= STARTUP_TRIES or any(s in served for s, _ in specs):
+                continue
+            for spec, params in specs:
+                if spec not in dead and (launchable := self.would_launch(params)) is not None:
+                    return launchable
         return None
+
+    def _spec(self, profile: TwinProfile, space: SearchSpace, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        cfg = config_of(profile, space, flags_of(space, params))
+        return spec_key(cfg) if cfg is not None else None
 
     def _best(
         self,
@@ -278,8 +320,9 @@ class ModelGuided(Wrapping):
         launched: Sequence[Launched],
         tried: set[tuple[Any, ...]],
         pool: list[dict[str, Any]],
-    ) -> dict[str, Any] | None:
-        """The untried candidate of the highest upper bound (None: every candidate drawn was tried).
+    ) -> tuple[dict[str, Any] | None, str]:
+        """The untried candidate of the highest upper bound that the study's rules would launch (None, and
+        why: every candidate drawn was tried, or none of the :data:`LAUNCHABLE_ASKED` best would launch).
 
         Even where none promises more than the best measured, the most promising untried one is launched:
         the best measured one again would differ only in memory flags, which the pre-launch rules answer
@@ -297,7 +340,14 @@ class ModelGuided(Wrapping):
                 continue
             far = min((distance(space, params, one.params) for one in launched), default=1.0)
             scored.append((rate * (1 + width + DISTANCE_WIDTH * far), params))
-        return max(scored, key=lambda s: s[0])[1] if scored else None
+        if not scored:
+            return None, "every candidate the model drew from the space is tried"
+        scored.sort(key=lambda s: -s[0])
+        asked = (self.would_launch(params) for _, params in scored[:LAUNCHABLE_ASKED])
+        best = next((launchable for launchable in asked if launchable is not None), None)
+        if best is None:
+            return None, f"the study's rules would launch none of the model's {LAUNCHABLE_ASKED} best candidates"
+        return best, ""
 
     # ---------------------------------------------------------------- the fit
 

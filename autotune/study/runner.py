@@ -44,9 +44,10 @@ from autotune.study import attrs, recovery
 from autotune.study.artifacts import artifact_store, upload
 from autotune.study.confirm import early_stop_bar
 from autotune.study.events import StudyEvents
-from autotune.study.guided import keep_prediction
+from autotune.study.guided import ModelGuided, keep_prediction
 from autotune.study.history import History
 from autotune.study.importance import compute_importance
+from autotune.study.launchable import WouldLaunch
 from autotune.study.launcher import Launcher, ReadGpus, launched_plan, trial_launcher, wait_for_idle_gpus
 from autotune.study.memory import feasibility_models, lesson_of, replay, roofline_of
 from autotune.study.named_failures import named_values
@@ -148,6 +149,8 @@ class StudyRunner:
         self.feasibility = feasibility_models(self.space, self.engines, self.inventory)
         self.rules = build_rules(self.space, self.engines, self.feasibility, off=rules_off)
         self.sampler = sampler or make_sampler("tpe", None)  # what proposes (the study's may wrap it)
+        if isinstance(self.sampler, ModelGuided):  # it proposes only what these rules would launch
+            self.sampler.ask_rules(WouldLaunch(self.space, self.engines, self.rules, self.records))
         fit = next((rule for rule in self.rules if isinstance(rule, ContextFit)), None)
         contexts = fit.context_flags() if fit is not None else frozenset()
         proposer = self.sampler
@@ -181,7 +184,7 @@ class StudyRunner:
         name: str,
         storage_url: str,
         paths: StudyPaths,
-        sampler: SamplerName = "tpe",
+        sampler: SamplerName = "model",
         seed: int | None = None,
         heartbeat_s: int | None = None,
         early_stop: bool = True,
