@@ -67,7 +67,7 @@ def aggregate(rows: list[dict[str, Any]], budget: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-REFERENCE = "autotune (TPE, default)"  # the row every other is paired with
+REFERENCE = "autotune (TPE)"  # the row every other is paired with
 TPE_NIGHT = "autotune-tpe (--sampler tpe)"  # the same night named: the reference where the default's row is not run
 MODEL_NIGHT = "autotune-model (--sampler model)"
 

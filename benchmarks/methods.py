@@ -63,8 +63,8 @@ def methods(names: Sequence[str], *, per_tier: int) -> list[Method]:
         # A study's night: the search's share of the budget, then the race on the rest. TPE's, the CLI's
         # default until the model-guided search became it (model-sampler-2026-12-07): kept under its name
         # so the reports that pair with it stay comparable.
-        "autotune": Method("autotune (TPE, default)", lambda p, s, b: night(p, s, b, sampler="tpe")),
-        # The sampler named, not the CLI's default: the same night while TPE is the default.
+        "autotune": Method("autotune (TPE)", lambda p, s, b: night(p, s, b, sampler="tpe")),
+        # The sampler named: the same night as "autotune" (kept for the reports that name it).
         "autotune-tpe": Method(TPE_NIGHT, lambda p, s, b: night(p, s, b, sampler="tpe")),
         "autotune-model": Method(MODEL_NIGHT, lambda p, s, b: night(p, s, b, sampler="model")),
         "autotune-no-early-stop": Method(
@@ -129,7 +129,7 @@ def night(problem: Problem, seed: int, budget: int, *, sampler: SamplerName) -> 
     run once per problem, seed and sampler: the bounds judge the same night."""
     key = (sampler, seed, budget)
     if key not in problem.nights:
-        name = "autotune (TPE, default)" if sampler == "tpe" else f"{sampler} (autotune loop)"
+        name = "autotune (TPE)" if sampler == "tpe" else f"{sampler} (autotune loop)"
         problem.nights[key] = run_study(problem, seed, budget, sampler=sampler, name=name, confirm=True)
     return problem.nights[key]
 

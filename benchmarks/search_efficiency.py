@@ -200,7 +200,7 @@ def recorded_benchmark(path: Path, *, seeds: int, budget: int | None = None) -> 
     problem = replay.load_problem(path)
     budget = budget or len(problem.launches)
     runs = {
-        "autotune (TPE, default)": [run_recorded_study(problem, s, budget, sampler="tpe") for s in range(seeds)],
+        "autotune (TPE)": [run_recorded_study(problem, s, budget, sampler="tpe") for s in range(seeds)],
         "random (autotune loop)": [run_recorded_study(problem, s, budget, sampler="random") for s in range(seeds)],
         "random search": [run_recorded_random(problem, s, budget) for s in range(seeds)],
     }
@@ -255,7 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=None, help="launches per run (default 80; --recorded: the grid)")
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
     parser.add_argument("--methods", default=None,
-                        help="comma-separated: autotune (the CLI's default sampler), autotune-tpe, autotune-model, "
+                        help="comma-separated: autotune (TPE's night, the default until model-sampler-2026-12-07), "
+                        "autotune-tpe, autotune-model (the CLI's default now), "
                         "random-runner "
                         "(each races inside the night), "
                         "peer-auto-benchmark, peer-spec-tuner, peer-tune-k, peer-llama-optimus, peer-one-at-a-time, "

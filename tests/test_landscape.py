@@ -219,7 +219,7 @@ def test_benchmark_runs_small_and_reports_numbers(tmp_path: Path, capsys: pytest
                        "--seeds", "2", "--budget", "12", "--json", str(out)]) == 0  # fmt: skip
     report = json.loads(out.read_text())
     assert set(report["methods"]) == {
-        "autotune (TPE, default)", "random (autotune loop)", "random search", "full grid (fixed order)",
+        "autotune (TPE)", "random (autotune loop)", "random search", "full grid (fixed order)",
         "tiered grid (8/tier)",
     }  # fmt: skip
     assert report["optimum"]["tok_s"] > 50 and report["gpus"] == 2

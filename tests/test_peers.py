@@ -111,15 +111,15 @@ def test_every_method_of_the_table_runs_within_the_night_on_a_twin_space(tmp_pat
         assert set(regret) >= {"median", "p90", "mean", "within_2pct", "within_5pct", "harmful"}
         assert regret["within_budget"], name
         assert all(0.0 <= r["regret_pct"] <= 100.0 for r in result["runs"])
-    autotune = report["methods"]["autotune (TPE, default)"]["runs"]
+    autotune = report["methods"]["autotune (TPE)"]["runs"]
     perfect = report["methods"]["bound-perfect-race"]["runs"]
     # the bound judges the same night: its answer is never worse than the race's pick from that search
     assert all(p["regret_pct"] <= a["regret_pct"] + 1e-9 for p, a in zip(perfect, autotune, strict=True))
-    assert set(report["paired"]) == set(report["methods"]) - {"autotune (TPE, default)"}
+    assert set(report["paired"]) == set(report["methods"]) - {"autotune (TPE)"}
     # the model-guided night predicts each launch before it is made; TPE's predicts none
     model = report["methods"]["autotune-model (--sampler model)"]["summary"]["regret"]["predicted_error_after"]
     assert model["3"]["runs"] == 2 and model["3"]["median"] is not None
-    assert report["methods"]["autotune (TPE, default)"]["summary"]["regret"]["predicted_error_after"]["3"]["runs"] == 0
+    assert report["methods"]["autotune (TPE)"]["summary"]["regret"]["predicted_error_after"]["3"]["runs"] == 0
     named = report["methods"]["autotune-tpe (--sampler tpe)"]["runs"]  # TPE named: today the default's night
     assert [(r["regret_pct"], r["launches_to_2pct"]) for r in named] == [
         (r["regret_pct"], r["launches_to_2pct"]) for r in autotune

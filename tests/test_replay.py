@@ -68,13 +68,13 @@ def test_a_replayed_launch_is_one_of_the_recorded_launches_of_its_config(tmp_pat
 def test_the_benchmark_replays_autotune_and_random_search(tmp_path: Path) -> None:
     report = bench.recorded_benchmark(_landscape(tmp_path), seeds=3, budget=8)
     assert report["configs"] == 8 and report["budget"] == 8
-    for name in ("autotune (TPE, default)", "random search"):
+    for name in ("autotune (TPE)", "random search"):
         runs = report["methods"][name]["runs"]
         assert len(runs) == 3 and all(r["launches"] <= 8 for r in runs)
         # The best-so-far is a config whose recorded mean is known: the gap is measured against it.
         assert all(0.0 <= r["final_gap"] <= 1.0 for r in runs)
     # The study's answer is its confirmed best: finalists launched again after the budget, outside it.
-    study = report["methods"]["autotune (TPE, default)"]["runs"]
+    study = report["methods"]["autotune (TPE)"]["runs"]
     assert all(r["confirm_launches"] > 0 and 0.0 <= r["confirmed_gap"] <= 1.0 for r in study)
     assert all(r["confirmed_gap"] is None for r in report["methods"]["random search"]["runs"])
 
