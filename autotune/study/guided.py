@@ -229,12 +229,14 @@ class ModelGuided(Wrapping):
             )
         finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
         served = {t.number for t in finished if t.number in self._read and self._read[t.number][1] is not None}
-        # Tried and never served (died, skipped, failed), compared as the model reads them.
+        # Each finished trial as the model reads it (DFLASH ignores adaptive steps), read once.
+        chosen = {t.number: model_params(space, t.params) for t in finished}
+        specs = {number: self._spec(profile, space, params) for number, params in chosen.items()}
+        # Tried and never served (died, skipped, failed).
         dead = {
-            spec: depth(profile, space, params)
-            for t in finished
-            if t.number not in served
-            and (spec := self._spec(profile, space, params := model_params(space, t.params))) is not None
+            spec: depth(profile, space, chosen[number])
+            for number, spec in specs.items()
+            if number not in served and spec is not None
         }
         startup = self._startup(profile, space, launched, pool, dead)
         if startup is not None:
@@ -248,12 +250,8 @@ class ModelGuided(Wrapping):
                 f"tpe: the model's median error on its last {JUDGED} predictions made before the launch is "
                 f"{error:.0%} (above {FALLBACK_ERROR:.0%})"
             )
-        # Measured, reused or skipped: known. Compared as the model reads them (DFLASH ignores adaptive steps).
-        tried = {
-            spec
-            for t in finished
-            if t.state == TrialState.COMPLETE and (spec := self._spec(profile, space, model_params(space, t.params)))
-        }
+        # Measured, reused or skipped: known.
+        tried = {spec for t in finished if t.state == TrialState.COMPLETE and (spec := specs[t.number])}
         best, why = self._best(fitted, space, launched, tried, pool)
         return (best, "model") if best is not None else (None, f"tpe: {why}")
 
