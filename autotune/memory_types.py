@@ -13,7 +13,8 @@ from autotune.outcomes import MemorySide as Side
 from autotune.space import FlagValue
 
 
-def _number(value: FlagValue | None) -> float | None:
+def flag_number(value: FlagValue | None) -> float | None:
+    """A flag's value as a number; None for a switch, a string or no value."""
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -104,15 +105,15 @@ class MemoryRules(BaseModel):
         state cache are not compared, unless a served launch showed one to matter (``relevant``)."""
         ratio, tp = self.kv_share_flag, self.tp_flag
         if ratio is not None:
-            ratios = [_number(flags.get(ratio, self.kv_share_default)) for flags in (failed, candidate)]
+            ratios = [flag_number(flags.get(ratio, self.kv_share_default)) for flags in (failed, candidate)]
             if ratios[0] is None or ratios[1] is None or ratios[1] > ratios[0]:
                 return False
-        if (_number(candidate.get(tp)) or 1.0) > (_number(failed.get(tp)) or 1.0):
+        if (flag_number(candidate.get(tp)) or 1.0) > (flag_number(failed.get(tp)) or 1.0):
             return False
         equal = self.state_kept | self.weights_flags | set(relevant)
         for name in (set(failed) | set(candidate)) - {ratio, tp, self.fraction_flag}:
             a, b = failed.get(name), candidate.get(name)
-            numbers = _number(a), _number(b)
+            numbers = flag_number(a), flag_number(b)
             if name in self.state_demand and numbers[0] is not None and numbers[1] is not None:
                 if numbers[1] < numbers[0]:
                     return False

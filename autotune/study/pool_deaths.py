@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from autotune.engines.base import Engine, LaunchPlan, PoolShortfall
 from autotune.feasibility import SCALE_UNSET, FeasibilityModel, MemoryRules
+from autotune.memory_types import flag_number
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
 from autotune.space import FlagValue
@@ -87,12 +88,6 @@ def pool_deaths(records: Sequence[TrialRecord], engine: Engine, engine_name: str
     return deaths
 
 
-def _number(value: FlagValue | None) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
 def _scale(rules: MemoryRules, name: str, value: FlagValue | None) -> float | None:
     known = rules.pool_scale[name]
     key = SCALE_UNSET if value is None else value
@@ -114,10 +109,10 @@ def demands_at_least(death: PoolDeath, plan: LaunchPlan, rules: MemoryRules, *, 
             if fa is None or fb is None or fb < fa:
                 return False
         elif name == rules.tp_flag:
-            if (_number(b) or 1.0) > (_number(a) or 1.0):
+            if (flag_number(b) or 1.0) > (flag_number(a) or 1.0):
                 return False
         elif name in demand and (a is not None or b is not None):
-            na, nb = _number(a), _number(b)
+            na, nb = flag_number(a), flag_number(b)
             if na is None or nb is None or nb < na:
                 return False  # set on one side only: the engine's choice is not ordered against a value
         elif a != b and name not in demand:
@@ -139,7 +134,8 @@ def dies_like(death: PoolDeath, plan: LaunchPlan, rules: MemoryRules) -> str | N
     """Why ``plan`` runs out of pool memory as ``death`` did (None: it may not): at the same or a smaller
     fraction with demands no smaller, or at a larger fraction whose pool still holds fewer tokens than
     the request ``death`` needed."""
-    fraction, died_at = _number(plan.flags.get(rules.fraction_flag)), _number(death.flags.get(rules.fraction_flag))
+    fraction = flag_number(plan.flags.get(rules.fraction_flag))
+    died_at = flag_number(death.flags.get(rules.fraction_flag))
     if fraction is None and died_at is None:
         if demands_at_least(death, plan, rules, engine_fraction=True):
             return f"the engine's own {rules.fraction_flag}, no larger for demands no smaller"

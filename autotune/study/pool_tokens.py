@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from autotune.kv_layout import KvLayout
-from autotune.memory_types import MemoryLesson, MemoryRules
+from autotune.memory_types import MemoryLesson, MemoryRules, flag_number
 from autotune.models import Frozen
 from autotune.records import TrialRecord
 from autotune.space import CategoricalParam, FlagValue, FloatParam, IntParam, SearchSpace
@@ -28,12 +28,6 @@ from autotune.space import CategoricalParam, FlagValue, FloatParam, IntParam, Se
 # The figures are rounded (a page of tokens, two decimals of GB): a pool is called too small only when
 # it misses one request by more than this share.
 MARGIN = 0.01
-
-
-def _number(value: FlagValue | None) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -61,7 +55,7 @@ class PoolEstimate(Frozen):
 
 def pool_point(lesson: MemoryLesson, rules: MemoryRules, *, budget_bytes: float | None, died: bool) -> PoolPoint | None:
     """The pool a launch's lesson states, or None where it stated no tokens or no fraction."""
-    fraction = _number(lesson.flags.get(rules.fraction_flag))
+    fraction = flag_number(lesson.flags.get(rules.fraction_flag))
     fraction = fraction if fraction is not None else lesson.pool_fraction
     fraction = fraction if fraction is not None else rules.default_fraction
     if not lesson.pool_tokens or fraction is None:
@@ -102,7 +96,7 @@ def kv_share(rules: MemoryRules, flags: Mapping[str, FlagValue]) -> float:
     state ratio, the engine's default when unset), all of it elsewhere."""
     if rules.kv_share_flag is None:
         return 1.0
-    ratio = _number(flags.get(rules.kv_share_flag))
+    ratio = flag_number(flags.get(rules.kv_share_flag))
     ratio = ratio if ratio is not None else rules.kv_share_default
     return 1.0 / (1.0 + ratio) if ratio is not None and ratio >= 0 else 1.0
 
@@ -122,7 +116,7 @@ def needed_tokens(rules: MemoryRules, flags: Mapping[str, FlagValue]) -> int | N
     """The tokens one request of the plan's context needs; None where the context is left to the engine."""
     if rules.context_flag is None:
         return None
-    value = _number(flags.get(rules.context_flag))
+    value = flag_number(flags.get(rules.context_flag))
     return int(value) if value is not None else None
 
 
@@ -166,14 +160,14 @@ def engine_cell(
     tensor-parallel size, scaled to the plan's KV dtype, with the launches that said it; None where none
     did. The engine's cell beats the config.json's count (it knows how it shards and pads the heads);
     the fewest, as a launch with a drafter's KV layers holds more per token than one without."""
-    scale, tp = _scale(rules, flags), _number(flags.get(rules.tp_flag)) or 1.0
+    scale, tp = _scale(rules, flags), flag_number(flags.get(rules.tp_flag)) or 1.0
     best: tuple[float, tuple[int, ...]] | None = None
     for record in records:
         lesson = record.lessons.memory
         if lesson is None or not lesson.kv_cell_bytes or (record.engine or engine_name) != engine_name:
             continue
         launched = _scale(rules, lesson.flags)
-        if scale is None or launched is None or (_number(lesson.flags.get(rules.tp_flag)) or 1.0) != tp:
+        if scale is None or launched is None or (flag_number(lesson.flags.get(rules.tp_flag)) or 1.0) != tp:
             continue
         cell = lesson.kv_cell_bytes * scale / launched
         if best is None or cell < best[0] * (1 - MARGIN):
@@ -201,7 +195,7 @@ def prior_tokens(
     element = _scale(rules, flags)
     if element is None or budget_bytes is None or weights_per_gpu is None:
         return None
-    tp = int(_number(flags.get(rules.tp_flag)) or 1)
+    tp = int(flag_number(flags.get(rules.tp_flag)) or 1)
     share = kv_share(rules, flags) if layout.hybrid else 1.0
     pool = max(fraction * budget_bytes - weights_per_gpu, 0.0) * share
     cell, cell_trials = layout.bytes_per_token(element_bytes=element, tp=tp), tuple[int, ...]()
@@ -224,14 +218,14 @@ def request_kv(space: SearchSpace, rules: MemoryRules, layout: KvLayout) -> list
     if rules.context_flag is None:
         return []
     tp_param = space.tuned.get(rules.tp_flag)
-    tps = [v for v in map(_number, tp_param.choices) if v] if isinstance(tp_param, CategoricalParam) else []
-    tp = int(min(tps) if tps else _number(space.fixed.get(rules.tp_flag)) or 1)
+    tps = [v for v in map(flag_number, tp_param.choices) if v] if isinstance(tp_param, CategoricalParam) else []
+    tp = int(min(tps) if tps else flag_number(space.fixed.get(rules.tp_flag)) or 1)
     room = most_room(space, rules, dict(space.fixed))
     element = _scale(rules, room) or max((max(k.values()) for k in rules.pool_scale.values()), default=2.0)
     cell = layout.bytes_per_token(element_bytes=element, tp=tp)
     param = space.tuned.get(rules.context_flag)
     values = param.choices if isinstance(param, CategoricalParam) else [space.fixed.get(rules.context_flag)]
-    contexts = sorted({int(c) for c in map(_number, values) if c is not None})
+    contexts = sorted({int(c) for c in map(flag_number, values) if c is not None})
     return [RequestKv(flag=rules.context_flag, context=c, bytes_per_gpu=c * cell) for c in contexts]
 
 
@@ -247,9 +241,9 @@ def largest_fraction(space: SearchSpace, rules: MemoryRules, flags: Mapping[str,
     if isinstance(param, (FloatParam, IntParam)):
         return float(param.high)
     if isinstance(param, CategoricalParam):
-        offered = [v for v in map(_number, param.choices) if v is not None]
+        offered = [v for v in map(flag_number, param.choices) if v is not None]
         return max(offered, default=None)
-    value = _number(flags.get(rules.fraction_flag))
+    value = flag_number(flags.get(rules.fraction_flag))
     return value if value is not None else rules.default_fraction
 
 
@@ -264,7 +258,7 @@ def most_room(space: SearchSpace, rules: MemoryRules, flags: Mapping[str, FlagVa
     if rules.kv_share_flag is not None and isinstance(ratio, (FloatParam, IntParam)):
         out[rules.kv_share_flag] = ratio.low
     elif rules.kv_share_flag is not None and isinstance(ratio, CategoricalParam):
-        numbers = [v for v in map(_number, ratio.choices) if v is not None]
+        numbers = [v for v in map(flag_number, ratio.choices) if v is not None]
         if numbers:
             out[rules.kv_share_flag] = min(numbers)
     for name, known in rules.pool_scale.items():
@@ -292,11 +286,11 @@ def offered_contexts(space: SearchSpace, rules: MemoryRules, points: Sequence[Po
     if rules.context_flag is None or not isinstance(param, CategoricalParam):
         return []
     fits = []
-    for context in sorted({int(v) for v in map(_number, param.choices) if v is not None}):
+    for context in sorted({int(v) for v in map(flag_number, param.choices) if v is not None}):
         best: PoolEstimate | None = None
         for point in points:
             room = most_room(space, rules, {**point.flags, rules.context_flag: context})
-            fraction = _number(room.get(rules.fraction_flag))
+            fraction = flag_number(room.get(rules.fraction_flag))
             estimate = tokens_at(points, rules, room, fraction) if fraction is not None else None
             if estimate is not None and (best is None or estimate.tokens > best.tokens):
                 best = estimate
