@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict
 
 from autotune.space import Baseline, SearchSpace
 from benchmarks.family_configs import ModelKind, acceptance_curves, dflash_config, eagle_config, target_config
-from passmodel.physics import kv_share_per_gpu
+from passmodel.physics import checkpoint_bytes, kv_share_per_gpu
 from passmodel.profile import (
     GpuSpec,
     MemorySpec,
@@ -467,13 +467,6 @@ def _context_length(
 # The space
 
 
-def checkpoint_bytes(profile: TwinProfile) -> float:
-    """The checkpoint's weights as its safetensors index states them: MTP heads included, which the twin
-    loads with the weights, used or not (a space stating the target's alone under-counts every launch)."""
-    mtp = profile.model.mtp
-    return float(profile.model.weight_bytes + (mtp.head_bytes if mtp is not None else 0))
-
-
 def _space(
     rng: random.Random, profile: TwinProfile, *, tps: list[int], context: int, wide: bool = False
 ) -> SearchSpace:
@@ -566,7 +559,7 @@ def _space(
             "engine": "sglang",
             "launcher": ["{python}", "-m", "autotune_twin", "--twin-profile", f"{profile.name}.yaml"],
             "model": model.name,
-            "gpus": {"devices": list(range(profile.gpus.count)), "model_bytes": checkpoint_bytes(profile)},
+            "gpus": {"devices": list(range(profile.gpus.count)), "model_bytes": float(checkpoint_bytes(profile.model))},
             "fixed": fixed,
             "tuned": tuned,
             "baselines": [

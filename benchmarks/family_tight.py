@@ -28,10 +28,10 @@ from benchmarks.family import (
     _log_uniform,
     _memory,
     _setup,
-    checkpoint_bytes,
     public_facts,
 )
 from benchmarks.family_configs import ModelKind, eagle_config, target_config
+from passmodel.physics import checkpoint_bytes
 from passmodel.profile import DrafterSpec, TwinProfile
 from passmodel.setup import BYTES_PER_PARAM, KNOWN_GPUS, Setup, load_setup
 
@@ -200,7 +200,7 @@ def _twin_space(
             "engine": "sglang",
             "launcher": ["{python}", "-m", "autotune_twin", "--twin-profile", f"{profile.name}.yaml"],
             "model": profile.model.name,
-            "gpus": {"devices": list(range(profile.gpus.count)), "model_bytes": checkpoint_bytes(profile)},
+            "gpus": {"devices": list(range(profile.gpus.count)), "model_bytes": float(checkpoint_bytes(profile.model))},
             "fixed": fixed,
             "tuned": tuned,
             "baselines": baselines,

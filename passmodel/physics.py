@@ -22,7 +22,7 @@ from functools import lru_cache
 
 from passmodel import adaptive
 from passmodel.config import LaunchConfig, SpecConfig
-from passmodel.profile import TwinProfile
+from passmodel.profile import ModelSpec, TwinProfile
 
 GIB = float(1 << 30)
 MIB = float(1 << 20)
@@ -31,12 +31,15 @@ MIB = float(1 << 20)
 # Sizes a pass reads
 
 
+def checkpoint_bytes(model: ModelSpec) -> int:
+    """The target checkpoint's weights as loaded (and as its safetensors index states them): MTP heads
+    included, used or not."""
+    return model.weight_bytes + (model.mtp.head_bytes if model.mtp is not None else 0)
+
+
 def weight_bytes_per_gpu(profile: TwinProfile, cfg: LaunchConfig) -> int:
     """Target weights sharded by TP, plus the MTP head or drafter (also sharded)."""
-    model = profile.model
-    total = model.weight_bytes
-    if model.mtp is not None:
-        total += model.mtp.head_bytes  # loaded with the checkpoint even when unused
+    total = checkpoint_bytes(profile.model)
     if cfg.spec.drafter is not None:
         total += cfg.spec.drafter.weight_bytes
     return total // cfg.tp_size
