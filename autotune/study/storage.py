@@ -182,7 +182,6 @@ for _name in (
     "get_all_trials",
     "get_best_trial",
     "record_heartbeat",
-    "_get_stale_trial_ids",  # read at the start of every trial of study.optimize with heartbeats on
 ):
     if hasattr(optuna.storages.RDBStorage, _name):
         setattr(_OutageTolerantStorage, _name, _riding_out(_name))
