@@ -20,7 +20,7 @@ import yaml
 from autotune.server import find_free_port
 from autotune.study import StudyPaths
 from autotune.study.attrs import trial_record
-from autotune.study.storage import exclusive, open_storage
+from autotune.study.storage import exclusive, open_storage, optimize_riding_out
 from tests.conftest import TWIN_SPACE, autotune_cmd
 from tests.tiers import pg_bin
 
@@ -152,23 +152,28 @@ def test_a_database_server_that_goes_away_mid_study_is_waited_for(postgres: str,
     reader = threading.Thread(target=lambda: lines.extend(tuner.stdout or []), daemon=True)
     reader.start()
     records = tmp_path / "host" / "studies" / name / "servers"
-    deadline = time.monotonic() + 600  # a bound for a loaded machine; the wait is on the condition
-    while not (list(records.glob("server-*.json")) and any(t.state.name == "COMPLETE" for t in
-                                                          load_trials(postgres, name))):  # fmt: skip
-        assert time.monotonic() < deadline and tuner.poll() is None, "no trial measured, or none running"
-        time.sleep(0.2)
-    subprocess.run([*SERVER["pg_ctl"], "-m", "fast", "stop"], check=True, capture_output=True)
     try:
-        deadline = time.monotonic() + 300
-        while not any("storage unreachable" in line for line in lines):  # the tuner noticed (heartbeat)
-            assert time.monotonic() < deadline and tuner.poll() is None, "".join(lines)
+        deadline = time.monotonic() + 600  # a bound for a loaded machine; the wait is on the condition
+        while not (list(records.glob("server-*.json")) and any(t.state.name == "COMPLETE" for t in
+                                                              load_trials(postgres, name))):  # fmt: skip
+            assert time.monotonic() < deadline and tuner.poll() is None, "no trial measured, or none running"
             time.sleep(0.2)
-    finally:
-        subprocess.run([*SERVER["pg_ctl"], "start"], check=True, capture_output=True)
-    code = tuner.wait(timeout=600)
-    reader.join(timeout=10)
-    if tuner.stdout is not None:
-        tuner.stdout.close()
+        subprocess.run([*SERVER["pg_ctl"], "-m", "fast", "stop"], check=True, capture_output=True)
+        try:
+            deadline = time.monotonic() + 300
+            while not any("storage unreachable" in line for line in lines):  # the tuner noticed (heartbeat)
+                assert time.monotonic() < deadline and tuner.poll() is None, "".join(lines)
+                time.sleep(0.2)
+        finally:
+            subprocess.run([*SERVER["pg_ctl"], "start"], check=True, capture_output=True)
+        code = tuner.wait(timeout=600)
+    finally:  # a failed wait above leaves no tuner running and no pipe open for a later test to meet
+        if tuner.poll() is None:
+            os.killpg(tuner.pid, signal.SIGKILL)
+            tuner.wait()
+        reader.join(timeout=10)
+        if tuner.stdout is not None:
+            tuner.stdout.close()
     output = "".join(lines)
     assert code == 0, output
     assert "Traceback" not in output and not any(line.startswith("Error:") for line in lines), output
@@ -212,3 +217,36 @@ def test_the_study_lock_rides_out_a_database_server_that_goes_away(
     storage.engine.dispose()
     assert taken.is_set()  # taken once the server was back (the lock held across the outage was not left taken)
     assert said.count("\n") == 1, said
+
+
+def test_a_trial_started_while_the_database_server_is_away_waits_for_it(
+    postgres: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # With heartbeats on, each trial of study.optimize first asks the database for stale trials (the
+    # failure CI met: a trial answered without a launch, the next one started during the outage).
+    storage = open_storage(postgres, heartbeat_s=1)
+    study = optuna.create_study(study_name="stale-check-outage", storage=storage)
+    subprocess.run([*SERVER["pg_ctl"], "-m", "fast", "stop"], check=True, capture_output=True)
+    errors: list[BaseException] = []
+
+    def two_trials() -> None:
+        try:
+            optimize_riding_out(study, storage, lambda trial: 1.0, n_trials=2)
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    runner = threading.Thread(target=two_trials, daemon=True)
+    said = ""
+    try:
+        runner.start()
+        deadline = time.monotonic() + 120
+        while "storage unreachable" not in said:  # the trial met the outage, said so and waits
+            assert time.monotonic() < deadline and runner.is_alive(), (said, errors)
+            said += capfd.readouterr().err
+            time.sleep(0.1)
+    finally:
+        subprocess.run([*SERVER["pg_ctl"], "start"], check=True, capture_output=True)
+    runner.join(timeout=120)
+    storage.engine.dispose()
+    assert not errors and not runner.is_alive(), errors
+    assert [t.state.name for t in load_trials(postgres, "stale-check-outage")] == ["COMPLETE", "COMPLETE"]

@@ -43,7 +43,7 @@ from autotune.study.paths import StudyPaths
 from autotune.study.preflight_checks import Preflight
 from autotune.study.runner import TrialFault, keep_importance
 from autotune.study.schedule import SCHEDULE, Launches, Schedule, ScheduleVerdict, judge
-from autotune.study.storage import exclusive
+from autotune.study.storage import exclusive, optimize_riding_out
 from autotune.trial import Phase, TrialOutcome
 
 if TYPE_CHECKING:
@@ -225,8 +225,13 @@ def _relaunch(runner: StudyRunner, finalists: Sequence[TrialRecord]) -> None:
     with exclusive(runner.storage, runner.paths):
         for finalist in finalists:
             attrs.enqueue_confirmation(runner.study, params[finalist.number], finalist, round_=len(trials))
-    runner.study.optimize(
-        runner.objective, n_trials=len(finalists), catch=(TrialFault,), callbacks=[runner.after_trial]
+    optimize_riding_out(
+        runner.study,
+        runner.storage,
+        runner.objective,
+        n_trials=len(finalists),
+        catch=(TrialFault,),
+        callbacks=[runner.after_trial],
     )
 
 

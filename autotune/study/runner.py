@@ -56,7 +56,7 @@ from autotune.study.preflight_checks import Preflight
 from autotune.study.rules import build_rules, decide
 from autotune.study.rules.context_fit import ContextFit
 from autotune.study.sampler import PossibleContexts, SamplerName, make_sampler
-from autotune.study.storage import exclusive, open_storage
+from autotune.study.storage import exclusive, open_storage, optimize_riding_out
 from autotune.trial import TrialOutcome
 
 DUPLICATE_POLL_S = 2.0
@@ -459,7 +459,9 @@ class StudyRunner:
                 self.stop_reason = reason
                 study.stop()
 
-        self.study.optimize(
+        optimize_riding_out(
+            self.study,
+            self.storage,
             self.objective,
             n_trials=trials * PROPOSALS_PER_LAUNCH if trials is not None else None,
             # Optuna's own timeout is the backstop; TimeBudget records the reason.

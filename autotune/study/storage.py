@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import optuna
@@ -185,6 +185,57 @@ for _name in (
 ):
     if hasattr(optuna.storages.RDBStorage, _name):
         setattr(_OutageTolerantStorage, _name, _riding_out(_name))
+
+
+def optimize_riding_out(
+    study: optuna.Study,
+    storage: optuna.storages.BaseStorage,
+    objective: Callable[[optuna.Trial], float | list[float]],
+    *,
+    n_trials: int | None = None,
+    timeout: float | None = None,
+    catch: tuple[type[Exception], ...] = (),
+    callbacks: Sequence[Callable[[optuna.Study, optuna.trial.FrozenTrial], None]] = (),
+) -> None:
+    """``study.optimize``, riding out a database server that goes away between two trials.
+
+    With heartbeats on, Optuna asks the storage for stale trials before each trial, outside the
+    storage calls that ride out an outage themselves: an outage met there ends ``optimize`` before a
+    trial began. It is waited out through Optuna's public stale check, then the trials left run. An
+    error once a trial has begun propagates: that trial's storage calls rode out the outage already.
+    """
+    outage_s: float | None = getattr(storage, "outage_s", None)  # server databases only
+    begun = 0
+    ended = 0
+
+    def counted(trial: optuna.Trial) -> float | list[float]:
+        nonlocal begun
+        begun += 1
+        return objective(trial)
+
+    def count_end(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        nonlocal ended
+        ended += 1
+
+    import sqlalchemy
+
+    started = time.monotonic()
+    while True:
+        try:
+            study.optimize(
+                counted,
+                n_trials=None if n_trials is None else n_trials - ended,
+                timeout=None if timeout is None else max(0.0, timeout - (time.monotonic() - started)),
+                catch=catch,
+                callbacks=[count_end, *callbacks],
+            )
+            return
+        except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as exc:
+            if outage_s is None or begun != ended or not _is_disconnect(exc):
+                raise
+            with warnings.catch_warnings():  # heartbeats are experimental in Optuna 5
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                ride_out(lambda: optuna.storages.fail_stale_trials(study), outage_s=outage_s)
 
 
 _SCHEMA_LOCK_KEY = int(hashlib.sha256(b"autotune: create optuna tables").hexdigest()[:15], 16)
