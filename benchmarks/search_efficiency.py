@@ -145,8 +145,12 @@ def family_benchmark(
             **({"unmodelled": True} if unmodelled else {})}  # fmt: skip
 
 
-RECORDED_NAMES = {"autotune": REFERENCE, "autotune-tpe": TPE_NIGHT, "autotune-model": MODEL_NIGHT,
-                  "random-runner": "random (autotune loop)"}
+RECORDED_NAMES = {
+    "autotune": REFERENCE,
+    "autotune-tpe": TPE_NIGHT,
+    "autotune-model": MODEL_NIGHT,
+    "random-runner": "random (autotune loop)",
+}
 
 
 def recorded_regret(

@@ -233,8 +233,7 @@ def test_natural_completion_length_is_fixed_per_prompt(profile: TwinProfile) -> 
     assert all(48 <= n <= 1024 for n in lengths)
     # fixed across processes too (not Python's salted hash): a twin process and the landscape agree
     code = (
-        "from passmodel import physics, profile; "
-        "print(physics.natural_completion_tokens(profile.load_profile(), {!r}))"
+        "from passmodel import physics, profile; print(physics.natural_completion_tokens(profile.load_profile(), {!r}))"
     )
     for hash_seed in ("1", "2"):
         other = subprocess.run(
