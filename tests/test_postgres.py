@@ -6,10 +6,13 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +20,7 @@ import optuna
 import pytest
 import yaml
 
+from autotune.errors import StorageError
 from autotune.server import find_free_port
 from autotune.study import StudyPaths
 from autotune.study.attrs import trial_record
@@ -241,7 +245,8 @@ def test_a_trial_started_while_the_database_server_is_away_waits_for_it(
         runner.start()
         deadline = time.monotonic() + 120
         while "storage unreachable" not in said:  # the trial met the outage, said so and waits
-            assert time.monotonic() < deadline and runner.is_alive(), (said, errors)
+            frame = sys._current_frames().get(runner.ident or 0)  # where it waits, should it never say so
+            assert time.monotonic() < deadline and runner.is_alive(), (said, errors, traceback.format_stack(frame))
             said += capfd.readouterr().err
             time.sleep(0.1)
     finally:
@@ -250,3 +255,25 @@ def test_a_trial_started_while_the_database_server_is_away_waits_for_it(
     storage.engine.dispose()
     assert not errors and not runner.is_alive(), errors
     assert [t.state.name for t in load_trials(postgres, "stale-check-outage")] == ["COMPLETE", "COMPLETE"]
+
+
+def test_a_server_that_accepts_but_never_answers_is_an_error_not_a_hang() -> None:
+    # a port that takes connections and says nothing: a half-down server, or its port taken by another program
+    silent = socket.create_server(("127.0.0.1", 0))
+    port = silent.getsockname()[1]
+    outcome: list[BaseException | None] = []
+
+    def open_it() -> None:
+        try:
+            open_storage(f"postgresql+psycopg://tuner@127.0.0.1:{port}/autotune")
+            outcome.append(None)
+        except BaseException as exc:  # judged below
+            outcome.append(exc)
+
+    opener = threading.Thread(target=open_it, daemon=True)
+    opener.start()
+    opener.join(timeout=300)  # a bound for a loaded machine; the connection attempt gives up after seconds
+    silent.close()
+    assert not opener.is_alive(), "the connection attempt still waits"
+    assert len(outcome) == 1 and isinstance(outcome[0], StorageError), outcome
+    assert f"127.0.0.1:{port}" in str(outcome[0])

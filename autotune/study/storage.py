@@ -27,6 +27,8 @@ from autotune.study.paths import StudyPaths, shown_url, sqlite_path
 if TYPE_CHECKING:
     import sqlalchemy
 
+CONNECT_TIMEOUT_S = 10  # seconds a PostgreSQL connection attempt may take (libpq's connect_timeout)
+
 # SQLAlchemy (~0.2 s to import) is imported by the functions that open a database: the read-only
 # commands read an SQLite study without it (study/snapshot.py).
 
@@ -41,6 +43,14 @@ def _first_line(exc: BaseException) -> str:
     text = str(getattr(exc, "orig", None) or exc).strip()
     line = text.splitlines()[0] if text else ""
     return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+def _server_connect_args(url: str) -> dict[str, Any]:
+    """A bounded connection attempt: a server that accepts connections but never answers (half down,
+    or its port taken by another program) would otherwise hold one forever, outside any outage wait."""
+    if url.startswith(("postgresql", "postgres")) and "connect_timeout" not in url:
+        return {"connect_timeout": CONNECT_TIMEOUT_S}
+    return {}
 
 
 @contextlib.contextmanager
@@ -77,7 +87,9 @@ def _creation_lock(url: str) -> Iterator[None]:
     if url.startswith(("postgresql", "postgres")):
         import sqlalchemy
 
-        engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+        engine = sqlalchemy.create_engine(
+            url, poolclass=sqlalchemy.pool.NullPool, connect_args=_server_connect_args(url)
+        )
         try:
             with engine.connect() as conn:
                 conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
@@ -257,7 +269,7 @@ def open_storage(url: str, *, heartbeat_s: int | None = None) -> optuna.storages
     if sqlite_path(url) is not None:
         kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}}
     else:
-        kwargs = {"pool_pre_ping": True}
+        kwargs = {"pool_pre_ping": True, "connect_args": _server_connect_args(url)}
         storage_class = _OutageTolerantStorage
     heartbeat: dict[str, Any] = {}
     for attempt in range(5):
