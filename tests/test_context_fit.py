@@ -25,7 +25,7 @@ from autotune.kv_layout import KvLayout, kv_layout_of
 from autotune.space import load_space
 from autotune.study import StudyView, make_sampler
 from autotune.study.history import History
-from autotune.study.pool_tokens import engine_cell, most_room, pool_points, prior_tokens, tokens_at, too_small
+from autotune.study.pool_tokens import most_room, pool_points, tokens_at, too_small
 from autotune.study.rules.context_fit import ContextFit, draft_layouts
 from autotune.testing.records import trial_record
 from benchmarks.nights import LandscapeLauncher, make_runner
@@ -414,23 +414,3 @@ def test_the_kv_bytes_per_token_a_launch_logged_beat_the_config_s_count(tmp_path
     fit_skips = [r.reason or "" for r in records if isinstance(r.decision, Skip) and r.decision.rule == "context-fit"]
     said = "over the KV bytes per token trials 0 logged, fewer than the model's config.json counts"
     assert any(said in reason for reason in fit_skips)
-
-
-def test_a_drafting_launchs_logged_cell_speaks_for_the_target_less_its_drafts_kv() -> None:
-    """A NEXTN launch logs the KV bytes per token of the target's layers and its MTP layer together: for a
-    plan without a draft, the engine's cell is that less the MTP layer's (else the estimate would count a
-    draft the plan does not run, and skip contexts that fit)."""
-    text = {**HYBRID_CONFIG["text_config"], "num_nextn_predict_layers": 1}  # type: ignore[dict-item]
-    layout = kv_layout_of({**HYBRID_CONFIG, "text_config": text})
-    assert layout is not None
-    target, mtp = layout.bytes_per_token(element_bytes=2, tp=2), layout.bytes_per_token(element_bytes=2, tp=2, layers=1)
-    launched = SGLANG.normalise({**HYBRID, "mem-fraction-static": 0.9, "context-length": 65536})
-    lesson = MemoryLesson(flags=launched.flags, trial=0, kv_cell_bytes=target / 2 + mtp)  # the engine keeps half
-    records = [trial_record(0, outcome="ok", engine="sglang", flags=launched.flags, memory=lesson)]
-    plain = SGLANG.normalise({"tp-size": 2, "mem-fraction-static": 0.9, "context-length": 65536}).flags
-    assert engine_cell(records, RULES, "sglang", plain, layout=layout, drafters={}) == (target / 2, (0,))
-    assert engine_cell(records, RULES, "sglang", launched.flags, layout=layout, drafters={}) == (target / 2, (0,))
-    estimate = prior_tokens(layout, RULES, launched.flags, 0.96, budget_bytes=23 * GIB, weights_per_gpu=13.5e9,
-                            logged_cell=(target / 2, (0,)))  # fmt: skip
-    pool = (0.96 * 23 * GIB - 13.5e9) / 1.9  # the engine's ratio, 0.9
-    assert estimate is not None and estimate.tokens == pytest.approx(pool / (target / 2 + mtp))
