@@ -4,9 +4,7 @@ at a fraction follow from the GPUs' free memory, the weights and these bytes.
 Full-attention layers keep a key and a value per KV head per token; tensor parallelism splits the KV
 heads over the GPUs (a head is never split: fewer heads than GPUs are replicated). A hybrid model's
 linear-attention layers keep a fixed state per request instead, not per token, so only its
-full-attention layers count (``layer_types``, or every ``full_attention_interval``-th layer). A model's
-own MTP layers (``num_nextn_predict_layers``) and a separate draft model's layers keep their KV per token
-beside the target's when a launch drafts with them: the engine sizes the draft's pool in the same tokens.
+full-attention layers count (``layer_types``, or every ``full_attention_interval``-th layer).
 """
 
 from __future__ import annotations
@@ -28,14 +26,11 @@ class KvLayout(Frozen):
     kv_heads: int = Field(gt=0)
     head_dim: int = Field(gt=0)
     hybrid: bool = Field(description="some layers hold a fixed state per request (linear attention) instead")
-    mtp_layers: int = Field(default=0, ge=0, description="its own MTP (next-token prediction) layers")
 
-    def bytes_per_token(self, *, element_bytes: float, tp: int, layers: int | None = None) -> float:
-        """KV bytes of one token on one GPU, at ``element_bytes`` per stored value and TP size ``tp``;
-        ``layers``: that many full-attention layers of this shape instead of the model's (its MTP layers')."""
+    def bytes_per_token(self, *, element_bytes: float, tp: int) -> float:
+        """KV bytes of one token on one GPU, at ``element_bytes`` per stored value and TP size ``tp``."""
         heads = math.ceil(self.kv_heads / max(tp, 1))
-        counted = self.full_attention_layers if layers is None else layers
-        return 2.0 * counted * heads * self.head_dim * element_bytes
+        return 2.0 * self.full_attention_layers * heads * self.head_dim * element_bytes
 
 
 def kv_layout_of(config: dict[str, Any]) -> KvLayout | None:
@@ -62,9 +57,7 @@ def kv_layout_of(config: dict[str, Any]) -> KvLayout | None:
         full, hybrid = layers, False
     if not full:
         return None
-    names = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
-    mtp = config_int(c, *names) or config_int(config, *names) or 0
-    return KvLayout(full_attention_layers=full, kv_heads=kv_heads, head_dim=head_dim, hybrid=hybrid, mtp_layers=mtp)
+    return KvLayout(full_attention_layers=full, kv_heads=kv_heads, head_dim=head_dim, hybrid=hybrid)
 
 
 def kv_layout(model: str, config: Path | None = None) -> KvLayout | None:

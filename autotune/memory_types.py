@@ -69,16 +69,6 @@ class MemoryRules(BaseModel):
         "slots take pool room per running request and draft token)",
     )
     context_flag: str | None = Field(default=None, description="the context length: tokens one request may need")
-    draft_model_flag: str | None = Field(
-        default=None,
-        description="the separate draft model a launch drafts with: its layers keep KV per token beside the "
-        "target's, in the same pool tokens",
-    )
-    mtp_flag: str | None = Field(default=None, description="the flag that drafts with the model's own MTP layers")
-    mtp_values: frozenset[str] = Field(
-        default=frozenset(),
-        description="its values that do so where no draft model is given (their KV joins every token's cell)",
-    )
     kv_share_flag: str | None = Field(
         default=None,
         description="the hybrid state ratio r: the full-attention KV gets 1 / (1 + r) of the pool (SGLang's "

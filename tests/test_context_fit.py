@@ -26,7 +26,7 @@ from autotune.space import load_space
 from autotune.study import StudyView, make_sampler
 from autotune.study.history import History
 from autotune.study.pool_tokens import most_room, pool_points, tokens_at, too_small
-from autotune.study.rules.context_fit import ContextFit, draft_layouts
+from autotune.study.rules.context_fit import ContextFit
 from autotune.testing.records import trial_record
 from benchmarks.nights import LandscapeLauncher, make_runner
 from benchmarks.problems import load_problem
@@ -260,57 +260,6 @@ def test_before_any_launch_the_config_rules_out_a_context_no_allowed_fraction_ho
     assert ContextFit(_hybrid_space(), {"sglang": SGLANG}, models).decide(
         SGLANG.normalise({**HYBRID, "context-length": 262144, "mem-fraction-static": 0.96}), empty
     ) is None  # without the config nothing is known before a launch
-
-
-def test_before_any_launch_a_drafts_kv_layers_count_the_models_own_mtp_layers_and_a_draft_models(
-    tmp_path: Path,
-) -> None:
-    """Round 6 of issue 54: the config.json estimate left out the draft's KV, so a NEXTN launch whose pool
-    could hold the context without its MTP layer's KV was launched and died (tight-context member 369's
-    cautious baseline: 33595 tokens estimated, 25868 held)."""
-    models = {"sglang": FeasibilityModel(RULES, free_bytes=23 * GIB, weight_bytes=27e9, total_bytes=24 * GIB)}
-    text = {**HYBRID_CONFIG["text_config"], "num_nextn_predict_layers": 1}  # type: ignore[dict-item]
-    layout = kv_layout_of({**HYBRID_CONFIG, "text_config": text})
-    assert layout is not None and layout.mtp_layers == 1
-    empty = History([], number=0)
-    # at 0.96 the pool holds (0.96 x 23 GiB - 13.5 GB) / 1.5 bytes: 207687 tokens of the target's 32 KiB,
-    # 195470 with the MTP layer's 2 KiB beside them
-    at = {"mamba-full-memory-ratio": 0.5, "context-length": 196608, "mem-fraction-static": 0.96}
-    rule = ContextFit(_hybrid_space(), {"sglang": SGLANG}, models, layout=layout)
-    skip = rule.decide(SGLANG.normalise({**HYBRID, **at}), empty)
-    assert isinstance(skip, Skip) and "the pool holds about 195470 (" in skip.reason
-    assert rule.decide(SGLANG.normalise({"tp-size": 2, **at}), empty) is None  # no draft: the target's KV only
-    unstated = layout.model_copy(update={"mtp_layers": 0})
-    without = ContextFit(_hybrid_space(), {"sglang": SGLANG}, models, layout=unstated)
-    assert without.decide(SGLANG.normalise({**HYBRID, **at}), empty) is None  # a config that states no MTP layer
-    # a separate draft model: its config.json, named by the space, gives its layers
-    drafter = tmp_path / "drafter.json"
-    drafter.write_text(json.dumps({"num_hidden_layers": 2, "num_attention_heads": 32, "num_key_value_heads": 8,
-                                   "hidden_size": 4096}))  # fmt: skip
-    space = _hybrid_space()
-    space = space.model_copy(update={"fixed": {**space.fixed, "speculative-draft-model-path": "org/drafter"},
-                                     "draft_model_configs": {"org/drafter": str(drafter)}})  # fmt: skip
-    drafters = draft_layouts(space, {"sglang": SGLANG})
-    assert drafters == {"org/drafter": KvLayout(full_attention_layers=2, kv_heads=8, head_dim=128, hybrid=False)}
-    eagle = {**HYBRID, "speculative-algorithm": "EAGLE3", "speculative-draft-model-path": "org/drafter", **at}
-    with_drafter = ContextFit(space, {"sglang": SGLANG}, models, layout=layout, drafters=drafters)
-    assert isinstance(with_drafter.decide(SGLANG.normalise(eagle), empty), Skip)  # 2 x 2 x 4 x 128 x 2 bytes more
-    assert ContextFit(space, {"sglang": SGLANG}, models, layout=layout).decide(SGLANG.normalise(eagle), empty) is None
-
-
-def test_a_pool_that_misses_a_request_by_more_than_its_figures_rounding_is_too_small() -> None:
-    """The pool the engine printed at its fraction is its own count: a request 0.3 % beyond it does not fit
-    (a 1 % margin let tight-context member 368 launch 262144 at a pool of 261284 tokens and die)."""
-    history = History([death(0, fraction=0.93, pool=119646, context=131072, **{"mamba-full-memory-ratio": 0.5})],
-                      number=1)  # fmt: skip
-    rule = ContextFit(_hybrid_space(), {"sglang": SGLANG}, _models())
-
-    def decide(context: int) -> Any:
-        flags = {**HYBRID, "mamba-full-memory-ratio": 0.5, "mem-fraction-static": 0.93, "context-length": context}
-        return rule.decide(SGLANG.normalise(flags), history)
-
-    assert isinstance(decide(120000), Skip)
-    assert decide(119700) is None  # within what 0.01 GB of rounded figures hold (about 200 tokens here)
 
 
 def test_tight_context_members_tune_contexts_on_both_sides_of_what_the_pool_holds() -> None:

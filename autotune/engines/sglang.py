@@ -374,11 +374,6 @@ class SGLangEngine(Engine):
         per_token_neutral=_SPEC_DEMAND | {RUNNING, GRAPH_BATCH, "cuda-graph-max-bs-prefill", "chunked-prefill-size"},
         per_token_coupled=frozenset({"max-mamba-cache-size"}),
         context_flag=CONTEXT,
-        # A drafter's layers (or the model's own MTP layers: NEXTN, or EAGLE with no draft model) keep KV for
-        # every pool token beside the target's: the draft worker's pool matches the target's in tokens.
-        draft_model_flag=DRAFT_MODEL,
-        mtp_flag=ALGORITHM,
-        mtp_values=frozenset({"NEXTN", "EAGLE"}),
         kv_share_flag="mamba-full-memory-ratio",
         kv_share_default=0.9,
         # A hybrid's state cache is the ratio's share of the pool over the state a request needs, with the

@@ -9,8 +9,7 @@ KV cell it logged or printed. A point speaks for a plan alike in every flag but 
 context, the KV cache dtype (the cell scales by the dtype's bytes) and the hybrid state ratio (the
 full-attention KV gets ``1 / (1 + r)`` of the pool), and the flags that change neither the pool's bytes
 per token nor the request's tokens (:attr:`MemoryRules.per_token_neutral`). Of several points the most
-generous answer counts: a context is called unfit only when every launch that speaks says so, and only
-when it misses by more than the figures' rounding (:data:`ROUNDING_BYTES`).
+generous answer counts: a context is called unfit only when every launch that speaks says so.
 """
 
 from __future__ import annotations
@@ -26,12 +25,9 @@ from autotune.models import Frozen
 from autotune.records import TrialRecord
 from autotune.space import CategoricalParam, FlagValue, FloatParam, IntParam, SearchSpace
 
-# Two estimates within this share of each other are the same answer (the figures are rounded).
+# The figures are rounded (a page of tokens, two decimals of GB): a pool is called too small only when
+# it misses one request by more than this share.
 MARGIN = 0.01
-# The engines log memory in GB with two decimals: a pool worked out from two such figures (the free
-# memory and the weights) may be off by this much, and a pool is called too small only when it misses
-# one request by more than these bytes' tokens.
-ROUNDING_BYTES = 0.01 * 2**30
 
 
 @dataclass(frozen=True)
@@ -44,7 +40,6 @@ class PoolPoint:
     tokens: int
     per_fraction: float | None  # tokens per unit of fraction; None: unknown (the point bounds lower fractions only)
     died: bool
-    slack: float = 0.0  # the tokens ROUNDING_BYTES hold in this pool: how far its growth may be off
 
 
 class PoolEstimate(Frozen):
@@ -53,7 +48,6 @@ class PoolEstimate(Frozen):
     tokens: float
     fraction: float
     trials: tuple[int, ...] = Field(description="the launches whose pools say it")
-    slack: float = Field(default=0.0, description="tokens the rounded figures it rests on may hide")
     cell_trials: tuple[int, ...] = Field(
         default=(), description="before any alike launch: the launches whose logged KV bytes per token it used"
     )
@@ -66,14 +60,12 @@ def pool_point(lesson: MemoryLesson, rules: MemoryRules, *, budget_bytes: float 
     fraction = fraction if fraction is not None else rules.default_fraction
     if not lesson.pool_tokens or fraction is None:
         return None
-    per_fraction, slack = None, 0.0
+    per_fraction = None
     free, weights = lesson.server_free_bytes, lesson.weights_bytes
     if rules.budget_of == "free" and free and weights is not None and fraction * free > weights:
         per_fraction = free * lesson.pool_tokens / (fraction * free - weights)
-        slack = per_fraction * ROUNDING_BYTES / free  # tokens per byte of the pool, times the rounding
     elif budget_bytes and lesson.kv_cell_bytes:
         per_fraction = budget_bytes * kv_share(rules, lesson.flags) / lesson.kv_cell_bytes
-        slack = per_fraction * ROUNDING_BYTES / budget_bytes
     return PoolPoint(
         trial=lesson.trial,
         flags=lesson.flags,
@@ -81,7 +73,6 @@ def pool_point(lesson: MemoryLesson, rules: MemoryRules, *, budget_bytes: float 
         tokens=lesson.pool_tokens,
         per_fraction=per_fraction,
         died=died,
-        slack=slack,
     )
 
 
@@ -144,7 +135,7 @@ def tokens_at(
     """The most tokens the pool of a plan with ``flags`` holds at ``fraction`` by the points that speak for
     it; None where none does (none alike, or none whose growth is known and at a fraction above the asked)."""
     scale, share = _scale(rules, flags), kv_share(rules, flags)
-    best: tuple[float, list[int], float] | None = None
+    best: tuple[float, list[int]] | None = None
     for point in points:
         point_scale = _scale(rules, point.flags)
         if scale is None or point_scale is None or not _alike(rules, point.flags, flags):
@@ -152,50 +143,23 @@ def tokens_at(
         if fraction > point.fraction and point.per_fraction is None:
             continue
         grown = point.tokens + (fraction - point.fraction) * (point.per_fraction or 0.0)
-        converted = (share / kv_share(rules, point.flags)) * (point_scale / scale)
-        tokens, slack = max(grown, 0.0) * converted, point.slack * converted
+        tokens = max(grown, 0.0) * (share / kv_share(rules, point.flags)) * (point_scale / scale)
         if best is None or tokens > best[0] * (1 + MARGIN):
-            best = (tokens, [point.trial], slack)
+            best = (tokens, [point.trial])
         elif tokens >= best[0] * (1 - MARGIN):
-            best = (max(best[0], tokens), [*best[1], point.trial], max(best[2], slack))
+            best = (max(best[0], tokens), [*best[1], point.trial])
     if best is None:
         return None
-    return PoolEstimate(tokens=best[0], fraction=fraction, trials=tuple(sorted(best[1])), slack=best[2])
-
-
-def draft_cell(
-    rules: MemoryRules,
-    flags: Mapping[str, FlagValue],
-    layout: KvLayout,
-    drafters: Mapping[str, KvLayout],
-    *,
-    element_bytes: float,
-) -> float:
-    """The KV bytes per token per GPU a plan's draft keeps beside the target's: a draft model's layers (by
-    its config.json), or the model's own MTP layers; 0 without a draft, or where its config is unread."""
-    tp = int(flag_number(flags.get(rules.tp_flag)) or 1)
-    path = flags.get(rules.draft_model_flag) if rules.draft_model_flag else None
-    if isinstance(path, str):
-        drafter = drafters.get(path)
-        return drafter.bytes_per_token(element_bytes=element_bytes, tp=tp) if drafter is not None else 0.0
-    if rules.mtp_flag is not None and flags.get(rules.mtp_flag) in rules.mtp_values and layout.mtp_layers:
-        return layout.bytes_per_token(element_bytes=element_bytes, tp=tp, layers=layout.mtp_layers)
-    return 0.0
+    return PoolEstimate(tokens=best[0], fraction=fraction, trials=tuple(sorted(best[1])))
 
 
 def engine_cell(
-    records: Sequence[TrialRecord],
-    rules: MemoryRules,
-    engine_name: str,
-    flags: Mapping[str, FlagValue],
-    *,
-    layout: KvLayout,
-    drafters: Mapping[str, KvLayout],
+    records: Sequence[TrialRecord], rules: MemoryRules, engine_name: str, flags: Mapping[str, FlagValue]
 ) -> tuple[float, tuple[int, ...]] | None:
-    """The fewest KV bytes per token of the target's layers the engine itself logged or printed for a
-    launch at the plan's tensor-parallel size (its cell less its draft's, :func:`draft_cell`), scaled to
-    the plan's KV dtype, with the launches that said it; None where none did. The engine's cell beats the
-    config.json's count (it knows how it shards and pads the heads)."""
+    """The fewest KV bytes per token the engine itself logged or printed for a launch at the plan's
+    tensor-parallel size, scaled to the plan's KV dtype, with the launches that said it; None where none
+    did. The engine's cell beats the config.json's count (it knows how it shards and pads the heads);
+    the fewest, as a launch with a drafter's KV layers holds more per token than one without."""
     scale, tp = _scale(rules, flags), flag_number(flags.get(rules.tp_flag)) or 1.0
     best: tuple[float, tuple[int, ...]] | None = None
     for record in records:
@@ -205,10 +169,7 @@ def engine_cell(
         launched = _scale(rules, lesson.flags)
         if scale is None or launched is None or (flag_number(lesson.flags.get(rules.tp_flag)) or 1.0) != tp:
             continue
-        own = lesson.kv_cell_bytes - draft_cell(rules, lesson.flags, layout, drafters, element_bytes=launched)
-        if own <= 0:
-            continue
-        cell = own * scale / launched
+        cell = lesson.kv_cell_bytes * scale / launched
         if best is None or cell < best[0] * (1 - MARGIN):
             best = (cell, (lesson.trial,))
         elif cell <= best[0] * (1 + MARGIN):
@@ -224,14 +185,13 @@ def prior_tokens(
     *,
     budget_bytes: float | None,
     weights_per_gpu: float | None,
-    drafters: Mapping[str, KvLayout] | None = None,
     logged_cell: tuple[float, tuple[int, ...]] | None = None,
 ) -> PoolEstimate | None:
-    """Before any alike launch stated its pool: the tokens at ``fraction`` by the model's KV layout and its
-    draft's (:func:`draft_cell`; ``drafters``: each draft model's layout by its path), the memory the
-    fraction is of and the weights per GPU (a drafter's weights and the engine's other reserves are not
-    counted: the estimate errs towards more tokens). ``logged_cell`` (:func:`engine_cell`): where an unlike
-    launch logged fewer KV bytes per token of the target's layers than the layout counts, the engine's figure."""
+    """Before any alike launch stated its pool: the tokens at ``fraction`` by the model's KV layout, the
+    memory the fraction is of and the weights per GPU (a drafter's weights and KV layers, and the engine's
+    other reserves, are not counted: the estimate errs towards more tokens). ``logged_cell``
+    (:func:`engine_cell`): where an unlike launch logged fewer KV bytes per token than the layout counts,
+    the engine's figure."""
     element = _scale(rules, flags)
     if element is None or budget_bytes is None or weights_per_gpu is None:
         return None
@@ -241,9 +201,7 @@ def prior_tokens(
     cell, cell_trials = layout.bytes_per_token(element_bytes=element, tp=tp), tuple[int, ...]()
     if logged_cell is not None and logged_cell[0] < cell * (1 - MARGIN):
         cell, cell_trials = logged_cell
-    cell += draft_cell(rules, flags, layout, drafters or {}, element_bytes=element)
-    slack = ROUNDING_BYTES * share / cell
-    return PoolEstimate(tokens=pool / cell, fraction=fraction, trials=(), cell_trials=cell_trials, slack=slack)
+    return PoolEstimate(tokens=pool / cell, fraction=fraction, trials=(), cell_trials=cell_trials)
 
 
 class RequestKv(Frozen):
@@ -273,7 +231,7 @@ def request_kv(space: SearchSpace, rules: MemoryRules, layout: KvLayout) -> list
 
 def too_small(estimate: PoolEstimate, needed: int) -> bool:
     """Whether the pool misses one request of ``needed`` tokens by more than the figures' rounding."""
-    return estimate.tokens + estimate.slack < needed
+    return estimate.tokens < needed * (1 - MARGIN)
 
 
 def largest_fraction(space: SearchSpace, rules: MemoryRules, flags: Mapping[str, FlagValue]) -> float | None:

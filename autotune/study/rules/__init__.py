@@ -21,7 +21,7 @@ from autotune.feasibility import FeasibilityModel
 from autotune.kv_layout import kv_layout
 from autotune.space import SearchSpace
 from autotune.study.history import History
-from autotune.study.rules.context_fit import ContextFit, draft_layouts
+from autotune.study.rules.context_fit import ContextFit
 from autotune.study.rules.duplicate import Duplicate
 from autotune.study.rules.fraction_inside import FractionInside
 from autotune.study.rules.make_room import MakeRoom
@@ -75,13 +75,7 @@ def build_rules(
         rules += [SameRate(engines), ServedSizing(engines, feasibility), FractionInside(space, engines, feasibility)]
     rules += [
         MakeRoom(space, engines, feasibility),
-        ContextFit(
-            space,
-            engines,
-            feasibility,
-            layout=kv_layout(space.model, space.named_config()),
-            drafters=draft_layouts(space, engines),
-        ),
+        ContextFit(space, engines, feasibility, layout=kv_layout(space.model, space.named_config())),
         NamedFailure(),
         PredictedMemory(feasibility),
     ]

@@ -3,9 +3,8 @@
 fraction, and, said so, where no fraction the space allows would hold it either (with the state ratio
 and KV dtype the space offers that leave the KV the most room); where the engine picks the fraction
 (a baseline of its defaults), where even the whole memory (fraction 1) would not hold it. Before any
-launch stated its pool, the model's KV layout from its ``config.json`` (:mod:`autotune.kv_layout`), with
-its draft's (a draft model's config.json, or the model's own MTP layers) where the plan drafts, estimates
-it. Applied after ``make-room``, which may have given the plan a larger fraction.
+launch stated its pool, the model's KV layout from its ``config.json`` (:mod:`autotune.kv_layout`)
+estimates it. Applied after ``make-room``, which may have given the plan a larger fraction.
 
 The same estimate keeps the sampler from proposing such contexts at all (:meth:`ContextFit.ruled_out`,
 read by :class:`~autotune.study.sampler.PossibleContexts`): for a proposal's other flags, the contexts this
@@ -19,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from autotune.decision import Decision, Skip
 from autotune.engines.base import Engine, InvalidConfig, LaunchPlan
 from autotune.feasibility import FeasibilityModel
-from autotune.kv_layout import KvLayout, kv_layout
+from autotune.kv_layout import KvLayout
 from autotune.memory_types import MemoryRules
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
@@ -40,26 +39,6 @@ from autotune.study.pool_tokens import (
 Estimator = Callable[[Mapping[str, FlagValue], float], PoolEstimate | None]
 
 
-def draft_layouts(space: SearchSpace, engines: Mapping[str, Engine]) -> dict[str, KvLayout]:
-    """The KV layout of each draft model the space may launch (fixed, tuned or in a baseline), by its path,
-    from the config.json the space names for it (``draft_model_configs``) or the model's own; those
-    unread are left out."""
-    names = {e.memory_rules.draft_model_flag for e in engines.values() if e.memory_rules is not None}
-    paths: set[str] = set()
-    for name in (n for n in names if n is not None):
-        param = space.tuned.get(name)
-        offered: list[FlagValue | None] = [*(param.choices if isinstance(param, CategoricalParam) else [])]
-        offered += [space.fixed.get(name), *(baseline.flags.get(name) for baseline in space.baselines)]
-        paths |= {value for value in offered if isinstance(value, str)}
-    found = {}
-    for path in sorted(paths):
-        named = space.draft_model_configs.get(path)
-        layout = kv_layout(path, space.relative_path(named) if named else None)
-        if layout is not None:
-            found[path] = layout
-    return found
-
-
 class ContextFit:
     name = "context-fit"
     for_baselines = True  # launching a pool that cannot hold one request teaches nothing new
@@ -71,13 +50,11 @@ class ContextFit:
         feasibility: Mapping[str, FeasibilityModel],
         *,
         layout: KvLayout | None = None,
-        drafters: Mapping[str, KvLayout] | None = None,
     ) -> None:
         self.space = space
         self.engines = engines
         self.feasibility = feasibility
         self.layout = layout
-        self.drafters = drafters or {}
 
     def _estimator(self, engine: str, rules: MemoryRules, records: Sequence[TrialRecord]) -> Estimator:
         """The most tokens a plan's pool holds at a fraction: by the launches' pools, else config.json."""
@@ -89,13 +66,10 @@ class ContextFit:
             found = tokens_at(points, rules, flags, at)
             if found is not None or self.layout is None:
                 return found
-            layout, drafters = self.layout, self.drafters
-            cell = engine_cell(records, rules, engine, flags, layout=layout, drafters=drafters)
-            weights = model.weights_per_gpu(flags)
+            weights, cell = model.weights_per_gpu(flags), engine_cell(records, rules, engine, flags)
             return prior_tokens(
-                layout, rules, flags, at, budget_bytes=budget, weights_per_gpu=weights, drafters=drafters,
-                logged_cell=cell,
-            )  # fmt: skip
+                self.layout, rules, flags, at, budget_bytes=budget, weights_per_gpu=weights, logged_cell=cell
+            )
 
         return estimate
 
