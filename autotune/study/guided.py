@@ -82,7 +82,7 @@ STARTUP_TRIES = 2  # a start-up role's candidates that did not serve, before the
 STARTUP_DEPTHS = 2  # the depths a start-up role walks inward: the shallowest two, the deepest two
 STALLED = 3  # the latest proposals none of which served, after which TPE proposes every flag
 LAUNCHABLE_ASKED = 20  # the best candidates the study's rules are asked about, in order
-NEAR = 0.15  # how far apart (guided_reads.apart) a launch's miss weighs 1/e of its own: a step, two tokens
+NEAR = 0.15  # how far apart (guided_reads.apart) a launch's miss weighs 1/e of its own (about a chain's step)
 MODEL_WEIGHT = 0.5  # the pass model's own weight against the misses of the launches near a prediction
 
 

@@ -69,7 +69,7 @@ def shape(spec: tuple[Any, ...]) -> tuple[str, bool] | None:
 
 def apart(a: tuple[Any, ...], b: tuple[Any, ...]) -> float:
     """How far apart two launches (each a :func:`spec_key`) are: the mean |log2| ratio of their TP, steps, topk
-    and tokens a pass (a step from 3 to 4 is 0.1; a doubling of one of them 0.25)."""
+    and tokens a pass (a chain's step from 3 to 4 is 0.18; a doubling of one of them 0.25)."""
     return sum(abs(math.log2((a[i] or 1) / (b[i] or 1))) for i in (0, 2, 3, 4)) / 4
 
 
