@@ -5,7 +5,7 @@ D=/work/wt-model5/benchmarks/results/model-sampler-2026-12-08
 P=/work/wt-model5/.venv/bin/python
 NEW=/tmp/m5/judge-new BP=/tmp/m5/bp
 PART=${1:-all}
-if [ $PART != base ]; then rm -rf $NEW && mkdir -p $NEW && git -C /work/wt-model5 archive HEAD | tar -x -C $NEW && cp /tmp/m5/bp/run_bp.py $NEW/
+if [ $PART != base ]; then rm -rf $NEW && mkdir -p $NEW && git -C /work/wt-model5 archive HEAD | tar -x -C $NEW && cp /work/wt-model5/benchmarks/results/model-sampler-2026-12-08/run_bp.py $NEW/
 echo "new tree: $(git -C /work/wt-model5 rev-parse HEAD) (autotune-model rows)" >> $D/trees.txt; fi
 [ $PART != new ] && echo "tpe, random and branch-point rows: the archive of ac62c90 in $BP, started $(date -u)" >> $D/trees.txt
 run() { # TREE OUTNAME ARGS...
