@@ -419,7 +419,17 @@ def _scale_dflash(profile: TwinProfile, factor: float) -> TwinProfile:
     return profile.model_copy(update={"model": profile.model.model_copy(update={"drafters": drafters})})
 
 
+def _scale_tree(profile: TwinProfile, factor: float) -> TwinProfile:
+    """A tree's own costs (its bookkeeping a pass, each further branch a draft step): what a tree pays
+    that a chain of its depth does not (engines draft and verify the two shapes with other kernels)."""
+    tree = profile.tree
+    ms = {"bookkeeping_ms": tree.bookkeeping_ms * factor}
+    ms["draft_step_per_extra_branch_ms"] = tree.draft_step_per_extra_branch_ms * factor
+    return profile.model_copy(update={"tree": tree.model_copy(update=ms)})
+
+
 DFLASH_KNOB = Knob("dflash_block_ms", _scale_dflash)
+TREE_KNOB = Knob("tree_ms", _scale_tree)
 ACCEPTANCE_KNOB = Knob("acceptance", _scale_acceptance)
 PRIOR_WEIGHT = 0.002  # per squared log-factor: a constant the points cannot tell apart stays put
 
@@ -432,10 +442,10 @@ def identifiable_knobs(points: Sequence[Point], configs: Sequence[LaunchConfig])
     than one concurrency, the fixed cost of speculation a speculative and a plain point, the draft
     step more than one depth, verify cost more than one count of tokens verified a pass; acceptance
     is free where a speculative point gives no accept length; a DFlash drafter's block cost where a
-    point drafts with one. Where the points draft with more than
-    one drafter, each drafter's step is its own knob, free where that drafter drafts at more than one
-    depth (one drafter's step cost says nothing of another's: vLLM's EAGLE-3 step costs more than
-    EAGLE's on the same target though it reads less).
+    point drafts with one; a tree's own costs where points draft both chains (topk 1) and trees. Where
+    the points draft with more than one drafter, each drafter's step is its own knob, free where that
+    drafter drafts at more than one depth (one drafter's step cost says nothing of another's: vLLM's
+    EAGLE-3 step costs more than EAGLE's on the same target though it reads less).
     """
     pairs = list(zip(points, configs, strict=True))
     spec = [(p, c) for p, c in pairs if c.spec.enabled]
@@ -455,6 +465,8 @@ def identifiable_knobs(points: Sequence[Point], configs: Sequence[LaunchConfig])
     knobs = [k for k in COST_KNOBS if free[k.name]]
     if any(c.spec.kind == "dflash" for _, c in spec):  # no table has a DFlash row: its costs are guesses
         knobs.append(DFLASH_KNOB)
+    if len({(c.spec.eagle_topk or 1) > 1 for _, c in spec if c.spec.kind != "dflash"}) > 1:
+        knobs.append(TREE_KNOB)
     if len(depths) > 1:
         knobs += [Knob(f"draft_step_ms:{d}", _scale_own_draft_step(d)) for d, seen in depths.items() if len(seen) > 1]
     unknown = any(p.accept_length is None for p, _ in spec)

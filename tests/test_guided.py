@@ -259,6 +259,47 @@ def test_a_start_up_draft_that_died_of_memory_is_not_proposed_again(tmp_path: Pa
     assert [tokens(r.flags) for r in by_model].count(2) == STARTUP_TRIES
 
 
+def test_a_shape_no_launch_measured_is_launched_before_the_fit_is_exploited(tmp_path: Path) -> None:
+    """Chains decode half as fast again as the pass model prices them (another kernel than a tree's) and the
+    one-step chains die of memory: the night still launches a deeper chain, early, although a fit on the
+    trees it measured prices every chain at a tree's costs (before, it launched trees and DFlash only)."""
+    sampler = make_sampler("model", 1)
+    chain = lambda flags: flags.get("speculative-algorithm") == "NEXTN" and flags.get("speculative-eagle-topk") == 1  # noqa: E731
+
+    def rate(flags: dict[str, object]) -> tuple[float, float]:
+        tok_s, accept = physical(flags)
+        return (tok_s * 1.5 if chain(flags) else tok_s), accept
+
+    runner = guided_runner(tmp_path, sampler=sampler, storage=optuna.storages.InMemoryStorage(), rate=rate,
+                           dies=lambda flags: chain(flags) and tokens(flags) <= 2)  # fmt: skip
+    runner.run(trials=8, timeout_s=None)
+    assert any(r.served and chain(r.flags) for r in runner.records())
+
+
+def test_a_prediction_takes_on_the_misses_of_the_launches_of_its_shape_near_it(tmp_path: Path) -> None:
+    """Three-step chains decode 30 % faster than the pass model's physics allows next to the chains of 1, 2
+    and 5 steps (a kernel's sweet spot): measured, the three-step chain is predicted again (as a race
+    relaunches it) within 10 % (the fit alone, its constants shared by every depth, misses it by 15 %)."""
+    sampler = make_sampler("model", 1)
+    assert isinstance(sampler, ModelGuided)
+
+    def chain(steps: int) -> dict[str, object]:
+        return {"speculative-algorithm": "NEXTN", "speculative-num-steps": steps, "speculative-eagle-topk": 1,
+                "speculative-adaptive": False}  # fmt: skip
+
+    def rate(flags: dict[str, object]) -> tuple[float, float]:
+        tok_s, accept = physical(flags)
+        sweet = flags.get("speculative-eagle-topk") == 1 and flags.get("speculative-num-steps") == 3
+        return (tok_s * 1.3 if sweet else tok_s), accept
+
+    runner = guided_runner(tmp_path, sampler=sampler, storage=optuna.storages.InMemoryStorage(), rate=rate)
+    for steps in (1, 2, 3, 5):
+        runner.study.enqueue_trial(chain(steps))
+    runner.run(trials=4, timeout_s=None)
+    predicted = sampler.prediction(runner.study, chain(3), "none: not sampled")
+    assert predicted is not None and predicted.tok_s == pytest.approx(rate(chain(3))[0], rel=0.1)
+
+
 def test_the_model_proposes_only_what_the_rules_would_launch_and_gives_way_when_nothing_would(
     tmp_path: Path,
 ) -> None:

@@ -15,8 +15,9 @@ A proposal, for the speculative flags (the others, memory sizing above all, are 
    one-flag neighbours, is scored by an upper confidence bound: the predicted rate (a drafter no
    launch measured at :data:`OPTIMISTIC_ACCEPTANCE`) times 1 + (the fit's error + :data:`DISTANCE_WIDTH`
    x the distance to the nearest measured configuration);
-   the highest untried one the study's pre-launch rules would launch is proposed, with the memory sizing
-   they would launch it at (:class:`~autotune.study.launchable.WouldLaunch`, handed over by the runner).
+   the highest untried one the study's pre-launch rules would launch is proposed (first of a shape, a
+   drafter's chains or its trees, that no launch measured), with the memory sizing they would launch it
+   at (:class:`~autotune.study.launchable.WouldLaunch`, handed over by the runner).
 It falls back to TPE, saying why, where no model can be built (:class:`~autotune.pass_setup.PassSetup`),
 where the space tunes several engines or nothing speculative, where none of its best candidates would
 launch or the last :data:`STALLED` proposals did not serve (TPE then draws every flag), and where the
@@ -29,6 +30,7 @@ import json
 import math
 import random
 import statistics
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -50,6 +52,7 @@ from autotune.study.guided_reads import (
     SPECULATIVE,
     TP,
     Draw,
+    apart,
     config_of,
     depth,
     distance,
@@ -60,6 +63,7 @@ from autotune.study.guided_reads import (
     neighbours,
     point_of,
     prediction_errors,
+    shape,
     spec_key,
 )
 from autotune.study.sampler import Wrapping
@@ -78,6 +82,8 @@ STARTUP_TRIES = 2  # a start-up role's candidates that did not serve, before the
 STARTUP_DEPTHS = 2  # the depths a start-up role walks inward: the shallowest two, the deepest two
 STALLED = 3  # the latest proposals none of which served, after which TPE proposes every flag
 LAUNCHABLE_ASKED = 20  # the best candidates the study's rules are asked about, in order
+NEAR = 0.15  # how far apart (guided_reads.apart) a launch's miss weighs 1/e of its own (about a chain's step)
+MODEL_WEIGHT = 0.5  # the pass model's own weight against the misses of the launches near a prediction
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,9 @@ class Fitted:
     output_len: int
     per_request: bool  # the objective is one request's rate (decode_tok_s), not the total
     drafters: frozenset[str]  # the drafters whose acceptance a launch measured ("mtp": the MTP heads)
+    # Each measured launch's shape, launch (spec_key) and log error of the fit's rate (what it measured over
+    # what the fit predicts): the model's misses near a launch, which a prediction of its shape takes on.
+    misses: tuple[tuple[tuple[str, bool] | None, tuple[Any, ...], float], ...] = ()
 
 
 class ModelGuided(Wrapping):
@@ -252,7 +261,7 @@ class ModelGuided(Wrapping):
             )
         # Measured, reused or skipped: known.
         tried = {spec for t in finished if t.state == TrialState.COMPLETE and (spec := specs[t.number])}
-        best, why = self._best(fitted, space, launched, tried, pool)
+        best, why = self._best(fitted, space, launched, tried, pool, list(dead))
         return (best, "model") if best is not None else (None, f"tpe: {why}")
 
     # ---------------------------------------------------------------- candidates
@@ -318,15 +327,22 @@ class ModelGuided(Wrapping):
         launched: Sequence[Launched],
         tried: set[tuple[Any, ...]],
         pool: list[dict[str, Any]],
+        dead: Sequence[tuple[Any, ...]],
     ) -> tuple[dict[str, Any] | None, str]:
         """The untried candidate of the highest upper bound that the study's rules would launch (None, and
         why: every candidate drawn was tried, or none of the :data:`LAUNCHABLE_ASKED` best would launch).
+
+        A shape (:func:`~autotune.study.guided_reads.shape`: a drafter's chains, its trees) no launch served
+        comes first, until :data:`STARTUP_TRIES` of its launches (``dead``: tried, never served) did not serve:
+        the fit prices a shape it has not measured at the other's costs, whatever its error on those.
 
         Even where none promises more than the best measured, the most promising untried one is launched:
         the best measured one again would differ only in memory flags, which the pre-launch rules answer
         from its measurement without a launch."""
         width = max(fitted.error, MIN_FIT_ERROR)
-        scored: list[tuple[float, dict[str, Any]]] = []
+        served = {shape(spec_key(cfg)) for one in launched if (cfg := config_of(fitted.profile, space, one.params))}
+        lost = Counter(shape(spec) for spec in dead)
+        scored: list[tuple[float, dict[str, Any], bool]] = []
         for params in pool:
             cfg = config_of(fitted.profile, space, flags_of(space, params))
             if cfg is None or spec_key(cfg) in tried:
@@ -337,11 +353,13 @@ class ModelGuided(Wrapping):
             if rate is None:
                 continue
             far = min((distance(space, params, one.params) for one in launched), default=1.0)
-            scored.append((rate * (1 + width + DISTANCE_WIDTH * far), params))
+            new = (own := shape(spec_key(cfg))) is not None and own not in served and lost[own] < STARTUP_TRIES
+            scored.append((rate * (1 + width + DISTANCE_WIDTH * far), params, new))
         if not scored:
             return None, "every candidate the model drew from the space is tried"
         scored.sort(key=lambda s: -s[0])
-        asked = (self.would_launch(params) for _, params in scored[:LAUNCHABLE_ASKED])
+        first = [s for s in scored if s[2]][:LAUNCHABLE_ASKED] + scored[:LAUNCHABLE_ASKED]
+        asked = (self.would_launch(params) for _, params, _ in first)
         best = next((launchable for launchable in asked if launchable is not None), None)
         if best is None:
             return None, f"the study's rules would launch none of the model's {LAUNCHABLE_ASKED} best candidates"
@@ -376,7 +394,18 @@ def _rate(fitted: Fitted, space: SearchSpace, flags: Mapping[str, Any]) -> float
     rate = calibrate.expected_rate(
         fitted.profile, cfg, concurrency=fitted.concurrency, input_len=fitted.input_len, output_len=fitted.output_len
     )
+    rate *= math.exp(_near_miss(fitted, spec_key(cfg)))
     return rate / fitted.concurrency if fitted.per_request else rate
+
+
+def _near_miss(fitted: Fitted, launch: tuple[Any, ...]) -> float:
+    """The fit's log error at the measured launches of ``launch``'s shape, weighted by their nearness to it
+    (:func:`~autotune.study.guided_reads.apart`; at :data:`NEAR`, 1/e; the model itself weighs :data:`MODEL_WEIGHT`):
+    the pass model misses alike on neighbouring configurations (a kernel, a draft-token count, a depth's
+    acceptance), which its few constants cannot express."""
+    own = shape(launch)
+    weights = [(math.exp(-apart(launch, at) / NEAR), miss) for kind, at, miss in fitted.misses if kind == own]
+    return sum(w * miss for w, miss in weights) / (MODEL_WEIGHT + sum(w for w, _ in weights))
 
 
 def _fit(profile: TwinProfile, space: SearchSpace, measured: Sequence[CalibrationPoint]) -> Fitted | None:
@@ -407,6 +436,19 @@ def _fit(profile: TwinProfile, space: SearchSpace, measured: Sequence[Calibratio
         abs(math.log(calibrate.predict_point(fitted, p, c).tok_s / p.tok_s))
         for p, c in zip(points, configs, strict=True)
     ]
+    misses = tuple(
+        (
+            shape(spec_key(c)),
+            spec_key(c),
+            math.log(
+                p.tok_s
+                / calibrate.expected_rate(
+                    fitted, c, concurrency=p.concurrency, input_len=p.input_len, output_len=p.output_len
+                )
+            ),
+        )
+        for p, c in zip(points, configs, strict=True)
+    )
     return Fitted(
         profile=fitted,
         error=math.sqrt(statistics.mean(e * e for e in errors)),
@@ -419,6 +461,7 @@ def _fit(profile: TwinProfile, space: SearchSpace, measured: Sequence[Calibratio
             for p, c in zip(points, configs, strict=True)
             if c.spec.enabled and p.accept_length is not None
         ),
+        misses=misses,
     )
 
 

@@ -6,6 +6,7 @@ rates predicted before the launches."""
 from __future__ import annotations
 
 import json
+import math
 import random
 import statistics
 from collections.abc import Mapping, Sequence
@@ -57,6 +58,19 @@ def spec_key(cfg: LaunchConfig) -> tuple[Any, ...]:
     drafter = spec.drafter.path if spec.drafter is not None else None
     adaptive = spec.adaptive is not None
     return (cfg.tp_size, spec.kind, spec.num_steps, spec.eagle_topk, spec.num_draft_tokens, drafter, adaptive)
+
+
+def shape(spec: tuple[Any, ...]) -> tuple[str, bool] | None:
+    """A speculative launch's shape (a :func:`spec_key`'s): its drafter ("mtp": the MTP heads) and whether
+    it drafts a tree (topk above 1; a DFlash block is one shape); None without speculation."""
+    _, kind, _, topk, _, drafter, _ = spec
+    return None if kind == "none" else (drafter or kind, kind != "dflash" and (topk or 1) > 1)
+
+
+def apart(a: tuple[Any, ...], b: tuple[Any, ...]) -> float:
+    """How far apart two launches (each a :func:`spec_key`) are: the mean |log2| ratio of their TP, steps, topk
+    and tokens a pass (a chain's step from 3 to 4 is 0.18; a doubling of one of them 0.25)."""
+    return sum(abs(math.log2((a[i] or 1) / (b[i] or 1))) for i in (0, 2, 3, 4)) / 4
 
 
 def judged_error(records: Sequence[TrialRecord], space: SearchSpace, last: int = JUDGED) -> float | None:
