@@ -196,21 +196,3 @@ def model_structure(model: str, config: Path | None = None) -> ModelStructure | 
     where the space names one); None when unknown."""
     found = read_config(config or find_config(model))
     return structure_of(found) if found is not None else None
-
-
-def stored_param_bytes(config: dict[str, Any]) -> float:
-    """Bytes a checkpoint stores per parameter, by its config: a quantized one's by its method (FP8 one
-    byte, else four bits), otherwise its dtype's (two bytes where it states none)."""
-    quant = config.get("quantization_config")
-    if isinstance(quant, dict) and quant.get("quant_method"):
-        return 1.0 if "fp8" in str(quant["quant_method"]).lower() else 0.5
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
-    dtype = str(config.get("torch_dtype") or config.get("dtype") or (text or {}).get("torch_dtype") or "")
-    return 4.0 if dtype in ("float32", "float") else 2.0
-
-
-def checkpoint_bytes_of(config: dict[str, Any]) -> float | None:
-    """The weight bytes a checkpoint's config.json describes (its parameters as stored); None where
-    :func:`structure_of` cannot count them."""
-    structure = structure_of(config)
-    return structure.total_params * stored_param_bytes(config) if structure is not None else None

@@ -12,7 +12,7 @@ from autotune.engines.base import LaunchPlan
 from autotune.gpu import roofline
 from autotune.measure.client import RequestRecord
 from autotune.measure.protocol import EarlyStop
-from autotune.model_reads import checkpoint_bytes_of, find_config, model_structure, structure_of
+from autotune.model_reads import find_config, model_structure, structure_of
 from autotune.report.console import trial_detail
 from autotune.space import load_space
 from autotune.study import make_sampler
@@ -147,16 +147,3 @@ def test_a_space_that_names_its_models_config_has_a_ceiling(tmp_path: Path) -> N
 def test_a_study_of_a_model_without_its_config_says_the_ceiling_is_unknown(tmp_path: Path) -> None:
     share, _, detail = moe_study(tmp_path, "nobody/no-such-moe")
     assert share == -1.0 and "ceiling unknown: the model's config.json was not found" in detail
-
-
-def test_the_weight_bytes_a_config_describes_by_its_stored_dtype() -> None:
-    # a drafter's weights before any launch (rule context-fit): its parameters as its checkpoint stores them
-    config = {"num_hidden_layers": 1, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096,
-              "intermediate_size": 14336, "vocab_size": 128256, "torch_dtype": "bfloat16"}  # fmt: skip
-    structure = structure_of(config)
-    assert structure is not None
-    assert checkpoint_bytes_of(config) == structure.total_params * 2
-    assert checkpoint_bytes_of({**config, "torch_dtype": "float32"}) == structure.total_params * 4
-    assert checkpoint_bytes_of({**config, "quantization_config": {"quant_method": "fp8"}}) == structure.total_params
-    assert checkpoint_bytes_of({**config, "quantization_config": {"quant_method": "awq"}}) == structure.total_params / 2
-    assert checkpoint_bytes_of({"num_hidden_layers": 1}) is None

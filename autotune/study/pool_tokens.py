@@ -29,13 +29,6 @@ from autotune.space import CategoricalParam, FlagValue, FloatParam, IntParam, Se
 # it misses one request by more than this share.
 MARGIN = 0.01
 
-# SGLang applies its fraction to the free memory it measures after its own CUDA context is made (and, with
-# TP > 1, its communicators); until a launch logged that figure, only NVML's reading before the launch is
-# known, which still holds the context. PyTorch's CUDA context takes about 0.5 GiB on current GPUs (CUDA 12
-# loads kernels lazily); the communicators' buffers come on top and are not counted, so the estimate still
-# errs towards more tokens.
-ENGINE_CONTEXT_BYTES = 0.5 * 2**30
-
 
 @dataclass(frozen=True)
 class PoolPoint:
@@ -195,8 +188,8 @@ def prior_tokens(
     logged_cell: tuple[float, tuple[int, ...]] | None = None,
 ) -> PoolEstimate | None:
     """Before any alike launch stated its pool: the tokens at ``fraction`` by the model's KV layout, the
-    memory the fraction is of and the weights per GPU, a drafter's included (a drafter's KV layers and the
-    engine's other reserves are not counted: the estimate errs towards more tokens). ``logged_cell``
+    memory the fraction is of and the weights per GPU (a drafter's weights and KV layers, and the engine's
+    other reserves, are not counted: the estimate errs towards more tokens). ``logged_cell``
     (:func:`engine_cell`): where an unlike launch logged fewer KV bytes per token than the layout counts,
     the engine's figure."""
     element = _scale(rules, flags)

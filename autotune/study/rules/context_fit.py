@@ -4,9 +4,7 @@ fraction, and, said so, where no fraction the space allows would hold it either 
 and KV dtype the space offers that leave the KV the most room); where the engine picks the fraction
 (a baseline of its defaults), where even the whole memory (fraction 1) would not hold it. Before any
 launch stated its pool, the model's KV layout from its ``config.json`` (:mod:`autotune.kv_layout`)
-estimates it, of the free memory the engine would measure (NVML's less its CUDA context, until a launch
-logged the engine's figure) less the weights, a drafter's from its own ``config.json`` included.
-Applied after ``make-room``, which may have given the plan a larger fraction.
+estimates it. Applied after ``make-room``, which may have given the plan a larger fraction.
 
 The same estimate keeps the sampler from proposing such contexts at all (:meth:`ContextFit.ruled_out`,
 read by :class:`~autotune.study.sampler.PossibleContexts`): for a proposal's other flags, the contexts this
@@ -21,14 +19,12 @@ from autotune.decision import Decision, Skip
 from autotune.engines.base import Engine, InvalidConfig, LaunchPlan
 from autotune.feasibility import FeasibilityModel
 from autotune.kv_layout import KvLayout
-from autotune.memory_types import MemoryRules, flag_number
-from autotune.model_reads import checkpoint_bytes_of, find_config, read_config
+from autotune.memory_types import MemoryRules
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
 from autotune.space import ENGINE_PARAM, CategoricalParam, FlagValue, SearchSpace
 from autotune.study.history import History
 from autotune.study.pool_tokens import (
-    ENGINE_CONTEXT_BYTES,
     PoolEstimate,
     engine_cell,
     largest_fraction,
@@ -59,27 +55,11 @@ class ContextFit:
         self.engines = engines
         self.feasibility = feasibility
         self.layout = layout
-        self._draft_bytes: dict[str, float | None] = {}
-
-    def _drafter_bytes(self, engine: str, flags: Mapping[str, FlagValue]) -> float:
-        """The weight bytes of the draft model a plan names, all shards, by its config.json (the space's
-        ``draft_model_configs``, else the drafter's folder or hub cache); 0 where none is named or found."""
-        speculation = self.engines[engine].speculation
-        path = flags.get(speculation.draft_model) if speculation is not None else None
-        if not isinstance(path, str) or not path:
-            return 0.0
-        if path not in self._draft_bytes:
-            named = self.space.draft_model_configs.get(path)
-            config = read_config(self.space.relative_path(named) if named else find_config(path))
-            self._draft_bytes[path] = checkpoint_bytes_of(config) if config is not None else None
-        return self._draft_bytes[path] or 0.0
 
     def _estimator(self, engine: str, rules: MemoryRules, records: Sequence[TrialRecord]) -> Estimator:
         """The most tokens a plan's pool holds at a fraction: by the launches' pools, else config.json."""
         model = self.feasibility[engine]
         budget = model.total_bytes if rules.budget_of == "total" else model.start_free_bytes
-        if rules.budget_of == "free" and model.server_free_logged is None and budget is not None:
-            budget = max(budget - ENGINE_CONTEXT_BYTES, 0.0)  # NVML's reading still holds the engine's context
         points = pool_points(records, rules, engine, budget_bytes=budget)
 
         def estimate(flags: Mapping[str, FlagValue], at: float) -> PoolEstimate | None:
@@ -87,8 +67,6 @@ class ContextFit:
             if found is not None or self.layout is None:
                 return found
             weights, cell = model.weights_per_gpu(flags), engine_cell(records, rules, engine, flags)
-            if weights is not None and model.weights_total_logged is None:  # a logged load counted its drafter
-                weights += self._drafter_bytes(engine, flags) / (flag_number(flags.get(rules.tp_flag)) or 1.0)
             return prior_tokens(
                 self.layout, rules, flags, at, budget_bytes=budget, weights_per_gpu=weights, logged_cell=cell
             )
@@ -208,6 +186,5 @@ class ContextFit:
             )
         return (
             f"before any launch stated its pool, by the model's config.json: {layout.full_attention_layers} "
-            f"full-attention layers of {layout.kv_heads} KV heads x {layout.head_dim}, the free memory and the "
-            "weights (a drafter's by its config.json)"
+            f"full-attention layers of {layout.kv_heads} KV heads x {layout.head_dim}, the free memory and the weights"
         )
