@@ -163,9 +163,12 @@ class Profile(BaseModel):
 
 
 def render_yaml(profile: Profile) -> str:
+    """The profile as data, headed by what it says of itself in comments (as the shell and systemd
+    exports are): a reader of the file sees the verdict and the gain without parsing it."""
     data = profile.model_dump(mode="json")
     data["env"].update({variable: None for variable in profile.secret_flags().values()})
-    return yaml.safe_dump(data, sort_keys=False)
+    header = "".join(f"# {part}\n" for line in profile.comment_lines() for part in line.splitlines())
+    return header + yaml.safe_dump(data, sort_keys=False)
 
 
 def _environment(profile: Profile) -> tuple[dict[str, str], list[str]]:

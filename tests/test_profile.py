@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from autotune.profile import Profile, ProfileMetric, load_profile, render
+from autotune.profile import Profile, ProfileGain, ProfileMetric, load_profile, render
 from autotune.secrets import redact_env
 
 PROFILE = Profile(
@@ -49,3 +49,17 @@ def test_yaml_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
     path.write_text(render(PROFILE, "yaml"))
     assert load_profile(path) == PROFILE
+
+
+def test_yaml_says_its_verdict_and_gain_in_comments_and_still_loads(tmp_path: Path) -> None:
+    gained = PROFILE.model_copy(
+        update={"verdict": "recommend trial 4: faster than hand-found\n(a second line)",
+                "gain": ProfileGain(over="hand-found", gain=0.124, low=0.02, high=0.23)}  # fmt: skip
+    )
+    text = render(gained, "yaml")
+    header = [line for line in text.splitlines() if line.startswith("#")]
+    assert "# gain over hand-found: +12.4% (+2.0% to +23.0%), the interval the verdict uses" in header
+    assert "# (a second line)" in header  # every line of a long verdict stays a comment
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    assert load_profile(path) == gained
