@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from autotune.headroom_figures import death_speaks, headroom_use
 from autotune.memory_types import (
     FractionWindow,
     GraphPoint,
@@ -172,7 +173,13 @@ class FeasibilityModel:
     def learn(self, lesson: MemoryLesson) -> None:
         """Everything one trial taught: its failure side, logged weights and graphs, free memory, headroom use."""
         if lesson.side is not None:
-            self.observe(lesson.flags, lesson.side, trial=lesson.trial, state_short=lesson.state_short)
+            self.observe(
+                lesson.flags,
+                lesson.side,
+                trial=lesson.trial,
+                state_short=lesson.state_short,
+                shortfall=lesson.headroom_shortfall_bytes,
+            )
         if lesson.served:
             self.observe_served(lesson.flags)
         if lesson.weights_bytes:
@@ -192,9 +199,17 @@ class FeasibilityModel:
                 )
 
     def observe(
-        self, flags: Mapping[str, FlagValue], side: Side, *, trial: int | None = None, state_short: bool = False
+        self,
+        flags: Mapping[str, FlagValue],
+        side: Side,
+        *,
+        trial: int | None = None,
+        state_short: bool = False,
+        shortfall: float | None = None,
     ) -> None:
-        failure = Observation(flags=dict(flags), side=side, trial=trial, state_short=state_short)
+        failure = Observation(
+            flags=dict(flags), side=side, trial=trial, state_short=state_short, shortfall_bytes=shortfall
+        )
         self.failures.append(failure)
         for served in self.served:  # a launch that served earlier may already contradict it
             self._contradict(failure, served)
@@ -452,21 +467,19 @@ class FeasibilityModel:
         return None
 
     def _headroom_bound(self, failure: Observation, flags: Mapping[str, FlagValue], fraction: float) -> bool:
-        """A too-high failure at headroom h_F and graph tokens T_F means the need at T_F exceeds h_F.
-        Needs grow with T at most by the per-token bound g, so at T the need exceeds h_F - g (T_F - T):
-        a candidate with less headroom than that cannot fit either."""
+        """A too-high failure at headroom h_F and graph tokens T_F means the need at T_F exceeds h_F (by
+        what its message showed): :func:`~autotune.headroom_figures.death_speaks`."""
         free = self.start_free_bytes
         assert self.rules is not None and free is not None
-        g = self.graph_bytes_per_token_max
         t_failed, t_candidate = self.graph_tokens(failure.flags), self.graph_tokens(flags)
         failed_fraction = self._fraction(failure.flags)
-        if g is None or t_failed is None or t_candidate is None or failed_fraction is None:
+        if t_failed is None or t_candidate is None or failed_fraction is None:
             return False
         ignore = self.rules.graph_ignored | {self.rules.fraction_flag}
-        if not _dominates(failure.flags, flags, demand=frozenset(), ignore=ignore):
-            return False
-        needed = (1 - failed_fraction) * free - g * max(0.0, t_failed - t_candidate)
-        return (1 - fraction) * free <= needed
+        g, short = self.graph_bytes_per_token_max, failure.shortfall_bytes
+        return _dominates(failure.flags, flags, demand=frozenset(), ignore=ignore) and death_speaks(
+            free, (failed_fraction, t_failed), (fraction, t_candidate), per_token_max=g, shortfall=short
+        )
 
     def _tp(self, flags: Mapping[str, FlagValue]) -> float:
         return (_number(flags.get(self.rules.tp_flag)) if self.rules else None) or 1.0
@@ -561,23 +574,6 @@ class FeasibilityModel:
                     f"the headroom gained{self._differing(failure, flags)}",
                 )
         return None
-
-
-def headroom_use(
-    flags: Mapping[str, FlagValue],
-    *,
-    server_free_bytes: float,
-    avail_after_pools_bytes: float,
-    graph_bytes: float,
-    free_at_peak_bytes: float,
-    trial: int | None = None,
-) -> HeadroomUse:
-    """What a served launch used of its headroom besides the graphs: the memory available after
-    the pools, less the graphs, less what NVML still showed free at the peak."""
-    runtime = avail_after_pools_bytes - graph_bytes - max(free_at_peak_bytes, 0.0)
-    return HeadroomUse(
-        flags=dict(flags), server_free_bytes=server_free_bytes, runtime_bytes=max(runtime, 0.0), trial=trial
-    )
 
 
 def model_weight_bytes(model: str) -> float | None:

@@ -138,6 +138,9 @@ class Observation(BaseModel):
     side: Side
     trial: int | None = None
     state_short: bool = Field(default=False, description="a pool death of a hybrid model's state cache")
+    shortfall_bytes: float | None = Field(
+        default=None, description="a headroom death: the least its need exceeded its headroom by, as its message showed"
+    )
 
 
 class HeadroomUse(BaseModel):
@@ -173,6 +176,9 @@ class MemoryLesson(BaseModel):
     pool_fraction: float | None = Field(default=None, description="the fraction the engine printed it sized it at")
     needed_tokens: int | None = Field(default=None, description="tokens one request needed, as a death printed")
     kv_cell_bytes: float | None = Field(default=None, description="KV bytes per token, as logged or printed")
+    headroom_shortfall_bytes: float | None = Field(
+        default=None, description="a headroom death: the least its need exceeded what was free, as its message showed"
+    )
 
 
 class FractionWindow(BaseModel):

@@ -199,6 +199,29 @@ def test_a_served_launch_bounds_the_headroom_of_later_candidates() -> None:
     assert other.predict({**served_flags, "mem-fraction-static": 0.97, "attention-backend": "triton"}).feasible
 
 
+def test_a_headroom_death_s_printed_shortfall_speaks_for_smaller_graphs_it_cannot_free_enough_for() -> None:
+    m = model()
+    # a served launch at 0.88: graphs of 16 x 4 tokens took 0.5 GiB, so at most 8 MiB a token
+    served(m, {**BASE, "mem-fraction-static": 0.88}, runtime_gib=1.6, graph_gib=0.5)
+    died = {**BASE, "mem-fraction-static": 0.95}
+    m.learn(MemoryLesson(flags=died, trial=9, side="too-high", headroom_shortfall_bytes=400 * 2**20))
+    assert m.failures[0].shortfall_bytes == 400 * 2**20
+    # 4 x 4 tokens free at most 48 x 8 = 384 MiB of the 400 it lacked (the served bound alone says it fits)
+    smaller = m.predict({**died, "cuda-graph-max-bs-decode": 4})
+    assert not smaller.feasible and smaller.side == "too-high" and "trial 9" in (smaller.reason or "")
+    assert m.predict({**died, "cuda-graph-max-bs-decode": 2}).feasible  # 56 tokens may free 448 MiB
+    assert m.predict({**died, "mem-fraction-static": 0.94}).feasible  # 0.01 of 47 GiB adds 481 MiB
+    deeper = model()
+    served(deeper, {**BASE, "mem-fraction-static": 0.88}, runtime_gib=1.6, graph_gib=0.5)
+    deeper.learn(MemoryLesson(flags=died, trial=9, side="too-high", headroom_shortfall_bytes=600 * 2**20))
+    assert not deeper.predict({**died, "mem-fraction-static": 0.94}).feasible  # graphs no smaller, 481 < 600
+    # no launch has bounded the graphs' bytes per token: what fewer tokens free is unknown, nothing is said
+    blind = model()
+    blind.learn(MemoryLesson(flags=died, trial=9, side="too-high", headroom_shortfall_bytes=4 * GIB))
+    assert blind.predict({**died, "cuda-graph-max-bs-decode": 15}).feasible
+    assert not blind.predict({**died, "mem-fraction-static": 0.94}).feasible
+
+
 def test_deaths_of_launches_with_the_same_weights_bound_the_fraction_from_both_sides() -> None:
     m = model()
     drafter = {**BASE, "speculative-algorithm": "DFLASH", "speculative-draft-model-path": "d"}
@@ -277,8 +300,13 @@ def test_graphs_are_captured_only_up_to_the_request_pool() -> None:
 def test_served_launches_without_graph_sizes_predict_nothing() -> None:
     m = FeasibilityModel(VLLM_RULES, free_bytes=79 * GIB, weight_bytes=16e9)
     m.observe_headroom(
-        headroom_use({"gpu-memory-utilization": 0.9}, server_free_bytes=79 * GIB, avail_after_pools_bytes=2 * GIB,
-                     graph_bytes=0.0, free_at_peak_bytes=0.0)  # fmt: skip
+        headroom_use(
+            {"gpu-memory-utilization": 0.9},
+            server_free_bytes=79 * GIB,
+            avail_after_pools_bytes=2 * GIB,
+            graph_bytes=0.0,
+            free_at_peak_bytes=0.0,
+        )  # fmt: skip
     )
     assert m.headroom_uses == [] and m.predict({"gpu-memory-utilization": 0.99}).feasible
 
@@ -399,6 +427,13 @@ def test_a_learned_boundary_saves_a_launch_on_the_twin(tmp_path: Path) -> None:
     for trial in trials:
         assert trial.state.name == "COMPLETE" and trial.value == 0.0 and trial.constraints["memory"] > 0
     assert "trial 0" in trials[1].user_attrs["reason"]
+    # the death's out-of-memory message gave the least it lacked: no more than the twin's true shortfall
+    lesson = MemoryLesson.model_validate(trials[0].user_attrs["memory_lesson"])
+    argv = ["--model-path", "Qwen/Qwen3.6-27B", "--speculative-num-draft-tokens", "4", "--mem-fraction-static", "0.96",
+            *[x for k, v in data["fixed"].items() for x in (f"--{k}", str(v))]]  # fmt: skip
+    plan = memory.plan_memory(load_profile(), resolve_launch(parse_args(argv)[0], load_profile()))
+    lacked = plan.needed_headroom_bytes - plan.headroom_bytes
+    assert lesson.side == "too-high" and 0 < (lesson.headroom_shortfall_bytes or 0) <= lacked
     # the first death sized its pool before its graphs ran out of headroom: by its tokens at 0.96, the
     # pool at 0.66 and 0.62 cannot hold one request of the context (rule context-fit)
     for low in trials[2:]:

@@ -12,6 +12,7 @@ import pytest
 from autotune.engines.base import InvalidConfig, LaunchPlan, StreamChunk, parse_help_flags
 from autotune.engines.sglang import SGLangEngine
 from autotune.errors import FlagError
+from autotune.headroom_figures import OOM_ROUNDING_BYTES
 from autotune.measure.suites import Prompt
 
 LOGS = Path(__file__).parent / "fixtures" / "sglang_logs"
@@ -147,6 +148,48 @@ def test_a_failed_capture_gives_no_graph_size() -> None:
     died = engine.memory_facts((LOGS / "too_high.log").read_text())
     assert died is not None and died.graph_bytes is None and died.graph_batch is None
     assert died.kv_tokens == 412000
+    # "Tried to allocate 1.50 GiB ... of which 802.00 MiB is free": short by at least that, less the rounding
+    assert died.oom_shortfall_bytes == 1.5 * 2**30 - 802 * 2**20 - OOM_ROUNDING_BYTES
+
+
+@pytest.mark.parametrize(
+    ("message", "shortfall_mib"),
+    [
+        # PyTorch 2.1 and later; memory PyTorch held unallocated might have served the allocation
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.25 GiB. GPU 0 has a total capacity of "
+            "79.19 GiB of which 1.12 GiB is free. Including non-PyTorch memory, this process has 78.06 GiB memory in "
+            "use. Of the allocated memory 75.50 GiB is allocated by PyTorch, and 256.00 MiB is reserved by PyTorch "
+            "but unallocated.",
+            2.25 * 1024 - 1.12 * 1024 - 256 - 64,
+        ),
+        (
+            "CUDA out of memory. Tried to allocate 900.00 MiB. GPU 3 has a total capacity of 23.65 GiB of which "
+            "0 bytes is free.",
+            900 - 64,
+        ),
+        # before 2.1
+        (
+            "RuntimeError: CUDA out of memory. Tried to allocate 512.00 MiB (GPU 0; 15.90 GiB total capacity; "
+            "13.13 GiB already allocated; 300.00 MiB free; 14.80 GiB reserved in total by PyTorch)",
+            512 - 300 - 64,
+        ),
+        # more free than it tried to allocate (fragmentation): no shortfall to read
+        (
+            "CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total capacity of 12.00 GiB of which 5.00 GiB "
+            "is free.",
+            None,
+        ),
+        ("CUDA out of memory. Tried to allocate 20.00 MiB", None),  # no free figure
+    ],
+)
+def test_an_out_of_memory_message_s_figures_give_the_least_it_lacked(message: str, shortfall_mib: float | None) -> None:
+    facts = engine.memory_facts(f"[2026-12-06 09:00:00 TP0] Load weight end. mem usage=20.00 GB\n{message}\n")
+    assert facts is not None
+    if shortfall_mib is None:
+        assert facts.oom_shortfall_bytes is None
+    else:
+        assert facts.oom_shortfall_bytes == pytest.approx(shortfall_mib * 2**20)
 
 
 REAL_HELP = Path(__file__).parent / "fixtures" / "sglang-0.5.23-help.txt"
@@ -231,7 +274,8 @@ def test_recorded_metrics_of_two_sglang_versions_are_read_by_name() -> None:
     stats = engine.server_stats(log_window="", metrics_before=None, metrics_after=None)
     assert stats is None
     none_generated = engine.server_stats(
-        log_window="", metrics_before=(METRICS / "sglang-pr1853-2024-11-metrics.txt").read_text(),
+        log_window="",
+        metrics_before=(METRICS / "sglang-pr1853-2024-11-metrics.txt").read_text(),
         metrics_after=(METRICS / "sglang-pr1853-2024-11-metrics.txt").read_text(),
     )
     assert none_generated is None

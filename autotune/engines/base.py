@@ -240,6 +240,9 @@ class MemoryFacts(Frozen):
         default=None, description="requests of the full model length the KV cache holds at once (vLLM)"
     )
     shortfall: PoolShortfall | None = Field(default=None, description="what a memory death printed of its pool")
+    oom_shortfall_bytes: float | None = Field(
+        default=None, description="the least an out-of-memory death's need exceeded the free memory, as it printed"
+    )
 
     @property
     def kv_bytes_per_token(self) -> float | None:

@@ -20,6 +20,7 @@ from autotune.engines.sglang_logs import decode_group, parse_decode_line
 from autotune.engines.speculation import ScheduleConfig, ScheduleForm, SpeculationFlags
 from autotune.errors import MeasurementError
 from autotune.feasibility import MemoryRules
+from autotune.headroom_figures import oom_shortfall_bytes
 from autotune.measure.suites import Prompt
 from autotune.space import FlagValue
 
@@ -519,7 +520,8 @@ class SGLangEngine(Engine):
                 _MAMBA_LINE,
             )
         )
-        if all(m is None for m in (weights, kv, graph, total, free, loaded, pools)):
+        oom = oom_shortfall_bytes(log_text)
+        if all(m is None for m in (weights, kv, graph, total, free, loaded, pools, oom)):
             return None
         sizes = [int(size) for size in capture["sizes"].split(",") if size.strip()] if capture else []
         kv_tokens, kv_bytes = _kv_figures(kv["fields"]) if kv else (None, None)
@@ -535,6 +537,7 @@ class SGLangEngine(Engine):
             avail_after_pools_bytes=float(pools["gb"]) * _GIB if pools else None,
             graph_batch=max(sizes) if sizes and graph else None,
             state_slots=int(mamba["slots"]) if mamba else None,
+            oom_shortfall_bytes=oom,
         )
 
     async def reset_stats(self, client: httpx.AsyncClient, base_url: str) -> None:

@@ -92,6 +92,7 @@ def lesson_of(outcome: TrialOutcome, *, trial: int, inventory: GpuInventory, eng
         pool_fraction=shortfall.fraction if shortfall else None,
         needed_tokens=shortfall.needed_tokens if shortfall else None,
         kv_cell_bytes=(shortfall.cell_bytes if shortfall else None) or (facts.kv_bytes_per_token if facts else None),
+        headroom_shortfall_bytes=facts.oom_shortfall_bytes if facts and side == "too-high" else None,
     )
 
 
