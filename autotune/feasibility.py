@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from autotune.headroom_figures import death_speaks, headroom_use
+from autotune.headroom_figures import death_speaks
 from autotune.memory_types import (
     FractionWindow,
     GraphPoint,
@@ -35,7 +35,6 @@ __all__ = [
     "MemoryLesson",
     "MemoryRules",
     "Prediction",
-    "headroom_use",
     "model_weight_bytes",
 ]
 

@@ -20,8 +20,9 @@ import time
 from dataclasses import dataclass
 
 from autotune.engines.sglang import SGLangEngine
-from autotune.feasibility import FeasibilityModel, headroom_use
+from autotune.feasibility import FeasibilityModel
 from autotune.gpu import read_nvml, used_bytes
+from autotune.headroom_figures import headroom_use
 
 GIB = 2**30
 

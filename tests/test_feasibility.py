@@ -15,8 +15,9 @@ from optuna.trial import FrozenTrial
 
 from autotune.engines.sglang import SGLangEngine
 from autotune.engines.vllm import VLLMEngine
-from autotune.feasibility import FeasibilityModel, FractionWindow, MemoryLesson, headroom_use, model_weight_bytes
+from autotune.feasibility import FeasibilityModel, FractionWindow, MemoryLesson, model_weight_bytes
 from autotune.gpu import GpuInventory, check_idle, roofline, wait_for
+from autotune.headroom_figures import headroom_use
 from autotune_twin import memory
 from autotune_twin.launch import resolve_launch
 from autotune_twin.sglang.flags import parse_args

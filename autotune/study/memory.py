@@ -10,8 +10,9 @@ from collections.abc import Iterable, Mapping
 from functools import partial
 
 from autotune.engines.base import Engine
-from autotune.feasibility import FeasibilityModel, MemoryLesson, headroom_use, model_weight_bytes
+from autotune.feasibility import FeasibilityModel, MemoryLesson, model_weight_bytes
 from autotune.gpu import GpuInventory, Roofline, roofline
+from autotune.headroom_figures import headroom_use
 from autotune.model_reads import ModelStructure
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
