@@ -59,11 +59,45 @@ def test_duplicate_reuses_a_measured_config_and_waits_for_an_older_one_running()
     assert Duplicate().decide(plan(), History([first], number=1)) == Reuse(rule="duplicate", trial=0, same_config=True)
     running = first.model_copy(update={"state": "RUNNING", "outcome": "running"})
     assert Duplicate().decide(plan(), History([running], number=1)) == Wait(trial=0)
-    assert Duplicate().decide(plan(), History([running.model_copy(update={"number": 5})], number=1)) is None
+    newer = running.model_copy(update={"number": 5, "decision": None})  # still deciding: it waits for this one
+    assert Duplicate().decide(plan(), History([newer], number=1)) is None
     crashed = first.model_copy(update={"outcome": OutcomeKind.CRASHED.value})
     assert Duplicate().decide(plan(), History([crashed], number=1)) is None  # the set-up's fault: launched again
     reused = first.model_copy(update={"decision": Reuse(rule="duplicate", trial=7, same_config=True)})
     assert Duplicate().decide(plan(), History([reused], number=1)) is None  # only a launch is a source
+
+
+def test_a_newer_trial_already_measuring_the_config_is_waited_for() -> None:
+    # Its rules turned another proposal into this configuration after this trial had looked.
+    measuring = served(5, plan()).model_copy(update={"state": "RUNNING", "outcome": "running"})
+    assert Duplicate().decide(plan(), History([measuring], number=1)) == Wait(trial=5)
+
+
+class _SizedAs:
+    """A rule that launches every plan at one memory fraction, as the sizing rules may."""
+
+    name = "sized-as"
+    for_baselines = False
+
+    def __init__(self, fraction: float) -> None:
+        self.fraction = fraction
+
+    def decide(self, plan: LaunchPlan, history: History) -> Launch:
+        return Launch(plan=ENGINE.normalise({**plan.flags, "mem-fraction-static": self.fraction}))
+
+
+def test_two_proposals_the_rules_turn_into_one_config_are_one_config() -> None:
+    launched = served(0, plan(**{"mem-fraction-static": 0.8}))
+    proposal = plan(**{"mem-fraction-static": 0.9})
+    rules = [Duplicate(), _SizedAs(0.8)]
+    assert decide(rules, proposal, History([launched], number=1), baseline=False) == Reuse(
+        rule="duplicate", trial=0, same_config=True
+    )
+    running = launched.model_copy(update={"state": "RUNNING", "outcome": "running"})
+    assert decide(rules, proposal, History([running], number=1), baseline=False) == Wait(trial=0)
+    other = served(0, plan(**{"mem-fraction-static": 0.7}))
+    decision = decide(rules, proposal, History([other], number=1), baseline=False)
+    assert isinstance(decision, Launch) and decision.plan.flags["mem-fraction-static"] == 0.8
 
 
 def test_same_rate_reuses_a_config_differing_only_in_memory_sizing() -> None:

@@ -306,11 +306,20 @@ class StudyRunner:
         if confirming is not None:  # what its trial's rules changed is what it launches again
             return Launch(plan=plan, adjusted=history.records[confirming].adjusted), history
         baseline = self._baseline(story) is not None
-        while isinstance(decision := decide(self.rules, plan, history, baseline=baseline), Wait):
+        announced = plan.config_key
+        while True:
+            decision = decide(self.rules, plan, history, baseline=baseline)
+            if isinstance(decision, Launch) and not baseline and decision.plan.config_key != announced:
+                # The rules changed what launches: other workers see it before it is checked against theirs.
+                announced = decision.plan.config_key
+                story.proposed(plan.engine, config_key=announced)
+                history = self._history(history.number)
+                continue
+            if not isinstance(decision, Wait):
+                return decision, history
             self.events.phase("waiting", f"for trial {decision.trial}, measuring the same config on another worker")
             time.sleep(DUPLICATE_POLL_S)
             history = self._history(history.number)
-        return decision, history
 
     def _history(self, number: int) -> History:
         return History(self.records(), number=number)

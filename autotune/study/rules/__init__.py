@@ -84,8 +84,9 @@ def build_rules(
 
 def decide(rules: Sequence[Rule], plan: LaunchPlan, history: History, *, baseline: bool) -> Decision | Wait:
     """Apply ``rules`` in order (only those for baselines to a baseline): the first reuse, skip or
-    wait ends the chain; adjustments accumulate into the launch."""
-    adjusted = []
+    wait ends the chain; adjustments accumulate into the launch. A plan the rules changed is checked
+    again by the duplicate rule: two proposals they turn into one effective configuration are one."""
+    proposed, adjusted = plan, []
     for rule in rules:
         if baseline and not rule.for_baselines:
             continue
@@ -95,4 +96,8 @@ def decide(rules: Sequence[Rule], plan: LaunchPlan, history: History, *, baselin
             adjusted += decision.adjusted
         elif decision is not None:
             return decision
+    if plan.config_key != proposed.config_key:
+        for rule in rules:
+            if rule.name == Duplicate.name and (decision := rule.decide(plan, history)) is not None:
+                return decision
     return Launch(plan=plan, adjusted=adjusted)

@@ -2,7 +2,9 @@
 
 Two candidates the engine's rules resolve to one effective configuration (the same config key) are
 one configuration: the later one reuses the earlier one's measurement. One still being measured by
-another worker is waited for (the older trial measures, the newer one waits).
+another worker is waited for: the older trial measures and the newer one waits, unless the newer one
+decided first (its rules turned another proposal into this configuration after the older one had
+looked), which then measures it.
 """
 
 from __future__ import annotations
@@ -23,5 +25,7 @@ class Duplicate:
             kind = outcome_kind(record.outcome)
             if record.state == "COMPLETE" and record.reused_from is None and kind and not kind.is_server_failure:
                 return Reuse(rule=self.name, trial=record.number, same_config=True)
-        older = [r.number for r in same if r.state == "RUNNING" and r.number < history.number]
-        return Wait(trial=older[0]) if older else None
+        measuring = [
+            r.number for r in same if r.state == "RUNNING" and (r.number < history.number or r.decision is not None)
+        ]
+        return Wait(trial=measuring[0]) if measuring else None
