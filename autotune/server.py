@@ -193,31 +193,32 @@ class ServerProcess:
             self._log.close()
             raise LauncherError(f"launcher is not executable: {self.argv[0]}") from None
         self.state = ServerState.STARTING
+        try:
+            self._relay_and_record(self._proc, self._log)
+        except BaseException:  # a full disk, or Ctrl-C before `with` owns it: nobody else would stop this server
+            self.stop(grace_s=0)
+            raise
+
+    def _relay_and_record(self, proc: subprocess.Popen[bytes], log: IO[bytes]) -> None:
         if self.secrets:
-            assert self._proc.stdout is not None
+            assert proc.stdout is not None
             secrets = [secret.encode() for secret in self.secrets]
-            self._relay = threading.Thread(
-                target=relay_redacted, args=(self._proc.stdout, self._log, secrets), daemon=True
-            )
+            self._relay = threading.Thread(target=relay_redacted, args=(proc.stdout, log, secrets), daemon=True)
             self._relay.start()
         record = ServerRecord(
-            pid=self._proc.pid,
-            start_ticks=process_start_ticks(self._proc.pid),
+            pid=proc.pid,
+            start_ticks=process_start_ticks(proc.pid),
             owner_pid=os.getpid(),
             owner_start_ticks=process_start_ticks(os.getpid()),
             argv=[_replace_all(arg, self.secrets) for arg in redact_argv(self.argv)],
             log_path=str(self.log_path),
             started_at=datetime.now(timezone.utc),
         )
-        record_path = self.records_dir / f"server-{self._proc.pid}.json"
+        self._record_path = self.records_dir / f"server-{proc.pid}.json"  # stop() removes a half-written one
         try:
-            record_path.write_text(record.model_dump_json(indent=2))
+            self._record_path.write_text(record.model_dump_json(indent=2))
         except OSError as exc:  # a server nobody could find again after a crash is not left running
-            self.stop(grace_s=0)
-            with contextlib.suppress(OSError):
-                record_path.unlink(missing_ok=True)
-            raise StorageError(f"cannot write the server's record {record_path}: {exc.strerror or exc}") from None
-        self._record_path = record_path
+            raise StorageError(f"cannot write the server's record {self._record_path}: {exc.strerror or exc}") from None
 
     def poll(self) -> int | None:
         """The exit code if the server has exited, else None."""
@@ -284,7 +285,8 @@ class ServerProcess:
         if self._log is not None:
             self._log.close()
         if self._record_path is not None:
-            self._record_path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a folder that refused the record may refuse this too
+                self._record_path.unlink(missing_ok=True)
         self.state = ServerState.STOPPED
         return proc.returncode
 

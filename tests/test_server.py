@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -65,6 +68,33 @@ def test_stop_kills_the_whole_group_even_if_sigterm_is_ignored(tmp_path: Path) -
     assert server.pid is not None and not alive(server.pid)
     assert wait_for(lambda: not alive(grandchild))
     assert not list((tmp_path / "rec").glob("server-*.json"))
+
+
+def test_an_interruption_between_the_spawn_and_its_record_leaves_no_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C landing inside start(), before `with` owns the server: its __exit__ never runs.
+    import autotune.server as server_module
+
+    spawned: list[int] = []
+
+    def interrupted(pid: int) -> int | None:
+        monkeypatch.undo()  # once: stop() reads start times too
+        spawned.append(pid)
+        raise KeyboardInterrupt
+
+    server = ServerProcess([sys.executable, "-c", "import time; time.sleep(600)"], env={},
+                           log_path=tmp_path / "s.log", records_dir=tmp_path / "rec")  # fmt: skip
+    monkeypatch.setattr(server_module, "process_start_ticks", interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt), server:
+            pytest.fail("the server was owned")
+        assert spawned == [server.pid] and not alive(spawned[0])
+        assert server.state is ServerState.STOPPED and not list((tmp_path / "rec").glob("server-*.json"))
+    finally:
+        for pid in spawned:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_exit_during_startup_is_reported_with_its_code(tmp_path: Path) -> None:
