@@ -15,6 +15,7 @@ from autotune.engines.vllm import VLLMEngine
 from autotune.engines.vllm_flags import parse_max_model_len
 from autotune.engines.vllm_logs import parse_engine_line, parse_spec_line
 from autotune.errors import FlagError, LauncherError
+from autotune.headroom_figures import OOM_ROUNDING_BYTES
 from autotune.measure.suites import ChatMessage, Prompt
 from autotune.outcomes import OutcomeKind
 
@@ -302,6 +303,17 @@ def test_the_root_cause_not_the_engine_core_epilogue(log: str, kind: OutcomeKind
     failure = engine.classify_failure(exit_code=1, log_text=(LOGS / log).read_text(), timed_out=False)
     assert failure.kind is kind and root in failure.reason
     assert "Engine core initialization failed" not in failure.reason
+
+
+def test_a_worker_s_out_of_memory_message_gives_what_the_launch_lacked() -> None:
+    log = (LOGS / "engine_graph_oom.log").read_text()
+    # "Tried to allocate 1.02 GiB ... 512.00 MiB is free ... 1.20 GiB is reserved by PyTorch but unallocated":
+    # the memory PyTorch held could have served it, so it lacked nothing that figures can show
+    fragmented = engine.memory_facts(log)
+    assert fragmented is not None and fragmented.kv_tokens == 466480 and fragmented.oom_shortfall_bytes is None
+    died = engine.memory_facts(log.replace("1.20 GiB is reserved", "100.00 MiB is reserved"))
+    assert died is not None
+    assert died.oom_shortfall_bytes == pytest.approx(1.02 * 2**30 - 612 * 2**20 - OOM_ROUNDING_BYTES)
 
 
 # ---------------------------------------------------------------- log lines and metrics

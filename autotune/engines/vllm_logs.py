@@ -18,6 +18,7 @@ from autotune.engines.failures import (
     SERVING,
     FailureRules,
 )
+from autotune.headroom_figures import oom_shortfall_bytes
 
 # What vLLM 0.33 prints on its way up and when it fails (the classifier is
 # autotune.engines.failures). The KV cache is what is left of utilization x total after the weights,
@@ -279,12 +280,13 @@ def kv_shortfall(reason: str) -> base.PoolShortfall | None:
 def memory_facts_of(log_text: str) -> base.MemoryFacts | None:
     """``Model loading took``, ``Available KV cache memory``, ``GPU KV cache size``, ``Graph
     capturing finished``, ``Maximum concurrency`` (the first rank's, per GPU); V0's profile line where
-    those are missing."""
+    those are missing; what a worker's out-of-memory message says it lacked (PyTorch's own words)."""
     weights, kv, tokens, graph, concurrency = (
         first_rank_search(p, log_text)
         for p in (_WEIGHTS_LINE, _KV_MEMORY_LINE, _KV_TOKENS_LINE, _GRAPH_LINE, _CONCURRENCY_LINE)
     )
-    if weights is None and kv is None and tokens is None and graph is None:
+    oom = oom_shortfall_bytes(log_text)
+    if weights is None and kv is None and tokens is None and graph is None and oom is None:
         return None
     return base.MemoryFacts(
         weights_bytes=float(weights["gib"]) * _GIB if weights else None,
@@ -292,6 +294,7 @@ def memory_facts_of(log_text: str) -> base.MemoryFacts | None:
         kv_tokens=int(tokens["tokens"].replace(",", "")) if tokens else None,
         graph_bytes=float(graph["gib"]) * _GIB if graph else None,
         max_concurrency=float(concurrency["times"]) if concurrency else None,
+        oom_shortfall_bytes=oom,
     )
 
 
