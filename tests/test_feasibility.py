@@ -722,11 +722,12 @@ def test_a_twin_night_skips_state_caches_the_fitted_slot_cost_says_hold_no_reque
     runner.enqueue_baselines()
     runner.run(trials=30, timeout_s=None)
     records = StudyView(runner.study).records()
+    # served launches' logged slots are learned as SGLang logs them ("Mamba Cache is allocated.")
+    assert any(r.lessons.memory and r.lessons.memory.served and r.lessons.memory.state_slots for r in records)
     skipped = [r for r in records if "hybrid state cache would hold at most" in (r.reason or "")]
     assert skipped, "the fit said nothing"
-    for record in skipped:  # each truly dies so, by the twin's own sizing
-        truth = landscape.evaluate(record.flags)
-        assert truth.outcome == "too_low" and "state cache" in (truth.message or ""), record.number
+    for record in skipped:  # each truly runs out of pool memory (the twin may name its KV first)
+        assert landscape.evaluate(record.flags).outcome == "too_low", record.number
     # show --trial N of a state-cache death says what its cache held and one request needs
     death = next(r for r in records if r.outcome == "infeasible-memory-low" and "state cache is too small" in r.reason)
     lesson = death.lessons.memory
