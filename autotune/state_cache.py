@@ -44,16 +44,16 @@ class _Group:
     figures: list[StateFigure] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)
     free: list[float] = field(default_factory=list)
+    polygon: list[tuple[float, float]] = field(
+        default_factory=lambda: [(0.0, 0.0), (_LARGE, 0.0), (_LARGE, _LARGE), (0.0, _LARGE)]
+    )
 
-    def cost_polygon(self) -> list[tuple[float, float]]:
-        """The (a, b) a slot's cost ``a + b x width`` can take under every figure's bounds."""
-        polygon = [(0.0, 0.0), (_LARGE, 0.0), (_LARGE, _LARGE), (0.0, _LARGE)]
-        for figure in self.figures:
-            low = figure.budget_low / (figure.slots + 1)
-            polygon = _clip(polygon, figure.width, low, above=True)
-            if figure.slots > 0:
-                polygon = _clip(polygon, figure.width, figure.budget_high / figure.slots, above=False)
-        return polygon
+    def add(self, figure: StateFigure) -> None:
+        """One more figure: the (a, b) a slot's cost ``a + b x width`` can take, cut by its bounds."""
+        self.figures.append(figure)
+        self.polygon = _clip(self.polygon, figure.width, figure.budget_low / (figure.slots + 1), above=True)
+        if figure.slots > 0:
+            self.polygon = _clip(self.polygon, figure.width, figure.budget_high / figure.slots, above=False)
 
 
 def _clip(polygon: list[tuple[float, float]], width: float, bound: float, *, above: bool) -> list[tuple[float, float]]:
@@ -122,7 +122,7 @@ class StateCacheFit:
         group.free.append(lesson.server_free_bytes)
         low_pool = fraction * (lesson.server_free_bytes - LOGGED_BYTES) - lesson.weights_bytes - LOGGED_BYTES
         high_pool = fraction * (lesson.server_free_bytes + LOGGED_BYTES) - lesson.weights_bytes + LOGGED_BYTES
-        group.figures.append(
+        group.add(
             StateFigure(
                 trial=lesson.trial,
                 width=width,
@@ -141,7 +141,7 @@ class StateCacheFit:
         if place is None or group is None:
             return None
         _, fraction, share, width = place
-        polygon = group.cost_polygon()
+        polygon = group.polygon
         if len(polygon) < 3:
             return None  # the figures contradict a cost linear in the draft width: say nothing
         cost = min(a + b * width for a, b in polygon)
