@@ -24,7 +24,6 @@ from autotune.memory_types import (
 )
 from autotune.outcomes import MemorySide as Side
 from autotune.space import FlagValue
-from autotune.state_cache import StateCacheFit
 
 # The interface: the model, and the data it reads and answers with (defined in memory_types).
 __all__ = [
@@ -169,11 +168,9 @@ class FeasibilityModel:
         self.relevant: dict[Side, set[str]] = {"too-low": set(), "too-high": set()}
         self.state_relevant: set[str] = set()  # the same for state-cache deaths, compared on their own flags
         self.served: list[dict[str, FlagValue]] = []
-        self.state_cache = StateCacheFit(rules)  # a hybrid's state slots, fitted from the engine's figures
 
     def learn(self, lesson: MemoryLesson) -> None:
         """Everything one trial taught: its failure side, logged weights and graphs, free memory, headroom use."""
-        self.state_cache.learn(lesson)
         if lesson.side is not None:
             self.observe(
                 lesson.flags,
@@ -525,7 +522,7 @@ class FeasibilityModel:
                 reason=f"{rules.fraction_flag} {fraction:g} of {base / 2**30:.1f} GiB {rules.budget_of} leaves nothing "  # type: ignore[operator]
                 f"after {weights / 2**30:.1f} GiB of weights per GPU",  # type: ignore[operator]
             )
-        failed_alike = self._failed_alike(rules, flags, fraction, pool) or self.state_cache.predict(flags, pool)
+        failed_alike = self._failed_alike(rules, flags, fraction, pool)
         if failed_alike is not None:
             return failed_alike
         served = self._served_bound(flags, fraction) if fraction is not None else None

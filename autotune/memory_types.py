@@ -91,22 +91,6 @@ class MemoryRules(BaseModel):
         description="other flags that size the state cache, compared as equal; besides these, the state "
         "demands, the weights, the tensor-parallel size, the fraction and the ratio, none matters to it",
     )
-    state_width_flag: str | None = Field(
-        default=None,
-        description="tokens whose intermediate state each state slot also keeps (SGLang: the draft tokens); a "
-        "slot costs a fixed state plus a part per such token",
-    )
-    state_size_flags: frozenset[str] = Field(
-        default=frozenset(),
-        description="flags that, when set, fix the state cache's size themselves rather than the pool and the "
-        "ratio (SGLang: --max-mamba-cache-size; --disable-radix-cache, with which the running requests do)",
-    )
-    state_irrelevant: frozenset[str] = Field(
-        default=frozenset(),
-        description="flags that change neither what a state slot costs nor the slots a request needs (the "
-        "context, the KV dtype, the graphs): launches that differ only in these, the fraction, the ratio and "
-        "the state demands share one fitted slot cost",
-    )
 
     def state_ran_short(self, reason: str | None) -> bool:
         """Whether a pool death's message says the hybrid state cache ran short."""
@@ -195,10 +179,6 @@ class MemoryLesson(BaseModel):
     headroom_shortfall_bytes: float | None = Field(
         default=None, description="a headroom death: the least its need exceeded what was free, as its message showed"
     )
-    state_slots: int | None = Field(
-        default=None, description="slots the hybrid state cache held, as logged (served) or printed (a death)"
-    )
-    state_per_request: int | None = Field(default=None, description="slots one request needs, as a death printed")
 
 
 class FractionWindow(BaseModel):

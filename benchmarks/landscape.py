@@ -98,7 +98,6 @@ class ServerMemory:
             CUDA graphs.
         server_free_bytes, avail_after_pools_bytes, graph_batch: the free memory before loading,
             memory left after the pools, and the largest captured batch.
-        state_slots: a hybrid's state-cache slots (``Mamba Cache is allocated. max_mamba_cache_size``).
         held_bytes: memory the serving server holds (what NVML adds to the idle use); not logged.
     """
 
@@ -109,7 +108,6 @@ class ServerMemory:
     server_free_bytes: float | None = None
     avail_after_pools_bytes: float | None = None
     graph_batch: int | None = None
-    state_slots: int | None = None
     held_bytes: float | None = None
 
     def server_memory(self) -> dict[str, Any]:
@@ -497,7 +495,6 @@ class Landscape:
             "kv_tokens": plan.max_total_num_tokens,
             "server_free_bytes": float(plan.free_bytes),
             "avail_after_pools_bytes": plan.free_bytes - plan.weight_bytes - plan.pool_bytes,
-            "state_slots": plan.max_mamba_cache_size if profile.model.hybrid else None,
         }
         try:
             memory.check_headroom(profile, plan)

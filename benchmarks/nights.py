@@ -109,7 +109,6 @@ def _memory_facts(evaluation: Evaluation) -> MemoryFacts | None:
         free_at_start_bytes=evaluation.server_free_bytes,
         avail_after_pools_bytes=evaluation.avail_after_pools_bytes,
         graph_batch=evaluation.graph_batch if evaluation.graph_bytes is not None else None,
-        state_slots=evaluation.state_slots,
     )
 
 

@@ -583,16 +583,16 @@ def test_whether_the_state_cache_ran_short_is_read_from_a_death_s_message_and_st
 
     reasons = {
         "RuntimeError: Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
-        "max_mamba_cache_size=4, mamba_ratio=5, resulting max_num_reqs=0.": (True, 4, 5),
+        "max_mamba_cache_size=4, mamba_ratio=5, resulting max_num_reqs=0.": True,
         "RuntimeError: Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
-        "max_mamba_cache_size=0 (total_rest_memory=1.20 GB, mamba_cache_per_req=150.00 MB).": (True, 0, None),
+        "max_mamba_cache_size=0 (total_rest_memory=1.20 GB, mamba_cache_per_req=150.00 MB).": True,
         "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: "
-        "mem_fraction_static=0.8": (False, None, None),
+        "mem_fraction_static=0.8": False,
     }
     engine, space = SGLangEngine(), load_space(TWIN_SPACE)
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'lessons.db'}")  # attrs as stored
     launched = engine.normalise({**BASE, "mem-fraction-static": 0.8})
-    for reason, (state, slots, per_request) in reasons.items():
+    for reason, state in reasons.items():
         outcome = simulated_outcome(space, launched, kind=OutcomeKind.MEMORY_TOO_LOW, reason=reason)
         trial = study.ask()
         lesson = lesson_of(outcome, trial=trial.number, inventory=GpuInventory(driver_version="x", gpus=[]),
@@ -600,7 +600,6 @@ def test_whether_the_state_cache_ran_short_is_read_from_a_death_s_message_and_st
         attrs.TrialStory(trial).learned(lesson)
         stored = attrs.trial_record(study.get_trials()[trial.number]).lessons.memory
         assert stored is not None and stored.state_short is state, reason
-        assert (stored.state_slots, stored.state_per_request) == (slots, per_request)  # the printed figures
 
 
 def test_a_twin_night_launches_no_state_cache_an_earlier_death_says_is_smaller(tmp_path: Path) -> None:
@@ -636,102 +635,3 @@ def test_a_twin_night_launches_no_state_cache_an_earlier_death_says_is_smaller(t
             spoken_for.append(record.number)
         deaths.append(flags)
     assert len(deaths) >= 2 and spoken_for == []
-
-
-def _sglang_state_slots(fraction: float, draft: int, ratio: float, *, free: float, weights: float) -> int:
-    """SGLang's own sizing of the mamba cache (0.5.23): the ratio's share of the pool over a slot's state
-    times (1 + draft tokens / 5 slots per request), 20 MiB a slot's state here."""
-    budget = (fraction * free - weights) * ratio / (1 + ratio)
-    return int(budget // (20 * 2**20 * (1 + draft / 5)))
-
-
-def _state_death(trial: int, flags: dict[str, Any], *, free: float, weights: float) -> MemoryLesson:
-    slots = _sglang_state_slots(
-        float(flags["mem-fraction-static"]), int(flags["speculative-num-draft-tokens"]),
-        float(flags.get("mamba-full-memory-ratio", 0.9)), free=free, weights=weights,
-    )  # fmt: skip
-    logged = round(weights / GIB, 2) * GIB, round(free / GIB, 2) * GIB  # two decimals, as logged
-    return MemoryLesson(flags=flags, trial=trial, side="too-low", state_short=True, weights_bytes=logged[0],
-                        server_free_bytes=logged[1], state_slots=slots, state_per_request=5)  # fmt: skip
-
-
-def test_the_state_cache_s_slot_cost_fitted_from_deaths_says_which_proposals_hold_no_request() -> None:
-    # A hybrid 8B on one 24 GB GPU with wide trees (other-cases member 402): every death printed its slots at
-    # another fraction and draft width, so none speaks for the next by its flags alone.
-    free, weights, draft, fraction = 22.13 * GIB, 16.37 * GIB, "speculative-num-draft-tokens", "mem-fraction-static"
-    one = {**BASE, "tp-size": 1}
-    m = FeasibilityModel(RULES, free_bytes=free, weight_bytes=weights)
-    for trial, (at, width) in enumerate([(0.78, 64), (0.78, 25)]):
-        lesson = _state_death(trial, {**one, fraction: at, draft: width}, free=free, weights=weights)
-        assert lesson.state_slots is not None and 0 < lesson.state_slots < 5
-        m.learn(lesson)
-    wide = {**one, fraction: 0.82, draft: 56}
-    assert _sglang_state_slots(0.82, 56, 0.9, free=free, weights=weights) < 5  # by the engine's own sizing
-    predicted = m.predict(wide)
-    assert not predicted.feasible and predicted.side == "too-low"
-    reason = predicted.reason or ""
-    assert "hybrid state cache would hold at most" in reason and "trials 0, 1" in reason
-    # never a proposal that holds a request, over every fraction, draft width and ratio tuned; most that do not
-    dead, said = 0, 0
-    for at in [0.74 + i / 100 for i in range(23)]:
-        for width in range(2, 65, 2):
-            for ratio in (0.3, 0.5, 0.7, 0.9, 1.0):
-                flags = {**one, fraction: at, draft: width, "mamba-full-memory-ratio": ratio}
-                holds = _sglang_state_slots(at, width, ratio, free=free, weights=weights) >= 5
-                called = m.state_cache.predict(flags, None) is not None
-                assert not (holds and called), flags
-                dead += not holds
-                said += called
-    assert said > dead / 2
-    # what the figures cannot bound: other weights per GPU, a size given by a flag, the engine's own fraction
-    assert m.predict({**wide, "tp-size": 2}).feasible
-    assert m.predict({**wide, "max-mamba-cache-size": 20}).feasible
-    assert m.predict({key: value for key, value in wide.items() if key != fraction}).feasible
-
-
-def test_state_figures_that_contradict_a_cost_linear_in_the_draft_width_say_nothing() -> None:
-    free, weights = 22.13 * GIB, 16.37 * GIB
-    one = {**BASE, "tp-size": 1, "mem-fraction-static": 0.8}
-    m = FeasibilityModel(RULES, free_bytes=free, weight_bytes=weights)
-    # more draft tokens yet more slots at the same pool: no a + b x width has both
-    for trial, (width, slots) in enumerate([(10, 1), (40, 4)]):
-        m.learn(MemoryLesson(flags={**one, "speculative-num-draft-tokens": width}, trial=trial, side="too-low",
-                             state_short=True, weights_bytes=weights, server_free_bytes=free, state_slots=slots,
-                             state_per_request=5))  # fmt: skip
-    assert m.state_cache.predict({**one, "speculative-num-draft-tokens": 40, "mem-fraction-static": 0.75}, None) is None
-
-
-def test_a_twin_night_skips_state_caches_the_fitted_slot_cost_says_hold_no_request(tmp_path: Path) -> None:
-    # Other-cases member 402 (1x L4, hybrid 8B bf16, MTP, trees of up to 64 draft tokens): its state-cache
-    # deaths each came at another fraction and draft width; their printed slots fit what a slot costs.
-    import os
-    import random
-
-    from autotune.study import StudyView, make_sampler
-    from benchmarks.family import members, space_naming_configs
-    from benchmarks.nights import LandscapeLauncher, make_runner
-    from benchmarks.problems import problem_of
-
-    member = members(1, 402)[0]
-    problem = problem_of(member.profile, space_naming_configs(member, tmp_path / "configs"))
-    landscape = problem.landscape(402)
-    launcher = LandscapeLauncher(problem, landscape, random.Random(402))
-    (tmp_path / "studies").mkdir()
-    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/studies/bench.db")
-    runner = make_runner(problem, tmp_path, sampler=make_sampler("tpe", 402), launcher=launcher, storage=storage)
-    runner.enqueue_baselines()
-    runner.run(trials=30, timeout_s=None)
-    records = StudyView(runner.study).records()
-    # served launches' logged slots are learned as SGLang logs them ("Mamba Cache is allocated.")
-    assert any(r.lessons.memory and r.lessons.memory.served and r.lessons.memory.state_slots for r in records)
-    skipped = [r for r in records if "hybrid state cache would hold at most" in (r.reason or "")]
-    assert skipped, "the fit said nothing"
-    for record in skipped:  # each truly runs out of pool memory (the twin may name its KV first)
-        assert landscape.evaluate(record.flags).outcome == "too_low", record.number
-    # show --trial N of a state-cache death says what its cache held and one request needs
-    death = next(r for r in records if r.outcome == "infeasible-memory-low" and "state cache is too small" in r.reason)
-    lesson = death.lessons.memory
-    assert lesson is not None and lesson.state_slots is not None and lesson.state_per_request == 5
-    command = autotune_cmd("show", "bench", "--trial", str(death.number), "--studies-dir", str(tmp_path / "studies"))
-    shown = subprocess.run(command, check=True, capture_output=True, text=True, env={**os.environ, "COLUMNS": "250"})
-    assert f"held {lesson.state_slots} slots; one request needs 5" in shown.stdout

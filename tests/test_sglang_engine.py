@@ -192,33 +192,6 @@ def test_an_out_of_memory_message_s_figures_give_the_least_it_lacked(message: st
         assert facts.oom_shortfall_bytes == pytest.approx(shortfall_mib * 2**20)
 
 
-# A hybrid's state-cache deaths, in SGLang 0.5.23's wording (the fixtures are ours): the server-args dump
-# at start names a given size too, before the death's own figures.
-STATE_DEATHS = {
-    "[2026-12-06 10:00:00] server_args=ServerArgs(model_path='m', max_mamba_cache_size=None, mamba_full_memory_ratio"
-    "=0.9)\n[2026-12-06 10:00:41 TP0] RuntimeError: Hybrid (mamba/linear-attention) state cache is too small to serve"
-    " any requests. max_mamba_cache_size=3, mamba_ratio=5, resulting max_num_reqs=0. Try: (1) reduce "
-    "--max-running-requests, (2) increase --mem-fraction-static, or (3) use GPUs with more memory.": (3, 5),
-    "[2026-12-06 10:00:00] server_args=ServerArgs(model_path='m', max_mamba_cache_size=8)\n[2026-12-06 10:00:41 TP0]"
-    " RuntimeError: Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
-    "max_mamba_cache_size=0 (total_rest_memory=0.41 GB, mamba_cache_per_req=212.50 MB). Try: (1) reduce "
-    "--max-running-requests, (2) increase --mem-fraction-static, (3) reduce --speculative-num-draft-tokens, or "
-    "(4) use GPUs with more memory.": (0, None),
-    "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: "
-    "mem_fraction_static=0.8": (None, None),
-}
-
-
-@pytest.mark.parametrize(("log", "figures"), list(STATE_DEATHS.items()))
-def test_a_state_cache_death_s_slots_and_the_slots_a_request_needs_are_read(
-    log: str, figures: tuple[int | None, int | None]
-) -> None:
-    shortfall = engine.pool_shortfall(log)
-    assert shortfall is not None
-    assert (shortfall.state_slots, shortfall.state_per_request) == figures
-    assert shortfall.fraction == (0.8 if figures[0] is None else None)
-
-
 REAL_HELP = Path(__file__).parent / "fixtures" / "sglang-0.5.23-help.txt"
 
 

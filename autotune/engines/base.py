@@ -46,16 +46,13 @@ class DraftReads(Frozen):
 class PoolShortfall(Frozen):
     """What a launch that ran out of pool memory printed: the fraction it ran at (None where the
     message does not say it, as vLLM's; the launch's flag or the engine's default does) and, where
-    printed, what its KV pool held against what one request needs, in tokens and in bytes, or what a
-    hybrid's state cache held against what one request needs, in slots."""
+    printed, what its KV pool held against what one request needs, in tokens and in bytes."""
 
     fraction: float | None = None
     pool_tokens: int | None = None
     needed_tokens: int | None = None
     pool_bytes: float | None = Field(default=None, description="the KV cache memory it had, where printed")
     needed_bytes: float | None = Field(default=None, description="the KV cache memory one request needs")
-    state_slots: int | None = Field(default=None, description="slots a hybrid's state cache held (it ran short)")
-    state_per_request: int | None = Field(default=None, description="state slots one request needs, where printed")
 
     @property
     def cell_bytes(self) -> float | None:

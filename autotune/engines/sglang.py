@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.engines import base
 from autotune.engines.base import Engine, InvalidConfig, LaunchPlan, first_rank_search, flag_argv, sse_events
 from autotune.engines.failures import CAPTURING, LOADING_WEIGHTS, SERVING, SIZING_POOLS, FailureRules
-from autotune.engines.sglang_logs import decode_group, parse_decode_line, state_figures
+from autotune.engines.sglang_logs import decode_group, parse_decode_line
 from autotune.engines.speculation import ScheduleConfig, ScheduleForm, SpeculationFlags
 from autotune.errors import MeasurementError
 from autotune.feasibility import MemoryRules
@@ -386,12 +386,6 @@ class SGLangEngine(Engine):
         ),
         state_demand=frozenset({DRAFT, DFLASH_BLOCK, RUNNING}),
         state_kept=frozenset({"max-mamba-cache-size", RADIX_STRATEGY}),
-        # Unless given, its size is the ratio's share of the pool over a slot's state x (1 + draft tokens / ratio)
-        state_width_flag=DRAFT,
-        state_size_flags=frozenset({"max-mamba-cache-size", "disable-radix-cache"}),
-        state_irrelevant=_LOG_NOISE
-        | {CONTEXT, KV_DTYPE, STEPS, TOPK, GRAPH_BATCH, "cuda-graph-max-bs-prefill"}
-        | {"chunked-prefill-size", "max-prefill-tokens"},
     )
     renamed_flags = {
         "mamba-scheduler-strategy": RADIX_STRATEGY,
@@ -440,18 +434,15 @@ class SGLangEngine(Engine):
 
     def pool_shortfall(self, reason: str) -> base.PoolShortfall | None:
         """SGLang prints the fraction it sized the pool at (its own when none was given); the twin also
-        prints the tokens the pool held against one request's; a hybrid's state cache, its slots."""
+        prints the tokens the pool held against one request's."""
         fraction = _SHORT_FRACTION.search(reason)
-        state = state_figures(reason) if self.memory_rules.state_ran_short(reason) else None
-        if fraction is None and state is None:
+        if fraction is None:
             return None
         tokens = _SHORT_TOKENS.search(reason)
         return base.PoolShortfall(
-            fraction=float(fraction["fraction"]) if fraction else None,
+            fraction=float(fraction["fraction"]),
             pool_tokens=int(tokens["pool"]) if tokens else None,
             needed_tokens=int(tokens["needed"]) if tokens else None,
-            state_slots=state[0] if state else None,
-            state_per_request=state[1] if state else None,
         )
 
     def graph_tokens_captured(self, flags: Mapping[str, FlagValue], *, gpu_total_bytes: float | None) -> float | None:

@@ -1,5 +1,4 @@
-"""What SGLang prints while it decodes: its ``Decode batch`` lines, read by field name; and the figures a
-hybrid's state-cache death prints."""
+"""What SGLang prints while it decodes: its ``Decode batch`` lines, read by field name."""
 
 from __future__ import annotations
 
@@ -87,18 +86,3 @@ def decode_group(rank: str | None) -> tuple[str, tuple[int, ...]]:
         else:
             place.append(int(match["index"]))
     return group, tuple(place)
-
-
-# A hybrid's state cache that ran short prints its slots: "Computed max_mamba_cache_size=0 (...)" when none
-# fit, "max_mamba_cache_size=4, mamba_ratio=5, resulting max_num_reqs=0" when fewer than one request needs.
-_SHORT_STATE = re.compile(r"max_mamba_cache_size=(?P<slots>-?\d+)(?:, mamba_ratio=(?P<ratio>\d+))?")
-
-
-def state_figures(text: str) -> tuple[int, int | None] | None:
-    """The slots a state-cache death printed and, where printed, the slots one request needs (the last
-    figures: the server-args dump at start also names a given ``max_mamba_cache_size``)."""
-    found = list(_SHORT_STATE.finditer(text))
-    if not found:
-        return None
-    last = found[-1]
-    return max(int(last["slots"]), 0), int(last["ratio"]) if last["ratio"] else None

@@ -20,7 +20,7 @@ from autotune.decision import Adjusted, Launch, Reuse, Skip
 from autotune.engines import DEFAULT_ENGINE, get_engine
 from autotune.measure.client import CategoryStats, Measurement
 from autotune.records import TrialRecord
-from autotune.report.pool import pool_text, state_text
+from autotune.report.pool import pool_text
 from autotune.report.trials_table import OUTCOME_STYLE, speed_text, value_text
 from autotune.space import Candidate
 from autotune.study.attrs import ROOFLINE_UNKNOWN
@@ -111,9 +111,6 @@ def trial_detail(record: TrialRecord, finalist: Finalist | None = None) -> Group
     pool = pool_text(record)
     if pool is not None:
         rows.add_row("KV pool", pool)
-    state = state_text(record)
-    if state is not None:
-        rows.add_row("state cache", state)
     if record.measurement.agreement is not None:
         rows.add_row("output check", agreement_text(record))
         for index, text in enumerate(record.measurement.agreement.outputs):

@@ -1,6 +1,5 @@
-"""What a person reads about KV pools: what one launch's pool (and a hybrid's state cache) held against
-what one request needed, and which contexts a study's space can hold (the figures:
-:mod:`autotune.study.pool_tokens`, :mod:`autotune.state_cache`)."""
+"""What a person reads about KV pools: what one launch's pool held against what one request needed, and
+which contexts a study's space can hold (the figures: :mod:`autotune.study.pool_tokens`)."""
 
 from __future__ import annotations
 
@@ -32,17 +31,6 @@ def pool_text(record: TrialRecord) -> str | None:
     if lesson.pool_tokens is not None and lesson.pool_tokens < lesson.needed_tokens:
         short = f", {lesson.needed_tokens - lesson.pool_tokens} short"
     return f"{held}{at}; one request needed {lesson.needed_tokens}{short}{cell}"
-
-
-def state_text(record: TrialRecord) -> str | None:
-    """What a hybrid's state cache held, in request slots, and what one request needs, where the engine said."""
-    lesson = record.lessons.memory
-    if lesson is None or lesson.state_slots is None:
-        return None
-    held = f"held {lesson.state_slots} slots"
-    if lesson.state_per_request is None:
-        return held if lesson.served or not lesson.state_short else f"{held}; one request needs at least 1"
-    return f"{held}; one request needs {lesson.state_per_request}"
 
 
 def context_fit_text(fits: Sequence[ContextFit]) -> Text | None:

@@ -74,8 +74,6 @@ def lesson_of(outcome: TrialOutcome, *, trial: int, inventory: GpuInventory, eng
             trial=trial,
         ).runtime_bytes
     shortfall = facts.shortfall if facts is not None else None
-    # a served launch's logged state slots (a death's are the ones it printed)
-    state_logged = facts.state_slots if facts is not None and outcome.kind is OutcomeKind.OK else None
     if shortfall is None and outcome.kind.is_memory:
         shortfall = engine.pool_shortfall(outcome.reason or "")
     return MemoryLesson(
@@ -96,8 +94,6 @@ def lesson_of(outcome: TrialOutcome, *, trial: int, inventory: GpuInventory, eng
         needed_tokens=shortfall.needed_tokens if shortfall else None,
         kv_cell_bytes=(shortfall.cell_bytes if shortfall else None) or (facts.kv_bytes_per_token if facts else None),
         headroom_shortfall_bytes=facts.oom_shortfall_bytes if facts and side == "too-high" else None,
-        state_slots=shortfall.state_slots if shortfall and shortfall.state_slots is not None else state_logged,
-        state_per_request=shortfall.state_per_request if shortfall else None,
     )
 
 

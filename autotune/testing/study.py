@@ -203,7 +203,6 @@ def memory_as_logged(
     free_at_start_bytes: float | None = None,
     avail_after_pools_bytes: float | None = None,
     graph_batch: int | None = None,
-    state_slots: int | None = None,
 ) -> MemoryFacts | None:
     """A server's memory figures as an engine reads them from its log: sizes in GiB with two decimals.
 
@@ -223,5 +222,4 @@ def memory_as_logged(
         free_at_start_bytes=logged(free_at_start_bytes),
         avail_after_pools_bytes=logged(avail_after_pools_bytes),
         graph_batch=graph_batch,
-        state_slots=state_slots,
     )
