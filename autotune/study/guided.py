@@ -399,13 +399,17 @@ def _rate(fitted: Fitted, space: SearchSpace, flags: Mapping[str, Any]) -> float
 
 
 def _near_miss(fitted: Fitted, launch: tuple[Any, ...]) -> float:
-    """The fit's log error at the measured launches of ``launch``'s shape, weighted by their nearness to it
-    (:func:`~autotune.study.guided_reads.apart`; at :data:`NEAR`, 1/e; the model itself weighs :data:`MODEL_WEIGHT`):
-    the pass model misses alike on neighbouring configurations (a kernel, a draft-token count, a depth's
-    acceptance), which its few constants cannot express."""
+    """The fit's log error at the measured launches of ``launch``'s shape: their mean (the model itself weighs
+    :data:`MODEL_WEIGHT` against each launch), then what is left of each launch's miss, weighted by its nearness
+    (:func:`~autotune.study.guided_reads.apart`; at :data:`NEAR`, 1/e; the model's own weight again
+    :data:`MODEL_WEIGHT`). A shape misses as a whole (its own kernels, which the fit prices at the other
+    shape's where it measured that one more), and neighbouring configurations miss alike (a draft-token count,
+    a depth's acceptance), which the physics' few constants cannot express."""
     own = shape(launch)
-    weights = [(math.exp(-apart(launch, at) / NEAR), miss) for kind, at, miss in fitted.misses if kind == own]
-    return sum(w * miss for w, miss in weights) / (MODEL_WEIGHT + sum(w for w, _ in weights))
+    misses = [(at, miss) for kind, at, miss in fitted.misses if kind == own]
+    offset = sum(miss for _, miss in misses) / (MODEL_WEIGHT + len(misses))
+    weights = [(math.exp(-apart(launch, at) / NEAR), miss - offset) for at, miss in misses]
+    return offset + sum(w * left for w, left in weights) / (MODEL_WEIGHT + sum(w for w, _ in weights))
 
 
 def _fit(profile: TwinProfile, space: SearchSpace, measured: Sequence[CalibrationPoint]) -> Fitted | None:
