@@ -1,39 +1,31 @@
-"""The tables of this folder's README from its JSON reports (run from the repository root):
+"""The tables of a model-sampler round's results README, from the JSON reports in its folder:
 
-    .venv/bin/python benchmarks/results/model-sampler-2026-12-08/summarise.py [FOLDER]
+    .venv/bin/python -m benchmarks.round_tables FOLDER [--branch-point COMMIT]
 
-(model-sampler-2026-12-06's, with the branch point's model row: ``*-branch-point-model.json``, its rows
-named apart and paired against this round's model row.)
-
-Per night (20, 60 launches): the family's and the tight members' runs pooled (one report per row:
-``{all,tight}-{20,60}-ROW.json``, run side by side), each row's regret
-(benchmarks.judge.regret_summary), launches until one within 2 % is launched, memory deaths, each row
-against TPE's night paired over members (benchmarks.judge.paired_regret), and the mean regret per
-case kind (the case a member's summary names; the tight members are their own kind), and the
-model-guided row's error of the next launch's rate predicted before it (benchmarks.judge.predicted_error_spread).
+One script for every round (model-sampler-2026-12-05 onwards): each round's folder holds the reports,
+this prints their tables. Per night (20, 60 launches): the family's and the tight members' runs pooled
+(``{all,tight}-{20,60}.json``, or one report per row, ``{all,tight}-{20,60}-ROW.json``, run side by side),
+each row's regret (:func:`benchmarks.judge.regret_summary`), launches until one within 2 % is launched,
+memory deaths, each row against TPE's night paired over members (:func:`benchmarks.judge.paired_regret`),
+the mean regret per case kind (the case a member's summary names; the tight members are their own kind),
+and a row's error of the next launch's rate predicted before it where its runs recorded one
+(:func:`benchmarks.judge.predicted_error_spread`). The reports named ``*-branch-point-model*.json`` are
+the model row at the round's branch point (``--branch-point`` names its commit), named apart and paired
+against the round's model row. Then the recorded llama.cpp landscapes' tables, where the folder holds them.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT))
+from benchmarks.judge import TPE_NIGHT, paired_regret, predicted_error_spread, quantile_reached, regret_summary
 
-from benchmarks.judge import (  # noqa: E402
-    TPE_NIGHT,
-    paired_regret,
-    predicted_error_spread,
-    quantile_reached,
-    regret_summary,
-)
-
-BRANCH_POINT = "autotune-model at the branch point (ac62c90)"
-HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent  # the reports' folder
 CASES = ("base", "wide-trees", "flat-top", "huge", "tight")
+RECORDED = ("h200-llamacpp-deep", "h200-llamacpp-drafts")
 
 
 def case_of(summary: str, tight: bool) -> str:
@@ -43,16 +35,22 @@ def case_of(summary: str, tight: bool) -> str:
     return head if head in CASES else "base"
 
 
-def night(budget: int) -> None:
-    rows: dict[str, list[dict]] = {}
+def _interval_cells(paired: dict[str, Any]) -> list[str]:
+    return [f"{paired[q]['difference']:+.2f} ({paired[q]['interval'][0]:+.2f} to {paired[q]['interval'][1]:+.2f})"
+            for q in ("median", "p90")]  # fmt: skip
+
+
+def night(folder: Path, budget: int, branch_point: str) -> None:
+    rows: dict[str, list[dict[str, Any]]] = {}
     cases: dict[int, str] = {}
     for name, tight in (("all", False), ("tight", True)):
-        for path in sorted(HERE.glob(f"{name}-{budget}-*.json")):
+        paths = [*folder.glob(f"{name}-{budget}.json"), *sorted(folder.glob(f"{name}-{budget}-*.json"))]
+        for path in paths:
             report = json.loads(path.read_text())
             for member in report["members"]:
                 cases[(member["seed"])] = case_of(member["summary"], tight)
             for method, result in report["methods"].items():
-                label = BRANCH_POINT if "branch-point-model" in path.stem else method
+                label = branch_point if "branch-point-model" in path.stem else method
                 rows.setdefault(label, []).extend(result["runs"])
     if not rows:
         return
@@ -79,19 +77,16 @@ def night(budget: int) -> None:
     print("| row | median | p90 |")
     print("|---|---|---|")
     for method, paired in paired_regret(rows).items():
-        cells = [f"{paired[q]['difference']:+.2f} ({paired[q]['interval'][0]:+.2f} to {paired[q]['interval'][1]:+.2f})"
-                 for q in ("median", "p90")]  # fmt: skip
+        cells = _interval_cells(paired)
         print(f"| {method} | {cells[0]} | {cells[1]} |")
     model = next((name for name in rows if name.startswith("autotune-model (")), None)
-    if model is not None and BRANCH_POINT in rows:
+    if model is not None and branch_point in rows:
         print("\nThis round's model row against the branch point's, paired over members (negative: better):\n")
         print("| median | p90 | mean (this round / branch point) |")
         print("|---|---|---|")
         # paired_regret pairs a row against TPE's: the branch point's row stands in for it here
-        paired = paired_regret({TPE_NIGHT: rows[BRANCH_POINT], model: rows[model]})[model]
-        cells = [f"{paired[q]['difference']:+.2f} ({paired[q]['interval'][0]:+.2f} to {paired[q]['interval'][1]:+.2f})"
-                 for q in ("median", "p90")]  # fmt: skip
-        means = [statistics.fmean(x["regret_pct"] for x in rows[name]) for name in (model, BRANCH_POINT)]
+        cells = _interval_cells(paired_regret({TPE_NIGHT: rows[branch_point], model: rows[model]})[model])
+        means = [statistics.fmean(x["regret_pct"] for x in rows[name]) for name in (model, branch_point)]
         print(f"| {cells[0]} | {cells[1]} | {means[0]:.1f} / {means[1]:.1f} |")
     print("\nMean regret % per case kind (members):\n")
     kinds = [k for k in CASES if k in cases.values()]
@@ -110,9 +105,9 @@ def night(budget: int) -> None:
                                     for e in after.values()) + " |")  # fmt: skip
 
 
-def recorded() -> None:
-    for name in ("h200-llamacpp-deep", "h200-llamacpp-drafts"):
-        path = HERE / f"{name}.json"
+def recorded(folder: Path) -> None:
+    for name in RECORDED:
+        path = folder / f"{name}.json"
         if not path.exists():
             continue
         report = json.loads(path.read_text())
@@ -123,13 +118,22 @@ def recorded() -> None:
         for method, result in report["methods"].items():
             r = result["summary"]["regret"]
             paired = report["paired"].get(method)
-            cells = ["—", "—"] if paired is None else [
-                f"{paired[q]['difference']:+.2f} ({paired[q]['interval'][0]:+.2f} to {paired[q]['interval'][1]:+.2f})"
-                for q in ("median", "p90")]  # fmt: skip
+            cells = ["—", "—"] if paired is None else _interval_cells(paired)
             print(f"| {method} | {r['median']:.1f} / {r['p90']:.1f} / {r['mean']:.1f} | {cells[0]} | {cells[1]} |")
 
 
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, help="a round's results folder (its JSON reports)")
+    parser.add_argument(
+        "--branch-point", metavar="COMMIT", help="the commit of the *-branch-point-model reports (their row's name)"
+    )
+    args = parser.parse_args(argv)
+    label = "autotune-model at the branch point" + (f" ({args.branch_point})" if args.branch_point else "")
+    for budget in (20, 60):
+        night(args.folder, budget, label)
+    recorded(args.folder)
+
+
 if __name__ == "__main__":
-    night(20)
-    night(60)
-    recorded()
+    main()
