@@ -101,7 +101,7 @@ def kv_share(rules: MemoryRules, flags: Mapping[str, FlagValue]) -> float:
     return 1.0 / (1.0 + ratio) if ratio is not None and ratio >= 0 else 1.0
 
 
-def kv_scale(rules: MemoryRules, flags: Mapping[str, FlagValue]) -> float | None:
+def _scale(rules: MemoryRules, flags: Mapping[str, FlagValue]) -> float | None:
     """The KV cell's relative bytes by the scaled flags (KV dtype); None for a value the rules do not know."""
     factor = 1.0
     for name, known in rules.pool_scale.items():
@@ -134,10 +134,10 @@ def tokens_at(
 ) -> PoolEstimate | None:
     """The most tokens the pool of a plan with ``flags`` holds at ``fraction`` by the points that speak for
     it; None where none does (none alike, or none whose growth is known and at a fraction above the asked)."""
-    scale, share = kv_scale(rules, flags), kv_share(rules, flags)
+    scale, share = _scale(rules, flags), kv_share(rules, flags)
     best: tuple[float, list[int]] | None = None
     for point in points:
-        point_scale = kv_scale(rules, point.flags)
+        point_scale = _scale(rules, point.flags)
         if scale is None or point_scale is None or not _alike(rules, point.flags, flags):
             continue
         if fraction > point.fraction and point.per_fraction is None:
@@ -160,13 +160,13 @@ def engine_cell(
     tensor-parallel size, scaled to the plan's KV dtype, with the launches that said it; None where none
     did. The engine's cell beats the config.json's count (it knows how it shards and pads the heads);
     the fewest, as a launch with a drafter's KV layers holds more per token than one without."""
-    scale, tp = kv_scale(rules, flags), flag_number(flags.get(rules.tp_flag)) or 1.0
+    scale, tp = _scale(rules, flags), flag_number(flags.get(rules.tp_flag)) or 1.0
     best: tuple[float, tuple[int, ...]] | None = None
     for record in records:
         lesson = record.lessons.memory
         if lesson is None or not lesson.kv_cell_bytes or (record.engine or engine_name) != engine_name:
             continue
-        launched = kv_scale(rules, lesson.flags)
+        launched = _scale(rules, lesson.flags)
         if scale is None or launched is None or (flag_number(lesson.flags.get(rules.tp_flag)) or 1.0) != tp:
             continue
         cell = lesson.kv_cell_bytes * scale / launched
@@ -175,27 +175,6 @@ def engine_cell(
         elif cell <= best[0] * (1 + MARGIN):
             best = (min(best[0], cell), (*best[1], lesson.trial))
     return best
-
-
-def weights_per_gpu(
-    records: Sequence[TrialRecord],
-    rules: MemoryRules,
-    engine_name: str,
-    flags: Mapping[str, FlagValue],
-    *,
-    files_bytes: float | None,
-) -> float | None:
-    """The weights per GPU of a plan: as a launch alike in what loads weights (a drafter, the quantization,
-    :attr:`MemoryRules.weights_flags`) logged them, over the plan's tensor-parallel size; else the model's
-    files' ``files_bytes`` over it. A launch that loaded a drafter logged more than a plan without one holds."""
-    tp = flag_number(flags.get(rules.tp_flag)) or 1.0
-    for record in reversed(records):
-        lesson = record.lessons.memory
-        if lesson is None or not lesson.weights_bytes or (record.engine or engine_name) != engine_name:
-            continue
-        if all(lesson.flags.get(name) == flags.get(name) for name in rules.weights_flags):
-            return lesson.weights_bytes * (flag_number(lesson.flags.get(rules.tp_flag)) or 1.0) / tp
-    return files_bytes / tp if files_bytes is not None else None
 
 
 def prior_tokens(
@@ -213,7 +192,7 @@ def prior_tokens(
     other reserves, are not counted: the estimate errs towards more tokens). ``logged_cell``
     (:func:`engine_cell`): where an unlike launch logged fewer KV bytes per token than the layout counts,
     the engine's figure."""
-    element = kv_scale(rules, flags)
+    element = _scale(rules, flags)
     if element is None or budget_bytes is None or weights_per_gpu is None:
         return None
     tp = int(flag_number(flags.get(rules.tp_flag)) or 1)
@@ -242,7 +221,7 @@ def request_kv(space: SearchSpace, rules: MemoryRules, layout: KvLayout) -> list
     tps = [v for v in map(flag_number, tp_param.choices) if v] if isinstance(tp_param, CategoricalParam) else []
     tp = int(min(tps) if tps else flag_number(space.fixed.get(rules.tp_flag)) or 1)
     room = most_room(space, rules, dict(space.fixed))
-    element = kv_scale(rules, room) or max((max(k.values()) for k in rules.pool_scale.values()), default=2.0)
+    element = _scale(rules, room) or max((max(k.values()) for k in rules.pool_scale.values()), default=2.0)
     cell = layout.bytes_per_token(element_bytes=element, tp=tp)
     param = space.tuned.get(rules.context_flag)
     values = param.choices if isinstance(param, CategoricalParam) else [space.fixed.get(rules.context_flag)]

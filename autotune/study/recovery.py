@@ -1,5 +1,5 @@
 """After a crash or Ctrl-C: orphaned servers killed, stale trials failed, interrupted configs and
-unmeasured baselines queued again (each once, across workers); at a study's start, its baselines queued."""
+unmeasured baselines queued again (each once, across workers)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from autotune.outcomes import OutcomeKind
 from autotune.server import pid_alive, reap_orphans
 from autotune.space import SearchSpace, baseline_params
 from autotune.study import attrs
-from autotune.study.baseline_order import in_memory_order
 from autotune.study.storage import heartbeat_enabled
 
 # A trial names its host and worker right after Optuna hands it out; one still nameless after this
@@ -75,15 +74,14 @@ def requeue_interrupted(study: optuna.Study) -> list[int]:
 
 
 def enqueue_baselines(study: optuna.Study, space: SearchSpace) -> list[str]:
-    """Enqueue each baseline once per study (a resumed study does not measure them again), the least
-    estimated memory need first (:func:`~autotune.study.baseline_order.in_memory_order`)."""
+    """Enqueue each baseline once per study (a resumed study does not measure them again)."""
     present = {
         r.baseline
         for r in map(attrs.trial_record, study.get_trials(deepcopy=False))
         if r.state != "FAIL" or r.outcome != OutcomeKind.INTERRUPTED.value
     }
     queued = []
-    for baseline in in_memory_order(space):
+    for baseline in space.baselines:
         if baseline.name in present:
             continue
         attrs.enqueue_baseline(study, baseline_params(space, baseline), baseline.name)

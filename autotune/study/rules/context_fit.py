@@ -34,7 +34,6 @@ from autotune.study.pool_tokens import (
     prior_tokens,
     tokens_at,
     too_small,
-    weights_per_gpu,
 )
 
 Estimator = Callable[[Mapping[str, FlagValue], float], PoolEstimate | None]
@@ -67,8 +66,7 @@ class ContextFit:
             found = tokens_at(points, rules, flags, at)
             if found is not None or self.layout is None:
                 return found
-            weights = weights_per_gpu(records, rules, engine, flags, files_bytes=model.weight_bytes)
-            cell = engine_cell(records, rules, engine, flags)
+            weights, cell = model.weights_per_gpu(flags), engine_cell(records, rules, engine, flags)
             return prior_tokens(
                 self.layout, rules, flags, at, budget_bytes=budget, weights_per_gpu=weights, logged_cell=cell
             )
