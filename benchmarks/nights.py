@@ -81,7 +81,7 @@ def outcome_of(
     problem: Problem, plan: LaunchPlan, evaluation: Evaluation, *, early_stopped: bool = False
 ) -> TrialOutcome:
     """What ``run_trial`` would return; failures are classified by the engine from SGLang's message."""
-    memory = _memory_facts(evaluation)
+    memory = _memory_facts(problem, evaluation)
     timing = {"launch_s": evaluation.launch_s, "measure_s": evaluation.measure_s, "stop_s": evaluation.stop_s}
     if not evaluation.feasible:
         failure = problem.engine.classify_failure(exit_code=1, log_text=evaluation.message or "", timed_out=False)
@@ -99,9 +99,11 @@ def outcome_of(
     )  # fmt: skip
 
 
-def _memory_facts(evaluation: Evaluation) -> MemoryFacts | None:
-    """What the server would have logged about its memory (see :func:`autotune.testing.memory_as_logged`)."""
-    return memory_as_logged(
+def _memory_facts(problem: Problem, evaluation: Evaluation) -> MemoryFacts | None:
+    """What the server would have logged about its memory (see :func:`autotune.testing.memory_as_logged`),
+    with what the engine reads from the line its log ends with: an out-of-memory death's figures reach the
+    study as they do from a real log."""
+    logged = memory_as_logged(
         weights_bytes=evaluation.weights_bytes,
         kv_pool_bytes=evaluation.kv_pool_bytes,
         kv_tokens=evaluation.kv_tokens,
@@ -110,6 +112,10 @@ def _memory_facts(evaluation: Evaluation) -> MemoryFacts | None:
         avail_after_pools_bytes=evaluation.avail_after_pools_bytes,
         graph_batch=evaluation.graph_batch if evaluation.graph_bytes is not None else None,
     )
+    last_line = problem.engine.memory_facts(evaluation.message) if evaluation.message else None
+    if logged is None or last_line is None or last_line.oom_shortfall_bytes is None:
+        return logged
+    return logged.model_copy(update={"oom_shortfall_bytes": last_line.oom_shortfall_bytes})
 
 
 def twin_inventory(profile: TwinProfile) -> GpuInventory:
