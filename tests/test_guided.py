@@ -439,6 +439,15 @@ def test_a_draft_that_died_of_a_sizing_the_night_left_is_tried_again_at_one_that
     assert any(tokens(r.flags) == 2 and r.served for r in by_model)
 
 
+def test_only_proposals_that_died_before_any_launch_served_are_excused() -> None:
+    """A proposal's memory death before the first launch that served was its drawn sizing's; a baseline's
+    (the engine's defaults) and any death after a launch served count against the draft."""
+    died = lambda n, **kw: trial_record(n, outcome=OutcomeKind.MEMORY_TOO_LOW.value, **kw)  # noqa: E731
+    records = [died(0, baseline="engine defaults"), died(1), trial_record(2, value=10.0), died(3)]
+    assert sizing_deaths(records) == {1}
+    assert sizing_deaths(records[:2]) == set()  # nothing served yet: no sizing the night could leave for
+
+
 def test_a_draft_deeper_than_every_served_one_is_asked_at_the_smallest_graph_batch(tmp_path: Path) -> None:
     """Its graphs capture more tokens a pass than the served launch's: at that launch's fraction with the
     smallest graph batch the space offers (the measured rate is one stream's, which the graph batch does not

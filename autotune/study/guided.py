@@ -9,7 +9,7 @@ A proposal, for the speculative flags (the others, memory sizing above all, are 
 1. the first launches give the model what it fits: the plain launch (where the space allows it), the
    shallowest and the deepest draft, where the measured trials do not already hold them (one that was
    tried and did not serve is not asked for again, unless it died of memory before any launch served, at a
-   sizing the night then left: :func:`~autotune.study.guided_deaths.sizing_deaths`);
+   drawn sizing the night then left: :func:`~autotune.study.guided_deaths.sizing_deaths`);
 2. then each drafter's acceptance is fitted to the measured accept lengths, and the pass's free
    constants to the measured rates (:func:`passmodel.calibrate.fit`);
 3. a pool of :data:`POOL` candidates drawn from the space, plus the best measured configuration's

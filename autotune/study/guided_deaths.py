@@ -26,18 +26,20 @@ def stalled(records: Sequence[TrialRecord], last: int) -> bool:
 
 
 def sizing_deaths(records: Sequence[TrialRecord]) -> set[int]:
-    """The trials (numbers) whose launch died of memory before the night's first launch that served: their
-    sizing was a guess (the engine's defaults, a random draw), which the night left once one served, as every
-    later proposal is completed with a sizing that served (:class:`~autotune.study.launchable.WouldLaunch`).
-    Such a death says nothing of its draft, which is tried again at that sizing; a later death counts
-    against its draft (the rules adjust a sizing after each death, so a sizing never served before is no
-    sign of a guess then)."""
+    """The proposals (trial numbers) whose launch died of memory before the night's first launch that served:
+    their sizing was a random draw, which the night left once one served, as every later proposal is
+    completed with a sizing that served (:class:`~autotune.study.launchable.WouldLaunch`). Such a death says
+    nothing of its draft, which is tried again at that sizing. A later death counts against its draft (the
+    rules adjust a sizing after each death, so a sizing never served before is no sign of a guess then), and
+    so does a baseline's (the engine's defaults, launched as the night's reference: excused too, the plain
+    launch was launched again on a dev member, a launch the night did not get back)."""
     first = min((r.number for r in records if r.served), default=None)
     return {
         r.number
         for r in records
         if first is not None
         and r.number < first
+        and r.baseline is None
         and launched(r)
         and (kind := outcome_kind(r.outcome)) is not None
         and kind.is_memory
