@@ -14,7 +14,7 @@ import optuna
 import pytest
 import yaml
 
-from autotune.decision import Launch
+from autotune.decision import Launch, Reuse, Skip
 from autotune.gpu import GpuInventory
 from autotune.outcomes import OutcomeKind
 from autotune.pass_setup import read_pass_setup
@@ -22,7 +22,7 @@ from autotune.records import MetricRecord, Prediction
 from autotune.space import CategoricalParam, load_space, suggest
 from autotune.study import make_sampler
 from autotune.study.guided import FALLBACK_ERROR, STALLED, STARTUP_TRIES, ModelGuided, describe_search
-from autotune.study.guided_deaths import sizing_deaths
+from autotune.study.guided_deaths import sizing_deaths, stalled
 from autotune.study.guided_reads import JUDGED, Draw, judged_error
 from autotune.study.history import History
 from autotune.study.launchable import WouldLaunch
@@ -393,8 +393,24 @@ def test_after_proposals_that_do_not_serve_tpe_proposes_every_flag(tmp_path: Pat
     records = runner.records()
     assert not any(r.served for r in records[3 : 3 + STALLED])
     after = sampler.search(runner.study, records[3 + STALLED].number)
-    assert after.startswith(f"tpe: the last {STALLED} proposals did not launch and serve")
+    assert after.startswith(f"tpe: the last {STALLED} proposals launched did not serve")
     assert any(f"search {after}" in note for note in notes)
+
+
+def test_only_launches_start_or_end_a_stall() -> None:
+    """Proposals the rules answered without a launch (a predicted death, a measured configuration reused)
+    neither count toward a stall nor end one (before, three of them after a launch that served stalled the
+    model: on a tight member TPE's such draws kept it stalled for 28 proposals, one launch among them)."""
+    died = lambda n: trial_record(n, outcome=OutcomeKind.MEMORY_TOO_HIGH.value)  # noqa: E731
+    served = lambda n: trial_record(n, value=10.0)  # noqa: E731
+    skipped = lambda n: trial_record(  # noqa: E731
+        n, outcome=OutcomeKind.PREDICTED_MEMORY_TOO_HIGH.value,
+        decision=Skip(rule="memory", outcome=OutcomeKind.PREDICTED_MEMORY_TOO_HIGH, reason="r", constraint="memory"),
+    )  # fmt: skip
+    reused = lambda n: trial_record(n, value=10.0, decision=Reuse(rule="duplicate", trial=3, same_config=True))  # noqa: E731
+    assert not stalled([served(0), skipped(1), skipped(2), reused(3)], STALLED)
+    assert stalled([died(0), died(1), died(2), skipped(3), reused(4)], STALLED)
+    assert not stalled([died(0), died(1), died(2), served(3), skipped(4), skipped(5), skipped(6)], STALLED)
 
 
 def test_a_draft_that_died_of_a_sizing_the_night_left_is_tried_again_at_one_that_served(tmp_path: Path) -> None:

@@ -21,8 +21,8 @@ A proposal, for the speculative flags (the others, memory sizing above all, are 
    at (:class:`~autotune.study.launchable.WouldLaunch`, handed over by the runner).
 It falls back to TPE, saying why, where no model can be built (:class:`~autotune.pass_setup.PassSetup`),
 where the space tunes several engines or nothing speculative, where none of its best candidates would
-launch or the last :data:`STALLED` proposals did not serve (TPE then draws every flag), and where the
-median error of its last :data:`JUDGED` predictions made before their launches exceeds :data:`FALLBACK_ERROR`.
+launch or the last :data:`STALLED` proposals launched did not serve (TPE then draws every flag), and where
+the median error of its last :data:`JUDGED` predictions made before their launches exceeds :data:`FALLBACK_ERROR`.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from autotune.pass_setup import PassSetup
 from autotune.records import Prediction, TrialRecord
 from autotune.space import SearchSpace, suggest
 from autotune.study import attrs
-from autotune.study.guided_deaths import sizing_deaths
+from autotune.study.guided_deaths import sizing_deaths, stalled
 from autotune.study.guided_reads import (
     JUDGED,
     RATES,
@@ -82,7 +82,7 @@ OPTIMISTIC_ACCEPTANCE = 0.85
 FALLBACK_ERROR = 0.15  # median relative error of those, above which TPE proposes (fixed before judging)
 STARTUP_TRIES = 2  # a start-up role's candidates that did not serve, before the role ends
 STARTUP_DEPTHS = 2  # the depths a start-up role walks inward: the shallowest two, the deepest two
-STALLED = 3  # the latest proposals none of which served, after which TPE proposes every flag
+STALLED = 3  # the latest proposals launched, none of which served, after which TPE proposes every flag
 LAUNCHABLE_ASKED = 20  # the best candidates the study's rules are asked about, in order
 NEAR = 0.15  # how far apart (guided_reads.apart) a launch's miss weighs 1/e of its own (about a chain's step)
 MODEL_WEIGHT = 0.5  # the pass model's own weight against the misses of the launches near a prediction
@@ -233,10 +233,9 @@ class ModelGuided(Wrapping):
         if not pool:
             return None, "tpe: no candidate of the space is one the model describes"
         records = self._records(study, space)
-        recent = [r for r in records if r.baseline is None and r.confirm_of is None][-STALLED:]
-        if len(recent) == STALLED and not any(r.served for r in recent):
+        if stalled(records, STALLED):
             return None, (
-                f"tpe: the last {STALLED} proposals did not launch and serve; TPE (at random while stuck) draws "
+                f"tpe: the last {STALLED} proposals launched did not serve; TPE (at random while stuck) draws "
                 "every flag until one does"
             )
         finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))

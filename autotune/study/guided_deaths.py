@@ -1,12 +1,28 @@
 """What the model-guided search (:mod:`autotune.study.guided`) reads of a night's launches that did not serve:
-which memory deaths were the sizing's rather than the draft's."""
+whether its proposals are stalled, and which memory deaths were the sizing's rather than the draft's."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from autotune.decision import Reuse, Skip
 from autotune.outcomes import outcome_kind
 from autotune.records import TrialRecord
+
+
+def launched(record: TrialRecord) -> bool:
+    """Its own launch was made (not answered by a rule without one: a predicted death, a reused measurement)."""
+    return not isinstance(record.decision, (Reuse, Skip))
+
+
+def stalled(records: Sequence[TrialRecord], last: int) -> bool:
+    """The last ``last`` proposals that launched (baselines and a race's relaunches aside) all did not serve.
+
+    Proposals a rule answered without a launch neither start nor end a stall: while stuck, TPE's draws are
+    mostly such (predicted deaths, configurations measured already), and counting them kept a stall alive
+    for tens of proposals after the launches had begun to serve again."""
+    proposed = [r for r in records if r.baseline is None and r.confirm_of is None and launched(r)][-last:]
+    return len(proposed) == last and not any(r.served for r in proposed)
 
 
 def sizing_deaths(records: Sequence[TrialRecord]) -> set[int]:
@@ -24,6 +40,7 @@ def sizing_deaths(records: Sequence[TrialRecord]) -> set[int]:
         if first is not None
         and r.number < first
         and r.baseline is None
+        and launched(r)
         and (kind := outcome_kind(r.outcome)) is not None
         and kind.is_memory
     }
