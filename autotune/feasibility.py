@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from autotune.headroom_figures import death_speaks
+from autotune.headroom_figures import added_on_top, death_speaks
 from autotune.memory_types import (
     FractionWindow,
     GraphPoint,
@@ -474,7 +474,7 @@ class FeasibilityModel:
         failed_fraction = self._fraction(failure.flags)
         if t_failed is None or t_candidate is None or failed_fraction is None:
             return False
-        ignore = self.rules.graph_ignored | {self.rules.fraction_flag}
+        ignore = self.rules.graph_ignored | {self.rules.fraction_flag} | added_on_top(self.rules, failure.flags, flags)
         g, short = self.graph_bytes_per_token_max, failure.shortfall_bytes
         return _dominates(failure.flags, flags, demand=frozenset(), ignore=ignore) and death_speaks(
             free, (failed_fraction, t_failed), (fraction, t_candidate), per_token_max=g, shortfall=short

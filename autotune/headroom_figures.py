@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from autotune.memory_types import HeadroomUse
+from autotune.memory_types import HeadroomUse, MemoryRules
 from autotune.space import FlagValue
 
 _UNITS = {"bytes": 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
@@ -73,6 +73,14 @@ def death_speaks(
         return False
     freed = per_token_max * fewer if per_token_max is not None else 0.0
     return (1 - fraction) * free <= (1 - failed_fraction) * free + (shortfall or 0.0) - freed
+
+
+def added_on_top(
+    rules: MemoryRules, failed: Mapping[str, FlagValue], candidate: Mapping[str, FlagValue]
+) -> frozenset[str]:
+    """The flags a plan sets that a headroom death left unset and that only add to the need at as many graph
+    tokens (:attr:`MemoryRules.headroom_added`: a drafter), so the death speaks across them."""
+    return frozenset(name for name in rules.headroom_added if name not in failed and name in candidate)
 
 
 def headroom_use(

@@ -54,6 +54,12 @@ class MemoryRules(BaseModel):
     activation_demand: frozenset[str] = Field(
         default=frozenset(), description="flags whose larger values need more run-time memory outside the graphs"
     )
+    headroom_added: frozenset[str] = Field(
+        default=frozenset(),
+        description="flags that, set where a headroom death left them unset, only add to the headroom's need at "
+        "as many graph tokens (SGLang's drafter: its graphs and buffers come on top of the target's, whose "
+        "verify graphs hold batch x draft tokens as decode graphs of as many tokens do)",
+    )
     weights_flags: frozenset[str] = Field(
         default=frozenset(), description="flags that choose which weights load (a drafter): never presumed alike"
     )

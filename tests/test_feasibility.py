@@ -223,6 +223,28 @@ def test_a_headroom_death_s_printed_shortfall_speaks_for_smaller_graphs_it_canno
     assert not blind.predict({**died, "mem-fraction-static": 0.94}).feasible
 
 
+def test_a_plain_headroom_death_speaks_for_a_drafter_at_as_many_graph_tokens() -> None:
+    m = model()
+    plain = {k: v for k, v in BASE.items() if not k.startswith("speculative-")}
+    # graph batch 4 without a drafter: 4 tokens; it lacked at least 600 MiB at 0.96
+    died = {**plain, "cuda-graph-max-bs-decode": 4, "mem-fraction-static": 0.96}
+    m.learn(MemoryLesson(flags=died, trial=4, side="too-high", headroom_shortfall_bytes=600 * 2**20))
+    # a drafter at batch 1 x 4 draft tokens captures as many tokens, and its graphs come on top
+    drafter = {**BASE, "cuda-graph-max-bs-decode": 1, "mem-fraction-static": 0.95}  # 0.01 of 47 GiB: 481 MiB
+    predicted = m.predict(drafter)
+    assert not predicted.feasible and predicted.side == "too-high" and "trial 4" in (predicted.reason or "")
+    eagle = {**drafter, "speculative-algorithm": "EAGLE3", "speculative-draft-model-path": "d"}
+    assert not m.predict(eagle).feasible
+    assert m.predict({**drafter, "mem-fraction-static": 0.94}).feasible  # 962 MiB more headroom than it lacked
+    # fewer tokens (batch 1 x 2 draft tokens), and no served launch bounds what they free
+    assert m.predict({**drafter, "speculative-num-steps": 1, "speculative-num-draft-tokens": 2}).feasible
+    # a drafter's death says nothing of a plan without one: its graphs may be all the drafter's
+    other = model()
+    other.learn(MemoryLesson(flags={**drafter, "cuda-graph-max-bs-decode": 4}, trial=5, side="too-high",
+                             headroom_shortfall_bytes=600 * 2**20))  # fmt: skip
+    assert other.predict({**plain, "cuda-graph-max-bs-decode": 16, "mem-fraction-static": 0.95}).feasible
+
+
 def test_deaths_of_launches_with_the_same_weights_bound_the_fraction_from_both_sides() -> None:
     m = model()
     drafter = {**BASE, "speculative-algorithm": "DFLASH", "speculative-draft-model-path": "d"}

@@ -368,6 +368,7 @@ class SGLangEngine(Engine):
         },
         # Outside the graphs, run-time memory is mostly the prefill chunk's activations.
         activation_demand=frozenset({"chunked-prefill-size", "max-prefill-tokens"}),
+        headroom_added=frozenset({ALGORITHM, DRAFT_MODEL}),
         weights_flags=frozenset({ALGORITHM, DRAFT_MODEL, "quantization", "dtype", "load-format"}),
         # The KV pool is fraction x free - weights, over a cell of the target's and drafter's KV layers;
         # one request needs its context. The draft's shape, the running requests and the graphs size
