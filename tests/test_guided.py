@@ -22,7 +22,7 @@ from autotune.records import MetricRecord, Prediction
 from autotune.space import CategoricalParam, load_space, suggest
 from autotune.study import make_sampler
 from autotune.study.guided import FALLBACK_ERROR, STALLED, STARTUP_TRIES, ModelGuided, describe_search
-from autotune.study.guided_deaths import fallback_misses, sizing_deaths, stalled
+from autotune.study.guided_deaths import sizing_deaths, stalled
 from autotune.study.guided_reads import JUDGED, Draw, judged_error
 from autotune.study.history import History
 from autotune.study.launchable import WouldLaunch
@@ -56,9 +56,8 @@ def physical(flags: dict[str, object]) -> tuple[float, float]:
 
 def guided_runner(tmp_path: Path, *, sampler: optuna.samplers.BaseSampler, storage: optuna.storages.BaseStorage,
                   rate: object = physical, space_changes: dict[str, object] | None = None,
-                  dies: Callable[[dict[str, object]], bool] = lambda flags: False,
-                  rules_off: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
-    """``dies``: the launches that die of memory (any sizing); ``rules_off``: pre-launch rules switched off."""
+                  dies: Callable[[dict[str, object]], bool] = lambda flags: False):  # type: ignore[no-untyped-def]
+    """``dies``: the launches that die of memory (any sizing)."""
     space = load_space(TWIN_SPACE).model_copy(update={"baselines": [], **(space_changes or {})})
 
     def launcher(plan, log_path, phase, early_stop=None):  # type: ignore[no-untyped-def]
@@ -67,8 +66,7 @@ def guided_runner(tmp_path: Path, *, sampler: optuna.samplers.BaseSampler, stora
         tok_s, accept = rate(plan.flags)  # type: ignore[operator]
         return simulated_outcome(space, plan, tok_s=tok_s, rounds=2, ci95=0.5, accept_length=accept)
 
-    return study_runner(space, tmp_path, inventory=a6000s(), launcher=launcher, sampler=sampler, storage=storage,
-                        rules_off=rules_off)
+    return study_runner(space, tmp_path, inventory=a6000s(), launcher=launcher, sampler=sampler, storage=storage)
 
 
 def test_the_twin_space_gives_a_setup_and_a_space_without_configs_says_what_it_lacks() -> None:
@@ -448,50 +446,6 @@ def test_only_proposals_that_died_before_any_launch_served_are_excused() -> None
     records = [died(0, baseline="engine defaults"), died(1), trial_record(2, value=10.0), died(3)]
     assert sizing_deaths(records) == {1}
     assert sizing_deaths(records[:2]) == set()  # nothing served yet: no sizing the night could leave for
-
-
-def test_a_draft_the_fallback_lost_to_memory_at_its_drawn_sizing_is_asked_at_a_served_one(tmp_path: Path) -> None:
-    """A 3-step chain serves with 16 running requests; then the fallback (TPE, while the model cannot be
-    fitted) proposes the shallowest chain and a 2-token tree with 8, and both die of memory. Those deaths were
-    TPE's drawn sizing's: the model asks a 2-token draft at the served sizing, and it serves (before, they
-    ended the start-up's shallow turn and marked both drafts tried; on a tight member the best chain, skipped
-    at TPE's sizing, was never asked again). The rule ``served-sizing`` is off: it gives most such draws a
-    served sizing, but not where launches like them died, as on that member."""
-    sampler = make_sampler("model", 1)
-    assert isinstance(sampler, ModelGuided)
-    runner = guided_runner(tmp_path, sampler=sampler, storage=optuna.storages.InMemoryStorage(),
-                           dies=lambda f: tokens(f) == 2 and f.get("max-running-requests") == 8,
-                           rules_off=("served-sizing",))  # fmt: skip
-    sizing = {"mem-fraction-static": 0.93, "mamba-full-memory-ratio": 0.5, "max-running-requests": 8,
-              "cuda-graph-max-bs-decode": 8}  # fmt: skip
-    chain = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 1, "speculative-eagle-topk": 1,
-             "speculative-adaptive": False}  # fmt: skip
-    tree = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 2, "speculative-eagle-topk": 2,
-            "speculative-num-draft-tokens": 2, "speculative-adaptive": False}  # fmt: skip
-    runner.study.enqueue_trial({**chain, "speculative-num-steps": 3, **sizing, "max-running-requests": 16})
-    runner.study.enqueue_trial({**chain, **sizing})
-    runner.study.enqueue_trial({**tree, **sizing})
-    # Trials 1 and 2 as the fallback's proposals: TPE's draws, enqueued so that they are these.
-    sampler._chosen.update({1: (None, "tpe: test"), 2: (None, "tpe: test")})
-    runner.run(trials=3, timeout_s=None)
-    assert [r.served for r in runner.records()] == [True, False, False]
-    assert fallback_misses(runner.records(), {1, 2}) == {1, 2}
-    runner.run(trials=2, timeout_s=None)
-    by_model = [r for r in runner.records()[3:] if sampler.search(runner.study, r.number) == "model"]
-    assert any(tokens(r.flags) == 2 and r.served for r in by_model)
-
-
-def test_only_the_fallback_s_memory_misses_are_excused() -> None:
-    """A memory death or a predicted one of a proposal the fallback made is excused; the model's own, a
-    baseline's, a race's relaunch's and a failure that is not memory's count against the draft."""
-    died = lambda n, **kw: trial_record(n, outcome=OutcomeKind.MEMORY_TOO_LOW.value, **kw)  # noqa: E731
-    skipped = trial_record(
-        1, outcome=OutcomeKind.PREDICTED_MEMORY_TOO_HIGH.value,
-        decision=Skip(rule="memory", outcome=OutcomeKind.PREDICTED_MEMORY_TOO_HIGH, reason="r", constraint="memory"),
-    )  # fmt: skip
-    records = [died(0), skipped, died(2, baseline="engine defaults"), trial_record(3, outcome="invalid-config"),
-               died(4), died(5, confirm_of=4)]  # fmt: skip
-    assert fallback_misses(records, {0, 1, 2, 3, 5}) == {0, 1}
 
 
 def test_a_draft_deeper_than_every_served_one_is_asked_at_the_smallest_graph_batch(tmp_path: Path) -> None:

@@ -9,9 +9,7 @@ A proposal, for the speculative flags (the others, memory sizing above all, are 
 1. the first launches give the model what it fits: the plain launch (where the space allows it), the
    shallowest and the deepest draft, where the measured trials do not already hold them (one that was
    tried and did not serve is not asked for again, unless it died of memory before any launch served, at a
-   drawn sizing the night then left: :func:`~autotune.study.guided_deaths.sizing_deaths`, or was the
-   fallback's, which died or was skipped for memory at a sizing TPE drew:
-   :func:`~autotune.study.guided_deaths.fallback_misses`);
+   drawn sizing the night then left: :func:`~autotune.study.guided_deaths.sizing_deaths`);
 2. then each drafter's acceptance is fitted to the measured accept lengths, and the pass's free
    constants to the measured rates (:func:`passmodel.calibrate.fit`);
 3. a pool of :data:`POOL` candidates drawn from the space, plus the best measured configuration's
@@ -49,7 +47,7 @@ from autotune.pass_setup import PassSetup
 from autotune.records import Prediction, TrialRecord
 from autotune.space import SearchSpace, suggest
 from autotune.study import attrs
-from autotune.study.guided_deaths import fallback_misses, sizing_deaths, stalled
+from autotune.study.guided_deaths import sizing_deaths, stalled
 from autotune.study.guided_reads import (
     JUDGED,
     RATES,
@@ -245,10 +243,8 @@ class ModelGuided(Wrapping):
         # Each finished trial as the model reads it (DFLASH ignores adaptive steps), read once.
         chosen = {t.number: model_params(space, t.params) for t in finished}
         specs = {number: self._spec(profile, space, params) for number, params in chosen.items()}
-        # Tried and never served (died, skipped, failed), but for deaths of a sizing the night has left and
-        # the fallback's memory misses at sizings it drew.
-        fallback = {number for number, (_, search) in self._chosen.items() if search != "model"}
-        left = sizing_deaths(records) | fallback_misses(records, fallback)
+        # Tried and never served (died, skipped, failed), but for deaths of a sizing the night has left.
+        left = sizing_deaths(records)
         dead = {
             spec: depth(profile, space, chosen[number])
             for number, spec in specs.items()

@@ -3,7 +3,7 @@ whether its proposals are stalled, and which memory deaths were the sizing's rat
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 
 from autotune.decision import Reuse, Skip
 from autotune.outcomes import outcome_kind
@@ -43,22 +43,4 @@ def sizing_deaths(records: Sequence[TrialRecord]) -> set[int]:
         and launched(r)
         and (kind := outcome_kind(r.outcome)) is not None
         and kind.is_memory
-    }
-
-
-def fallback_misses(records: Sequence[TrialRecord], fallback: Collection[int]) -> set[int]:
-    """The fallback's proposals (trial numbers in ``fallback``: TPE's, whose memory sizing TPE drew) that died of
-    memory or that a rule answered as a predicted memory death. Such a miss says nothing of its draft, which
-    the model asks at a sizing that served (:class:`~autotune.study.launchable.WouldLaunch`); the model's own
-    proposals' misses still count, so a draft is not asked at a served sizing more than its turn allows. On a
-    tight member TPE's draws of chains, skipped at their sizings while the model could not yet be fitted,
-    ended the start-up's chains and marked the best chain tried: the model never asked it."""
-    return {
-        r.number
-        for r in records
-        if r.number in fallback
-        and r.baseline is None
-        and r.confirm_of is None
-        and (kind := outcome_kind(r.outcome)) is not None
-        and (kind.is_memory or kind.predicted)
     }
