@@ -14,7 +14,7 @@ import optuna
 import pytest
 import yaml
 
-from autotune.decision import Launch
+from autotune.decision import Launch, Reuse, Skip
 from autotune.gpu import GpuInventory
 from autotune.outcomes import OutcomeKind
 from autotune.pass_setup import read_pass_setup
@@ -22,6 +22,7 @@ from autotune.records import MetricRecord, Prediction
 from autotune.space import CategoricalParam, load_space, suggest
 from autotune.study import make_sampler
 from autotune.study.guided import FALLBACK_ERROR, STALLED, STARTUP_TRIES, ModelGuided, describe_search
+from autotune.study.guided_deaths import sizing_deaths, stalled
 from autotune.study.guided_reads import JUDGED, Draw, judged_error
 from autotune.study.history import History
 from autotune.study.launchable import WouldLaunch
@@ -247,7 +248,9 @@ def tokens(flags: dict[str, object]) -> int:
 
 def test_a_start_up_draft_that_died_of_memory_is_not_proposed_again(tmp_path: Path) -> None:
     """The shallowest drafts die of memory at any sizing: the start-up tries at most :data:`STARTUP_TRIES` of
-    them, then moves on to the deepest (before, it asked for the shallowest again until one served)."""
+    them, then moves on to the deepest (before, it asked for the shallowest again until one served); once the
+    deepest served, at another sizing than theirs, the shallowest are tried again at that sizing, where
+    again at most :data:`STARTUP_TRIES` die."""
     sampler = make_sampler("model", 1)
     runner = guided_runner(tmp_path, sampler=sampler, storage=optuna.storages.InMemoryStorage(),
                            dies=lambda flags: tokens(flags) == 2)  # fmt: skip
@@ -256,7 +259,9 @@ def test_a_start_up_draft_that_died_of_memory_is_not_proposed_again(tmp_path: Pa
     assert [tokens(r.flags) for r in first].count(2) == STARTUP_TRIES
     assert tokens(first[-1].flags) == 16 and first[-1].served  # the deepest draft, next
     by_model = [r for r in runner.records() if sampler.search(runner.study, r.number) == "model"]
-    assert [tokens(r.flags) for r in by_model].count(2) == STARTUP_TRIES
+    excused = sizing_deaths(runner.records())
+    assert [tokens(r.flags) for r in by_model if r.number not in excused].count(2) == STARTUP_TRIES
+    assert [tokens(r.flags) for r in by_model if r.number in excused].count(2) <= STARTUP_TRIES
 
 
 def test_a_shape_no_launch_measured_is_launched_before_the_fit_is_exploited(tmp_path: Path) -> None:
@@ -347,7 +352,8 @@ def test_the_model_proposes_only_what_the_rules_would_launch_and_gives_way_when_
 def test_the_rules_are_asked_with_the_sizings_of_the_measured_launches(tmp_path: Path) -> None:
     """The model's flags of a configuration measured already: at every sizing the rules answer from that
     measurement (the rate is one stream's: sizing cannot change it), so they would not launch it; another
-    draft they would, at the measured launch's memory sizing (the rest is TPE's to draw)."""
+    draft they would, at the measured launch's memory sizing (the rest is TPE's to draw), its graph batch the
+    space's smallest where that draft verifies more tokens a pass than the measured one."""
     sampler = make_sampler("model", 1)
     assert isinstance(sampler, ModelGuided)
     runner = guided_runner(tmp_path, sampler=sampler, storage=optuna.storages.InMemoryStorage())
@@ -361,6 +367,8 @@ def test_the_rules_are_asked_with_the_sizings_of_the_measured_launches(tmp_path:
     assert spec != other
     memory = ("mem-fraction-static", "max-running-requests", "cuda-graph-max-bs-decode")
     sizing = {k: v for k, v in measured.items() if k in memory}
+    if tokens(runner.records()[0].flags) < tokens(other):
+        sizing["cuda-graph-max-bs-decode"] = 4
     completed = sampler.would_launch(other)
     assert completed is not None and completed.keys() == {**other, **sizing}.keys()
     assert [completed[k] for k in other] == list(other.values())
@@ -385,8 +393,83 @@ def test_after_proposals_that_do_not_serve_tpe_proposes_every_flag(tmp_path: Pat
     records = runner.records()
     assert not any(r.served for r in records[3 : 3 + STALLED])
     after = sampler.search(runner.study, records[3 + STALLED].number)
-    assert after.startswith(f"tpe: the last {STALLED} proposals did not launch and serve")
+    assert after.startswith(f"tpe: the last {STALLED} proposals launched did not serve")
     assert any(f"search {after}" in note for note in notes)
+
+
+def test_only_launches_start_or_end_a_stall() -> None:
+    """Proposals the rules answered without a launch (a predicted death, a measured configuration reused)
+    neither count toward a stall nor end one (before, three of them after a launch that served stalled the
+    model: on a tight member TPE's such draws kept it stalled for 28 proposals, one launch among them)."""
+    died = lambda n: trial_record(n, outcome=OutcomeKind.MEMORY_TOO_HIGH.value)  # noqa: E731
+    served = lambda n: trial_record(n, value=10.0)  # noqa: E731
+    skipped = lambda n: trial_record(  # noqa: E731
+        n, outcome=OutcomeKind.PREDICTED_MEMORY_TOO_HIGH.value,
+        decision=Skip(rule="memory", outcome=OutcomeKind.PREDICTED_MEMORY_TOO_HIGH, reason="r", constraint="memory"),
+    )  # fmt: skip
+    reused = lambda n: trial_record(n, value=10.0, decision=Reuse(rule="duplicate", trial=3, same_config=True))  # noqa: E731
+    assert not stalled([served(0), skipped(1), skipped(2), reused(3)], STALLED)
+    assert stalled([died(0), died(1), died(2), skipped(3), reused(4)], STALLED)
+    assert not stalled([died(0), died(1), died(2), served(3), skipped(4), skipped(5), skipped(6)], STALLED)
+
+
+def test_a_draft_that_died_of_a_sizing_the_night_left_is_tried_again_at_one_that_served(tmp_path: Path) -> None:
+    """The shallowest drafts die of memory with 8 running requests, as launched first; then a 3-step chain
+    serves with 16. Those deaths were the sizing's: the start-up asks for a shallowest draft again, at
+    the served sizing, and it serves (before, two such deaths ended the start-up's shallow turn, and on a
+    tight member no chain was launched again)."""
+    sampler = make_sampler("model", 1)
+    assert isinstance(sampler, ModelGuided)
+    runner = guided_runner(tmp_path, sampler=sampler, storage=optuna.storages.InMemoryStorage(),
+                           dies=lambda f: tokens(f) == 2 and f.get("max-running-requests") == 8)  # fmt: skip
+    sizing = {"mem-fraction-static": 0.93, "mamba-full-memory-ratio": 0.5, "max-running-requests": 8,
+              "cuda-graph-max-bs-decode": 8}  # fmt: skip
+    chain = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 1, "speculative-eagle-topk": 1,
+             "speculative-adaptive": False}  # fmt: skip
+    tree = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 2, "speculative-eagle-topk": 2,
+            "speculative-num-draft-tokens": 2, "speculative-adaptive": False}  # fmt: skip
+    runner.study.enqueue_trial({**chain, **sizing})
+    runner.study.enqueue_trial({**tree, **sizing})
+    runner.study.enqueue_trial({**chain, "speculative-num-steps": 3, **sizing, "max-running-requests": 16})
+    runner.run(trials=3, timeout_s=None)
+    assert [r.served for r in runner.records()] == [False, False, True]
+    assert sizing_deaths(runner.records()) == {0, 1}
+    runner.run(trials=2, timeout_s=None)
+    by_model = [r for r in runner.records()[3:] if sampler.search(runner.study, r.number) == "model"]
+    assert any(tokens(r.flags) == 2 and r.served for r in by_model)
+
+
+def test_only_proposals_that_died_before_any_launch_served_are_excused() -> None:
+    """A proposal's memory death before the first launch that served was its drawn sizing's; a baseline's
+    (the engine's defaults) and any death after a launch served count against the draft."""
+    died = lambda n, **kw: trial_record(n, outcome=OutcomeKind.MEMORY_TOO_LOW.value, **kw)  # noqa: E731
+    records = [died(0, baseline="engine defaults"), died(1), trial_record(2, value=10.0), died(3)]
+    assert sizing_deaths(records) == {1}
+    assert sizing_deaths(records[:2]) == set()  # nothing served yet: no sizing the night could leave for
+
+
+def test_a_draft_deeper_than_every_served_one_is_asked_at_the_smallest_graph_batch(tmp_path: Path) -> None:
+    """Its graphs capture more tokens a pass than the served launch's: at that launch's fraction with the
+    smallest graph batch the space offers (the measured rate is one stream's, which the graph batch does not
+    change); a draft no deeper than a served one at that launch's own sizing (before, every draft at the
+    served launch's graph batch: deep trees asked at a shallow tree's died of memory, one after another)."""
+    sampler = make_sampler("model", 1)
+    assert isinstance(sampler, ModelGuided)
+    runner = guided_runner(tmp_path, sampler=sampler, storage=optuna.storages.InMemoryStorage())
+    sizing = {"mem-fraction-static": 0.9, "mamba-full-memory-ratio": 0.5, "max-running-requests": 32,
+              "cuda-graph-max-bs-decode": 32}  # fmt: skip
+    shallow = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 2, "speculative-eagle-topk": 2,
+               "speculative-num-draft-tokens": 4, "speculative-adaptive": False}  # fmt: skip
+    runner.study.enqueue_trial({**shallow, **sizing})
+    runner.run(trials=1, timeout_s=None)
+    assert runner.records()[0].served
+    deep = {**shallow, "speculative-num-steps": 4, "speculative-num-draft-tokens": 12}
+    as_deep = {**shallow, "speculative-num-steps": 3}
+    completed_deep, completed_as_deep = sampler.would_launch(deep), sampler.would_launch(as_deep)
+    assert completed_deep is not None and completed_as_deep is not None
+    assert completed_deep["cuda-graph-max-bs-decode"] == 4  # the space's smallest
+    assert completed_deep["mem-fraction-static"] == pytest.approx(0.9)
+    assert completed_as_deep["cuda-graph-max-bs-decode"] == 32
 
 
 def test_once_a_launch_served_the_rules_are_asked_only_at_measured_sizings(tmp_path: Path) -> None:
@@ -406,7 +489,10 @@ def test_once_a_launch_served_the_rules_are_asked_only_at_measured_sizings(tmp_p
     runner.study.enqueue_trial({**deep, **sizing})
     runner.run(trials=2, timeout_s=None)
     assert [r.served for r in runner.records()] == [True, False]
-    assert sampler.would_launch(deep) is None
+    # Deeper than the served chain: asked at its fraction with the space's smallest graph batch, where the
+    # rules may let it through (less graph memory), never at a fraction no launch served at.
+    asked = sampler.would_launch(deep)
+    assert asked is None or (asked["mem-fraction-static"], asked["cuda-graph-max-bs-decode"]) == (0.9, 4)
     lower = suggest(runner.space, Draw(random.Random(0), {**deep, **sizing, "mem-fraction-static": 0.75}))
     plan = runner.engines["sglang"].normalise(lower.flags)
     assert isinstance(decide(runner.rules, plan, History(runner.records(), number=99), baseline=False), Launch)

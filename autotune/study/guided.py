@@ -8,7 +8,8 @@ with TPE. Per process the fit is cached by the number of points.
 A proposal, for the speculative flags (the others, memory sizing above all, are TPE's):
 1. the first launches give the model what it fits: the plain launch (where the space allows it), the
    shallowest and the deepest draft, where the measured trials do not already hold them (one that was
-   tried and did not serve is not asked for again);
+   tried and did not serve is not asked for again, unless it died of memory before any launch served, at a
+   drawn sizing the night then left: :func:`~autotune.study.guided_deaths.sizing_deaths`);
 2. then each drafter's acceptance is fitted to the measured accept lengths, and the pass's free
    constants to the measured rates (:func:`passmodel.calibrate.fit`);
 3. a pool of :data:`POOL` candidates drawn from the space, plus the best measured configuration's
@@ -20,8 +21,8 @@ A proposal, for the speculative flags (the others, memory sizing above all, are 
    at (:class:`~autotune.study.launchable.WouldLaunch`, handed over by the runner).
 It falls back to TPE, saying why, where no model can be built (:class:`~autotune.pass_setup.PassSetup`),
 where the space tunes several engines or nothing speculative, where none of its best candidates would
-launch or the last :data:`STALLED` proposals did not serve (TPE then draws every flag), and where the
-median error of its last :data:`JUDGED` predictions made before their launches exceeds :data:`FALLBACK_ERROR`.
+launch or the last :data:`STALLED` proposals launched did not serve (TPE then draws every flag), and where
+the median error of its last :data:`JUDGED` predictions made before their launches exceeds :data:`FALLBACK_ERROR`.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from autotune.pass_setup import PassSetup
 from autotune.records import Prediction, TrialRecord
 from autotune.space import SearchSpace, suggest
 from autotune.study import attrs
+from autotune.study.guided_deaths import sizing_deaths, stalled
 from autotune.study.guided_reads import (
     JUDGED,
     RATES,
@@ -80,7 +82,7 @@ OPTIMISTIC_ACCEPTANCE = 0.85
 FALLBACK_ERROR = 0.15  # median relative error of those, above which TPE proposes (fixed before judging)
 STARTUP_TRIES = 2  # a start-up role's candidates that did not serve, before the role ends
 STARTUP_DEPTHS = 2  # the depths a start-up role walks inward: the shallowest two, the deepest two
-STALLED = 3  # the latest proposals none of which served, after which TPE proposes every flag
+STALLED = 3  # the latest proposals launched, none of which served, after which TPE proposes every flag
 LAUNCHABLE_ASKED = 20  # the best candidates the study's rules are asked about, in order
 NEAR = 0.15  # how far apart (guided_reads.apart) a launch's miss weighs 1/e of its own (about a chain's step)
 MODEL_WEIGHT = 0.5  # the pass model's own weight against the misses of the launches near a prediction
@@ -230,10 +232,10 @@ class ModelGuided(Wrapping):
         pool = self._pool(space, launched)
         if not pool:
             return None, "tpe: no candidate of the space is one the model describes"
-        recent = [r for r in self._records(study, space) if r.baseline is None and r.confirm_of is None][-STALLED:]
-        if len(recent) == STALLED and not any(r.served for r in recent):
+        records = self._records(study, space)
+        if stalled(records, STALLED):
             return None, (
-                f"tpe: the last {STALLED} proposals did not launch and serve; TPE (at random while stuck) draws "
+                f"tpe: the last {STALLED} proposals launched did not serve; TPE (at random while stuck) draws "
                 "every flag until one does"
             )
         finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
@@ -241,11 +243,12 @@ class ModelGuided(Wrapping):
         # Each finished trial as the model reads it (DFLASH ignores adaptive steps), read once.
         chosen = {t.number: model_params(space, t.params) for t in finished}
         specs = {number: self._spec(profile, space, params) for number, params in chosen.items()}
-        # Tried and never served (died, skipped, failed).
+        # Tried and never served (died, skipped, failed), but for deaths of a sizing the night has left.
+        left = sizing_deaths(records)
         dead = {
             spec: depth(profile, space, chosen[number])
             for number, spec in specs.items()
-            if number not in served and spec is not None
+            if number not in served and number not in left and spec is not None
         }
         startup = self._startup(profile, space, launched, pool, dead)
         if startup is not None:
@@ -253,14 +256,15 @@ class ModelGuided(Wrapping):
         fitted = self._fitted(study)
         if fitted is None:
             return None, "tpe: the model could not be fitted to the launches"
-        error = judged_error(self._records(study, space), space)
+        error = judged_error(records, space)
         if error is not None and error > FALLBACK_ERROR:
             return None, (
                 f"tpe: the model's median error on its last {JUDGED} predictions made before the launch is "
                 f"{error:.0%} (above {FALLBACK_ERROR:.0%})"
             )
-        # Measured, reused or skipped: known.
-        tried = {spec for t in finished if t.state == TrialState.COMPLETE and (spec := specs[t.number])}
+        # Measured, reused or skipped: known (a death of a sizing left says nothing of its draft).
+        known = [t for t in finished if t.state == TrialState.COMPLETE and t.number not in left]
+        tried = {spec for t in known if (spec := specs[t.number])}
         best, why = self._best(fitted, space, launched, tried, pool, list(dead))
         return (best, "model") if best is not None else (None, f"tpe: {why}")
 
