@@ -257,7 +257,10 @@ def study(server_binary: str, models: Path, tmp_path_factory: pytest.TempPathFac
         {"name": "n-max-6", "flags": {**draft, "spec-draft-n-max": 6}},
         {"name": "n-max-14", "flags": {**draft, "spec-draft-n-max": 14}},
     ]
-    space = cpu_space(cwd, server_binary, models, study="llamacpp-real", baselines=baselines)
+    # Longer launches than the shipped space's: on a loaded CI host one request's rate swings 2-3x within
+    # a second, and 2-3 requests of 64 tokens a launch left the race unable to separate a draft 1.6x faster.
+    measurement = {**yaml.safe_load(SPACE.read_text())["measurement"], "max_tokens": 192, "min_rounds": 3}
+    space = cpu_space(cwd, server_binary, models, study="llamacpp-real", baselines=baselines, measurement=measurement)
     proc = subprocess.run(
         autotune_cmd("study", str(space), "--trials", "8", "--seed", "3", "--sampler", "random", "--confirm-top", "1",
                      "--confirm-launches", "3"),
