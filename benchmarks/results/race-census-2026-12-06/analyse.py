@@ -68,7 +68,7 @@ print(
 print("|---|---|---|---|---|---|---|---|---|---|")
 classes: dict[str, int] = {}
 for n in nights:
-    if n["regret_pct"] - n["incumbent_gap_pct"] < 2:
+    if n.get("raced") is False or n["regret_pct"] - n["incumbent_gap_pct"] < 2:
         continue
     gain = next((g for g in n["gains"] if g["baseline_trial"] == n["best_baseline"]), None)
     shown = (
@@ -109,6 +109,10 @@ for (sampler, budget, top), group in sorted(groups.items()):
     # nights whose best baseline is truly the best finalist; the baseline named: shipped, what-if
     baseline_best = [0, 0, 0]
     for n in group:
+        if n.get("raced") is False:  # no race: the answer is the same either way, and no claim
+            shipped.append(n["regret_pct"])
+            whatif.append(n["regret_pct"])
+            continue
         by = {f["trial"]: f for f in n["finalists"]}
         leader = by[n["leader"]]
         pick = (
