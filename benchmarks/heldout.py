@@ -15,6 +15,7 @@ the process stops unless each lies in that tree. ``trees.txt`` in FOLDER records
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -34,7 +35,7 @@ import benchmarks.search_efficiency as se  # noqa: E402
 import passmodel.calibrate  # noqa: E402
 
 for m in (autotune.study.guided, passmodel.calibrate, se):
-    if not str(Path(str(m.__file__)).resolve()).startswith(str(ROOT)):
+    if not Path(str(m.__file__)).resolve().is_relative_to(ROOT):
         sys.exit(f"loaded from outside the tree: {m.__file__}")
     print("MARKER loaded", m.__file__, flush=True)
 sys.exit(se.main(sys.argv[1:]))
@@ -109,7 +110,7 @@ def unpack(commit: str, into: Path) -> str:
     """Unpacks ``git archive COMMIT`` into an emptied ``into``; returns the full commit."""
     full = subprocess.run(["git", "rev-parse", "--verify", f"{commit}^{{commit}}"], check=True, capture_output=True,
                           text=True).stdout.strip()  # fmt: skip
-    subprocess.run(["rm", "-rf", str(into)], check=True)
+    shutil.rmtree(into, ignore_errors=True)
     into.mkdir(parents=True)
     archive = subprocess.run(["git", "archive", full], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
