@@ -4,7 +4,8 @@ After its search, a study races the finalists and every baseline on fresh interl
 states a verdict (``autotune.study.confirm``): the leader's gain over each baseline with a 95 %
 interval, and a recommendation (a baseline unless something beats the best baseline significantly).
 This benchmark runs autotune's own study loop (the TPE sampler as shipped, ``--budget`` launches)
-then its confirmation at the default budget, on landscapes whose truth is known, and counts the
+then its confirmation at the default budget, or (``--night N``) a night of N launches, search and race
+together, as ``Night.of_launches`` splits it, on landscapes whose truth is known, and counts the
 verdicts the truth contradicts:
 
 - a **false significant claim**: a gain marked significant whose sign the truth does not have (the
@@ -89,7 +90,7 @@ class Subject:
     space: SearchSpace
     optimum: float
     optimum_baseline: Baseline
-    study: Callable[[SearchSpace, int, int], Studied]
+    study: Callable[[SearchSpace, int, Night], Studied]
     notes: list[str]
 
     def scenario_space(self, scenario: str) -> SearchSpace:
@@ -98,13 +99,21 @@ class Subject:
         return self.space.model_copy(update={"baselines": [*self.space.baselines, self.optimum_baseline]})
 
 
-def _run(runner: Any, launched: Callable[[], int], budget: int) -> tuple[Confirmation | None, int, int]:
-    """The study as ``autotune study`` runs it: baselines first, ``budget`` launches, then the race."""
+def night_of(space: SearchSpace, *, budget: int, night: int | None) -> Night:
+    """A search of ``budget`` launches and the race at its default budget after it, or a night of
+    ``night`` launches, search and race together (the race's finalists as many as its floor holds)."""
+    if night is None:
+        return Night(trials=budget)
+    return Night.of_launches(night, baselines=len(space.baselines))
+
+
+def _run(runner: Any, launched: Callable[[], int], night: Night) -> tuple[Confirmation | None, int, int]:
+    """The study as ``autotune study`` runs it: baselines first, the search's launches, then the race."""
     runner.enqueue_baselines()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        # ``budget`` launches, or the study's own cap on proposals (PROPOSALS_PER_LAUNCH a launch asked)
-        confirmation = run_night(runner, Night(trials=budget)).confirmation
+        # the search's launches, or the study's own cap on proposals (PROPOSALS_PER_LAUNCH a launch asked)
+        confirmation = run_night(runner, night).confirmation
     raced = sum(1 for r in runner.records() if r.confirm_of is not None)  # each relaunch launches once
     return confirmation, launched() - raced, raced
 
@@ -122,14 +131,14 @@ def family_subject(seed: int, *, launch_sd: float = LAUNCH_SD) -> Subject:
     problem = problem_of(fam.profile, fam.space)
     optimum = solve(problem)
 
-    def study(space: SearchSpace, study_seed: int, budget: int) -> Studied:
+    def study(space: SearchSpace, study_seed: int, night: Night) -> Studied:
         scenario = dataclasses.replace(problem, space=space)
         landscape = scenario.landscape(study_seed)
         launcher = LandscapeLauncher(scenario, landscape, random.Random(study_seed), launch_sd=launch_sd,
                                      launch_rng=random.Random(LAUNCH_SEED + study_seed))  # fmt: skip
         with tempfile.TemporaryDirectory(prefix="autotune-verdicts-") as tmp:
             runner = make_runner(scenario, Path(tmp), sampler=make_sampler("tpe", study_seed), launcher=launcher)
-            confirmation, searched, confirmed = _run(runner, lambda: len(launcher.evaluations), budget)
+            confirmation, searched, confirmed = _run(runner, lambda: len(launcher.evaluations), night)
             records = runner.records()
         return Studied(records, confirmation, lambda r: landscape.true_value(r.flags) if r.flags else None,
                        searched, confirmed)  # fmt: skip
@@ -159,13 +168,13 @@ def recorded_subject(path: Path, *, cycle: bool = False) -> Subject:
     best_key = max(problem.true, key=lambda k: problem.true[k])
     best = next(c for c in problem.recorded.configs if problem.key({**problem.recorded.fixed, **c.flags}) == best_key)
 
-    def study(scenario_space: SearchSpace, seed: int, budget: int) -> Studied:
+    def study(scenario_space: SearchSpace, seed: int, night: Night) -> Studied:
         scenario = dataclasses.replace(problem, space=scenario_space)
         launcher = replay.RecordedLauncher(scenario, random.Random(seed), cycle=cycle)
         with tempfile.TemporaryDirectory(prefix="autotune-verdicts-") as tmp:
             runner = study_runner(scenario_space, Path(tmp), inventory=GpuInventory(driver_version="none", gpus=[]),
                                   launcher=launcher, sampler=make_sampler("tpe", seed), name="verdicts")  # fmt: skip
-            confirmation, searched, confirmed = _run(runner, lambda: len(launcher.drawn), budget)
+            confirmation, searched, confirmed = _run(runner, lambda: len(launcher.drawn), night)
             records = runner.records()
         truth = problem.true
         return Studied(records, confirmation, lambda r: truth.get(r.launch.config_key or ""), searched, confirmed)
@@ -251,15 +260,16 @@ def _finalist(finalist: Finalist, true: float) -> dict[str, Any]:
 
 
 def judge_landscape(
-    subject: Subject, seeds: Sequence[int], *, budget: int, progress: Callable[[str], None] | None = None
-) -> dict[str, Any]:
+    subject: Subject, seeds: Sequence[int], *, budget: int, night: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Every seed in both scenarios: the study, its verdict judged, and the counts."""
     runs = []
     for scenario in SCENARIOS:
         space = subject.scenario_space(scenario)
         for seed in seeds:
             optimal = OPTIMUM if scenario == "baseline-optimal" else None
-            row = judge(subject.study(space, seed, budget), optimal=optimal)
+            row = judge(subject.study(space, seed, night_of(space, budget=budget, night=night)), optimal=optimal)
             if optimal is not None:  # the added baseline launched the optimum, and nothing the study met beat it
                 true, seen = row["baselines_true"].get(OPTIMUM), row["best_true_seen"]
                 row["optimum_baseline_is_optimum"] = (true is not None and true >= subject.optimum * (1 - 1e-9)
@@ -294,13 +304,14 @@ def counts(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def benchmark(
-    subjects: Sequence[tuple[Subject, Sequence[int]]], *, budget: int, launch_sd: float,
+    subjects: Sequence[tuple[Subject, Sequence[int]]], *, budget: int, launch_sd: float, night: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Every landscape with its seeds; the report ``--json`` writes and the table shows."""
-    landscapes = [judge_landscape(subject, seeds, budget=budget, progress=progress) for subject, seeds in subjects]
+    landscapes = [judge_landscape(subject, seeds, budget=budget, night=night, progress=progress)
+                  for subject, seeds in subjects]  # fmt: skip
     total = {key: sum(lan[key] for lan in landscapes) for key in counts([])}
-    return {"budget": budget, "launch_sd": launch_sd, "within": WITHIN,
+    return {"budget": budget, "night": night, "launch_sd": launch_sd, "within": WITHIN,
             "targets": {"false_claims": TARGET_FALSE, "false_bests": TARGET_FALSE,
                         "baseline_recommended": TARGET_BASELINE},
             "landscapes": landscapes, "groups": groups(landscapes), "totals": {**total, **rates(total)}}  # fmt: skip
@@ -350,9 +361,12 @@ def print_table(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    night = report.get("night")
     table = Table(
         title=f"False verdicts of the race (search budget {report['budget']} launches, confirmation at its "
-        "default budget)",
+        "default budget)"
+        if night is None
+        else f"False verdicts of the race (nights of {night} launches, search and race together)",
         caption="studies: seeds x 2 scenarios (the space's baselines; one baseline added that is the true optimum); "
         "judged: a baseline served in the race. false claims: judged studies with a gain marked significant that "
         "the truth contradicts; false bests: judged studies "
@@ -421,6 +435,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--family-seed", type=int, default=5000, metavar="S", help="the first member's seed")
     parser.add_argument("--family-seeds", type=int, default=2, help="studies per scenario on each member")
     parser.add_argument("--budget", type=int, default=30, help="launches of the search (default 30)")
+    parser.add_argument("--night", type=int, default=None, metavar="N",
+                        help="a night of N launches, search and race together, as Night.of_launches splits it "
+                        "(--budget then unused)")  # fmt: skip
     parser.add_argument("--launch-sd", type=float, default=LAUNCH_SD,
                         help=f"relative sd of a family launch's speed (default {LAUNCH_SD})")  # fmt: skip
     parser.add_argument("--cycle", action="store_true",
@@ -439,7 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                  for seed in range(args.family_seed, args.family_seed + args.family)]  # fmt: skip
     if not subjects:
         parser.error("nothing to judge: give --recorded FILE or --family N")
-    report = benchmark(subjects, budget=args.budget, launch_sd=args.launch_sd, progress=progress)
+    report = benchmark(subjects, budget=args.budget, launch_sd=args.launch_sd, night=args.night, progress=progress)
     report["replay"] = "without replacement" if args.cycle else "with replacement"
     report["wall_s"] = time.monotonic() - started
     print_table(report)

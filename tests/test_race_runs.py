@@ -118,6 +118,41 @@ def test_the_race_never_spends_past_its_budget_and_relaunches_only_what_is_open(
     assert all(len(set(r)) == len(r) for r in rounds)
 
 
+
+def test_a_short_night_races_as_many_finalists_as_its_budget_holds_the_floor_for() -> None:
+    from autotune.study.race import race_floor, race_top
+
+    night = Night.of_launches(20, baselines=2, top=3)
+    assert night.race_relaunches == 10 < race_floor(3 + 2)  # half the night, below the floor of 3 (16)
+    assert (night.top, night.asked) == (1, 3)  # the floor of 1 finalist and 2 baselines is 12: still over, 1 at least
+    assert Night.of_launches(20, baselines=3, top=3).top == 1
+    assert Night.of_launches(30, baselines=2, top=3).top == 2  # a race of 15 holds the floor of 2 (14), not of 3
+    assert race_top(10, 0, 2) == 0  # no race asked, none raced
+
+
+def test_a_night_of_60_still_races_3_finalists() -> None:
+    for baselines in (2, 3):
+        night = Night.of_launches(60, baselines=baselines, top=3)
+        assert (night.top, night.asked) == (3, None)
+        assert night.trials is not None and night.race_relaunches is not None
+        assert night.trials + night.race_relaunches == 60
+
+
+def test_a_short_night_says_it_races_fewer_finalists_and_why(tmp_path: Path) -> None:
+    problem = load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
+    assert len(problem.space.baselines) == 2
+    runner = _runner(problem, tmp_path, seed=6)
+    runner.enqueue_baselines()
+    said: list[str] = []
+    ended = run_night(runner, Night.of_launches(20, baselines=2, top=3), say=said.append)
+    assert ended.confirmation is not None
+    assert said[0].endswith(
+        "; 1 finalist besides 2 baselines, not 3: a race of 10 launches cannot hold the floor of 3 (16 launches)"
+    )
+    raced = {f.trial for f in ended.confirmation.finalists if not f.baseline}
+    assert len(raced) <= 1  # the best configuration, when it is not a baseline
+
+
 # ---------------------------------------------------------------- the finalists' race, and the night
 
 

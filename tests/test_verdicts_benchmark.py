@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 from autotune.engines.base import LaunchPlan
+from autotune.study.night import Night
 from benchmarks import verdicts
 from benchmarks.nights import LandscapeLauncher
 from benchmarks.problems import problem_of, solve
@@ -69,3 +70,17 @@ def test_the_launch_noise_is_off_unless_asked_for() -> None:
     assert measured(launch_sd=0.0, launch_rng=random.Random(2)) == plain
     noisy = measured(launch_sd=0.04, launch_rng=random.Random(2))
     assert noisy != plain and all(abs(n / p - 1) < 0.5 for n, p in zip(noisy, plain, strict=True))
+
+
+def test_a_night_of_launches_splits_search_and_race_as_a_study_of_that_night_does() -> None:
+    subject = verdicts.recorded_subject(RECORDED)
+    report = verdicts.benchmark([(subject, range(1))], budget=30, launch_sd=verdicts.LAUNCH_SD, night=12)
+    assert report["night"] == 12
+    for run in report["landscapes"][0]["runs"]:
+        night = Night.of_launches(12, baselines=3 if run["scenario"] == "baseline-optimal" else 2)
+        assert night.race_relaunches is not None and night.top == 1  # a race of 6 holds the floor of none
+        assert run["launches"] == night.trials == 6  # not the search budget of 30
+        assert run["confirm_launches"] <= night.race_relaunches
+        if run["confirmed"]:
+            assert len([f for f in run["finalists"] if not f["label"].startswith("baseline")]) <= 1
+    verdicts.print_table(report)

@@ -21,6 +21,7 @@ from autotune.study.race import (
     plan_race,
     race_budget,
     race_finalists,
+    race_top,
     split_launches,
     split_timeout,
 )
@@ -39,6 +40,9 @@ class Night(Frozen):
     patience: int | None = Field(default=None, description="trials without an improvement that end the search")
     total_trials: int | None = Field(default=None, description="trials of the study, every worker's, that end it")
     top: int = Field(default=3, description="distinct configurations raced besides every baseline (0: no race)")
+    asked: int | None = Field(
+        default=None, description="the finalists asked for, where the race's relaunches cannot hold their floor"
+    )
     race_launches: int = Field(default=RACE_LAUNCHES, description="launches of one configuration in the race")
     race_relaunches: int | None = Field(
         default=None, description="relaunches the race may spend (None: its share of the search's launches)"
@@ -47,9 +51,11 @@ class Night(Frozen):
 
     @classmethod
     def of_launches(cls, launches: int, *, baselines: int, top: int = 3, share: float = RACE_SHARE) -> Night:
-        """A night of ``launches``, search and race together (:func:`~autotune.study.race.split_launches`)."""
+        """A night of ``launches``, search and race together (:func:`~autotune.study.race.split_launches`);
+        the race holds as many of the ``top`` finalists as its floor fits (:func:`~autotune.study.race.race_top`)."""
         search, race = split_launches(launches, top + baselines, share=share)
-        return cls(trials=search, race_relaunches=race, top=top, share=share)
+        held = race_top(race, top, baselines)
+        return cls(trials=search, race_relaunches=race, top=held, asked=top if held < top else None, share=share)
 
     @classmethod
     def beyond(cls, trials: int, *, baselines: int, top: int = 3, share: float = RACE_SHARE) -> Night:
@@ -80,7 +86,12 @@ def run_night(
     still measuring (the last to finish races)."""
     deadline = runner.clock() + night.timeout_s if night.timeout_s is not None else None
     race = FinalistsRace(
-        top=night.top, launches=night.race_launches, budget=night.race_relaunches, deadline=deadline, share=night.share
+        top=night.top,
+        asked=night.asked,
+        launches=night.race_launches,
+        budget=night.race_relaunches,
+        deadline=deadline,
+        share=night.share,
     )
     search_s = split_timeout(night.timeout_s, share=night.share) if night.timeout_s is not None else None
     interrupted = False

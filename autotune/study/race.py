@@ -83,6 +83,22 @@ def split_launches(total: int, finalists: int, *, share: float = RACE_SHARE) -> 
     return total - race, race
 
 
+def race_top(budget: int, top: int, baselines: int) -> int:
+    """The finalists a race of ``budget`` relaunches races besides the baselines: ``top``, or where
+    the budget cannot hold :func:`race_floor` for them, the most it can (one at least, none when
+    ``top`` is none)."""
+    held = [k for k in range(1, top + 1) if race_floor(k + baselines) <= budget]
+    return max(held, default=min(top, 1))
+
+
+def fewer_finalists_text(top: int, asked: int, baselines: int, budget: int) -> str:
+    """Why a race holds ``top`` finalists and not the ``asked`` (:func:`race_top`), in one clause."""
+    return (
+        f"{top} finalist{'s' if top != 1 else ''} besides {baselines} baselines, not {asked}: a race of "
+        f"{budget} launches cannot hold the floor of {asked} ({race_floor(asked + baselines)} launches)"
+    )
+
+
 def split_timeout(timeout_s: float, *, share: float = RACE_SHARE) -> float:
     """The search's part of a ``--timeout`` that covers search and race: the race runs to the end."""
     return timeout_s * (1 - share)
@@ -100,13 +116,15 @@ class RacePlan:
     launches: int
     seconds: float | None
     deadline_s: float | None = None
+    fewer: str | None = None  # why fewer finalists than asked (fewer_finalists_text)
 
     def text(self) -> str:
         took = f", about {self.seconds / 60:.0f} min" if self.seconds else ""
         until = f", until the night's end in {self.deadline_s / 60:.0f} min" if self.deadline_s is not None else ""
+        fewer = f"; {self.fewer}" if self.fewer else ""
         return (
             f"racing {self.configurations} configurations ({self.baselines} of them baselines) on at most "
-            f"{self.launches} fresh launches{took}{until}, dropping each as soon as it is decided"
+            f"{self.launches} fresh launches{took}{until}, dropping each as soon as it is decided{fewer}"
         )
 
 
@@ -114,6 +132,9 @@ class FinalistsRace(Frozen):
     """How the finalists' race is run."""
 
     top: int = Field(default=3, description="distinct configurations raced, besides every baseline")
+    asked: int | None = Field(
+        default=None, description="the finalists asked for, where the budget cannot hold their floor (race_top)"
+    )
     launches: int = Field(default=RACE_LAUNCHES, description="the most launches of one configuration")
     budget: int | None = Field(
         default=None, description="the most relaunches in all (None: race_budget of the search's launches, at share)"
@@ -146,14 +167,19 @@ def plan_race(runner: StudyRunner, race: FinalistsRace) -> RacePlan:
     """What :func:`race_finalists` will race and spend at most, before it starts (to say so)."""
     records = runner.records()
     finalists = choose_finalists(records, top=race.top)
-    most = min(race.launches * len(finalists), _budget(race, records, len(finalists)))
+    budget = _budget(race, records, len(finalists))
+    most = min(race.launches * len(finalists), budget)
     seconds = _launch_seconds(records)
+    fewer = None
+    if race.asked is not None:
+        fewer = fewer_finalists_text(race.top, race.asked, len(runner.space.baselines), budget)
     return RacePlan(
         configurations=len(finalists),
         baselines=sum(1 for f in finalists if f.baseline),
         launches=most,
         seconds=most * seconds if seconds else None,
         deadline_s=max(race.deadline - runner.clock(), 0.0) if race.deadline is not None else None,
+        fewer=fewer,
     )
 
 
