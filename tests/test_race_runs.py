@@ -22,6 +22,7 @@ from autotune.study.race import (
     FinalistsRace,
     plan_race,
     race_finalists,
+    race_in_time,
     race_schedule,
 )
 from autotune.study.schedule import Schedule
@@ -87,22 +88,42 @@ class Timed:
         return outcome
 
 
-def test_the_race_stops_before_a_round_that_would_pass_its_deadline(tmp_path: Path) -> None:
-    runner, result, relaunches, _ = _raced(tmp_path / "none", deadline=-1.0)
-    assert result is not None and not relaunches  # the night was over: nothing relaunched
+def _searched_on_a_clock(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A study searched 8 launches on the fake clock: the runner, the clock, each served launch's seconds."""
     problem = load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
     timed = Timed(LandscapeLauncher(problem, problem.landscape(4), random.Random(4)))
-    runner = make_runner(problem, tmp_path / "some", sampler=make_sampler("random", 4), launcher=timed,
-                               storage=optuna.storages.InMemoryStorage())  # fmt: skip
+    runner = make_runner(problem, tmp_path, sampler=make_sampler("random", 4), launcher=timed,
+                         storage=optuna.storages.InMemoryStorage())  # fmt: skip
     runner.clock = lambda: timed.now
     runner.enqueue_baselines()
     runner.run(trials=8, timeout_s=None)
     served = [(r.launch.launch_s or 0.0) + (r.measurement.measure_s or 0.0) for r in runner.records() if r.served]
+    return runner, timed, served
+
+
+def test_the_race_stops_before_a_round_that_would_pass_its_deadline(tmp_path: Path) -> None:
+    runner, result, relaunches, _ = _raced(tmp_path / "none", deadline=-1.0)
+    assert result is not None and not relaunches  # the night was over: nothing relaunched
+    runner, timed, served = _searched_on_a_clock(tmp_path / "some")
     deadline = timed.now + 6.5 * statistics.median(served)  # room for about six launches
     race_finalists(runner, FinalistsRace(top=3, deadline=deadline, budget=40))
     relaunched = [r for r in runner.records() if r.confirm_of is not None]
     assert 2 <= len(relaunched) <= 7
     assert timed.now <= deadline + max(served)  # a round is started only when its launches fit
+
+
+def test_a_timeout_night_whose_end_cannot_hold_the_floor_races_fewer_finalists_and_says_why(tmp_path: Path) -> None:
+    runner, timed, served = _searched_on_a_clock(tmp_path)
+    seconds = statistics.median(served)
+    roomy = FinalistsRace(top=3, deadline=timed.now + 16.5 * seconds)  # the floor of 3 and 2 baselines: 16
+    assert race_in_time(runner, roomy) == roomy
+    race = race_in_time(runner, FinalistsRace(top=3, deadline=timed.now + 12.5 * seconds))
+    assert (race.top, race.asked, race.room) == (1, 3, 12)  # the floor of 1 is 12: it fits
+    assert plan_race(runner, race).text().endswith(
+        "; 1 finalist besides 2 baselines, not 3: a race of 12 launches cannot hold the floor of 3 (16 launches)"
+    )
+    result = race_finalists(runner, race)
+    assert result is not None and sum(1 for f in result.finalists if not f.baseline) <= 1
 
 
 def test_the_race_never_spends_past_its_budget_and_relaunches_only_what_is_open(tmp_path: Path) -> None:

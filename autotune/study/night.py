@@ -21,6 +21,7 @@ from autotune.study.race import (
     plan_race,
     race_budget,
     race_finalists,
+    race_in_time,
     race_top,
     split_launches,
     split_timeout,
@@ -107,7 +108,8 @@ def run_night(
         interrupted = True
         runner.stop_reason = "interrupted"
         if say is not None:
-            say(f"interrupted: {plan_race(runner, race).text()} before reporting (Ctrl-C again to skip)")
+            plan = plan_race(runner, race_in_time(runner, race))
+            say(f"interrupted: {plan.text()} before reporting (Ctrl-C again to skip)")
     repeated = bool(runner.stop_reason and runner.stop_reason.startswith(REPEATED_FAILURE))
     if night.top == 0 or repeated:
         return NightResult(confirmation=None, interrupted=interrupted)
@@ -118,6 +120,7 @@ def run_night(
                 f"(or run: autotune confirm {runner.name})"
             )
         return NightResult(confirmation=None, interrupted=interrupted)
+    race = race_in_time(runner, race)
     if say is not None and not interrupted:
         say(f"search done ({runner.stop_reason}); confirmation: {plan_race(runner, race).text()}")
     return NightResult(confirmation=race_finalists(runner, race), interrupted=interrupted)

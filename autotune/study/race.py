@@ -140,6 +140,9 @@ class FinalistsRace(Frozen):
         default=None, description="the most relaunches in all (None: race_budget of the search's launches, at share)"
     )
     deadline: float | None = Field(default=None, description="no round that would end past it (the runner's clock)")
+    room: int | None = Field(
+        default=None, description="the relaunches that end before the deadline, where they held fewer finalists"
+    )
     share: float = RACE_SHARE
 
 
@@ -163,6 +166,20 @@ def _budget(race: FinalistsRace, records: Sequence[TrialRecord], finalists: int)
     )
 
 
+def race_in_time(runner: StudyRunner, race: FinalistsRace) -> FinalistsRace:
+    """The race the night's end leaves room for: where the relaunches that end before the deadline, at
+    the night's median launch, cannot hold the floor of ``race.top`` finalists, as many as they can
+    (:func:`race_top`), as a night counted in launches does; else ``race`` itself."""
+    seconds = _launch_seconds(runner.records())
+    if race.deadline is None or not seconds:
+        return race
+    room = max(int((race.deadline - runner.clock()) // seconds), 0)
+    held = race_top(room, race.top, len(runner.space.baselines))
+    if held >= race.top:
+        return race
+    return race.model_copy(update={"top": held, "asked": race.asked or race.top, "room": room})
+
+
 def plan_race(runner: StudyRunner, race: FinalistsRace) -> RacePlan:
     """What :func:`race_finalists` will race and spend at most, before it starts (to say so)."""
     records = runner.records()
@@ -172,7 +189,8 @@ def plan_race(runner: StudyRunner, race: FinalistsRace) -> RacePlan:
     seconds = _launch_seconds(records)
     fewer = None
     if race.asked is not None:
-        fewer = fewer_finalists_text(race.top, race.asked, len(runner.space.baselines), budget)
+        held_by = budget if race.room is None else min(race.room, budget)
+        fewer = fewer_finalists_text(race.top, race.asked, len(runner.space.baselines), held_by)
     return RacePlan(
         configurations=len(finalists),
         baselines=sum(1 for f in finalists if f.baseline),
