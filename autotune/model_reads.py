@@ -196,31 +196,3 @@ def model_structure(model: str, config: Path | None = None) -> ModelStructure | 
     where the space names one); None when unknown."""
     found = read_config(config or find_config(model))
     return structure_of(found) if found is not None else None
-
-
-def stored_param_bytes(config: dict[str, Any]) -> float:
-    """Bytes a checkpoint stores per parameter, by its config: a quantized one's by its method (FP8 one
-    byte, else four bits), otherwise its dtype's (two bytes where it states none)."""
-    quant = config.get("quantization_config")
-    if isinstance(quant, dict) and quant.get("quant_method"):
-        return 1.0 if "fp8" in str(quant["quant_method"]).lower() else 0.5
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
-    dtype = str(config.get("torch_dtype") or config.get("dtype") or (text or {}).get("torch_dtype") or "")
-    return 4.0 if dtype in ("float32", "float") else 2.0
-
-
-def drafter_kept_bytes(config: dict[str, Any]) -> float | None:
-    """The least a draft model's weights hold on the GPUs once loaded, all shards, by its config.json: its
-    decoder layers, and its own output head only where the config gives a draft vocabulary (an untied
-    ``draft_vocab_size`` head). The embedding table is left out, as is a head without a draft vocabulary:
-    SGLang's EAGLE3 worker replaces them by the target's. None where :func:`structure_of` cannot count it."""
-    structure = structure_of(config)
-    if structure is None:
-        return None
-    c = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    assert isinstance(c, dict)
-    hidden, vocab = config_int(c, "hidden_size") or 0, config_int(c, "vocab_size") or 0
-    tied = bool(c.get("tie_word_embeddings"))
-    layers = structure.total_params - vocab * hidden * (1 if tied else 2)
-    draft_vocab = None if tied else config_int(c, "draft_vocab_size")
-    return (layers + (draft_vocab or 0) * hidden) * stored_param_bytes(config)

@@ -262,48 +262,6 @@ def test_before_any_launch_the_config_rules_out_a_context_no_allowed_fraction_ho
     ) is None  # without the config nothing is known before a launch
 
 
-# An EAGLE3 drafter of one layer with a draft vocabulary: what it keeps once loaded (its layer, 3.30e8
-# parameters, and its 32000-token head; SGLang gives it the target's embedding) is 9.88e8 bytes in bf16.
-DRAFTER_CONFIG = {"architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1, "num_attention_heads": 40,
-                  "num_key_value_heads": 8, "head_dim": 128, "hidden_size": 5120, "intermediate_size": 17408,
-                  "vocab_size": 152064, "draft_vocab_size": 32000, "torch_dtype": "bfloat16"}  # fmt: skip
-
-
-def test_the_config_estimate_counts_the_weights_a_plan_s_drafter_keeps(tmp_path: Path) -> None:
-    # Tight-context member 482's cautious EAGLE3 baseline died with 96019 tokens of 131072 at 0.90, where the
-    # estimate, its drafter's weights left out, gave 140728.
-    (tmp_path / "drafter.json").write_text(json.dumps(DRAFTER_CONFIG))
-    space = _hybrid_space().model_copy(update={"draft_model_configs": {"org/drafter": str(tmp_path / "drafter.json")}})
-    models = {"sglang": FeasibilityModel(RULES, free_bytes=23 * GIB, weight_bytes=27e9, total_bytes=24 * GIB)}
-    rule = ContextFit(space, {"sglang": SGLANG}, models, layout=kv_layout_of(HYBRID_CONFIG))
-    at = {"context-length": 196608, "mem-fraction-static": 0.95, "mamba-full-memory-ratio": 0.5}
-    eagle = SGLANG.normalise({**HYBRID, **at, "speculative-algorithm": "EAGLE3",
-                              "speculative-draft-model-path": "org/drafter"})  # fmt: skip
-    plain = SGLANG.normalise({"tp-size": 2, **at})
-
-    def logged(number: int, plan: Any, weights: float) -> Any:
-        lesson = MemoryLesson(flags=plan.flags, trial=number, weights_bytes=weights)
-        models["sglang"].learn(lesson)
-        return trial_record(number, engine="sglang", flags=plan.flags, config_key=plan.config_key, memory=lesson)
-
-    # (0.95 x 23 GiB - 13.5 GB) / 1.5 over 32768 bytes holds 202656 tokens; less the drafter's 4.94e8 a GPU, 192609
-    skip = rule.decide(eagle, History([], number=0))
-    assert isinstance(skip, Skip) and "at mem-fraction-static 0.95 the pool holds about 192609 (" in skip.reason
-    assert "the weights (a drafter's by its config.json)" in skip.reason
-    assert rule.decide(plain, History([], number=0)) is None
-    # a load without speculation logged the target's weights: the drafter's are added to them
-    history = History([logged(0, plain, 13.5e9)], number=1)
-    assert isinstance(rule.decide(eagle, history), Skip) and rule.decide(plain, history) is None
-    # a load with this drafter logged the plan's own weights: they stand as logged
-    assert rule.decide(eagle, History([logged(0, plain, 13.5e9), logged(1, eagle, 13.6e9)], number=2)) is None
-    # a load with the drafter lends its weights to no plan without it: the plain plan keeps the model's files
-    with_drafter = History([logged(0, eagle, 14.5e9)], number=1)
-    assert rule.decide(plain, with_drafter) is None and isinstance(rule.decide(eagle, with_drafter), Skip)
-    # without the drafter's config nothing is added
-    unnamed = ContextFit(_hybrid_space(), {"sglang": SGLANG}, models, layout=kv_layout_of(HYBRID_CONFIG))
-    assert unnamed.decide(eagle, History([logged(0, plain, 13.5e9)], number=1)) is None
-
-
 def test_tight_context_members_tune_contexts_on_both_sides_of_what_the_pool_holds() -> None:
     from benchmarks.family_tight import tight_context_member
 

@@ -12,7 +12,7 @@ from autotune.engines.base import LaunchPlan
 from autotune.gpu import roofline
 from autotune.measure.client import RequestRecord
 from autotune.measure.protocol import EarlyStop
-from autotune.model_reads import drafter_kept_bytes, find_config, model_structure, structure_of
+from autotune.model_reads import find_config, model_structure, structure_of
 from autotune.report.console import trial_detail
 from autotune.space import load_space
 from autotune.study import make_sampler
@@ -147,18 +147,3 @@ def test_a_space_that_names_its_models_config_has_a_ceiling(tmp_path: Path) -> N
 def test_a_study_of_a_model_without_its_config_says_the_ceiling_is_unknown(tmp_path: Path) -> None:
     share, _, detail = moe_study(tmp_path, "nobody/no-such-moe")
     assert share == -1.0 and "ceiling unknown: the model's config.json was not found" in detail
-
-
-def test_a_drafter_keeps_its_layers_and_its_own_draft_vocabulary_head_not_the_embedding() -> None:
-    # SGLang's EAGLE3 worker replaces the drafter's embedding by the target's, and its head too where the
-    # config gives no draft vocabulary: only what stays is counted (rule context-fit's weights)
-    config = {"num_hidden_layers": 1, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096,
-              "intermediate_size": 14336, "vocab_size": 128256, "torch_dtype": "bfloat16"}  # fmt: skip
-    structure = structure_of(config)
-    assert structure is not None
-    layers = structure.total_params - 2 * 128256 * 4096
-    assert drafter_kept_bytes(config) == layers * 2
-    assert drafter_kept_bytes({**config, "draft_vocab_size": 32000}) == (layers + 32000 * 4096) * 2
-    assert drafter_kept_bytes({**config, "quantization_config": {"quant_method": "fp8"}}) == layers
-    assert drafter_kept_bytes({**config, "tie_word_embeddings": True, "draft_vocab_size": 32000}) == layers * 2
-    assert drafter_kept_bytes({"num_hidden_layers": 1}) is None

@@ -188,8 +188,8 @@ def prior_tokens(
     logged_cell: tuple[float, tuple[int, ...]] | None = None,
 ) -> PoolEstimate | None:
     """Before any alike launch stated its pool: the tokens at ``fraction`` by the model's KV layout, the
-    memory the fraction is of and the weights per GPU the plan loads (a drafter's KV layers and the engine's
-    other reserves are not counted: the estimate errs towards more tokens). ``logged_cell``
+    memory the fraction is of and the weights per GPU (a drafter's weights and KV layers, and the engine's
+    other reserves, are not counted: the estimate errs towards more tokens). ``logged_cell``
     (:func:`engine_cell`): where an unlike launch logged fewer KV bytes per token than the layout counts,
     the engine's figure."""
     element = _scale(rules, flags)

@@ -4,10 +4,7 @@ fraction, and, said so, where no fraction the space allows would hold it either 
 and KV dtype the space offers that leave the KV the most room); where the engine picks the fraction
 (a baseline of its defaults), where even the whole memory (fraction 1) would not hold it. Before any
 launch stated its pool, the model's KV layout from its ``config.json`` (:mod:`autotune.kv_layout`)
-estimates it, less the weights the plan loads: an alike launch's logged weights, else the target's (a launch
-without speculation logged them, or the model's files) plus what its draft model keeps by its own
-``config.json`` (:func:`~autotune.model_reads.drafter_kept_bytes`). Applied after ``make-room``, which may
-have given the plan a larger fraction.
+estimates it. Applied after ``make-room``, which may have given the plan a larger fraction.
 
 The same estimate keeps the sampler from proposing such contexts at all (:meth:`ContextFit.ruled_out`,
 read by :class:`~autotune.study.sampler.PossibleContexts`): for a proposal's other flags, the contexts this
@@ -22,8 +19,7 @@ from autotune.decision import Decision, Skip
 from autotune.engines.base import Engine, InvalidConfig, LaunchPlan
 from autotune.feasibility import FeasibilityModel
 from autotune.kv_layout import KvLayout
-from autotune.memory_types import MemoryRules, flag_number
-from autotune.model_reads import drafter_kept_bytes, find_config, read_config
+from autotune.memory_types import MemoryRules
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
 from autotune.space import ENGINE_PARAM, CategoricalParam, FlagValue, SearchSpace
@@ -59,49 +55,6 @@ class ContextFit:
         self.engines = engines
         self.feasibility = feasibility
         self.layout = layout
-        self._drafters: dict[str, float] = {}
-
-    def _drafter_bytes(self, engine: str, flags: Mapping[str, FlagValue]) -> float:
-        """What the draft model a plan names keeps on the GPUs, all shards, by its config.json (the space's
-        ``draft_model_configs``, else the drafter's folder or hub cache); 0 where none is named or counted."""
-        speculation = self.engines[engine].speculation
-        path = flags.get(speculation.draft_model) if speculation is not None else None
-        if not isinstance(path, str) or not path:
-            return 0.0
-        if path not in self._drafters:
-            named = self.space.draft_model_configs.get(path)
-            config = read_config(self.space.relative_path(named) if named else find_config(path))
-            self._drafters[path] = (drafter_kept_bytes(config) if config is not None else None) or 0.0
-        return self._drafters[path]
-
-    def _weights(
-        self, engine: str, rules: MemoryRules, flags: Mapping[str, FlagValue], records: Sequence[TrialRecord]
-    ) -> float | None:
-        """The weights per GPU a plan loads, for the config.json estimate: the last launch alike in what loads
-        weights (:attr:`MemoryRules.weights_flags`) logged them; else the target's (the last launch without
-        speculation, alike otherwise, logged them, or the model's files say) plus the plan's drafter's. A launch
-        with another drafter says nothing: its drafter's full weights are not known, and lending them would
-        call a smaller plan's pool too small."""
-        model = self.feasibility[engine]
-        speculation = self.engines[engine].speculation
-        drafting = speculation.flags() if speculation is not None else set()
-        method = speculation.method if speculation is not None else None
-        tp = flag_number(flags.get(rules.tp_flag)) or 1.0
-        target = model.weight_bytes
-        for record in reversed(records):
-            lesson = record.lessons.memory
-            if lesson is None or not lesson.weights_bytes or (record.engine or engine) != engine:
-                continue
-            total = lesson.weights_bytes * (flag_number(lesson.flags.get(rules.tp_flag)) or 1.0)
-            if all(lesson.flags.get(name) == flags.get(name) for name in rules.weights_flags):
-                return total / tp
-            plain = lesson.flags.get(method) in (None, "none") if method is not None else False
-            if plain and all(lesson.flags.get(n) == flags.get(n) for n in rules.weights_flags - drafting):
-                target = total
-                break
-        if target is None:
-            return model.weights_per_gpu(flags)
-        return (target + self._drafter_bytes(engine, flags)) / tp
 
     def _estimator(self, engine: str, rules: MemoryRules, records: Sequence[TrialRecord]) -> Estimator:
         """The most tokens a plan's pool holds at a fraction: by the launches' pools, else config.json."""
@@ -113,7 +66,7 @@ class ContextFit:
             found = tokens_at(points, rules, flags, at)
             if found is not None or self.layout is None:
                 return found
-            weights, cell = self._weights(engine, rules, flags, records), engine_cell(records, rules, engine, flags)
+            weights, cell = model.weights_per_gpu(flags), engine_cell(records, rules, engine, flags)
             return prior_tokens(
                 self.layout, rules, flags, at, budget_bytes=budget, weights_per_gpu=weights, logged_cell=cell
             )
@@ -233,6 +186,5 @@ class ContextFit:
             )
         return (
             f"before any launch stated its pool, by the model's config.json: {layout.full_attention_layers} "
-            f"full-attention layers of {layout.kv_heads} KV heads x {layout.head_dim}, the free memory and the "
-            "weights (a drafter's by its config.json)"
+            f"full-attention layers of {layout.kv_heads} KV heads x {layout.head_dim}, the free memory and the weights"
         )
