@@ -407,7 +407,9 @@ def print_table(report: dict[str, Any]) -> None:
         "recommended: of the judged baseline-optimal studies whose added baseline is truly the optimum. "
         "Recorded landscapes replay real launches "
         f"({report.get('replay', 'with replacement')}); family members are SIMULATED (each launch's speed x a "
-        f"factor of sd {report['launch_sd']:.0%}).",
+        f"factor of sd {report['launch_sd']:.0%}"
+        + (f"; a race round's k-th launch x (1 - {report['drift']:g} k)" if report.get("drift") else "")
+        + ").",
     )
     for header in ("landscape", "seeds", "studies judged", "significant claims", "false claims", "false bests",
                    "baseline recommended when optimal"):  # fmt: skip
