@@ -21,7 +21,6 @@ from autotune.study.confirm import (
     standing,
     verdict,
 )
-from autotune.study.race import verdict_first
 from autotune.testing.records import trial_record
 
 FIXED = ["tp-size"]
@@ -134,22 +133,6 @@ def test_the_best_baseline_significantly_behind_is_decided_too() -> None:
     launches = _launches({0: [100.0, 101.0, 99.0], 5: [60.0, 61.0, 59.5]})
     now = standing(launches, margin=0.02, baselines={5})
     assert now.settled and now.racing == [0]
-
-
-def test_a_round_cut_by_the_budget_keeps_the_leader_and_the_best_baseline_first() -> None:
-    # 0 leads; finalists 2 and 3 are open behind it; baseline 5 (the best; 6 is decided) is open too, last by effect.
-    launches = _launches(
-        {0: [100.0, 104.0, 97.0], 2: [99.0, 101.0, 100.0], 3: [98.0, 103.0, 99.0], 5: [96.0, 99.0, 97.0],
-         6: [80.0, 81.0, 79.0]}
-    )  # fmt: skip
-    racing = standing(launches, margin=0.02, baselines={5, 6}).racing
-    assert racing == [0, 2, 3, 5]  # the old cut to two kept 0 and 2: not the verdict's comparison
-    assert verdict_first(racing, launches, {5, 6})[:2] == [0, 5]
-    assert verdict_first(racing, launches, {5, 6})[2:] == [c for c in racing if c not in (0, 5)]
-    # Before any relaunch, by the search's order: its best, then its first baseline.
-    assert verdict_first([3, 2, 6, 5], {}, {5, 6}) == [3, 6, 2, 5]
-    # The best baseline decided (not racing): the leader, then the others in their order.
-    assert verdict_first([0, 3, 2], launches, {5, 6}) == [0, 3, 2]
 
 
 def test_stopping_on_the_baseline_ignores_an_open_finalist_stopping_on_all_waits_for_it() -> None:

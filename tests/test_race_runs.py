@@ -5,7 +5,6 @@ through the one launch path, on an injected launcher."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import statistics
@@ -17,7 +16,6 @@ from autotune.engines.base import LaunchPlan
 from autotune.outcomes import OutcomeKind
 from autotune.space import load_space
 from autotune.study import StudyPaths, make_sampler
-from autotune.study.confirm import choose_finalists, fit, relaunches_by_round
 from autotune.study.night import Night, run_night
 from autotune.study.race import (
     SCHEDULE_CONFIG_FILE,
@@ -30,7 +28,7 @@ from autotune.study.race import (
 from autotune.study.schedule import Schedule
 from autotune.testing import checked_space, simulated_outcome
 from autotune.trial import Phase, TrialOutcome
-from benchmarks.nights import LandscapeLauncher, make_runner, outcome_of
+from benchmarks.nights import LandscapeLauncher, make_runner
 from benchmarks.problems import load_problem
 from tests.conftest import ROOT, TWIN_SPACE, twin_gpus
 from tests.test_schedule import deep_alone_shallow_loaded, schedule_of
@@ -174,56 +172,6 @@ def test_a_short_night_says_it_races_fewer_finalists_and_why(tmp_path: Path) -> 
     )
     raced = {f.trial for f in ended.confirmation.finalists if not f.baseline}
     assert len(raced) <= 1  # the best configuration, when it is not a baseline
-
-
-class Drifting:
-    """Every configuration truly as fast (100 tok/s, 1 % noise), where the landscape serves it; in the
-    race, a round's k-th launch measures (1 - ``drift`` k) of it: a load that drifts within each round."""
-
-    def __init__(self, inner: LandscapeLauncher, drift: float, seed: int) -> None:
-        self.inner, self.drift, self.rng = inner, drift, random.Random(seed)
-        self.study: optuna.Study | None = None
-
-    def position(self) -> int:
-        """The running launch's place in its round: the launches of that round already finished."""
-        assert self.study is not None
-        trials = self.study.get_trials(deepcopy=False)
-        running = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
-        launch_round = running[-1].user_attrs.get("launch_round") if running else None
-        if launch_round is None:
-            return 0
-        return sum(1 for t in trials if t.state.is_finished() and t.user_attrs.get("launch_round") == launch_round)
-
-    def __call__(self, plan: LaunchPlan, log_path: Path, phase: Phase, early_stop: object = None) -> TrialOutcome:
-        evaluation = self.inner.landscape.evaluate(plan.flags, rng=self.inner.rng)
-        if evaluation.tok_s is not None:
-            speed = 100.0 * (1 - self.drift * self.position()) * self.rng.gauss(1.0, 0.01)
-            evaluation = dataclasses.replace(evaluation, tok_s=speed)
-        return outcome_of(self.inner.problem, plan, evaluation)
-
-
-def test_the_race_reverses_its_order_every_other_round_so_a_drift_within_rounds_cancels(tmp_path: Path) -> None:
-    drift = 0.05  # the round's third launch measures 10 % low
-    problem = load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
-    for seed in (1, 2, 3):
-        launcher = Drifting(LandscapeLauncher(problem, problem.landscape(seed), random.Random(seed)), drift, seed)
-        runner = _runner(problem, tmp_path / str(seed), seed=seed, launcher=launcher)
-        launcher.study = runner.study
-        runner.enqueue_baselines()
-        runner.run(trials=6, timeout_s=None)
-        raced = len(choose_finalists(runner.records(), top=1))  # with the baselines: 2 or 3
-        result = race_finalists(runner, FinalistsRace(top=1, budget=4 * raced))
-        assert result is not None and len(result.finalists) == raced >= 2
-        relaunches = sorted((r for r in runner.records() if r.confirm_of is not None), key=lambda r: r.number)
-        rounds: dict[int | None, list[int]] = {}
-        for r in relaunches:
-            rounds.setdefault(r.proposal.launch_round, []).append(r.confirm_of or 0)
-        orders = list(rounds.values())
-        assert len(orders) == 4 and orders[1] == orders[0][::-1] and orders[2] == orders[0]  # A B C, C B A, A B C
-        effects = fit(relaunches_by_round(runner.records(), runner.records())).effects
-        gap = max(effects.values()) - min(effects.values())
-        assert gap < 0.2 * drift * (raced - 1)  # in a fixed order the first is (raced - 1) x drift ahead of the last
-        assert not any(g.significant for g in result.gains)  # no false gain from the drift
 
 
 # ---------------------------------------------------------------- the finalists' race, and the night

@@ -22,7 +22,7 @@ import socket
 import statistics
 import warnings
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -37,14 +37,7 @@ from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
 from autotune.study import attrs
-from autotune.study.confirm import (
-    Confirmation,
-    choose_finalists,
-    fit,
-    relaunches_by_round,
-    standing,
-    verdict,
-)
+from autotune.study.confirm import Confirmation, choose_finalists, relaunches_by_round, standing, verdict
 from autotune.study.launcher import Launcher, ReadGpus, launched_plan, wait_for_idle_gpus, with_secrets
 from autotune.study.paths import StudyPaths
 from autotune.study.preflight_checks import Preflight
@@ -216,8 +209,7 @@ def others_running(study: optuna.Study) -> bool:
 
 
 def race_finalists(runner: StudyRunner, race: FinalistsRace) -> Confirmation | None:
-    """Race the finalists and baselines on fresh launches in interleaved rounds, the order reversed on
-    every other round (A B C, then C A):
+    """Race the finalists and baselines on fresh launches in interleaved rounds (A B C, then A C):
     after each round a configuration whose comparison with the leader is decided (significantly
     behind, or equivalent within the margin) is no longer relaunched, and the race ends when the
     verdict is settled, when fewer than two configurations are left to relaunch (the fit removes a
@@ -252,47 +244,21 @@ def _eliminate(
     """Successive elimination: rounds of the configurations still open, until the standing is settled
     or the launches, the budget or the deadline leave fewer than two to relaunch."""
     baselines = {f.number for f in finalists if f.baseline is not None}
-    by_number = {f.number: f for f in finalists}
     round_s = _launch_seconds(runner.records())
-    racing, spent, rounds = [f.number for f in finalists], 0, 0
+    racing, spent = [f.number for f in finalists], 0
     while True:
         tried = Counter(r.confirm_of for r in runner.records() if r.confirm_of is not None)
-        racing = [n for n in racing if tried[n] < race.launches]
-        room = budget - spent
+        racing = [n for n in racing if tried[n] < race.launches][: budget - spent]
         if race.deadline is not None and round_s is not None:  # only as many as finish before the end
-            room = min(room, max(int((race.deadline - runner.clock()) // round_s), 0))
-        launches = relaunches_by_round(runner.records(), finalists)
-        racing = verdict_first(racing, launches, baselines)[:room]
+            racing = racing[: max(int((race.deadline - runner.clock()) // round_s), 0)]
         if len(racing) < 2:
             return
-        _relaunch(runner, [by_number[n] for n in counterbalanced(list(by_number), racing, rounds)])
-        spent, rounds = spent + len(racing), rounds + 1
+        _relaunch(runner, [f for f in finalists if f.number in racing])
+        spent += len(racing)
         now = standing(relaunches_by_round(runner.records(), finalists), margin=margin, baselines=baselines)
         if now.settled:
             return
         racing = now.racing
-
-
-def verdict_first(
-    racing: Sequence[int], launches: dict[int, dict[int, float]], baselines: Collection[int]
-) -> list[int]:
-    """``racing`` with the comparison the verdict rests on first: the leader and the best baseline by the
-    race's fit so far (before any relaunch, by the search's order, ``racing``'s), then the others in
-    their order; a round cut by the budget or the deadline keeps its head."""
-    served = {c: v for c, v in launches.items() if v}
-    rank = fit(served).effects if served else {c: -float(i) for i, c in enumerate(racing)}
-    leader = max(rank, key=lambda c: rank[c], default=None)
-    best_baseline = max((c for c in rank if c in baselines), key=lambda c: rank[c], default=None)
-    head = [c for c in dict.fromkeys((leader, best_baseline)) if c is not None and c in racing]
-    return head + [c for c in racing if c not in head]
-
-
-def counterbalanced(order: Sequence[int], racing: Collection[int], round_index: int) -> list[int]:
-    """The launch order of a round: ``racing`` in the finalists' ``order``, reversed on every other round
-    (A B C, C B A, ...), so a load that drifts within a round falls on each position in turn and cancels
-    over pairs of rounds, where the fit's round effect removes only a shift of the whole round."""
-    ordered = [n for n in order if n in racing]
-    return ordered[::-1] if round_index % 2 else ordered
 
 
 def _relaunch(runner: StudyRunner, finalists: Sequence[TrialRecord]) -> None:
