@@ -32,7 +32,8 @@ for key in changed:
 for tree, table in (("new", new), ("bp", bp)):
     missed = [r for r in table.values() if not r["baseline_recommended"]]
     within = sum("inside the" in r["note"] for r in missed)
-    print(f"{tree}: baseline not recommended on {len(missed)}, of them by 'equivalent, gap inside the margin': {within}")
+    print(f"{tree}: baseline not recommended on {len(missed)}, of them by 'equivalent, gap inside the margin': "
+          f"{within}")
 same = [k for k in changed if sorted((f["trial"], len(f["values"])) for f in new[k]["finalists"])
         == sorted((f["trial"], len(f["values"])) for f in bp[k]["finalists"])]
 to_new = sum(1 for k in same if not new[k]["baseline_recommended"])
