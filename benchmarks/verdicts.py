@@ -34,12 +34,14 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import optuna
 import yaml
+from optuna.trial import TrialState
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
@@ -53,6 +55,7 @@ from autotune.study.confirm import Confirmation, Finalist  # noqa: E402
 from autotune.study.night import Night, run_night  # noqa: E402
 from autotune.testing import study_runner  # noqa: E402
 from benchmarks import family, replay  # noqa: E402
+from benchmarks.landscape import Evaluation, Landscape  # noqa: E402
 from benchmarks.nights import LandscapeLauncher, make_runner  # noqa: E402
 from benchmarks.problems import problem_of, solve  # noqa: E402
 
@@ -124,9 +127,37 @@ def _baseline_of(flags: dict[str, FlagValue], fixed: dict[str, FlagValue]) -> Ba
     return Baseline(name=OPTIMUM, flags=own, note="the landscape's true optimum")
 
 
-def family_subject(seed: int, *, launch_sd: float = LAUNCH_SD) -> Subject:
+class Drifting:
+    """The landscape as a launcher whose load drifts within each of the race's rounds sees it: a round's
+    k-th launch (from 0) serves (1 - ``drift`` k) of its speed; the search's launches are in no round."""
+
+    def __init__(self, landscape: Landscape, drift: float) -> None:
+        self.landscape, self.drift = landscape, drift
+        self.study: optuna.Study | None = None  # set once the runner's study exists
+
+    def evaluate(self, flags: Mapping[str, FlagValue], *, rng: random.Random | None = None) -> Evaluation:
+        evaluation = self.landscape.evaluate(flags, rng=rng)
+        position = round_position(self.study) if self.study is not None else 0
+        if evaluation.tok_s is None or not position:
+            return evaluation
+        return dataclasses.replace(evaluation, tok_s=evaluation.tok_s * (1 - self.drift * position))
+
+
+def round_position(study: optuna.Study) -> int:
+    """The running launch's place in its race round: the launches of that round already finished (0 outside
+    the race)."""
+    trials = study.get_trials(deepcopy=False)
+    running = [t for t in trials if t.state == TrialState.RUNNING]
+    launch_round = running[-1].user_attrs.get("launch_round") if running else None
+    if launch_round is None:
+        return 0
+    return sum(1 for t in trials if t.state.is_finished() and t.user_attrs.get("launch_round") == launch_round)
+
+
+def family_subject(seed: int, *, launch_sd: float = LAUNCH_SD, drift: float = 0.0) -> Subject:
     """A generated twin landscape (``family.member(seed)``), each launch's speed times a factor of
-    relative sd ``launch_sd`` (the measurement's own noise besides)."""
+    relative sd ``launch_sd`` (the measurement's own noise besides), and with ``drift`` a load drifting
+    within the race's rounds (:class:`Drifting`)."""
     fam = family.member(seed)
     problem = problem_of(fam.profile, fam.space)
     optimum = solve(problem)
@@ -134,10 +165,12 @@ def family_subject(seed: int, *, launch_sd: float = LAUNCH_SD) -> Subject:
     def study(space: SearchSpace, study_seed: int, night: Night) -> Studied:
         scenario = dataclasses.replace(problem, space=space)
         landscape = scenario.landscape(study_seed)
-        launcher = LandscapeLauncher(scenario, landscape, random.Random(study_seed), launch_sd=launch_sd,
+        seen = Drifting(landscape, drift)
+        launcher = LandscapeLauncher(scenario, seen, random.Random(study_seed), launch_sd=launch_sd,  # type: ignore[arg-type]
                                      launch_rng=random.Random(LAUNCH_SEED + study_seed))  # fmt: skip
         with tempfile.TemporaryDirectory(prefix="autotune-verdicts-") as tmp:
             runner = make_runner(scenario, Path(tmp), sampler=make_sampler("tpe", study_seed), launcher=launcher)
+            seen.study = runner.study
             confirmation, searched, confirmed = _run(runner, lambda: len(launcher.evaluations), night)
             records = runner.records()
         return Studied(records, confirmation, lambda r: landscape.true_value(r.flags) if r.flags else None,
@@ -374,7 +407,9 @@ def print_table(report: dict[str, Any]) -> None:
         "recommended: of the judged baseline-optimal studies whose added baseline is truly the optimum. "
         "Recorded landscapes replay real launches "
         f"({report.get('replay', 'with replacement')}); family members are SIMULATED (each launch's speed x a "
-        f"factor of sd {report['launch_sd']:.0%}).",
+        f"factor of sd {report['launch_sd']:.0%}"
+        + (f"; a race round's k-th launch x (1 - {report['drift']:g} k)" if report.get("drift") else "")
+        + ").",
     )
     for header in ("landscape", "seeds", "studies judged", "significant claims", "false claims", "false bests",
                    "baseline recommended when optimal"):  # fmt: skip
@@ -440,6 +475,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(--budget then unused)")  # fmt: skip
     parser.add_argument("--launch-sd", type=float, default=LAUNCH_SD,
                         help=f"relative sd of a family launch's speed (default {LAUNCH_SD})")  # fmt: skip
+    parser.add_argument("--drift", type=float, default=0.0, metavar="F",
+                        help="a family launch's speed times (1 - F k) for the k-th launch (from 0) of a race "
+                        "round: a load drifting within rounds (default 0)")  # fmt: skip
     parser.add_argument("--cycle", action="store_true",
                         help="replay a recorded config's launches without replacement (default: with)")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="write every study's verdict and the counts here")
@@ -452,12 +490,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         (recorded_subject(path, cycle=args.cycle), studies) for path in files
     ]
     seeds = range(args.first_seed, args.first_seed + args.family_seeds)
-    subjects += [(family_subject(seed, launch_sd=args.launch_sd), seeds)
+    subjects += [(family_subject(seed, launch_sd=args.launch_sd, drift=args.drift), seeds)
                  for seed in range(args.family_seed, args.family_seed + args.family)]  # fmt: skip
     if not subjects:
         parser.error("nothing to judge: give --recorded FILE or --family N")
     report = benchmark(subjects, budget=args.budget, launch_sd=args.launch_sd, night=args.night, progress=progress)
     report["replay"] = "without replacement" if args.cycle else "with replacement"
+    report["drift"] = args.drift
     report["wall_s"] = time.monotonic() - started
     print_table(report)
     if args.json is not None:

@@ -84,3 +84,23 @@ def test_a_night_of_launches_splits_search_and_race_as_a_study_of_that_night_doe
         if run["confirmed"]:
             assert len([f for f in run["finalists"] if not f["label"].startswith("baseline")]) <= 1
     verdicts.print_table(report)
+
+
+def test_a_drift_lowers_a_race_round_s_later_launches_and_leaves_the_search_alone() -> None:
+    drift = 0.3  # far beyond the measurement's own noise, so each position reads plainly
+    subject = verdicts.family_subject(5000, launch_sd=0.0, drift=drift)
+    studied = subject.study(subject.space, 1, Night(trials=6))
+    by_round: dict[int, list[float]] = {}
+    for record in sorted(studied.records, key=lambda r: r.number):
+        true = studied.truth(record)
+        if not record.served or not true:
+            continue
+        ratio = (record.value or 0.0) / true
+        if record.confirm_of is None:
+            assert abs(ratio - 1) < 0.1  # the search's launches are in no round
+        else:
+            assert record.proposal.launch_round is not None
+            by_round.setdefault(record.proposal.launch_round, []).append(ratio)
+    assert by_round and all(len(ratios) >= 2 for ratios in by_round.values())
+    for ratios in by_round.values():
+        assert all(abs(r - (1 - drift * k)) < 0.1 for k, r in enumerate(ratios))
