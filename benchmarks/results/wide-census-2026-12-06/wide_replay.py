@@ -11,6 +11,7 @@ Usage: python wide_replay.py TREE SEED BUDGET [model|tpe|random]
 
 import itertools
 import json
+import math
 import random
 import sys
 import tempfile
@@ -24,6 +25,7 @@ from autotune.space import suggest  # noqa: E402
 from autotune.study import attrs, guided  # noqa: E402
 from autotune.study.guided_reads import Draw, config_of, flags_of, model_params, spec_key  # noqa: E402
 from benchmarks import family  # noqa: E402
+from passmodel import calibrate  # noqa: E402
 from benchmarks.problems import add_unmodelled, problem_of, solve, twin_defaults_true  # noqa: E402
 
 captured: dict[str, Any] = {}
@@ -166,6 +168,29 @@ def main() -> None:
             for name, (value, flags) in ranked[:5]:
                 rate = guided._rate(final, space, flags)
                 print(f"    {name:22} {rate or 0:8.2f} / {value:8.2f}  {(rate or 0) / value:.2f}")
+            print("  where the final fit misses (rate = accept length x verify passes a second; pred / true):")
+            decomposed = [("optimum", opt_flags), ("incumbent", {**opt_flags, **model_params(space, incumbent.flags or {})})]
+            for label, flags in decomposed + [(n, f) for n, (_, f) in ranked[1:3]]:
+                normal = problem.normalise(flags)
+                cfg_fit = config_of(final.profile, space, flags)
+                if normal is None or cfg_fit is None:
+                    continue
+                truth_at = landscape._fixed(normal)
+                own = calibrate.predict(final.profile, cfg_fit, concurrency=final.concurrency,
+                                        input_len=final.input_len, output_len=final.output_len, accept=None)  # fmt: skip
+                near = math.exp(guided._near_miss(final, spec_key(cfg_fit)))
+                t_acc, t_rate = truth_at.accept_length or 1.0, truth_at.true_tok_s or 0.0
+                p_rate = own.tok_s / final.concurrency
+                print(f"    {label:10} {shape_of(normal):20} accept {own.accept_length:5.2f} / {t_acc:5.2f}  "
+                      f"passes/s {p_rate / own.accept_length:7.2f} / {t_rate / t_acc:7.2f}  near-miss x{near:.2f}")
+            tree, over = final.profile.tree, final.profile.overheads
+            true_tree, true_over = member.profile.tree, member.profile.overheads
+            print(f"  constants (final fit / the member's own physics): verify_token_ms {over.verify_token_ms:.4f} / "
+                  f"{true_over.verify_token_ms:.4f}; miss_factor_per_doubling {tree.miss_factor_per_doubling:.2f} / "
+                  f"{true_tree.miss_factor_per_doubling:.2f}; branch ms {tree.draft_step_per_extra_branch_ms:.3f} / "
+                  f"{true_tree.draft_step_per_extra_branch_ms:.3f}; unmodelled {problem.unmodelled.model_dump(exclude={'seed', 'spec_cost'})}, "
+                  f"spec_cost eagle/tree {problem.unmodelled.spec_cost.get('eagle/tree', 1):.2f} mtp/tree "
+                  f"{problem.unmodelled.spec_cost.get('mtp/tree', 1):.2f}")  # fmt: skip
             mine = sorted(((guided._rate(final, space, f) or 0.0, n, v) for n, (v, f) in values.items()), reverse=True)
             print("  the final fit's own top 5 shapes (pred / true):")
             for rate, name, value in mine[:5]:
