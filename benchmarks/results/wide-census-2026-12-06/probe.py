@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(sys.argv[1]).resolve()))
 
 import benchmarks.nights as nights  # noqa: E402
 from autotune.study import attrs, guided  # noqa: E402
-from passmodel import calibrate  # noqa: E402
 from benchmarks import family  # noqa: E402
 from benchmarks.problems import add_unmodelled, problem_of, solve  # noqa: E402
+from passmodel import calibrate  # noqa: E402
 
 captured: dict[str, Any] = {}
 original_run_night = nights.run_night
@@ -65,7 +65,8 @@ def main() -> None:
         return
     spec = {k: v for k, v in best_point.flags.items()}
     spec[TOKENS] = half
-    sibling = best_point.model_copy(update={"flags": spec, "tok_s": truth.true_tok_s, "accept_length": truth.accept_length})
+    measured = {"flags": spec, "tok_s": truth.true_tok_s, "accept_length": truth.accept_length}
+    sibling = best_point.model_copy(update=measured)
     shapes = [
         {**opt_flags, **{k: v for k, v in f.items() if k.startswith("speculative") or k == "tp-size"}}
         for f in ({"speculative-num-steps": s, "speculative-eagle-topk": k, TOKENS: t}
@@ -86,8 +87,9 @@ def main() -> None:
         top_normal = problem.normalise(top)
         top_true = (landscape.true_value(top_normal) or 0.0) if top_normal is not None else 0.0
         print(f"  {label:20} verify_token_ms {fitted.profile.overheads.verify_token_ms:.4f}  optimum priced "
-              f"{at_opt:.2f} ({at_opt / optimum.tok_s:.2f} of truth); the fit's best tree s{top['speculative-num-steps']} "
-              f"k{top['speculative-eagle-topk']} t{top[TOKENS]} predicted {rate:.2f}, truly {top_true / optimum.tok_s:.3f} "
+              f"{at_opt:.2f} ({at_opt / optimum.tok_s:.2f} of truth); the fit's best tree "
+              f"s{top['speculative-num-steps']} k{top['speculative-eagle-topk']} t{top[TOKENS]} predicted "
+              f"{rate:.2f}, truly {top_true / optimum.tok_s:.3f} "
               "of the optimum")  # fmt: skip
 
 

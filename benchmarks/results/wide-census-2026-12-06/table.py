@@ -6,7 +6,8 @@ from pathlib import Path
 
 folder = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "out")
 print("| night | regret / gap % | optimum | trees served (width, tokens) | best shape measured | optimum priced "
-      "| verify ms fit / true | miss factor fit / true | deaths launched / predicted | TPE proposals | pool: exact / within 4 |")
+      "| verify ms fit / true | miss factor fit / true | deaths launched / predicted | TPE proposals "
+      "| pool: exact / within 4 |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for path in sorted(folder.glob("model-*.txt")):
     text = path.read_text()

@@ -25,8 +25,8 @@ from autotune.space import suggest  # noqa: E402
 from autotune.study import attrs, guided  # noqa: E402
 from autotune.study.guided_reads import Draw, config_of, flags_of, model_params, spec_key  # noqa: E402
 from benchmarks import family  # noqa: E402
-from passmodel import calibrate  # noqa: E402
 from benchmarks.problems import add_unmodelled, problem_of, solve, twin_defaults_true  # noqa: E402
+from passmodel import calibrate  # noqa: E402
 
 captured: dict[str, Any] = {}
 original_run_night, original_make_sampler = nights.run_night, nights.make_sampler
@@ -146,7 +146,9 @@ def main() -> None:
     tried_best = max((v for n, (v, _) in values.items() if n in launched_shapes), default=0.0)
     print(f"  best shape the night measured, at the optimum's other flags: {tried_best / best:.3f} of the optimum")
     widths = sorted({(s.flags or {}).get("speculative-eagle-topk") for s in run.steps if s.measured} - {None})
-    tokens_seen = sorted({(s.flags or {}).get("speculative-num-draft-tokens") for s in run.steps if s.measured} - {None})
+    tokens_seen = sorted(
+        {(s.flags or {}).get("speculative-num-draft-tokens") for s in run.steps if s.measured} - {None}
+    )
     print(f"  measured widths {widths}, draft tokens {tokens_seen}")
 
     # -- the model's best untried after the last launch, and its price of the top shapes
@@ -169,7 +171,8 @@ def main() -> None:
                 rate = guided._rate(final, space, flags)
                 print(f"    {name:22} {rate or 0:8.2f} / {value:8.2f}  {(rate or 0) / value:.2f}")
             print("  where the final fit misses (rate = accept length x verify passes a second; pred / true):")
-            decomposed = [("optimum", opt_flags), ("incumbent", {**opt_flags, **model_params(space, incumbent.flags or {})})]
+            at_incumbent = {**opt_flags, **model_params(space, incumbent.flags or {})}
+            decomposed = [("optimum", opt_flags), ("incumbent", at_incumbent)]
             for label, flags in decomposed + [(n, f) for n, (_, f) in ranked[1:3]]:
                 normal = problem.normalise(flags)
                 cfg_fit = config_of(final.profile, space, flags)
@@ -177,7 +180,8 @@ def main() -> None:
                     continue
                 truth_at = landscape._fixed(normal)
                 own = calibrate.predict(final.profile, cfg_fit, concurrency=final.concurrency,
-                                        input_len=final.input_len, output_len=final.output_len, accept=None)  # fmt: skip
+                                        input_len=final.input_len, output_len=final.output_len,
+                                        accept=None)  # fmt: skip
                 near = math.exp(guided._near_miss(final, spec_key(cfg_fit)))
                 t_acc, t_rate = truth_at.accept_length or 1.0, truth_at.true_tok_s or 0.0
                 p_rate = own.tok_s / final.concurrency
@@ -188,7 +192,8 @@ def main() -> None:
             print(f"  constants (final fit / the member's own physics): verify_token_ms {over.verify_token_ms:.4f} / "
                   f"{true_over.verify_token_ms:.4f}; miss_factor_per_doubling {tree.miss_factor_per_doubling:.2f} / "
                   f"{true_tree.miss_factor_per_doubling:.2f}; branch ms {tree.draft_step_per_extra_branch_ms:.3f} / "
-                  f"{true_tree.draft_step_per_extra_branch_ms:.3f}; unmodelled {problem.unmodelled.model_dump(exclude={'seed', 'spec_cost'})}, "
+                  f"{true_tree.draft_step_per_extra_branch_ms:.3f}; "
+                  f"unmodelled {problem.unmodelled.model_dump(exclude={'seed', 'spec_cost'})}, "
                   f"spec_cost eagle/tree {problem.unmodelled.spec_cost.get('eagle/tree', 1):.2f} mtp/tree "
                   f"{problem.unmodelled.spec_cost.get('mtp/tree', 1):.2f}")  # fmt: skip
             mine = sorted(((guided._rate(final, space, f) or 0.0, n, v) for n, (v, f) in values.items()), reverse=True)
