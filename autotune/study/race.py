@@ -213,8 +213,9 @@ def race_finalists(runner: StudyRunner, race: FinalistsRace) -> Confirmation | N
     after each round a configuration whose comparison with the leader is decided (significantly
     behind, or equivalent within the margin) is no longer relaunched, and the race ends when the
     verdict is settled, when fewer than two configurations are left to relaunch (the fit removes a
-    round's effect), when a round would pass the budget or the deadline, or at ``race.launches``
-    launches of a configuration. The verdict is stored; None when nothing feasible was measured.
+    round's effect; a round the budget or the deadline leaves room for only in part launches its first
+    configurations), or at ``race.launches`` launches of a configuration. The verdict is stored; None
+    when nothing feasible was measured.
     Ctrl-C stops it with what it has."""
     records = runner.records()
     finalists = choose_finalists(records, top=race.top)
