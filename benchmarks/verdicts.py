@@ -137,8 +137,10 @@ class Drifting:
 
     def evaluate(self, flags: Mapping[str, FlagValue], *, rng: random.Random | None = None) -> Evaluation:
         evaluation = self.landscape.evaluate(flags, rng=rng)
-        position = round_position(self.study) if self.study is not None else 0
-        if evaluation.tok_s is None or not position:
+        if not self.drift or self.study is None or evaluation.tok_s is None:
+            return evaluation  # no study's trials to read for a launch no drift can move
+        position = round_position(self.study)
+        if not position:
             return evaluation
         return dataclasses.replace(evaluation, tok_s=evaluation.tok_s * (1 - self.drift * position))
 
