@@ -29,7 +29,7 @@ from autotune.measure.suites import load_suite
 from autotune.outcomes import OutcomeKind
 from autotune.profile import Profile
 from autotune.space import resolve_command
-from autotune.study.confirm import PRIOR_LAUNCH_NOISE
+from autotune.study.rounds import PRIOR_LAUNCH_NOISE
 from autotune.trial import TrialSetup, measure_with_server_stats, run_trial
 
 

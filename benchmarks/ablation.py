@@ -39,8 +39,8 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from autotune.study import confirm as confirm_module  # noqa: E402
-from autotune.study.confirm import RACE_STOP, RaceStop  # noqa: E402
 from autotune.study.race import RACE_SHARE  # noqa: E402
+from autotune.study.rounds import RACE_STOP, RaceStop  # noqa: E402
 from autotune.study.rules import RULE_NAMES  # noqa: E402
 from autotune.study.sampler import SamplerName  # noqa: E402
 from benchmarks import family, replay  # noqa: E402
@@ -69,7 +69,7 @@ class Row:
     rules_off: tuple[str, ...] = ()
     plain: bool = False  # plain random search, outside the loop
     race_share: float = RACE_SHARE  # --full-budget: the race's share of the budget
-    race_stop: RaceStop = RACE_STOP  # --full-budget: what the race waits for (confirm.standing)
+    race_stop: RaceStop = RACE_STOP  # --full-budget: what the race waits for (rounds.standing)
     finalists: int = FINALISTS  # --full-budget: the race's top configurations, besides the baselines
 
 

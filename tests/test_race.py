@@ -11,15 +11,14 @@ import pytest
 from autotune.decision import Launch
 from autotune.engines.base import LaunchPlan
 from autotune.records import TrialRecord
-from autotune.study.confirm import (
+from autotune.study.confirm import choose_finalists, verdict
+from autotune.study.rounds import (
     PRIOR_LAUNCH_NOISE,
-    choose_finalists,
     fit,
     launches_to_settle,
     planning_sd,
     relaunches_by_round,
     standing,
-    verdict,
 )
 from autotune.testing.records import trial_record
 

@@ -1,6 +1,6 @@
 """The speculation schedule's pure parts: the schedule a levels study's records give (tiers, shared
 flags, the adaptive config SGLang 0.5.23 reads), and the verdict judged on the race's launches with
-the race's own fit (:func:`autotune.study.confirm.fit`). The twin runs are in test_schedule_twin.py."""
+the race's own fit (:func:`autotune.study.rounds.fit`). The twin runs are in test_schedule_twin.py."""
 
 from __future__ import annotations
 

@@ -37,10 +37,11 @@ from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
 from autotune.study import attrs
-from autotune.study.confirm import Confirmation, choose_finalists, relaunches_by_round, standing, verdict
+from autotune.study.confirm import Confirmation, choose_finalists, verdict
 from autotune.study.launcher import Launcher, ReadGpus, launched_plan, wait_for_idle_gpus, with_secrets
 from autotune.study.paths import StudyPaths
 from autotune.study.preflight_checks import Preflight
+from autotune.study.rounds import relaunches_by_round, standing
 from autotune.study.runner import TrialFault, keep_importance
 from autotune.study.schedule import SCHEDULE, Launches, Schedule, ScheduleVerdict, judge
 from autotune.study.storage import exclusive, optimize_riding_out

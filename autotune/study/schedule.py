@@ -5,7 +5,7 @@ per-batch-size setting), and the verdict of racing it against each level's stati
 The arrow it owns: a levels study's records -> :func:`build` (a tier per level, the flags every tier
 shares, a depth per batch-size slot) -> fresh launches (:func:`autotune.study.race.race_schedule`) ->
 :func:`judge` (per level, the schedule's gain over that level's static winner with the race's
-interval from :func:`autotune.study.confirm.fit`) -> a profile (:func:`schedule_profile`).
+interval from :func:`autotune.study.rounds.fit`) -> a profile (:func:`schedule_profile`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from autotune.models import Frozen
 from autotune.profile import Profile, ProfileLevel, ProfileMetric
 from autotune.records import TrialRecord
 from autotune.space import FlagValue
-from autotune.study.confirm import Gain, fit
+from autotune.study.confirm import Gain
 from autotune.study.levels import LoadLevels, level_best, measured
+from autotune.study.rounds import fit
 
 SCHEDULE = -1
 """The schedule's key among the race's configurations (trial numbers are 0 or more)."""

@@ -18,7 +18,7 @@ from typing import Any
 sys.path.insert(0, str(Path(sys.argv[1]).resolve()))
 
 import benchmarks.nights as nights  # noqa: E402
-from autotune.study import confirm  # noqa: E402
+from autotune.study import confirm, rounds  # noqa: E402
 from benchmarks import family, family_tight  # noqa: E402
 from benchmarks.problems import add_unmodelled, problem_of, solve, twin_defaults_true  # noqa: E402
 
@@ -55,14 +55,14 @@ def main() -> None:
     served = [i for i, s in enumerate(run.steps) if s.measured]
     incumbent = max(served, key=lambda i: run.steps[i].measured or 0.0)
     finalists = confirm.choose_finalists([r for r in records if r.confirm_of is None], top=night.top)
-    launches = confirm.relaunches_by_round(records, finalists)
+    launches = rounds.relaunches_by_round(records, finalists)
     if not any(launches.values()):  # no relaunch served (fewer than two to race): the answer is unraced
         unraced = {"case": case, "seed": seed, "budget": budget, "sampler": sampler, "top": top, "raced": False,
                    "regret_pct": summary["regret_pct"], "incumbent_gap_pct": 100 * summary["final_gap"],
                    "race_budget": night.race_relaunches, "race_spent": run.confirm_launches}  # fmt: skip
         print("JSON", json.dumps(unraced))
         return
-    fitted = confirm.fit({c: v for c, v in launches.items() if v})
+    fitted = rounds.fit({c: v for c, v in launches.items() if v})
     baselines = {f.number for f in finalists if f.baseline is not None}
     claims = max(sum(1 for c in fitted.effects if c not in baselines), 1)
     leader = max(fitted.effects, key=lambda c: fitted.effects[c])

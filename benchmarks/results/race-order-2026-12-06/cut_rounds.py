@@ -1,7 +1,7 @@
 """Round 9's dev check (not the product): where did a race's budget cut a round, and did the cut round
 keep the verdict's comparison (the fit's leader and best baseline)? Read from the census's replays
 (each finalist's relaunches by round, ``../race-census-2026-12-06/*.jsonl``), the standing after each
-round recomputed with this tree's ``confirm.standing``.
+round recomputed with this tree's ``rounds.standing``.
 
 Usage: python cut_rounds.py JSONL... (prints one line per cut round and a count per file)
 """
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from autotune.study.confirm import fit, standing  # noqa: E402
+from autotune.study.rounds import fit, standing  # noqa: E402
 
 MARGIN = 0.02  # the twin space's measurement.target_rel_ci, as the census's races ran
 
