@@ -68,6 +68,7 @@ from autotune.study.guided_reads import (
     shape,
     spec_key,
 )
+from autotune.study.guided_sibling import siblings
 from autotune.study.sampler import Wrapping
 from passmodel import calibrate
 from passmodel.profile import TwinProfile
@@ -250,7 +251,7 @@ class ModelGuided(Wrapping):
             for number, spec in specs.items()
             if number not in served and number not in left and spec is not None
         }
-        startup = self._startup(profile, space, launched, pool, dead)
+        startup = self._startup(profile, space, launched, pool, dead) or self._sibling(profile, space, launched, dead)
         if startup is not None:
             return startup, "model"
         fitted = self._fitted(study)
@@ -319,6 +320,18 @@ class ModelGuided(Wrapping):
                 if spec not in dead and (launchable := self.would_launch(params)) is not None:
                     return launchable
         return None
+
+    def _sibling(
+        self,
+        profile: TwinProfile,
+        space: SearchSpace,
+        launched: Sequence[Launched],
+        dead: Mapping[tuple[Any, ...], int | None],
+    ) -> dict[str, Any] | None:
+        """Once a tree served, its sibling at half its tokens (:func:`~autotune.study.guided_sibling.siblings`)."""
+        served = [(one.params, one.point.tok_s) for one in launched]
+        asked = (self.would_launch(params) for params in siblings(profile, space, served, dead, STARTUP_TRIES))
+        return next((launchable for launchable in asked if launchable is not None), None)
 
     def _spec(self, profile: TwinProfile, space: SearchSpace, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
         cfg = config_of(profile, space, flags_of(space, params))
