@@ -6,7 +6,8 @@ side by side, each running ``search_efficiency`` from an archive of the commit i
         --slice all:50000:12:20 --slice tight:50100:6:60 [--work DIR] [--dry-run]
 
 A tree is ``git archive COMMIT`` unpacked in ``WORK/NAME``; a row is ``NAME=TREE:METHOD``; a slice is
-``CASE:FIRST_SEED:COUNT:BUDGET`` (CASE ``all`` or ``tight``), always ``--unmodelled``. Each process
+``CASE:FIRST_SEED:COUNT:BUDGET`` (CASE ``all``, ``tight`` or ``wide-trees``: the first COUNT wide-trees
+members at seeds from FIRST_SEED on), always ``--unmodelled``. Each process
 writes ``FOLDER/CASE-BUDGET-ROW-FIRST_SEED.json`` (the names ``benchmarks/round_tables.py`` reads) and its
 console beside it, which starts with the ``MARKER loaded`` lines of the files its tree's code came from:
 the process stops unless each lies in that tree. ``trees.txt`` in FOLDER records each tree's commit.
@@ -86,9 +87,9 @@ def parse_row(text: str) -> Row:
 
 
 def parse_slice(text: str) -> Slice:
-    form = "CASE:FIRST_SEED:COUNT:BUDGET with CASE all or tight and whole numbers"
+    form = "CASE:FIRST_SEED:COUNT:BUDGET with CASE all, tight or wide-trees and whole numbers"
     case, *numbers = _split(text, ":", 4, "slice", form)
-    if case not in ("all", "tight") or not all(n.isdigit() for n in numbers):
+    if case not in ("all", "tight", "wide-trees") or not all(n.isdigit() for n in numbers):
         raise argparse.ArgumentTypeError(f"slice {text!r}: expected {form}")
     first, count, budget = (int(n) for n in numbers)
     return Slice(case=case, first_seed=first, count=count, budget=budget)

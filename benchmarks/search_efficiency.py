@@ -45,7 +45,18 @@ from benchmarks.problems import (  # noqa: E402
 from benchmarks.runs import WITHIN, Run  # noqa: E402
 from benchmarks.tables import print_family_table, print_recorded_table, print_regret_table, print_table  # noqa: E402
 
-FamilyCase = Literal["all", "tight", "tight-context", "issue-46"]
+FamilyCase = Literal["all", "tight", "tight-context", "wide-trees", "issue-46"]
+
+
+def wide_trees_members(count: int, first_seed: int) -> list[family.Member]:
+    """The first ``count`` members of the wide-trees case at seeds from ``first_seed`` on (chosen by case only)."""
+    chosen: list[family.Member] = []
+    seed = first_seed
+    while len(chosen) < count:
+        if (drawn := family.member(seed)).case == "wide-trees":
+            chosen.append(drawn)
+        seed += 1
+    return chosen
 
 
 def benchmark(
@@ -95,7 +106,8 @@ def family_benchmark(
     """Every method once on every member (the member's seed seeds the sampler and the noise);
     ``launch_sd``: the relative sd of speed between launches (:class:`LandscapeLauncher`; default each
     member's profile's ``timing.launch_sd``); ``case``: the family's members, its tight members only
-    (:func:`family_tight.tight_member`), or issue 46's landscape; ``unmodelled``: each member's truth
+    (:func:`family_tight.tight_member`), its wide-trees members only (:func:`wide_trees_members`), or issue 46's
+    landscape; ``unmodelled``: each member's truth
     with the effects no model knows (:mod:`benchmarks.unmodelled`), listed with the member."""
     chosen = methods(method_names, per_tier=per_tier)
     rows: dict[str, list[dict[str, Any]]] = {m.name: [] for m in chosen}
@@ -105,6 +117,7 @@ def family_benchmark(
             "all": family.members,
             "tight": family_tight.tight_members,
             "tight-context": family_tight.tight_context_members,
+            "wide-trees": wide_trees_members,
         }[case](count, first_seed)
         if case != "issue-46"
         else [family_tight.issue_46_member()] * count
@@ -249,8 +262,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--family", type=int, default=None, metavar="N",
                         help="instead of one profile: N generated landscapes (benchmarks/family.py)")  # fmt: skip
     parser.add_argument("--family-seed", type=int, default=0, metavar="S", help="the first member's seed")
-    parser.add_argument("--family-case", choices=["all", "tight", "tight-context", "issue-46"], default="all",
-                        help="with --family: every case, tight members only, tight-context members only (issue 54), or "
+    parser.add_argument("--family-case", choices=["all", "tight", "tight-context", "wide-trees", "issue-46"],
+                        default="all", help="with --family: every case, tight members only, tight-context members "
+                        "only (issue 54), the first N wide-trees members at seeds from --family-seed on, or "
                         "issue 46's landscape N times "
                         "(the seed then seeds the search)")  # fmt: skip
     parser.add_argument("--recorded", type=Path, default=None, metavar="FILE",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import heldout
+from benchmarks import family, heldout, search_efficiency
 
 
 def test_each_row_of_each_slice_is_one_process_writing_its_own_report(
@@ -44,3 +44,19 @@ def test_a_row_or_slice_of_another_form_is_refused_in_one_line(
         heldout.main([str(tmp_path), "--tree", "new=HEAD", *args, "--dry-run"])
     assert exit_.value.code == 2
     assert says in capsys.readouterr().err
+
+
+def test_a_wide_trees_slice_runs_the_first_wide_trees_members_from_its_seed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [str(tmp_path), "--tree", "new=HEAD", "--row", "m=new:autotune-model", "--slice", "wide-trees:51100:2:20",
+            "--dry-run"]  # fmt: skip
+    assert heldout.main(argv) == 0
+    assert "--family 2 --family-seed 51100 --family-case wide-trees --budget 20" in capsys.readouterr().out
+
+
+def test_the_wide_trees_case_takes_the_first_members_of_that_case_in_seed_order() -> None:
+    chosen = search_efficiency.wide_trees_members(3, 51100)
+    assert [m.case for m in chosen] == ["wide-trees"] * 3
+    skipped = range(51100, chosen[-1].seed)
+    assert [s for s in skipped if family.member(s).case == "wide-trees"] == [m.seed for m in chosen[:-1]]
