@@ -163,22 +163,48 @@ def test_the_estimate_asks_for_one_more_launch_at_least() -> None:
     assert launches_to_settle(model, 0, [1], margin=0.02) == 5
 
 
-def test_an_open_gap_inside_the_margin_is_called_equivalent_and_the_fewer_flags_win() -> None:
-    # A gain of about 1 % with launches 6 % apart: no test decides it in a night; within ±2 % it does not
-    # matter, so the baseline (fewer changed flags) is kept without asking for hundreds of launches.
-    hand = searched(0, 100.0, baseline="hand-found", flags=2)
-    best = searched(1, 104.0, flags=7)
+@pytest.mark.parametrize(("baseline_flags", "best_flags"), [(2, 7), (7, 2)])
+def test_an_open_gap_inside_the_margin_keeps_the_best_baseline_and_says_what_would_settle_it(
+    baseline_flags: int, best_flags: int
+) -> None:
+    # A point gain of about 1 % with launches 6 % apart: the interval spans -12 % to +17 %, so nothing shows
+    # the two are within 2 % of each other. The best baseline is kept whichever changes fewer flags (the
+    # point estimate alone had called them equivalent and recommended the finalist with fewer flags).
+    hand = searched(0, 100.0, baseline="hand-found", flags=baseline_flags)
+    best = searched(1, 104.0, flags=best_flags)
     records = [hand, best]
     for index, (a, b) in enumerate([(100.0, 107.0), (108.0, 103.0), (95.0, 97.0)]):
         records += [relaunched(100 + 2 * index, hand, a), relaunched(101 + 2 * index, best, b)]
     result = verdict(records, [best, hand], objective="decode_tok_s", fixed=FIXED, margin=0.02)
     assert result is not None and not result.settled
     (gain,) = result.gains
-    assert abs(gain.gain) < 0.02 and not gain.significant
-    assert result.best == 0 and result.more_launches is None
-    assert "equivalent" in result.note and "would settle it" not in result.note
-    assert result.note.startswith("keep baseline hand-found: trial 1 is ")
-    assert result.note.count(". ") == 0 and "\n" not in result.note  # one sentence
+    assert abs(gain.gain) < 0.02 and not gain.significant and gain.low is not None and gain.low < -0.02
+    assert result.best == 0 and result.recommended.baseline
+    assert result.more_launches is not None and result.more_launches > 3
+    assert result.note.startswith("keep baseline hand-found: the best, trial 1, is +")
+    assert result.note.endswith(f"not significant; about {result.more_launches} launches of each, in all, would "
+                                "settle it") and "equivalent" not in result.note  # fmt: skip
+
+
+def test_equals_are_only_what_the_race_settled_inside_the_margin_then_the_fewer_flags_win() -> None:
+    # The same two configurations, the finalist truly 0.5 % faster and changing fewer flags: on three noisy rounds
+    # the baseline is kept (open); on six precise ones both ends of the interval lie inside ±2 %, the race
+    # settles them equal and recommends the finalist, saying they are as fast.
+    hand = searched(0, 100.0, baseline="hand-found", flags=7)
+    best = searched(1, 101.0, flags=2)
+    noisy = race([hand, best], {0: 100.0, 1: 100.5}, 3, sd=0.06, seed=9)
+    precise = race([hand, best], {0: 100.0, 1: 100.5}, 6, sd=0.003, seed=2)
+    open_, settled = (verdict(r, [best, hand], objective="decode_tok_s", fixed=FIXED, margin=0.02)
+                      for r in (noisy, precise))  # fmt: skip
+    assert open_ is not None and settled is not None
+    (point,) = open_.gains  # the finalist leads by a point gain inside the margin, its interval far wider
+    assert open_.leader == 1 and abs(point.gain) < 0.02 and point.low is not None and point.low < -0.1
+    assert not open_.settled and open_.best == 0 and open_.more_launches
+    assert settled.settled and settled.best == 1 and settled.tied_with == [0]
+    (gain,) = settled.gains
+    assert gain.low is not None and gain.high is not None and -0.02 < gain.low and gain.high < 0.02
+    assert settled.note.startswith("trial 1 is as fast as baseline hand-found within the margin and nearer")
+    assert settled.note.count(". ") == 0 and "\n" not in settled.note  # one sentence
 
 
 def test_an_open_gap_beyond_the_margin_still_says_what_would_settle_it() -> None:

@@ -4,9 +4,10 @@ The highest of many noisy measurements is biased upward. So the top few distinct
 every baseline are relaunched in interleaved rounds; each launch's log figure is fitted as
 configuration effect plus round effect (drift cancels), and the search's first measurement stays
 out of the mean. What is significantly behind drops out (never the best baseline); configurations
-within the margin of the leader are equals, resolved toward the engine's defaults (fewer changed
-flags, then less memory). The verdict is the leader's gain over each baseline with its interval, and
-a baseline that nothing beats significantly is the recommendation. Pure functions over
+within the margin of the leader (both ends of the interval inside it, once the race has decided it) are
+equals, resolved toward the engine's defaults (fewer changed flags, then less memory). The verdict is
+the leader's gain over each baseline with its interval, and a baseline that nothing beats significantly
+is the recommendation. Pure functions over
 :class:`~autotune.records.TrialRecord`; the rounds' fit is :mod:`autotune.study.rounds`, and
 :mod:`autotune.study.race` launches.
 """
@@ -271,10 +272,9 @@ def verdict(
         if f.confirmed and best_baseline is not None and f.trial != best_baseline.trial and model is not None
     ]
     beats = next((g for g in gains if best_baseline is not None and g.baseline_trial == best_baseline.trial), None)
-    within = beats is not None and abs(math.log1p(beats.gain)) < math.log1p(margin)
-    chosen = _chosen(now, by_trial, leader, best_baseline, beats, within=within)
+    chosen = _chosen(now, by_trial, leader, best_baseline, beats)
     more = None
-    if model is not None and not (within and not now.settled):
+    if model is not None:
         more = _more_launches(model, now, leader, best_baseline, margin=margin, picked_from=picked_from)
     first = best_first_measured(records)
     return Confirmation(
@@ -290,7 +290,7 @@ def verdict(
         settled=now.settled,
         more_launches=more,
         margin=margin,
-        note=_verdict(chosen, leader, beats, best_baseline, built, now, more, within=within, margin=margin),
+        note=_verdict(chosen, leader, beats, best_baseline, built, now, more),
         noise=measure_noise(records, objective),
     )
 
@@ -321,16 +321,13 @@ def _chosen(
     leader: Finalist,
     best_baseline: Finalist | None,
     beats: Gain | None,
-    *,
-    within: bool,
 ) -> Finalist:
-    """The configuration the verdict recommends."""
+    """The configuration the verdict recommends. Equals are only those the race decided equivalent (the
+    interval inside the margin): an open race's point gain inside the margin is not evidence of equality."""
     if now.settled and len(now.equivalent) > 1:  # equals within the margin: the nearest the engine's defaults
         return min([by_trial[t] for t in now.equivalent], key=_nearest_defaults)
     if leader.baseline or best_baseline is None or (beats is not None and beats.significant and beats.gain > 0):
         return leader
-    if within:  # open, but the gap is inside the margin: equivalent in practice
-        return min([leader, best_baseline], key=_nearest_defaults)
     return best_baseline  # nothing beat the best baseline significantly
 
 
@@ -410,9 +407,6 @@ def _verdict(
     built: Sequence[Finalist],
     now: Standing,
     more: int | None,
-    *,
-    within: bool = False,
-    margin: float = 0.02,
 ) -> str:
     """The study's answer in one sentence."""
     unconfirmed = [f.label for f in built if not f.confirmed]
@@ -422,20 +416,15 @@ def _verdict(
         # the gain over the baseline is decided: what is open is which finalist is best
         rivals = [f.label for f in built if f.trial in now.decisive and f.trial != leader.trial]
         settle = f"; about {more} launches of each, in all, would tell it from {', '.join(rivals)}" if rivals else ""
-    if within and not now.settled and beats is not None and best_baseline is not None and not beats.significant:
-        other = best_baseline if chosen.trial == leader.trial else leader
-        head = f"keep {chosen.label}: {leader.label} is" if chosen.baseline else f"{chosen.label} is the best:"
-        return (
-            f"{head} {beats.text()}, a gap inside the ±{margin:.0%} margin: equivalent, and {chosen.label} "
-            f"changes fewer flags ({chosen.changed_flags} against {other.changed_flags}){tail}"
-        )
     if chosen.baseline and chosen.trial != leader.trial and beats is not None:
         return f"keep {chosen.label}: the best, {leader.label}, is {beats.text()}{settle}{tail}"
     if chosen.baseline and best_baseline is not None and chosen.trial == leader.trial:
         return f"keep {chosen.label}: no configuration beat it{settle}{tail}"
-    if chosen.trial != leader.trial:  # equivalent within the margin
+    # Equals the race decided (interval inside the margin): the leader, or the best baseline the leader matched.
+    equal = leader if chosen.trial != leader.trial else best_baseline
+    if equal is not None and equal.trial != chosen.trial and now.settled and equal.trial in now.equivalent:
         return (
-            f"{chosen.label} is as fast as {leader.label} within the margin and nearer the engine's defaults "
+            f"{chosen.label} is as fast as {equal.label} within the margin and nearer the engine's defaults "
             f"({chosen.changed_flags} flags changed){tail}"
         )
     if beats is not None:
