@@ -549,3 +549,26 @@ def test_a_sibling_is_launched_once_a_night_while_the_trees_leave_the_verify_cos
     assert siblings(profile, space, [*full, (nextn(5, 4, 8), 55.0)], {}, STARTUP_TRIES) == []
     keys = [spec_key(cfg) for p in found[:STARTUP_TRIES] if (cfg := config_of(profile, space, flags_of(space, p)))]
     assert siblings(profile, space, full, dict.fromkeys(keys), STARTUP_TRIES) == []
+
+
+def test_a_start_up_role_s_tree_after_a_served_tree_gives_way_to_its_sibling(tmp_path: Path) -> None:
+    """The shallowest chain and a tree (s3 k4 t12) served, the deepest draft not yet: the start-up's deepest role
+    would launch a tree of 15-16 draft tokens, which leaves the verify cost unidentified as the first tree did;
+    the night launches the served tree at 6 draft tokens instead, and the role's tree after it (before, the
+    sibling replaced only the fit's proposals, so a night whose later trees were start-up roles' never had one)."""
+    sampler = make_sampler("model", 1)
+    space = load_space(TWIN_SPACE)
+    nextn_only = {**space.tuned, "speculative-algorithm": CategoricalParam(type="categorical", choices=["NEXTN"])}
+    runner = guided_runner(tmp_path, sampler=sampler, storage=optuna.storages.InMemoryStorage(),
+                           space_changes={"tuned": nextn_only})  # fmt: skip
+    nextn = {"speculative-algorithm": "NEXTN", "speculative-adaptive": False}
+    runner.study.enqueue_trial({**nextn, "speculative-num-steps": 1, "speculative-eagle-topk": 1})
+    runner.study.enqueue_trial({**nextn, "speculative-num-steps": 3, "speculative-eagle-topk": 4,
+                                "speculative-num-draft-tokens": 12})  # fmt: skip
+    runner.run(trials=4, timeout_s=None)
+    sibling, role = runner.records()[2:4]
+    assert sampler.search(runner.study, sibling.number) == "model"
+    assert {k: sibling.flags.get(k) for k in ("speculative-num-steps", "speculative-eagle-topk")} == {
+        "speculative-num-steps": 3, "speculative-eagle-topk": 4}  # fmt: skip
+    assert tokens(sibling.flags) == 6
+    assert role.flags.get("speculative-eagle-topk") not in (None, 1) and tokens(role.flags) >= 15

@@ -18,9 +18,10 @@ A proposal, for the speculative flags (the others, memory sizing above all, are 
    x the distance to the nearest measured configuration);
    the highest untried one the study's pre-launch rules would launch is proposed (first of a shape, a
    drafter's chains or its trees, that no launch measured), with the memory sizing they would launch it
-   at (:class:`~autotune.study.launchable.WouldLaunch`, handed over by the runner); a tree proposed while
-   the served trees leave the verify cost unidentified gives way to the best served tree at half its draft
-   tokens (:mod:`autotune.study.guided_sibling`).
+   at (:class:`~autotune.study.launchable.WouldLaunch`, handed over by the runner);
+4. a tree proposed (by the fit or a start-up role) while the served trees leave the verify cost
+   unidentified gives way to the best served tree at half its draft tokens
+   (:mod:`autotune.study.guided_sibling`).
 It falls back to TPE, saying why, where no model can be built (:class:`~autotune.pass_setup.PassSetup`),
 where the space tunes several engines or nothing speculative, where none of its best candidates would
 launch or the last :data:`STALLED` proposals launched did not serve (TPE then draws every flag), and where
@@ -255,7 +256,8 @@ class ModelGuided(Wrapping):
         }
         startup = self._startup(profile, space, launched, pool, dead)
         if startup is not None:
-            return startup, "model"
+            # A start-up role's tree too: its deepest draft walks full trees, which leave the verify cost unknown.
+            return self._sibling(profile, space, launched, dead, startup) or startup, "model"
         fitted = self._fitted(study)
         if fitted is None:
             return None, "tpe: the model could not be fitted to the launches"
@@ -333,9 +335,9 @@ class ModelGuided(Wrapping):
         dead: Mapping[tuple[Any, ...], int | None],
         proposal: Mapping[str, Any],
     ) -> dict[str, Any] | None:
-        """Where the fit proposes a tree, the best served tree's sibling at half its tokens instead, while the
-        served trees leave the verify cost to the prior (:func:`~autotune.study.guided_sibling.siblings`): the
-        fit prices the trees it proposes by that cost."""
+        """Where the proposal (the fit's or a start-up role's) is a tree, the best served tree's sibling at half
+        its tokens instead, while the served trees leave the verify cost to the prior
+        (:func:`~autotune.study.guided_sibling.siblings`): the fit prices the trees it proposes by that cost."""
         cfg = config_of(profile, space, flags_of(space, proposal))
         if cfg is None or not is_tree(cfg):
             return None

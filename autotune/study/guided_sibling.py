@@ -1,8 +1,8 @@
-"""The model night's sibling launch: where the fit proposes a tree while the served trees leave the verify cost
-a token to the fit's prior (:func:`passmodel.calibrate.verify_identified`), the best served tree again at about
-half its draft tokens, so trees of one width span the token counts that tell the fit that cost. The start-up's
-deepest draft is the space's largest token count, a full tree; a fit on full trees alone priced a wide tree's
-part-filled optimum at about half (``benchmarks/results/wide-census-2026-12-06/``)."""
+"""The model night's sibling launch: where a tree is proposed (by the fit or a start-up role) while the served
+trees leave the verify cost a token to the fit's prior (:func:`passmodel.calibrate.verify_identified`), the best
+served tree again at about half its draft tokens, so trees of one width span the token counts that tell the fit
+that cost. The start-up's deepest draft is the space's largest token count, a full tree; a fit on full trees
+alone priced a wide tree's part-filled optimum at about half (``benchmarks/results/wide-census-2026-12-06/``)."""
 
 from __future__ import annotations
 
