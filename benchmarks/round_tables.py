@@ -3,8 +3,9 @@
     .venv/bin/python -m benchmarks.round_tables FOLDER [--branch-point COMMIT]
 
 One script for every round (model-sampler-2026-12-05 onwards): each round's folder holds the reports,
-this prints their tables. Per night (20, 60 launches): the family's and the tight members' runs pooled
-(``{all,tight}-{20,60}.json``, or one report per row, ``{all,tight}-{20,60}-ROW.json``, run side by side),
+this prints their tables. Per night (20, 60 launches): the family's, the tight and the wide-trees
+members' runs pooled (``{all,tight,wide-trees}-{20,60}.json``, or one report per row,
+``{all,tight,wide-trees}-{20,60}-ROW.json``, run side by side),
 each row's regret (:func:`benchmarks.judge.regret_summary`), launches until one within 2 % is launched,
 memory deaths, each row against TPE's night paired over members (:func:`benchmarks.judge.paired_regret`),
 the mean regret per case kind (the case a member's summary names; the tight members are their own kind),
@@ -43,7 +44,7 @@ def _interval_cells(paired: dict[str, Any]) -> list[str]:
 def night(folder: Path, budget: int, branch_point: str) -> None:
     rows: dict[str, list[dict[str, Any]]] = {}
     cases: dict[int, str] = {}
-    for name, tight in (("all", False), ("tight", True)):
+    for name, tight in (("all", False), ("tight", True), ("wide-trees", False)):
         paths = [*folder.glob(f"{name}-{budget}.json"), *sorted(folder.glob(f"{name}-{budget}-*.json"))]
         for path in paths:
             report = json.loads(path.read_text())

@@ -25,3 +25,11 @@ def test_a_round_with_one_report_per_row_and_recordings(capsys: pytest.CaptureFi
     out = capsys.readouterr().out
     assert "## Night of 20 launches" in out and "branch point" not in out
     assert "## h200-llamacpp-deep" in out and "## h200-llamacpp-drafts" in out
+
+
+def test_a_wide_trees_slice_is_pooled_with_the_family_and_tight_members(capsys: pytest.CaptureFixture[str]) -> None:
+    # round 12: family 51900-51907 and tight 52000-52005 (14 members) and 8 wide-trees members in their own slice
+    round_tables.main([str(RESULTS / "verify-sibling-2026-12-06"), "--branch-point", "7acff48"])
+    out = capsys.readouterr().out
+    assert "## Night of 20 launches, 22 members" in out and "## Night of 60 launches, 22 members" in out
+    assert "| wide-trees (9) |" in out  # the slice's eight and the family's one
