@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from autotune.study import confirm as confirm_module  # noqa: E402
+from autotune.study import rounds as rounds_module  # noqa: E402
 from autotune.study.race import RACE_SHARE  # noqa: E402
 from autotune.study.rounds import RACE_STOP, RaceStop  # noqa: E402
 from autotune.study.rules import RULE_NAMES  # noqa: E402
@@ -142,12 +142,12 @@ GRID_ONCE = "every configuration once (reference)"
 @contextlib.contextmanager
 def race_stop(until: RaceStop) -> Iterator[None]:
     """The race's stopping rule for one row (a module setting, as the product has one)."""
-    before = confirm_module.RACE_STOP
-    confirm_module.RACE_STOP = until
+    before = rounds_module.RACE_STOP
+    rounds_module.RACE_STOP = until
     try:
         yield
     finally:
-        confirm_module.RACE_STOP = before
+        rounds_module.RACE_STOP = before
 
 
 def recorded_seed(args: tuple[Path, int, Sequence[Row], bool]) -> tuple[str, int, dict[str, Outcome]]:
