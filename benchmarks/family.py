@@ -189,6 +189,17 @@ def members(count: int, first_seed: int = 0) -> list[Member]:
     return [member(seed) for seed in range(first_seed, first_seed + count)]
 
 
+def wide_trees_members(count: int, first_seed: int = 0) -> list[Member]:
+    """The first ``count`` members of the wide-trees case at seeds from ``first_seed`` on (chosen by case only)."""
+    chosen: list[Member] = []
+    seed = first_seed
+    while len(chosen) < count:
+        if (drawn := member(seed)).case == "wide-trees":
+            chosen.append(drawn)
+        seed += 1
+    return chosen
+
+
 # ---------------------------------------------------------------------------------------------
 # Drawing
 

@@ -48,17 +48,6 @@ from benchmarks.tables import print_family_table, print_recorded_table, print_re
 FamilyCase = Literal["all", "tight", "tight-context", "wide-trees", "issue-46"]
 
 
-def wide_trees_members(count: int, first_seed: int) -> list[family.Member]:
-    """The first ``count`` members of the wide-trees case at seeds from ``first_seed`` on (chosen by case only)."""
-    chosen: list[family.Member] = []
-    seed = first_seed
-    while len(chosen) < count:
-        if (drawn := family.member(seed)).case == "wide-trees":
-            chosen.append(drawn)
-        seed += 1
-    return chosen
-
-
 def benchmark(
     problem: Problem, *, seeds: int, budget: int, method_names: Sequence[str] = DEFAULT_METHODS, per_tier: int = 8,
     progress: Callable[[str], None] | None = None,
@@ -106,9 +95,9 @@ def family_benchmark(
     """Every method once on every member (the member's seed seeds the sampler and the noise);
     ``launch_sd``: the relative sd of speed between launches (:class:`LandscapeLauncher`; default each
     member's profile's ``timing.launch_sd``); ``case``: the family's members, its tight members only
-    (:func:`family_tight.tight_member`), its wide-trees members only (:func:`wide_trees_members`), or issue 46's
-    landscape; ``unmodelled``: each member's truth
-    with the effects no model knows (:mod:`benchmarks.unmodelled`), listed with the member."""
+    (:func:`family_tight.tight_member`), its wide-trees members only (:func:`family.wide_trees_members`), or
+    issue 46's landscape; ``unmodelled``: each member's truth with the effects no model knows
+    (:mod:`benchmarks.unmodelled`), listed with the member."""
     chosen = methods(method_names, per_tier=per_tier)
     rows: dict[str, list[dict[str, Any]]] = {m.name: [] for m in chosen}
     described = []
@@ -117,7 +106,7 @@ def family_benchmark(
             "all": family.members,
             "tight": family_tight.tight_members,
             "tight-context": family_tight.tight_context_members,
-            "wide-trees": wide_trees_members,
+            "wide-trees": family.wide_trees_members,
         }[case](count, first_seed)
         if case != "issue-46"
         else [family_tight.issue_46_member()] * count

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import family, heldout, search_efficiency
+from benchmarks import family, heldout
 
 
 def test_each_row_of_each_slice_is_one_process_writing_its_own_report(
@@ -56,7 +56,7 @@ def test_a_wide_trees_slice_runs_the_first_wide_trees_members_from_its_seed(
 
 
 def test_the_wide_trees_case_takes_the_first_members_of_that_case_in_seed_order() -> None:
-    chosen = search_efficiency.wide_trees_members(3, 51100)
+    chosen = family.wide_trees_members(3, 51100)
     assert [m.case for m in chosen] == ["wide-trees"] * 3
     skipped = range(51100, chosen[-1].seed)
     assert [s for s in skipped if family.member(s).case == "wide-trees"] == [m.seed for m in chosen[:-1]]
