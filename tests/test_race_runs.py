@@ -155,8 +155,8 @@ def test_a_night_of_60_still_races_3_finalists() -> None:
     for baselines in (2, 3):
         night = Night.of_launches(60, baselines=baselines, top=3)
         assert (night.top, night.asked) == (3, None)
-        assert night.trials is not None and night.race_relaunches is not None
-        assert night.trials + night.race_relaunches == 60
+        assert night.race_relaunches == 18 and night.launches == 60  # the race's share, the most it gets
+        assert night.trials == 60 - 2 * (3 + baselines)  # the most the search gets: two rounds of each raced
 
 
 def test_a_short_night_says_it_races_fewer_finalists_and_why(tmp_path: Path) -> None:
@@ -167,9 +167,9 @@ def test_a_short_night_says_it_races_fewer_finalists_and_why(tmp_path: Path) -> 
     said: list[str] = []
     ended = run_night(runner, Night.of_launches(20, baselines=2, top=3), say=said.append)
     assert ended.confirmation is not None
-    assert said[0].endswith(
-        "; 1 finalist besides 2 baselines, not 3: a race of 10 launches cannot hold the floor of 3 (16 launches)"
-    )
+    assert said[0].startswith("search done (the race needs about ")
+    assert "; 1 finalist besides 2 baselines, not 3: a race of " in said[0]
+    assert said[0].endswith(" launches cannot hold the floor of 3 (16 launches)")
     raced = {f.trial for f in ended.confirmation.finalists if not f.baseline}
     assert len(raced) <= 1  # the best configuration, when it is not a baseline
 
@@ -199,15 +199,16 @@ def test_a_night_of_launches_searches_on_its_share_and_races_on_the_rest(tmp_pat
     runner.enqueue_baselines()
     night = Night.of_launches(30, baselines=len(problem.space.baselines), top=3)
     assert night.trials is not None and night.race_relaunches is not None
-    assert night.trials + night.race_relaunches == 30
     said: list[str] = []
     ended = run_night(runner, night, say=said.append)
     relaunches = [r for r in runner.records() if r.confirm_of is not None]
+    searched = runner.launched - len(relaunches)
     assert not ended.interrupted and ended.confirmation is not None
-    assert runner.launched == night.trials + len(relaunches)  # every launch of the night is the search's or the race's
-    assert 2 <= len(relaunches) <= night.race_relaunches
+    assert 30 - night.race_relaunches <= searched <= night.trials  # the race's share the most it gets
+    assert 2 <= len(relaunches) <= 30 - searched  # every launch of the night is the search's or the race's
     assert runner.study.user_attrs, "the verdict is kept in the study"
-    assert len(said) == 1 and said[0].startswith(f"search done ({night.trials} launches done); confirmation: racing ")
+    assert len(said) == 1 and said[0].startswith("search done (the race needs about ")
+    assert f" of the {30 - searched} launches left); confirmation: racing " in said[0]
 
 
 def test_a_night_with_no_finalists_to_race_ends_with_its_search(tmp_path: Path) -> None:
