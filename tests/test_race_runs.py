@@ -211,6 +211,51 @@ def test_a_night_of_launches_searches_on_its_share_and_races_on_the_rest(tmp_pat
     assert f" of the {30 - searched} launches left); confirmation: racing " in said[0]
 
 
+def test_a_night_of_launches_gives_the_search_what_the_race_will_not_need(tmp_path: Path) -> None:
+    problem = load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
+    runner = _runner(problem, tmp_path, seed=6)
+    runner.enqueue_baselines()
+    night = Night.of_launches(20, baselines=2, top=3)
+    assert (night.race_relaunches, night.trials) == (10, 14)  # the race's share at most, two rounds of 3 at least
+    said: list[str] = []
+    run_night(runner, night, say=said.append)
+    relaunches = sum(1 for r in runner.records() if r.confirm_of is not None)
+    searched = runner.launched - relaunches
+    rest = 20 - searched
+    assert 10 < searched <= 14  # more than the fixed split's 10: the race needed less than its share
+    assert relaunches <= rest  # the race runs on the rest
+    need = int(said[0].split("the race needs about ")[1].split(" ")[0])
+    assert said[0].startswith(f"search done (the race needs about {need} of the {rest} launches left); ")
+    assert 6 <= need == rest  # stopped at the first launch that left no more than the need
+
+
+def test_a_timeout_night_searches_past_its_share_while_the_race_needs_less(tmp_path: Path) -> None:
+    problem = load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
+    timed = Timed(LandscapeLauncher(problem, problem.landscape(4), random.Random(4)))
+    runner = make_runner(problem, tmp_path, sampler=make_sampler("random", 4), launcher=timed,
+                         storage=optuna.storages.InMemoryStorage())  # fmt: skip
+    runner.clock = lambda: timed.now
+    runner.enqueue_baselines()
+    start = timed.now
+    night = Night(trials=200, timeout_s=12_000.0, top=3)  # the twin's launches take about a minute
+    searched, ended = runner.run, []
+
+    def search(**stop: object) -> None:  # the clock when the search stops
+        searched(**stop)  # type: ignore[arg-type]
+        ended.append(timed.now)
+
+    runner.run = search  # type: ignore[method-assign]
+    said: list[str] = []
+    run_night(runner, night, say=said.append)
+    served = [(r.launch.launch_s or 0.0) + (r.measurement.measure_s or 0.0) for r in runner.records() if r.served]
+    seconds, deadline, search_end = statistics.median(served), start + night.timeout_s, ended[0]
+    assert search_end > start + 0.7 * night.timeout_s + seconds  # past the fixed split by a launch at least
+    assert said[0].startswith("search done (the race needs about ")
+    need = int(said[0].split("the race needs about ")[1].split(" ")[0])
+    assert need * seconds <= deadline - search_end  # what the race needs is left
+    assert timed.now <= deadline + max(served)  # and the race ends with the night
+
+
 def test_a_night_with_no_finalists_to_race_ends_with_its_search(tmp_path: Path) -> None:
     problem = load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
     runner = _runner(problem, tmp_path, seed=7)

@@ -24,6 +24,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import TYPE_CHECKING, Literal
 
 import optuna
@@ -33,6 +34,7 @@ from pydantic import Field
 from autotune.decision import Launch
 from autotune.engines.base import InvalidConfig, LaunchPlan
 from autotune.errors import StorageError
+from autotune.measure.statistics import t95
 from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
@@ -105,7 +107,7 @@ def split_timeout(timeout_s: float, *, share: float = RACE_SHARE) -> float:
     return timeout_s * (1 - share)
 
 
-ReservePlan = Literal["least", "gap", "shrunk"]
+ReservePlan = Literal["least", "gap", "shrunk", "interval", "interval-shrunk"]
 # How the race's need is planned while the search runs: two rounds of every configuration ("least"),
 # the race's own rule on the gaps the search measured ("gap"), or on those gaps less one launch's noise
 # for each configuration the search picked for measuring high ("shrunk").
@@ -129,7 +131,7 @@ def race_need(
     means = launched_means(records)
     baselines = {f.number for f in finalists if f.baseline is not None}
     # A configuration the search kept for its high measurement is biased high by about one launch's noise.
-    lower = PRIOR_LAUNCH_NOISE if plan == "shrunk" else 0.0
+    lower = PRIOR_LAUNCH_NOISE if plan in ("shrunk", "interval-shrunk") else 0.0
     effects = {
         f.number: math.log(max(means.get(f.number, f.value or 0.0), 1e-9)) - (0.0 if f.number in baselines else lower)
         for f in finalists
@@ -140,10 +142,12 @@ def race_need(
     claims = max(len(effects) - len(baselines), 1)
     each = []
     for other in (c for c in effects if c != leader):
-        planned = launches_to_settle(
-            model, leader, [other], margin=margin, comparisons=claims if other == best_baseline else 1
-        )
-        each.append(min(max(planned or 2, 2), launches))
+        comparisons = claims if other == best_baseline else 1
+        if plan in ("interval", "interval-shrunk"):
+            planned = _rounds_to_decide(effects[leader] - effects[other], len(effects), comparisons, margin, launches)
+        else:
+            planned = launches_to_settle(model, leader, [other], margin=margin, comparisons=comparisons) or 2
+        each.append(min(max(planned, 2), launches))
     return max(least, max(each) + sum(each))
 
 
@@ -222,6 +226,20 @@ def race_in_time(runner: StudyRunner, race: FinalistsRace) -> FinalistsRace:
     if held >= race.top:
         return race
     return race.model_copy(update={"top": held, "asked": race.asked or race.top, "room": room})
+
+
+def _rounds_to_decide(gap: float, configurations: int, comparisons: int, margin: float, most: int) -> int:
+    """Rounds after which the race's fit would decide a comparison whose log gap is ``gap`` (clear of zero,
+    or inside the margin), with the prior launch noise: the fit's t interval on the degrees of freedom
+    ``configurations`` raced for that many rounds leave, widened as :meth:`~autotune.study.rounds.Fit.interval`
+    widens it; ``most`` when none up to it would."""
+    widen = NormalDist().inv_cdf(1 - 0.025 / comparisons) / NormalDist().inv_cdf(0.975) if comparisons > 1 else 1.0
+    room = max(abs(gap), math.log(1 + margin) - abs(gap))
+    for rounds in range(2, most + 1):
+        half = widen * t95((configurations - 1) * (rounds - 1)) * PRIOR_LAUNCH_NOISE * math.sqrt(2 / rounds)
+        if half < room:
+            return rounds
+    return most
 
 
 @dataclass
