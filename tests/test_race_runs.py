@@ -211,6 +211,20 @@ def test_a_night_of_launches_searches_on_its_share_and_races_on_the_rest(tmp_pat
     assert f" of the {30 - searched} launches left); confirmation: racing " in said[0]
 
 
+def test_the_race_is_planned_more_rounds_the_smaller_the_gap_it_must_decide() -> None:
+    import math
+
+    from autotune.study.race import _rounds_to_decide
+
+    def rounds(gain: float, comparisons: int = 1) -> int:
+        return _rounds_to_decide(math.log(1 + gain), configurations=3, comparisons=comparisons, margin=0.02, most=8)
+
+    assert rounds(0.30) == 2  # two rounds decide a large gap, even on 2 degrees of freedom
+    assert rounds(0.30) < rounds(0.15) < rounds(0.10) < rounds(0.05) == 8  # a small one needs the most
+    assert rounds(0.12, comparisons=3) >= rounds(0.12)  # widened for the leader picked among several
+    assert rounds(0.001) == 8  # inside the margin: equivalence needs as many
+
+
 def test_a_night_of_launches_gives_the_search_what_the_race_will_not_need(tmp_path: Path) -> None:
     problem = load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
     runner = _runner(problem, tmp_path, seed=6)

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import optuna
 from optuna.trial import TrialState
@@ -43,7 +43,7 @@ from autotune.study.confirm import Confirmation, choose_finalists, launched_mean
 from autotune.study.launcher import Launcher, ReadGpus, launched_plan, wait_for_idle_gpus, with_secrets
 from autotune.study.paths import StudyPaths
 from autotune.study.preflight_checks import Preflight
-from autotune.study.rounds import PRIOR_LAUNCH_NOISE, Fit, launches_to_settle, relaunches_by_round, standing
+from autotune.study.rounds import PRIOR_LAUNCH_NOISE, relaunches_by_round, standing
 from autotune.study.runner import TrialFault, keep_importance
 from autotune.study.schedule import SCHEDULE, Launches, Schedule, ScheduleVerdict, judge
 from autotune.study.storage import exclusive, optimize_riding_out
@@ -107,47 +107,39 @@ def split_timeout(timeout_s: float, *, share: float = RACE_SHARE) -> float:
     return timeout_s * (1 - share)
 
 
-ReservePlan = Literal["least", "gap", "shrunk", "interval", "interval-shrunk"]
-# How the race's need is planned while the search runs: two rounds of every configuration ("least"),
-# the race's own rule on the gaps the search measured ("gap"), or on those gaps less one launch's noise
-# for each configuration the search picked for measuring high ("shrunk").
-RESERVE_PLAN: ReservePlan = "gap"
-
-
-def race_need(
-    records: Sequence[TrialRecord], top: int, *, margin: float, launches: int = RACE_LAUNCHES,
-    plan: ReservePlan | None = None,
-) -> int:  # fmt: skip
-    """Relaunches the race of the ``top`` finalists and every baseline would need if it started now:
-    two rounds of each configuration at least (a paired noise needs them), and by ``plan`` as many as
-    its own rule (:func:`~autotune.study.rounds.launches_to_settle`) plans for each comparison with the
-    leader, on the search's measurements and the prior launch noise (single launches measure none), at
-    most ``launches`` of a configuration; the leader is launched as often as its longest comparison."""
+def race_need(records: Sequence[TrialRecord], top: int, *, margin: float, launches: int = RACE_LAUNCHES) -> int:
+    """Relaunches the race of the ``top`` finalists and every baseline would need if it started now: two
+    rounds of each configuration at least (a paired noise needs them). Each comparison with the leader
+    is planned by the race's own fit (:func:`_rounds_to_decide`) on the gaps the search measured, at the
+    prior launch noise (single launches measure none), each finalist that is not a baseline one launch
+    noise lower: the search kept it for measuring high, and the highest of a few noisy draws is about one
+    noise sd above its truth (a baseline is launched by rule, not picked). At most ``launches`` of a
+    configuration; the leader is launched as often as its longest comparison."""
     finalists = choose_finalists(records, top=top)
     least = 2 * len(finalists)
-    plan = plan or RESERVE_PLAN
-    if plan == "least" or len(finalists) < 2:
+    if len(finalists) < 2:
         return least
     means = launched_means(records)
     baselines = {f.number for f in finalists if f.baseline is not None}
-    # A configuration the search kept for its high measurement is biased high by about one launch's noise.
-    lower = PRIOR_LAUNCH_NOISE if plan in ("shrunk", "interval-shrunk") else 0.0
     effects = {
-        f.number: math.log(max(means.get(f.number, f.value or 0.0), 1e-9)) - (0.0 if f.number in baselines else lower)
+        f.number: math.log(max(means.get(f.number, f.value or 0.0), 1e-9))
+        - (0.0 if f.number in baselines else PRIOR_LAUNCH_NOISE)
         for f in finalists
     }
-    model = Fit(effects=effects, counts=dict.fromkeys(effects, 0), sd=None, dof=0)
     leader = max(effects, key=lambda c: effects[c])
     best_baseline = max(baselines, key=lambda c: effects[c], default=None)
-    claims = max(len(effects) - len(baselines), 1)
-    each = []
-    for other in (c for c in effects if c != leader):
-        comparisons = claims if other == best_baseline else 1
-        if plan in ("interval", "interval-shrunk"):
-            planned = _rounds_to_decide(effects[leader] - effects[other], len(effects), comparisons, margin, launches)
-        else:
-            planned = launches_to_settle(model, leader, [other], margin=margin, comparisons=comparisons) or 2
-        each.append(min(max(planned, 2), launches))
+    claims = max(len(effects) - len(baselines), 1)  # the leader's gain over the best baseline is one of these
+    each = [
+        _rounds_to_decide(
+            effects[leader] - effects[other],
+            configurations=len(effects),
+            comparisons=claims if other == best_baseline else 1,
+            margin=margin,
+            most=launches,
+        )
+        for other in effects
+        if other != leader
+    ]
     return max(least, max(each) + sum(each))
 
 
@@ -228,7 +220,7 @@ def race_in_time(runner: StudyRunner, race: FinalistsRace) -> FinalistsRace:
     return race.model_copy(update={"top": held, "asked": race.asked or race.top, "room": room})
 
 
-def _rounds_to_decide(gap: float, configurations: int, comparisons: int, margin: float, most: int) -> int:
+def _rounds_to_decide(gap: float, *, configurations: int, comparisons: int, margin: float, most: int) -> int:
     """Rounds after which the race's fit would decide a comparison whose log gap is ``gap`` (clear of zero,
     or inside the margin), with the prior launch noise: the fit's t interval on the degrees of freedom
     ``configurations`` raced for that many rounds leave, widened as :meth:`~autotune.study.rounds.Fit.interval`

@@ -1,4 +1,5 @@
-"""Round 13's verdicts run (round 8's script) (not the product): ``benchmarks/verdicts.py`` with the product code of one tree.
+"""Round 13's verdicts run (round 8's script; not the product): ``benchmarks/verdicts.py`` with the
+product code of one tree.
 
 Usage: python run_verdicts.py TREE VERDICTS_ARGS... (TREE: an unpacked archive holding this branch's
 benchmarks/verdicts.py, which has --night; its autotune package is the tree's own.) Prints the MARKER
