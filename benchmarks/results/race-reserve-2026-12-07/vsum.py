@@ -2,7 +2,7 @@
 bests, a baseline recommended when optimal) and, per scenario, the search's and the race's launches
 (median and total over its studies).
 
-Usage: python vsum.py NAME=FILE...
+Usage: python vsum.py NAME=FILE[,FILE...]...  (a run split over several processes: its files' counts summed)
 """
 
 import json
@@ -13,10 +13,14 @@ print("| run | studies judged | false claims | false bests | baseline recommende
       "search launches, shipped / baseline-optimal: median (total) | race launches, the same |")
 print("|---|---|---|---|---|---|---|")
 for arg in sys.argv[1:]:
-    name, path = arg.split("=", 1)
-    report = json.load(open(path))
-    t = report["totals"]
-    runs = [r for land in report["landscapes"] for r in land["runs"]]
+    name, paths = arg.split("=", 1)
+    reports = [json.load(open(path)) for path in paths.split(",")]
+    t = {key: sum(r["totals"][key] for r in reports) for key in
+         ("studies", "judged", "false_claim_studies", "false_bests", "optimal_baseline_recommended", "optimal_studies")}
+    t["false_claim_rate"] = t["false_claim_studies"] / t["judged"]
+    t["false_best_rate"] = t["false_bests"] / t["judged"]
+    t["baseline_recommended_rate"] = t["optimal_baseline_recommended"] / t["optimal_studies"]
+    runs = [r for report in reports for land in report["landscapes"] for r in land["runs"]]
     cells = []
     for key in ("launches", "confirm_launches"):
         parts = []
