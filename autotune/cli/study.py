@@ -42,10 +42,9 @@ RaceShare = Annotated[
         "--race-share",
         min=0.05,
         max=0.5,
-        help="Share of the night kept for the race: --timeout covers search and race (the search runs to "
-        "1 - share of it at least, then while the time left is more than the race will need); after --trials N "
-        "launches the race may relaunch N x share / (1 - share) times, and at least two rounds of every "
-        "finalist plus three of a pair.",
+        help="Share of the night kept for the race: --timeout covers search and race (the search stops at "
+        "1 - share of it); after --trials N launches the race may relaunch N x share / (1 - share) times, and "
+        "at least two rounds of every finalist plus three of a pair.",
     ),
 ]
 

@@ -17,14 +17,12 @@ from autotune.study.race import (
     RACE_LAUNCHES,
     RACE_SHARE,
     FinalistsRace,
-    RaceReserve,
     others_running,
     plan_race,
     race_budget,
     race_finalists,
     race_in_time,
     race_top,
-    search_launches,
     split_launches,
     split_timeout,
 )
@@ -38,14 +36,7 @@ class Night(Frozen):
 
     trials: int | None = Field(default=None, description="the search's launches (--trials)")
     timeout_s: float | None = Field(
-        default=None,
-        description="search and race together: the search stops when the rest is what the race needs, at 1 - share "
-        "of it at the earliest",
-    )
-    launches: int | None = Field(
-        default=None,
-        description="search and race together: the search stops when the rest is what the race needs, at "
-        "trials at the latest (None: the search stops at trials)",
+        default=None, description="search and race together: the search stops at 1 - share of it"
     )
     patience: int | None = Field(default=None, description="trials without an improvement that end the search")
     total_trials: int | None = Field(default=None, description="trials of the study, every worker's, that end it")
@@ -61,22 +52,11 @@ class Night(Frozen):
 
     @classmethod
     def of_launches(cls, launches: int, *, baselines: int, top: int = 3, share: float = RACE_SHARE) -> Night:
-        """A night of ``launches``, search and race together. The race's share
-        (:func:`~autotune.study.race.split_launches`) holds as many of the ``top`` finalists as its floor
-        fits (:func:`~autotune.study.race.race_top`) and is the most it gets: the search goes on while the
-        rest is more than the race will need (:class:`~autotune.study.race.RaceReserve`), two rounds of
-        every configuration at least, which bounds its ``trials``."""
+        """A night of ``launches``, search and race together (:func:`~autotune.study.race.split_launches`);
+        the race holds as many of the ``top`` finalists as its floor fits (:func:`~autotune.study.race.race_top`)."""
         search, race = split_launches(launches, top + baselines, share=share)
         held = race_top(race, top, baselines)
-        most = max(search, launches - 2 * (held + baselines))
-        return cls(
-            trials=most,
-            launches=launches,
-            race_relaunches=race,
-            top=held,
-            asked=top if held < top else None,
-            share=share,
-        )
+        return cls(trials=search, race_relaunches=race, top=held, asked=top if held < top else None, share=share)
 
     @classmethod
     def beyond(cls, trials: int, *, baselines: int, top: int = 3, share: float = RACE_SHARE) -> Night:
@@ -115,9 +95,6 @@ def run_night(
         share=night.share,
     )
     search_s = split_timeout(night.timeout_s, share=night.share) if night.timeout_s is not None else None
-    reserve = _reserve(runner, night, race)
-    if reserve is not None and night.timeout_s is not None:
-        search_s = night.timeout_s  # the reserve stops it; the whole night is the backstop
     interrupted = False
     try:
         runner.run(
@@ -125,13 +102,13 @@ def run_night(
             timeout_s=search_s,
             patience=night.patience,
             total_trials=night.total_trials,
-            rules=[reserve, *rules] if reserve is not None else rules,
+            rules=rules,
         )
     except KeyboardInterrupt:
         interrupted = True
         runner.stop_reason = "interrupted"
         if say is not None:
-            plan = plan_race(runner, _race_left(runner, night, race, reserve))
+            plan = plan_race(runner, race_in_time(runner, race))
             say(f"interrupted: {plan.text()} before reporting (Ctrl-C again to skip)")
     repeated = bool(runner.stop_reason and runner.stop_reason.startswith(REPEATED_FAILURE))
     if night.top == 0 or repeated:
@@ -143,33 +120,7 @@ def run_night(
                 f"(or run: autotune confirm {runner.name})"
             )
         return NightResult(confirmation=None, interrupted=interrupted)
-    race = _race_left(runner, night, race, reserve)
+    race = race_in_time(runner, race)
     if say is not None and not interrupted:
         say(f"search done ({runner.stop_reason}); confirmation: {plan_race(runner, race).text()}")
     return NightResult(confirmation=race_finalists(runner, race), interrupted=interrupted)
-
-
-def _reserve(runner: StudyRunner, night: Night, race: FinalistsRace) -> RaceReserve | None:
-    """The search's stop on a night with an end and a race (None otherwise)."""
-    if night.top == 0:
-        return None
-    margin = runner.space.measurement.target_rel_ci
-    baselines = len(runner.space.baselines)
-    if night.launches is not None and race.budget is not None:
-        return RaceReserve(race=race, baselines=baselines, margin=margin, launches=night.launches)
-    if night.timeout_s is not None and race.deadline is not None:
-        share_s = night.timeout_s - split_timeout(night.timeout_s, share=night.share)
-        return RaceReserve(race=race, baselines=baselines, margin=margin, clock=runner.clock, share_s=share_s)
-    return None
-
-
-def _race_left(runner: StudyRunner, night: Night, race: FinalistsRace, reserve: RaceReserve | None) -> FinalistsRace:
-    """The race on what the search left: on a night of launches, the rest of them (its share at most);
-    where the reserve stopped the search, the finalists it planned for; else those the end leaves room
-    for (:func:`~autotune.study.race.race_in_time`)."""
-    if night.launches is not None and race.budget is not None:
-        searched = search_launches(runner.records())
-        race = race.model_copy(update={"budget": min(night.launches - searched, race.budget)})
-    if reserve is not None and reserve.held is not None:
-        return reserve.held.model_copy(update={"budget": race.budget})
-    return race_in_time(runner, race)

@@ -22,9 +22,8 @@ import socket
 import statistics
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 import optuna
@@ -34,16 +33,15 @@ from pydantic import Field
 from autotune.decision import Launch
 from autotune.engines.base import InvalidConfig, LaunchPlan
 from autotune.errors import StorageError
-from autotune.measure.statistics import t95
 from autotune.models import Frozen
 from autotune.outcomes import OutcomeKind
 from autotune.records import TrialRecord
 from autotune.study import attrs
-from autotune.study.confirm import Confirmation, choose_finalists, launched_means, verdict
+from autotune.study.confirm import Confirmation, choose_finalists, verdict
 from autotune.study.launcher import Launcher, ReadGpus, launched_plan, wait_for_idle_gpus, with_secrets
 from autotune.study.paths import StudyPaths
 from autotune.study.preflight_checks import Preflight
-from autotune.study.rounds import PRIOR_LAUNCH_NOISE, relaunches_by_round, standing
+from autotune.study.rounds import relaunches_by_round, standing
 from autotune.study.runner import TrialFault, keep_importance
 from autotune.study.schedule import SCHEDULE, Launches, Schedule, ScheduleVerdict, judge
 from autotune.study.storage import exclusive, optimize_riding_out
@@ -107,42 +105,6 @@ def split_timeout(timeout_s: float, *, share: float = RACE_SHARE) -> float:
     return timeout_s * (1 - share)
 
 
-def race_need(records: Sequence[TrialRecord], top: int, *, margin: float, launches: int = RACE_LAUNCHES) -> int:
-    """Relaunches the race of the ``top`` finalists and every baseline would need if it started now: two
-    rounds of each configuration at least (a paired noise needs them). Each comparison with the leader
-    is planned by the race's own fit (:func:`_rounds_to_decide`) on the gaps the search measured, at the
-    prior launch noise (single launches measure none), each finalist that is not a baseline one launch
-    noise lower: the search kept it for measuring high, and the highest of a few noisy draws is about one
-    noise sd above its truth (a baseline is launched by rule, not picked). At most ``launches`` of a
-    configuration; the leader is launched as often as its longest comparison."""
-    finalists = choose_finalists(records, top=top)
-    least = 2 * len(finalists)
-    if len(finalists) < 2:
-        return least
-    means = launched_means(records)
-    baselines = {f.number for f in finalists if f.baseline is not None}
-    effects = {
-        f.number: math.log(max(means.get(f.number, f.value or 0.0), 1e-9))
-        - (0.0 if f.number in baselines else PRIOR_LAUNCH_NOISE)
-        for f in finalists
-    }
-    leader = max(effects, key=lambda c: effects[c])
-    best_baseline = max(baselines, key=lambda c: effects[c], default=None)
-    claims = max(len(effects) - len(baselines), 1)  # the leader's gain over the best baseline is one of these
-    each = [
-        _rounds_to_decide(
-            effects[leader] - effects[other],
-            configurations=len(effects),
-            comparisons=claims if other == best_baseline else 1,
-            margin=margin,
-            most=launches,
-        )
-        for other in effects
-        if other != leader
-    ]
-    return max(least, max(each) + sum(each))
-
-
 # ---------------------------------------------------------------- the finalists' race
 
 
@@ -185,8 +147,7 @@ class FinalistsRace(Frozen):
     share: float = RACE_SHARE
 
 
-def search_launches(records: Sequence[TrialRecord]) -> int:
-    """The search's launches so far (baselines included, the race's relaunches not)."""
+def _search_launches(records: Sequence[TrialRecord]) -> int:
     return sum(1 for r in records if isinstance(r.decision, Launch) and r.confirm_of is None)
 
 
@@ -202,7 +163,7 @@ def _launch_seconds(records: Sequence[TrialRecord]) -> float | None:
 
 def _budget(race: FinalistsRace, records: Sequence[TrialRecord], finalists: int) -> int:
     return (
-        race.budget if race.budget is not None else race_budget(search_launches(records), finalists, share=race.share)
+        race.budget if race.budget is not None else race_budget(_search_launches(records), finalists, share=race.share)
     )
 
 
@@ -218,60 +179,6 @@ def race_in_time(runner: StudyRunner, race: FinalistsRace) -> FinalistsRace:
     if held >= race.top:
         return race
     return race.model_copy(update={"top": held, "asked": race.asked or race.top, "room": room})
-
-
-def _rounds_to_decide(gap: float, *, configurations: int, comparisons: int, margin: float, most: int) -> int:
-    """Rounds after which the race's fit would decide a comparison whose log gap is ``gap`` (clear of zero,
-    or inside the margin), with the prior launch noise: the fit's t interval on the degrees of freedom
-    ``configurations`` raced for that many rounds leave, widened as :meth:`~autotune.study.rounds.Fit.interval`
-    widens it; ``most`` when none up to it would."""
-    widen = NormalDist().inv_cdf(1 - 0.025 / comparisons) / NormalDist().inv_cdf(0.975) if comparisons > 1 else 1.0
-    room = max(abs(gap), math.log(1 + margin) - abs(gap))
-    for rounds in range(2, most + 1):
-        half = widen * t95((configurations - 1) * (rounds - 1)) * PRIOR_LAUNCH_NOISE * math.sqrt(2 / rounds)
-        if half < room:
-            return rounds
-    return most
-
-
-@dataclass
-class RaceReserve:
-    """The search's stop rule on a night with an end (of launches, or a ``--timeout``): the search goes
-    on while the rest of the night is more than the race will need (:func:`race_need`, capped at the
-    race's fixed share, so a search never gets less than that split gave it), checked between trials.
-    ``held`` is the race as planned when it fired."""
-
-    race: FinalistsRace
-    baselines: int
-    margin: float
-    launches: int | None = None  # the night's launches, search and race together
-    clock: Callable[[], float] | None = None  # with race.deadline: the night's end, on this clock
-    share_s: float | None = None  # the race's fixed share of a --timeout, in seconds
-    held: FinalistsRace | None = None
-
-    def __call__(self, records: Sequence[TrialRecord]) -> str | None:
-        if self.launches is not None and self.race.budget is not None:
-            rest, most, race = self.launches - search_launches(records), self.race.budget, self.race
-            left = f"the {rest} launches left"
-        else:
-            assert self.clock is not None and self.race.deadline is not None and self.share_s is not None
-            rest_s, seconds = self.race.deadline - self.clock(), _launch_seconds(records)
-            if rest_s > self.share_s:  # never less search than the fixed split
-                return None
-            if not seconds:
-                self.held = self.race
-                return "the race's share of the night is left"
-            rest, most = int(rest_s // seconds), int(self.share_s // seconds)
-            held = race_top(most, self.race.top, self.baselines)
-            race = self.race if held >= self.race.top else self.race.model_copy(
-                update={"top": held, "asked": self.race.asked or self.race.top, "room": most}
-            )  # fmt: skip
-            left = f"the {rest} launches left (about {seconds / 60:.0f} min each)"
-        need = min(race_need(records, race.top, margin=self.margin, launches=race.launches), most)
-        if rest > need:
-            return None
-        self.held = race
-        return f"the race needs about {need} of {left}"
 
 
 def plan_race(runner: StudyRunner, race: FinalistsRace) -> RacePlan:

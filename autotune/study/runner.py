@@ -452,7 +452,7 @@ class StudyRunner:
         attrs.record_schedule_verdict(self.study, None)
         active: list[StopRule] = [*rules, RepeatedFailure()]
         if timeout_s is not None:
-            active.append(TimeBudget(timeout_s, clock=self.clock))  # the race's deadline is on this clock too
+            active.append(TimeBudget(timeout_s))
         if patience is not None:
             active.append(NoImprovement(patience))
         if total_trials is not None:
