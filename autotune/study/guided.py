@@ -18,7 +18,10 @@ A proposal, for the speculative flags (the others, memory sizing above all, are 
    x the distance to the nearest measured configuration);
    the highest untried one the study's pre-launch rules would launch is proposed (first of a shape, a
    drafter's chains or its trees, that no launch measured), with the memory sizing they would launch it
-   at (:class:`~autotune.study.launchable.WouldLaunch`, handed over by the runner).
+   at (:class:`~autotune.study.launchable.WouldLaunch`, handed over by the runner);
+4. a tree proposed (by the fit or a start-up role) while the served trees leave the verify cost
+   unidentified gives way to the best served tree at half its draft tokens
+   (:mod:`autotune.study.guided_sibling`).
 It falls back to TPE, saying why, where no model can be built (:class:`~autotune.pass_setup.PassSetup`),
 where the space tunes several engines or nothing speculative, where none of its best candidates would
 launch or the last :data:`STALLED` proposals launched did not serve (TPE then draws every flag), and where
@@ -68,6 +71,7 @@ from autotune.study.guided_reads import (
     shape,
     spec_key,
 )
+from autotune.study.guided_sibling import is_tree, siblings
 from autotune.study.sampler import Wrapping
 from passmodel import calibrate
 from passmodel.profile import TwinProfile
@@ -252,7 +256,8 @@ class ModelGuided(Wrapping):
         }
         startup = self._startup(profile, space, launched, pool, dead)
         if startup is not None:
-            return startup, "model"
+            # A start-up role's tree too: its deepest draft walks full trees, which leave the verify cost unknown.
+            return self._sibling(profile, space, launched, dead, startup) or startup, "model"
         fitted = self._fitted(study)
         if fitted is None:
             return None, "tpe: the model could not be fitted to the launches"
@@ -266,7 +271,9 @@ class ModelGuided(Wrapping):
         known = [t for t in finished if t.state == TrialState.COMPLETE and t.number not in left]
         tried = {spec for t in known if (spec := specs[t.number])}
         best, why = self._best(fitted, space, launched, tried, pool, list(dead))
-        return (best, "model") if best is not None else (None, f"tpe: {why}")
+        if best is None:
+            return None, f"tpe: {why}"
+        return self._sibling(profile, space, launched, dead, best) or best, "model"
 
     # ---------------------------------------------------------------- candidates
 
@@ -319,6 +326,24 @@ class ModelGuided(Wrapping):
                 if spec not in dead and (launchable := self.would_launch(params)) is not None:
                     return launchable
         return None
+
+    def _sibling(
+        self,
+        profile: TwinProfile,
+        space: SearchSpace,
+        launched: Sequence[Launched],
+        dead: Mapping[tuple[Any, ...], int | None],
+        proposal: Mapping[str, Any],
+    ) -> dict[str, Any] | None:
+        """Where the proposal (the fit's or a start-up role's) is a tree, the best served tree's sibling at half
+        its tokens instead, while the served trees leave the verify cost to the prior
+        (:func:`~autotune.study.guided_sibling.siblings`): the fit prices the trees it proposes by that cost."""
+        cfg = config_of(profile, space, flags_of(space, proposal))
+        if cfg is None or not is_tree(cfg):
+            return None
+        served = [(one.params, one.point.tok_s) for one in launched]
+        asked = (self.would_launch(params) for params in siblings(profile, space, served, dead, STARTUP_TRIES))
+        return next((launchable for launchable in asked if launchable is not None), None)
 
     def _spec(self, profile: TwinProfile, space: SearchSpace, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
         cfg = config_of(profile, space, flags_of(space, params))
