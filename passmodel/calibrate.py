@@ -487,9 +487,10 @@ def verify_identified(configs: Sequence[LaunchConfig]) -> bool:
     return any(max(seen) >= VERIFY_SPAN * min(seen) for seen in counts.values())
 
 
-def prior_weights(knobs: Sequence[Knob], configs: Sequence[LaunchConfig]) -> np.ndarray:
-    """Each knob's prior weight: :data:`PRIOR_WEIGHT`, the verify cost's lighter where the points identify it."""
-    light = verify_identified(configs)
+def prior_weights(knobs: Sequence[Knob], configs: Sequence[LaunchConfig], *, lighten: bool = True) -> np.ndarray:
+    """Each knob's prior weight: :data:`PRIOR_WEIGHT`, the verify cost's lighter where the points identify it
+    (and ``lighten``: the model night's only once it has room, so a short night's fit is the plain one)."""
+    light = lighten and verify_identified(configs)
     return np.array([IDENTIFIED_PRIOR_WEIGHT if light and k.name == "verify_token_ms" else PRIOR_WEIGHT for k in knobs])
 
 
@@ -506,9 +507,11 @@ def fit(
     *,
     iterations: int = 600,
     restarts: int = 6,
+    lighten: bool = True,
 ) -> TwinProfile:
     """The profile with ``knobs`` (default: :func:`identifiable_knobs`) scaled to minimise the
-    points' squared log error; ``iterations`` and ``restarts`` bound the simplex search.
+    points' squared log error; ``iterations`` and ``restarts`` bound the simplex search; ``lighten``:
+    the verify cost's prior lighter where the points identify it (:func:`prior_weights`).
 
     Raises:
         ValueError: a point's flags the twin cannot simulate.
@@ -517,7 +520,7 @@ def fit(
     if knobs is None:
         knobs = identifiable_knobs(points, configs)
     measured = np.log([p.tok_s for p in points])
-    weights = prior_weights(knobs, configs)
+    weights = prior_weights(knobs, configs, lighten=lighten)
 
     def loss(logs: np.ndarray) -> float:
         trial = apply_knobs(profile, knobs, list(logs))

@@ -10,7 +10,9 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from autotune.records import TrialRecord
 from autotune.space import IntParam, SearchSpace, suggest
+from autotune.study.guided_deaths import launched
 from autotune.study.guided_reads import Draw, config_of, flags_of, model_params, spec_key
 from passmodel import calibrate
 from passmodel.config import LaunchConfig
@@ -18,6 +20,16 @@ from passmodel.profile import TwinProfile
 
 # The sibling's draft tokens at most this share of the best tree's: the two then identify the verify cost.
 SIBLING_SPAN = 1 / calibrate.VERIFY_SPAN
+# The search launches a night has had before it spends one on the sibling: the whole search of a 20-launch night
+# (race.split_launches: 10 and a race of 10), the shortest night the project judges, so such nights keep every
+# search launch for the fit's own proposals, and any longer one has launches left after its sibling.
+ROOM = 10
+
+
+def has_room(records: Sequence[TrialRecord]) -> bool:
+    """Whether the night has made :data:`ROOM` search launches (a baseline's too; not a race's relaunch, nor a
+    proposal a rule answered without a launch), of ``records``: the study's finished trials, failed ones too."""
+    return sum(r.confirm_of is None and launched(r) for r in records) >= ROOM
 
 
 def is_tree(cfg: LaunchConfig) -> bool:
