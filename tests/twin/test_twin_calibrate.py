@@ -335,3 +335,6 @@ def test_the_verify_cost_is_identified_by_trees_of_one_width_twice_as_many_token
     light = calibrate.IDENTIFIED_PRIOR_WEIGHT if identified else calibrate.PRIOR_WEIGHT
     expected = [light if k.name == "verify_token_ms" else calibrate.PRIOR_WEIGHT for k in calibrate.COST_KNOBS]
     assert list(weights) == expected
+    # the model night's before it has room: the prior as it was
+    waiting = calibrate.prior_weights(calibrate.COST_KNOBS, configs, lighten=False)
+    assert list(waiting) == [calibrate.PRIOR_WEIGHT] * len(calibrate.COST_KNOBS)
