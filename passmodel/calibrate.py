@@ -7,7 +7,7 @@ together, then decodes ``output_len`` tokens in verify passes of :func:`physics.
 ``accept_length`` tokens a pass (the measured one where given, else the profile's acceptance).
 :func:`fit` scales the per-pass constants the points can tell apart (:func:`identifiable_knobs`;
 the rest keep the setup's values) to the points by a Nelder-Mead search on the log error, held
-near the starting profile.
+near the starting profile (the verify cost a token more lightly where trees of one width identify it).
 """
 
 from __future__ import annotations
@@ -432,6 +432,11 @@ DFLASH_KNOB = Knob("dflash_block_ms", _scale_dflash)
 TREE_KNOB = Knob("tree_ms", _scale_tree)
 ACCEPTANCE_KNOB = Knob("acceptance", _scale_acceptance)
 PRIOR_WEIGHT = 0.002  # per squared log-factor: a constant the points cannot tell apart stays put
+# The verify cost a token where trees of one width verified token counts VERIFY_SPAN apart: those tell it
+# (a chain's further token comes with a draft step; a wider tree's with another acceptance), so the
+# prior holds it only lightly (a per-token default off 25-350x costs a whole-night miss otherwise).
+VERIFY_SPAN = 2.0
+IDENTIFIED_PRIOR_WEIGHT = PRIOR_WEIGHT / 20
 
 
 def identifiable_knobs(points: Sequence[Point], configs: Sequence[LaunchConfig]) -> tuple[Knob, ...]:
@@ -473,6 +478,22 @@ def identifiable_knobs(points: Sequence[Point], configs: Sequence[LaunchConfig])
     return (*knobs, ACCEPTANCE_KNOB) if unknown else tuple(knobs)
 
 
+def verify_identified(configs: Sequence[LaunchConfig]) -> bool:
+    """Whether trees (topk above 1) of one width verified token counts :data:`VERIFY_SPAN` apart or more."""
+    counts: dict[int, list[int]] = {}
+    for cfg in configs:
+        if cfg.spec.enabled and cfg.spec.kind != "dflash" and (cfg.spec.eagle_topk or 1) > 1:
+            counts.setdefault(cfg.spec.eagle_topk or 1, []).append(cfg.spec.tokens_per_pass)
+    return any(max(seen) >= VERIFY_SPAN * min(seen) for seen in counts.values())
+
+
+def prior_weights(knobs: Sequence[Knob], configs: Sequence[LaunchConfig], *, lighten: bool = True) -> np.ndarray:
+    """Each knob's prior weight: :data:`PRIOR_WEIGHT`, the verify cost's lighter where the points identify it
+    (and ``lighten``: the model night's only once it has room, so a short night's fit is the plain one)."""
+    light = lighten and verify_identified(configs)
+    return np.array([IDENTIFIED_PRIOR_WEIGHT if light and k.name == "verify_token_ms" else PRIOR_WEIGHT for k in knobs])
+
+
 def apply_knobs(profile: TwinProfile, knobs: Sequence[Knob], logs: Sequence[float]) -> TwinProfile:
     for knob, log in zip(knobs, logs, strict=True):
         profile = knob.apply(profile, math.exp(log))
@@ -486,9 +507,11 @@ def fit(
     *,
     iterations: int = 600,
     restarts: int = 6,
+    lighten: bool = True,
 ) -> TwinProfile:
     """The profile with ``knobs`` (default: :func:`identifiable_knobs`) scaled to minimise the
-    points' squared log error; ``iterations`` and ``restarts`` bound the simplex search.
+    points' squared log error; ``iterations`` and ``restarts`` bound the simplex search; ``lighten``:
+    the verify cost's prior lighter where the points identify it (:func:`prior_weights`).
 
     Raises:
         ValueError: a point's flags the twin cannot simulate.
@@ -497,6 +520,7 @@ def fit(
     if knobs is None:
         knobs = identifiable_knobs(points, configs)
     measured = np.log([p.tok_s for p in points])
+    weights = prior_weights(knobs, configs, lighten=lighten)
 
     def loss(logs: np.ndarray) -> float:
         trial = apply_knobs(profile, knobs, list(logs))
@@ -505,7 +529,7 @@ def fit(
                     accept=p.accept_length).tok_s
             for c, p in zip(configs, points, strict=True)
         ]  # fmt: skip
-        return float(np.mean((np.log(predicted) - measured) ** 2) + PRIOR_WEIGHT * np.mean(logs**2))
+        return float(np.mean((np.log(predicted) - measured) ** 2) + np.mean(weights * logs**2))
 
     best = nelder_mead(loss, np.zeros(len(knobs)), iterations=iterations, restarts=restarts)
     return apply_knobs(profile, knobs, list(best))

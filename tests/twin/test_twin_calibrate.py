@@ -295,3 +295,46 @@ def test_a_fit_on_batch_1_points_keeps_the_setups_batch_scaling(tmp_path: Path) 
     setup_scaling = rate(ANGELSLIM, 64) / rate(ANGELSLIM, 1)
     fitted_scaling = rate(fitted, 64) / rate(fitted, 1)
     assert fitted_scaling == pytest.approx(setup_scaling, rel=0.05)
+
+
+def tree(k: int, topk: int, tokens: int) -> dict[str, object]:
+    return {"speculative-num-steps": k, "speculative-eagle-topk": topk, "speculative-num-draft-tokens": tokens}
+
+
+def test_a_verify_cost_is_recovered_from_trees_of_one_width_at_two_token_counts() -> None:
+    """A verified token costs 100x the setup's default (a wide-trees landscape): fitted on the plain launch, two
+    chains and a width-8 tree at 64 and at 32 draft tokens, the verify cost comes out within 10 % of the truth
+    and the part-filled trees it did not see within 3 % (before, the prior held it at the default and priced
+    them about 20 % low)."""
+    start = profile_from_setup(load_setup(GLM))
+    over = start.overheads
+    dearer = over.model_copy(update={"verify_token_ms": over.verify_token_ms * 100})
+    truth = start.model_copy(update={"overheads": dearer})
+    train = [({}, 1), (steps(1), 1), (steps(3), 1), (tree(4, 8, 64), 1), (tree(4, 8, 32), 1)]
+    fitted = calibrate.fit(start, drawn(truth, train))
+    assert fitted.overheads.verify_token_ms == pytest.approx(truth.overheads.verify_token_ms, rel=0.1)
+    for point in drawn(truth, [(tree(4, 8, 16), 1), (tree(4, 4, 12), 1)]):
+        assert calibrate.predict_point(fitted, point).tok_s == pytest.approx(point.tok_s, rel=0.03)
+
+
+@pytest.mark.parametrize(
+    ("launches", "identified"),
+    [
+        ([tree(4, 8, 64), tree(4, 8, 32)], True),
+        ([tree(4, 8, 64), tree(6, 8, 60), tree(3, 4, 20)], False),  # one width's counts close; widths apart
+        ([steps(1), steps(7)], False),  # a chain's token comes with a draft step
+    ],
+)
+def test_the_verify_cost_is_identified_by_trees_of_one_width_twice_as_many_tokens_apart(
+    launches: list[dict[str, object]], identified: bool
+) -> None:
+    profile = profile_from_setup(load_setup(GLM))
+    configs = [calibrate.launch_config(profile, flags) for flags in launches]
+    assert calibrate.verify_identified(configs) is identified
+    weights = calibrate.prior_weights(calibrate.COST_KNOBS, configs)
+    light = calibrate.IDENTIFIED_PRIOR_WEIGHT if identified else calibrate.PRIOR_WEIGHT
+    expected = [light if k.name == "verify_token_ms" else calibrate.PRIOR_WEIGHT for k in calibrate.COST_KNOBS]
+    assert list(weights) == expected
+    # the model night's before it has room: the prior as it was
+    waiting = calibrate.prior_weights(calibrate.COST_KNOBS, configs, lighten=False)
+    assert list(waiting) == [calibrate.PRIOR_WEIGHT] * len(calibrate.COST_KNOBS)
