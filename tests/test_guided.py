@@ -30,7 +30,7 @@ from autotune.study.launchable import WouldLaunch
 from autotune.study.rules import decide
 from autotune.testing import simulated_outcome, study_runner
 from autotune.testing.records import trial_record
-from passmodel import calibrate
+from passmodel import calibrate, launch_flags
 from tests.conftest import ROOT, TWIN_SPACE, idle_gpus
 from tests.test_study_twin import run, small_space
 
@@ -50,7 +50,7 @@ def physical(flags: dict[str, object]) -> tuple[float, float]:
     profile = read_pass_setup(load_space(TWIN_SPACE), a6000s()).profile()
     assert profile is not None
     spec = {k: v for k, v in flags.items() if k.startswith("speculative-")}
-    cfg = calibrate.launch_config(profile, {**spec, "tp-size": 2})
+    cfg = launch_flags.launch_config(profile, {**spec, "tp-size": 2})
     rate = calibrate.expected_rate(profile, cfg, concurrency=1, input_len=0, output_len=24)
     return rate / 1.3, calibrate.profile_accept_length(profile, cfg)
 
@@ -216,7 +216,7 @@ def test_a_candidate_at_tp_2_is_predicted_at_tp_2_where_the_space_tunes_tp(tmp_p
 
     def at_own_tp(flags: dict[str, object]) -> tuple[float, float]:
         spec = {k: v for k, v in flags.items() if k.startswith("speculative-")}
-        cfg = calibrate.launch_config(profile, {**spec, "tp-size": int(str(flags["tp-size"]))})
+        cfg = launch_flags.launch_config(profile, {**spec, "tp-size": int(str(flags["tp-size"]))})
         rate = calibrate.expected_rate(profile, cfg, concurrency=1, input_len=0, output_len=24)
         return rate / 1.3, calibrate.profile_accept_length(profile, cfg)
 
@@ -610,7 +610,7 @@ def test_a_short_night_s_trees_are_launched_as_proposed_and_a_night_with_room_ha
     assert profile is not None
     trees = [r for r in short if r.flags.get("speculative-eagle-topk") not in (None, 1)]
     assert len(trees) >= 3  # the model's own tree proposals after the full tree were launched as proposed
-    assert not calibrate.verify_identified([calibrate.launch_config(profile, r.flags) for r in trees])
+    assert not calibrate.verify_identified([launch_flags.launch_config(profile, r.flags) for r in trees])
     best = max(trees, key=lambda r: r.value or 0.0)
     step_topk = ("speculative-num-steps", "speculative-eagle-topk")
     assert sampler.search(runner.study, after.number) == "model"

@@ -73,7 +73,7 @@ from autotune.study.guided_reads import (
 )
 from autotune.study.guided_sibling import has_room, is_tree, siblings
 from autotune.study.sampler import Wrapping
-from passmodel import calibrate
+from passmodel import calibrate, launch_flags
 from passmodel.profile import TwinProfile
 from passmodel.setup import acceptance_table
 
@@ -467,7 +467,7 @@ def _fit(profile: TwinProfile, space: SearchSpace, measured: Sequence[Calibratio
             )
         )
     try:
-        configs = [calibrate.launch_config(profile, p.flags) for p in points]
+        configs = [launch_flags.launch_config(profile, p.flags) for p in points]
         accepted = calibrate.fit_acceptance(profile, points, configs)
         fitted = calibrate.fit(accepted, points, iterations=150, restarts=2, lighten=room)
     except ValueError:
