@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from passmodel import calibrate
+from passmodel import calibrate, launch_flags
 from passmodel.calibrate import PointsError
 from passmodel.config import LaunchConfig
 from passmodel.profile import ProfileError, TwinProfile, load_profile
@@ -66,7 +66,7 @@ def _resolved_points(profile: TwinProfile, path: Path) -> list[tuple[int, calibr
     resolved = []
     for line, point in calibrate.load_points(path):
         try:
-            resolved.append((line, point, calibrate.launch_config(profile, point.flags)))
+            resolved.append((line, point, launch_flags.launch_config(profile, point.flags)))
         except ValueError as exc:
             raise PointsError(f"{path}:{line}: flags: {exc}") from None
     return resolved
@@ -88,7 +88,7 @@ def _predict(args: argparse.Namespace) -> int:
     if args.points is not None:
         return _predict_points(profile, args.points)
     try:
-        cfg = calibrate.launch_config(profile, calibrate.flags_from_text(args.flags))
+        cfg = launch_flags.launch_config(profile, launch_flags.flags_from_text(args.flags))
     except ValueError as exc:
         raise _UsageError(f"--flags: {exc}") from None
     prediction = calibrate.predict(

@@ -27,7 +27,7 @@ import sys
 import numpy as np
 
 from benchmarks import spec_tables
-from passmodel import calibrate
+from passmodel import calibrate, launch_flags
 from passmodel.setup import PassCosts
 
 FITTED = (
@@ -98,7 +98,7 @@ def _log_ratio_error(cells: list[spec_tables.Cell], predicted: list[float], i: i
 def table_loss(table: spec_tables.Table, costs: PassCosts, variant: str) -> float:
     profile = spec_tables.variant_profile(table, variant, costs)
     cells = table.cells
-    configs = [calibrate.launch_config(profile, c.point.flags) for c in cells]
+    configs = [launch_flags.launch_config(profile, c.point.flags) for c in cells]
     predicted = [calibrate.predict_point(profile, c.point, cfg).tok_s for c, cfg in zip(cells, configs, strict=True)]
     ratio: list[float] = []
     misses = 0

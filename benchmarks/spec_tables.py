@@ -47,7 +47,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from passmodel import calibrate
+from passmodel import calibrate, launch_flags
 from passmodel.calibrate import Point
 from passmodel.config import LaunchConfig
 from passmodel.profile import TwinProfile
@@ -324,7 +324,7 @@ def judge(table: Table, profile: TwinProfile, *, calibrated: bool = True) -> Ver
     """The uncalibrated ratios and signs of ``table``; with ``calibrated``, the other rows' rate
     errors after ``calibrate.fit`` on the :func:`anchors`."""
     cells = table.cells
-    configs = [calibrate.launch_config(profile, c.point.flags) for c in cells]
+    configs = [launch_flags.launch_config(profile, c.point.flags) for c in cells]
     predicted = _predict(profile, cells, configs)
     errors: list[float] = []
     right = total = 0

@@ -1,6 +1,6 @@
 """A launch as the pass model reads it: the effective configuration of one server after its
 engine's launch rules (the twin's SGLang rules build it in ``autotune_twin.launch``; a study's
-flags through :func:`passmodel.calibrate.launch_config`).
+flags through :func:`passmodel.launch_flags.launch_config`).
 """
 
 from __future__ import annotations

@@ -20,16 +20,17 @@ from autotune.outcomes import OutcomeKind
 from autotune.pass_setup import read_pass_setup
 from autotune.records import MetricRecord, Prediction
 from autotune.space import CategoricalParam, load_space, suggest
-from autotune.study import make_sampler
+from autotune.study import guided_sibling, make_sampler
 from autotune.study.guided import FALLBACK_ERROR, STALLED, STARTUP_TRIES, ModelGuided, describe_search
 from autotune.study.guided_deaths import sizing_deaths, stalled
-from autotune.study.guided_reads import JUDGED, Draw, judged_error
+from autotune.study.guided_reads import JUDGED, Draw, config_of, flags_of, judged_error, spec_key
+from autotune.study.guided_sibling import ROOM, has_room, siblings
 from autotune.study.history import History
 from autotune.study.launchable import WouldLaunch
 from autotune.study.rules import decide
 from autotune.testing import simulated_outcome, study_runner
 from autotune.testing.records import trial_record
-from passmodel import calibrate
+from passmodel import calibrate, launch_flags
 from tests.conftest import ROOT, TWIN_SPACE, idle_gpus
 from tests.test_study_twin import run, small_space
 
@@ -49,7 +50,7 @@ def physical(flags: dict[str, object]) -> tuple[float, float]:
     profile = read_pass_setup(load_space(TWIN_SPACE), a6000s()).profile()
     assert profile is not None
     spec = {k: v for k, v in flags.items() if k.startswith("speculative-")}
-    cfg = calibrate.launch_config(profile, {**spec, "tp-size": 2})
+    cfg = launch_flags.launch_config(profile, {**spec, "tp-size": 2})
     rate = calibrate.expected_rate(profile, cfg, concurrency=1, input_len=0, output_len=24)
     return rate / 1.3, calibrate.profile_accept_length(profile, cfg)
 
@@ -215,7 +216,7 @@ def test_a_candidate_at_tp_2_is_predicted_at_tp_2_where_the_space_tunes_tp(tmp_p
 
     def at_own_tp(flags: dict[str, object]) -> tuple[float, float]:
         spec = {k: v for k, v in flags.items() if k.startswith("speculative-")}
-        cfg = calibrate.launch_config(profile, {**spec, "tp-size": int(str(flags["tp-size"]))})
+        cfg = launch_flags.launch_config(profile, {**spec, "tp-size": int(str(flags["tp-size"]))})
         rate = calibrate.expected_rate(profile, cfg, concurrency=1, input_len=0, output_len=24)
         return rate / 1.3, calibrate.profile_accept_length(profile, cfg)
 
@@ -505,3 +506,126 @@ def test_the_default_search_is_the_model_guided_one() -> None:
 
     assert inspect.signature(study).parameters["sampler"].default is Sampler.model
     assert inspect.signature(StudyRunner.open).parameters["sampler"].default == "model"
+
+
+def fast_trees(flags: dict[str, object]) -> tuple[float, float]:
+    """Trees decode 60 % faster than the pass model prices them."""
+    tok_s, accept = physical(flags)
+    return (tok_s * 1.6 if flags.get("speculative-eagle-topk") not in (None, 1) else tok_s), accept
+
+
+def chain_and_full_tree_night(tmp_path: Path, sampler: optuna.samplers.BaseSampler):  # type: ignore[no-untyped-def]
+    """A night on :func:`fast_trees` whose first launches are the start-up's shallowest chain and deepest draft,
+    a full tree (s5 k4 t16)."""
+    runner = guided_runner(tmp_path, sampler=sampler, storage=optuna.storages.InMemoryStorage(), rate=fast_trees)
+    nextn = {"speculative-algorithm": "NEXTN", "speculative-adaptive": False}
+    runner.study.enqueue_trial({**nextn, "speculative-num-steps": 1, "speculative-eagle-topk": 1})
+    runner.study.enqueue_trial({**nextn, "speculative-num-steps": 5, "speculative-eagle-topk": 4,
+                                "speculative-num-draft-tokens": 16})  # fmt: skip
+    return runner
+
+
+def test_where_the_fit_proposes_a_tree_the_full_tree_s_sibling_at_half_its_tokens_is_launched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trees decode 60 % faster than the pass model prices them, and the start-up's shallowest chain and deepest
+    draft, a full tree (s5 k4 t16), served, on a night with room from its start: where the fit next proposes a
+    tree, the night launches that full tree at 8 draft tokens instead, so trees of one width span the counts that
+    tell the fit a verified token's cost (before, the model priced the trees it proposed with the setup's
+    default)."""
+    monkeypatch.setattr(guided_sibling, "ROOM", 0)
+    sampler = make_sampler("model", 1)
+    runner = chain_and_full_tree_night(tmp_path, sampler)
+    runner.run(trials=5, timeout_s=None)  # the two DFlash drafters first: shapes no launch served
+    proposed = next(r for r in runner.records()[2:] if r.flags.get("speculative-eagle-topk") not in (None, 1))
+    assert sampler.search(runner.study, proposed.number) == "model"
+    assert {k: proposed.flags.get(k) for k in ("speculative-num-steps", "speculative-eagle-topk")} == {
+        "speculative-num-steps": 5, "speculative-eagle-topk": 4}  # fmt: skip
+    assert tokens(proposed.flags) == 8
+
+
+def test_a_sibling_is_launched_once_a_night_while_the_trees_leave_the_verify_cost_unidentified() -> None:
+    """A full tree alone: its siblings at half its draft tokens and fewer, nearest half first; with the sibling
+    served the trees identify the verify cost and none is asked again; two that did not serve end the role."""
+    space = load_space(TWIN_SPACE)
+    profile = read_pass_setup(space, a6000s()).profile()
+    assert profile is not None
+
+    def nextn(steps: int, topk: int, tokens: int) -> dict[str, object]:
+        return {"speculative-algorithm": "NEXTN", "speculative-adaptive": False, "speculative-num-steps": steps,
+                "speculative-eagle-topk": topk, "speculative-num-draft-tokens": tokens}  # fmt: skip
+
+    full = [(nextn(1, 1, 2), 40.0), (nextn(5, 4, 16), 50.0)]
+    found = siblings(profile, space, full, {}, STARTUP_TRIES)
+    assert [tokens(p) for p in found][:3] == [8, 7, 6] and {p["speculative-eagle-topk"] for p in found} == {4}
+    assert siblings(profile, space, [*full, (nextn(5, 4, 8), 55.0)], {}, STARTUP_TRIES) == []
+    keys = [spec_key(cfg) for p in found[:STARTUP_TRIES] if (cfg := config_of(profile, space, flags_of(space, p)))]
+    assert siblings(profile, space, full, dict.fromkeys(keys), STARTUP_TRIES) == []
+
+
+def test_a_start_up_role_s_tree_after_a_served_tree_gives_way_to_its_sibling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shallowest chain and a tree (s3 k4 t12) served, the deepest draft not yet, on a night with room from
+    its start: the start-up's deepest role would launch a tree of 15-16 draft tokens, which leaves the verify cost
+    unidentified as the first tree did; the night launches the served tree at 6 draft tokens instead, and the
+    role's tree after it (before, the sibling replaced only the fit's proposals, so a night whose later trees
+    were start-up roles' never had one)."""
+    monkeypatch.setattr(guided_sibling, "ROOM", 0)
+    sampler = make_sampler("model", 1)
+    space = load_space(TWIN_SPACE)
+    nextn_only = {**space.tuned, "speculative-algorithm": CategoricalParam(type="categorical", choices=["NEXTN"])}
+    runner = guided_runner(tmp_path, sampler=sampler, storage=optuna.storages.InMemoryStorage(),
+                           space_changes={"tuned": nextn_only})  # fmt: skip
+    nextn = {"speculative-algorithm": "NEXTN", "speculative-adaptive": False}
+    runner.study.enqueue_trial({**nextn, "speculative-num-steps": 1, "speculative-eagle-topk": 1})
+    runner.study.enqueue_trial({**nextn, "speculative-num-steps": 3, "speculative-eagle-topk": 4,
+                                "speculative-num-draft-tokens": 12})  # fmt: skip
+    runner.run(trials=4, timeout_s=None)
+    sibling, role = runner.records()[2:4]
+    assert sampler.search(runner.study, sibling.number) == "model"
+    assert {k: sibling.flags.get(k) for k in ("speculative-num-steps", "speculative-eagle-topk")} == {
+        "speculative-num-steps": 3, "speculative-eagle-topk": 4}  # fmt: skip
+    assert tokens(sibling.flags) == 6
+    assert role.flags.get("speculative-eagle-topk") not in (None, 1) and tokens(role.flags) >= 15
+
+
+def test_a_short_night_s_trees_are_launched_as_proposed_and_a_night_with_room_has_its_sibling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chain and full-tree night of :func:`fast_trees`: its first :data:`ROOM` launches (the whole search of a
+    20-launch night) are the trees the model proposes, as on a night that never has room, and they leave the
+    verify cost unidentified; the launch after them is the best served tree at half its draft tokens or fewer
+    (before, the sibling took the night's second tree launch, whatever the night's length)."""
+    sampler = make_sampler("model", 1)
+    runner = chain_and_full_tree_night(tmp_path / "room", sampler)
+    runner.run(trials=ROOM + 1, timeout_s=None)
+    records = runner.records()
+    short, after = records[:ROOM], records[ROOM]
+    monkeypatch.setattr(guided_sibling, "ROOM", 10**6)
+    never = chain_and_full_tree_night(tmp_path / "never", make_sampler("model", 1))
+    never.run(trials=ROOM, timeout_s=None)
+    assert [r.flags for r in short] == [r.flags for r in never.records()]
+    profile = read_pass_setup(runner.space, a6000s()).profile()
+    assert profile is not None
+    trees = [r for r in short if r.flags.get("speculative-eagle-topk") not in (None, 1)]
+    assert len(trees) >= 3  # the model's own tree proposals after the full tree were launched as proposed
+    assert not calibrate.verify_identified([launch_flags.launch_config(profile, r.flags) for r in trees])
+    best = max(trees, key=lambda r: r.value or 0.0)
+    step_topk = ("speculative-num-steps", "speculative-eagle-topk")
+    assert sampler.search(runner.study, after.number) == "model"
+    assert {k: after.flags.get(k) for k in step_topk} == {k: best.flags.get(k) for k in step_topk}
+    assert tokens(after.flags) <= tokens(best.flags) / 2
+
+
+def test_room_counts_the_search_s_launches_only() -> None:
+    """A baseline's launch and a failed launch count; a race's relaunch, a reused measurement and a predicted
+    death do not."""
+    skipped = Skip(rule="memory", outcome=OutcomeKind.PREDICTED_MEMORY_TOO_HIGH, reason="r", constraint="memory")
+    reused = Reuse(rule="duplicate", trial=2, same_config=True)
+    search = [trial_record(0, value=1.0, baseline="default"), trial_record(1, state="FAIL", outcome="failed"),
+              *(trial_record(n, value=1.0) for n in range(2, ROOM))]  # fmt: skip
+    answered = [trial_record(ROOM, value=1.0, confirm_of=0), trial_record(ROOM + 1, decision=skipped),
+                trial_record(ROOM + 2, value=1.0, decision=reused)]  # fmt: skip
+    assert not has_room([*search[:-1], *answered])
+    assert has_room(search)

@@ -18,7 +18,10 @@ A proposal, for the speculative flags (the others, memory sizing above all, are 
    x the distance to the nearest measured configuration);
    the highest untried one the study's pre-launch rules would launch is proposed (first of a shape, a
    drafter's chains or its trees, that no launch measured), with the memory sizing they would launch it
-   at (:class:`~autotune.study.launchable.WouldLaunch`, handed over by the runner).
+   at (:class:`~autotune.study.launchable.WouldLaunch`, handed over by the runner);
+4. a tree proposed (by the fit or a start-up role) while the served trees leave the verify cost
+   unidentified gives way to the best served tree at half its draft tokens, once the night has room
+   (:mod:`autotune.study.guided_sibling`).
 It falls back to TPE, saying why, where no model can be built (:class:`~autotune.pass_setup.PassSetup`),
 where the space tunes several engines or nothing speculative, where none of its best candidates would
 launch or the last :data:`STALLED` proposals launched did not serve (TPE then draws every flag), and where
@@ -68,8 +71,9 @@ from autotune.study.guided_reads import (
     shape,
     spec_key,
 )
+from autotune.study.guided_sibling import has_room, is_tree, siblings
 from autotune.study.sampler import Wrapping
-from passmodel import calibrate
+from passmodel import calibrate, launch_flags
 from passmodel.profile import TwinProfile
 from passmodel.setup import acceptance_table
 
@@ -121,7 +125,7 @@ class ModelGuided(Wrapping):
         self.rng = random.Random(seed)
         self._space: SearchSpace | None = None
         self._profile: TwinProfile | None = None
-        self._fits: dict[int, Fitted | None] = {}
+        self._fits: dict[tuple[int, bool], Fitted | None] = {}
         self._chosen: dict[int, tuple[dict[str, Any] | None, str]] = {}  # trial -> (spec params, search)
         self._read: dict[int, tuple[TrialRecord, Launched | None]] = {}
         self._depths: dict[str, int | None] = {}
@@ -215,6 +219,10 @@ class ModelGuided(Wrapping):
     def _launched(self, study: optuna.Study, space: SearchSpace) -> list[Launched]:
         return [one for _, one in self._finished(study, space) if one is not None]
 
+    def _room(self, study: optuna.Study, space: SearchSpace) -> bool:
+        failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+        return has_room([*self._records(study, space), *map(attrs.trial_record, failed)])
+
     def _choose(self, study: optuna.Study) -> tuple[dict[str, Any] | None, str]:
         space = self._study_space(study)
         if space is None:
@@ -252,7 +260,8 @@ class ModelGuided(Wrapping):
         }
         startup = self._startup(profile, space, launched, pool, dead)
         if startup is not None:
-            return startup, "model"
+            # A start-up role's tree too: its deepest draft walks full trees, which leave the verify cost unknown.
+            return self._sibling(study, profile, space, launched, dead, startup) or startup, "model"
         fitted = self._fitted(study)
         if fitted is None:
             return None, "tpe: the model could not be fitted to the launches"
@@ -266,7 +275,9 @@ class ModelGuided(Wrapping):
         known = [t for t in finished if t.state == TrialState.COMPLETE and t.number not in left]
         tried = {spec for t in known if (spec := specs[t.number])}
         best, why = self._best(fitted, space, launched, tried, pool, list(dead))
-        return (best, "model") if best is not None else (None, f"tpe: {why}")
+        if best is None:
+            return None, f"tpe: {why}"
+        return self._sibling(study, profile, space, launched, dead, best) or best, "model"
 
     # ---------------------------------------------------------------- candidates
 
@@ -319,6 +330,25 @@ class ModelGuided(Wrapping):
                 if spec not in dead and (launchable := self.would_launch(params)) is not None:
                     return launchable
         return None
+
+    def _sibling(
+        self,
+        study: optuna.Study,
+        profile: TwinProfile,
+        space: SearchSpace,
+        launched: Sequence[Launched],
+        dead: Mapping[tuple[Any, ...], int | None],
+        proposal: Mapping[str, Any],
+    ) -> dict[str, Any] | None:
+        """Where the proposal (the fit's or a start-up role's) is a tree and the night has room, the best served
+        tree's sibling at half its tokens instead, while the served trees leave the verify cost to the prior
+        (:func:`~autotune.study.guided_sibling.siblings`): the fit prices the trees it proposes by that cost."""
+        cfg = config_of(profile, space, flags_of(space, proposal))
+        if cfg is None or not is_tree(cfg) or not self._room(study, space):
+            return None
+        served = [(one.params, one.point.tok_s) for one in launched]
+        asked = (self.would_launch(params) for params in siblings(profile, space, served, dead, STARTUP_TRIES))
+        return next((launchable for launchable in asked if launchable is not None), None)
 
     def _spec(self, profile: TwinProfile, space: SearchSpace, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
         cfg = config_of(profile, space, flags_of(space, params))
@@ -377,9 +407,10 @@ class ModelGuided(Wrapping):
         if profile is None or space is None:
             return None
         points = [one.point for one in self._launched(study, space)]
-        if len(points) not in self._fits:
-            self._fits[len(points)] = _fit(profile, space, points) if len(points) >= 2 else None
-        return self._fits[len(points)]
+        room = self._room(study, space)  # the verify cost's lighter prior waits for it, as the sibling does
+        if (len(points), room) not in self._fits:
+            self._fits[len(points), room] = _fit(profile, space, points, room) if len(points) >= 2 else None
+        return self._fits[len(points), room]
 
 
 def _optimistic(fitted: Fitted, drafter: str) -> Fitted:
@@ -416,8 +447,9 @@ def _near_miss(fitted: Fitted, launch: tuple[Any, ...]) -> float:
     return offset + sum(w * left for w, left in weights) / (MODEL_WEIGHT + sum(w for w, _ in weights))
 
 
-def _fit(profile: TwinProfile, space: SearchSpace, measured: Sequence[CalibrationPoint]) -> Fitted | None:
-    """Acceptance, then the free constants, fitted to the points (one per distinct launch, rates averaged)."""
+def _fit(profile: TwinProfile, space: SearchSpace, measured: Sequence[CalibrationPoint], room: bool) -> Fitted | None:
+    """Acceptance, then the free constants, fitted to the points (one per distinct launch, rates averaged;
+    ``room``: the night's, :func:`~autotune.study.guided_sibling.has_room`)."""
     grouped: dict[str, list[CalibrationPoint]] = {}
     for point in measured:
         grouped.setdefault(json.dumps([point.flags, point.concurrency], sort_keys=True, default=str), []).append(point)
@@ -435,9 +467,9 @@ def _fit(profile: TwinProfile, space: SearchSpace, measured: Sequence[Calibratio
             )
         )
     try:
-        configs = [calibrate.launch_config(profile, p.flags) for p in points]
+        configs = [launch_flags.launch_config(profile, p.flags) for p in points]
         accepted = calibrate.fit_acceptance(profile, points, configs)
-        fitted = calibrate.fit(accepted, points, iterations=150, restarts=2)
+        fitted = calibrate.fit(accepted, points, iterations=150, restarts=2, lighten=room)
     except ValueError:
         return None
     errors = [
@@ -495,7 +527,7 @@ def model_fit(space: SearchSpace, setup: PassSetup, records: Sequence[TrialRecor
     fitted = None
     if profile is not None and space.objective.metric in RATES and not space.objective.levels:
         points = [p for r in records if (p := point_of(r, space)) is not None]
-        fitted = _fit(profile, space, points) if len(points) >= 2 else None
+        fitted = _fit(profile, space, points, has_room(records)) if len(points) >= 2 else None
     found = ModelFit(setup=setup.summary(), errors=prediction_errors(records, space))
     if fitted is None:
         return found

@@ -17,13 +17,13 @@ from autotune.engines import DEFAULT_ENGINE, get_engine
 from autotune.pass_setup import tp_flag
 from autotune.records import TrialRecord
 from autotune.space import CategoricalParam, FloatParam, IntParam, SearchSpace
-from passmodel import calibrate
+from passmodel import launch_flags
 from passmodel.config import LaunchConfig
 from passmodel.profile import TwinProfile
 
 JUDGED = 5  # the last predictions judged for the fallback
 SPECULATIVE = "speculative-"
-TP = "tp-size"  # the pass model's spelling of a launch's TP (any engine's flag, as calibrate reads it)
+TP = "tp-size"  # the pass model's spelling of a launch's TP (any engine's flag, as the pass model reads it)
 # The objectives the model predicts: a request's decode rate, the total output rate.
 RATES = ("decode_tok_s", "output_tok_s")
 
@@ -150,7 +150,7 @@ def config_of(profile: TwinProfile, space: SearchSpace, flags: Mapping[str, Any]
     if spec is None or tp > profile.gpus.count:
         return None
     try:
-        return calibrate.launch_config(profile, {**spec, TP: tp})
+        return launch_flags.launch_config(profile, {**spec, TP: tp})
     except ValueError:
         return None
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from passmodel import calibrate, physics
+from passmodel import calibrate, launch_flags, physics
 from passmodel.calibrate import Point
 from passmodel.profile import DrafterSpec, TwinProfile, load_profile
 from passmodel.setup import DEFAULT_COSTS, DrafterFacts, drafter_spec, load_setup, profile_from_setup
@@ -26,7 +26,7 @@ def drawn(profile: TwinProfile, settings: list[tuple[dict[str, object], int]]) -
     """Points as the profile would measure them (its own accept lengths)."""
     out = []
     for flags, batch in settings:
-        cfg = calibrate.launch_config(profile, flags)
+        cfg = launch_flags.launch_config(profile, flags)
         pred = calibrate.predict(profile, cfg, concurrency=batch, input_len=100, output_len=256, accept=None)
         accept = pred.accept_length if flags else None
         out.append(Point(flags=flags, concurrency=batch, input_len=100, output_len=256, tok_s=pred.tok_s,
@@ -62,7 +62,7 @@ def test_a_dflash_drafter_is_built_from_its_config_and_drafts_longer_blocks_for_
 
     def pass_s(size: int) -> float:
         flags = {"speculative-algorithm": "DFLASH", "speculative-dflash-block-size": size}
-        cfg = calibrate.launch_config(profile, {**flags, "speculative-draft-model-path": drafter.path})
+        cfg = launch_flags.launch_config(profile, {**flags, "speculative-draft-model-path": drafter.path})
         return physics.decode_pass_seconds(profile, cfg, [1000])
 
     assert pass_s(4) < pass_s(16)
@@ -170,7 +170,7 @@ def test_a_launch_names_its_drafter_by_its_own_path(tmp_path: Path) -> None:
     base = profile_from_setup(load_setup(LLAMA))
     two = with_drafters(base, base.model.drafters[0], base.model.drafters[0].model_copy(update={"path": "E3"}))
     with pytest.raises(ValueError, match=r"not an EAGLE draft model the twin knows.*'drafter'.*'E3'"):
-        calibrate.launch_config(two, flags)
+        launch_flags.launch_config(two, flags)
 
 
 def test_a_fit_leaves_the_fields_of_other_drafters_unset(tmp_path: Path) -> None:
@@ -217,11 +217,11 @@ def test_a_switch_is_read_as_a_launch_reads_it() -> None:
     """A study's points keep switches as true/false (``speculative-adaptive``): true is the bare flag,
     false leaves it out, as ``flags_from_text`` reads a bare flag."""
     profile = load_profile("qwen3.6-27b-2xa6000")
-    on = calibrate.launch_config(profile, steps(3) | {"speculative-adaptive": True})
-    off = calibrate.launch_config(profile, steps(3) | {"speculative-adaptive": False})
+    on = launch_flags.launch_config(profile, steps(3) | {"speculative-adaptive": True})
+    off = launch_flags.launch_config(profile, steps(3) | {"speculative-adaptive": False})
     assert on.spec.adaptive is not None and off.spec.adaptive is None
-    assert off == calibrate.launch_config(profile, steps(3))
-    assert calibrate.flags_from_text("--speculative-adaptive --speculative-num-steps 3") == {
+    assert off == launch_flags.launch_config(profile, steps(3))
+    assert launch_flags.flags_from_text("--speculative-adaptive --speculative-num-steps 3") == {
         "speculative-adaptive": True,
         "speculative-num-steps": "3",
     }
@@ -295,3 +295,46 @@ def test_a_fit_on_batch_1_points_keeps_the_setups_batch_scaling(tmp_path: Path) 
     setup_scaling = rate(ANGELSLIM, 64) / rate(ANGELSLIM, 1)
     fitted_scaling = rate(fitted, 64) / rate(fitted, 1)
     assert fitted_scaling == pytest.approx(setup_scaling, rel=0.05)
+
+
+def tree(k: int, topk: int, tokens: int) -> dict[str, object]:
+    return {"speculative-num-steps": k, "speculative-eagle-topk": topk, "speculative-num-draft-tokens": tokens}
+
+
+def test_a_verify_cost_is_recovered_from_trees_of_one_width_at_two_token_counts() -> None:
+    """A verified token costs 100x the setup's default (a wide-trees landscape): fitted on the plain launch, two
+    chains and a width-8 tree at 64 and at 32 draft tokens, the verify cost comes out within 10 % of the truth
+    and the part-filled trees it did not see within 3 % (before, the prior held it at the default and priced
+    them about 20 % low)."""
+    start = profile_from_setup(load_setup(GLM))
+    over = start.overheads
+    dearer = over.model_copy(update={"verify_token_ms": over.verify_token_ms * 100})
+    truth = start.model_copy(update={"overheads": dearer})
+    train = [({}, 1), (steps(1), 1), (steps(3), 1), (tree(4, 8, 64), 1), (tree(4, 8, 32), 1)]
+    fitted = calibrate.fit(start, drawn(truth, train))
+    assert fitted.overheads.verify_token_ms == pytest.approx(truth.overheads.verify_token_ms, rel=0.1)
+    for point in drawn(truth, [(tree(4, 8, 16), 1), (tree(4, 4, 12), 1)]):
+        assert calibrate.predict_point(fitted, point).tok_s == pytest.approx(point.tok_s, rel=0.03)
+
+
+@pytest.mark.parametrize(
+    ("launches", "identified"),
+    [
+        ([tree(4, 8, 64), tree(4, 8, 32)], True),
+        ([tree(4, 8, 64), tree(6, 8, 60), tree(3, 4, 20)], False),  # one width's counts close; widths apart
+        ([steps(1), steps(7)], False),  # a chain's token comes with a draft step
+    ],
+)
+def test_the_verify_cost_is_identified_by_trees_of_one_width_twice_as_many_tokens_apart(
+    launches: list[dict[str, object]], identified: bool
+) -> None:
+    profile = profile_from_setup(load_setup(GLM))
+    configs = [launch_flags.launch_config(profile, flags) for flags in launches]
+    assert calibrate.verify_identified(configs) is identified
+    weights = calibrate.prior_weights(calibrate.COST_KNOBS, configs)
+    light = calibrate.IDENTIFIED_PRIOR_WEIGHT if identified else calibrate.PRIOR_WEIGHT
+    expected = [light if k.name == "verify_token_ms" else calibrate.PRIOR_WEIGHT for k in calibrate.COST_KNOBS]
+    assert list(weights) == expected
+    # the model night's before it has room: the prior as it was
+    waiting = calibrate.prior_weights(calibrate.COST_KNOBS, configs, lighten=False)
+    assert list(waiting) == [calibrate.PRIOR_WEIGHT] * len(calibrate.COST_KNOBS)
