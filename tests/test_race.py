@@ -99,6 +99,17 @@ def test_a_gain_well_beyond_the_noise_is_named_with_its_interval() -> None:
     assert "over hand-found" in result.note
 
 
+def test_a_baseline_measured_best_does_not_take_the_place_of_the_best_searched_configuration() -> None:
+    defaults = searched(0, 60.0, baseline="defaults", flags=1)
+    best, second = searched(1, 58.0), searched(2, 55.0)
+    assert [f.number for f in choose_finalists([defaults, best, second], top=1)] == [0, 1]
+    assert [f.number for f in choose_finalists([defaults, best, second], top=2)] == [0, 1, 2]
+    # A search trial that launched the baseline's configuration is that baseline, not a finalist.
+    again = trial_record(3, value=61.0, config_key="config-0", flags=defaults.flags, decision=defaults.decision)
+    assert [f.number for f in choose_finalists([defaults, best, second, again], top=1)] == [3, 1]
+    assert [f.number for f in choose_finalists([defaults, best], top=0)] == [0]  # no race: the baselines only
+
+
 def test_a_finalist_whose_relaunches_fail_is_not_confirmed_and_the_verdict_says_so() -> None:
     baseline, died = searched(0, 50.0, baseline="defaults"), searched(1, 59.8)
     records = [baseline, died]

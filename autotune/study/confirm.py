@@ -205,21 +205,28 @@ def early_stop_bar(records: Sequence[TrialRecord], objective: str) -> EarlyStop 
 
 
 def choose_finalists(records: Sequence[TrialRecord], *, top: int) -> list[TrialRecord]:
-    """The ``top`` best distinct configurations by the mean of their launches so far (the first
-    measurement where there is no other), plus every baseline that served (each configuration once):
-    the race decides among them and states the gain over each baseline."""
+    """The ``top`` best distinct configurations that are not baselines, by the mean of their launches so
+    far (the first measurement where there is no other), plus every baseline that served (each
+    configuration once): the race decides among them and states the gain over each baseline. A baseline
+    that ranks among the best does not take a finalist's place."""
     means = launched_means(records)
     candidates = sorted(
         (r for r in _objective_runs(records) if r.confirm_of is None and r.feasible),
         key=lambda r: -means.get(r.number, r.value or 0.0),
     )
+    # A search trial that launched a baseline's configuration is that baseline, not a finalist.
+    baseline_keys = {r.launch.config_key for r in candidates if r.baseline is not None} - {None}
     chosen: list[TrialRecord] = []
     keys: set[str | None] = set()
+    others = 0
     for record in candidates:
-        if record.launch.config_key in keys or (len(chosen) >= top and record.baseline is None):
+        key = record.launch.config_key
+        is_baseline = record.baseline is not None or key in baseline_keys
+        if key in keys or (others >= top and not is_baseline):
             continue
         chosen.append(record)
-        keys.add(record.launch.config_key)
+        keys.add(key)
+        others += not is_baseline
     return chosen
 
 
