@@ -13,8 +13,6 @@ from pathlib import Path
 from benchmarks import family, family_tight
 from benchmarks.methods import methods
 from benchmarks.problems import add_unmodelled, problem_of, solve
-from benchmarks.stream import perf_key
-from autotune_twin.launch import resolve_launch
 
 
 def main() -> None:
@@ -31,7 +29,8 @@ def main() -> None:
         problem.launch_sd = fam.profile.timing.launch_sd
         add_unmodelled(problem, fam.seed)
         print("member", fam.seed, fam.summary)
-        print("axes", [(a.name, a.values if len(a.values) < 8 else f"{len(a.values)} values", a.when) for a in problem.axes])
+        shown = [(a.name, a.values if len(a.values) < 8 else f"{len(a.values)} values", a.when) for a in problem.axes]
+        print("axes", shown)
         print("fixed", problem.space.fixed)
         opt = solve(problem)
         print("optimum", round(opt.tok_s, 3), "exhaustive", opt.exhaustive, "classes", opt.classes)
@@ -43,7 +42,6 @@ def main() -> None:
             run = method.run(problem, fam.seed, args.budget)
             summary = run.summary(opt.tok_s, problem.gpus)
             print("night regret", summary["regret_pct"], "answer true", summary["final_true_tok_s"], run.confirmed_true)
-            land = problem.landscape(0)
             seen = set()
             for i, s in enumerate(run.steps):
                 if not s.launched or s.flags is None:

@@ -30,7 +30,8 @@ def main() -> None:
         if not isinstance(d, dict) or not isinstance(d.get("methods"), dict) or d.get("case") not in ("all", None):
             continue
         members = {m["seed"]: m for m in d.get("members", []) if isinstance(m, dict) and "seed" in m}
-        hit = {s: resolved[(s, bool(d.get("unmodelled")))] for s in members if (s, bool(d.get("unmodelled"))) in resolved}
+        unmodelled = bool(d.get("unmodelled"))
+        hit = {s: resolved[(s, unmodelled)] for s in members if (s, unmodelled) in resolved}
         if not hit:
             continue
         for seed, r in hit.items():
@@ -52,12 +53,14 @@ def main() -> None:
                 changed.append(f"{x['seed']}: {x['regret_pct']:.2f} -> {new[-1]:.2f}")
             if not changed:
                 continue
-            print(f"{path[len(root):].lstrip('/')} | {name} | {len(runs)} runs | mean {statistics.fmean(old):.2f} -> "
-                  f"{statistics.fmean(new):.2f} | median {statistics.median(old):.2f} -> {statistics.median(new):.2f} | "
-                  + "; ".join(changed))
+            where = path[len(root):].lstrip("/")
+            means = f"mean {statistics.fmean(old):.2f} -> {statistics.fmean(new):.2f}"
+            medians = f"median {statistics.median(old):.2f} -> {statistics.median(new):.2f}"
+            print(f"{where} | {name} | {len(runs)} runs | {means} | {medians} | " + "; ".join(changed))
         skipped = [s for s, r in hit.items() if r is None]
         if skipped:
-            print(f"{path[len(root):].lstrip('/')} | members {skipped}: report's optimum differs from today's solve, not moved")
+            where = path[len(root):].lstrip("/")
+            print(f"{where} | members {skipped}: report's optimum differs from today's solve, not moved")
 
 
 if __name__ == "__main__":
