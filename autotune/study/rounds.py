@@ -68,12 +68,13 @@ def relaunches_by_round(
     records: Sequence[TrialRecord], finalists: Sequence[TrialRecord]
 ) -> dict[int, dict[int, float]]:
     """Each finalist's served relaunches by round: the relaunches queued together. Relaunches kept
-    before rounds were recorded count by order: a configuration's n-th relaunch in round -n."""
+    before rounds were recorded count by order: a configuration's n-th relaunch in round -n. Only a
+    positive objective counts (the fit works on its log): a finalist without one is not confirmed."""
     launches: dict[int, dict[int, float]] = {f.number: {} for f in finalists}
     relaunches = {f.number: [r for r in records if r.confirm_of == f.number] for f in finalists}
     for number, runs in relaunches.items():
         for index, run in enumerate(sorted(runs, key=lambda r: r.number)):
-            if run.outcome == OutcomeKind.OK.value and run.value:
+            if run.outcome == OutcomeKind.OK.value and run.value and run.value > 0:
                 launch_round = run.proposal.launch_round
                 launches[number][launch_round if launch_round is not None else -1 - index] = run.value
     return launches
