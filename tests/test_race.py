@@ -104,10 +104,23 @@ def test_a_baseline_measured_best_does_not_take_the_place_of_the_best_searched_c
     best, second = searched(1, 58.0), searched(2, 55.0)
     assert [f.number for f in choose_finalists([defaults, best, second], top=1)] == [0, 1]
     assert [f.number for f in choose_finalists([defaults, best, second], top=2)] == [0, 1, 2]
-    # A search trial that launched the baseline's configuration is that baseline, not a finalist.
+    # A search trial that launched the baseline's configuration is that baseline, not a finalist, and
+    # the baseline's own record stands for it (it carries the label the verdict compares against).
     again = trial_record(3, value=61.0, config_key="config-0", flags=defaults.flags, decision=defaults.decision)
-    assert [f.number for f in choose_finalists([defaults, best, second, again], top=1)] == [3, 1]
+    assert [f.number for f in choose_finalists([defaults, best, second, again], top=1)] == [0, 1]
+    assert [f.baseline for f in choose_finalists([again, defaults, best], top=1)] == ["defaults", None]
     assert [f.number for f in choose_finalists([defaults, best], top=0)] == [0]  # no race: the baselines only
+
+
+def test_the_verdict_compares_against_a_baseline_whose_configuration_the_search_launched_again() -> None:
+    hand = searched(0, 52.0, baseline="hand-found", flags=4)
+    again = trial_record(1, value=53.0, config_key=hand.launch.config_key, flags=hand.flags, decision=hand.decision)
+    best = searched(2, 60.0, flags=6)
+    finalists = choose_finalists([hand, again, best], top=1)
+    records = race(finalists, {0: 52.0, 2: 58.0}, 3, sd=0.01)
+    result = verdict([again, *records], finalists, objective="decode_tok_s", fixed=FIXED, margin=0.02)
+    assert result is not None
+    assert [g.baseline for g in result.gains] == ["hand-found"] and result.gains[0].significant
 
 
 def test_a_finalist_whose_relaunches_fail_is_not_confirmed_and_the_verdict_says_so() -> None:

@@ -214,17 +214,21 @@ def choose_finalists(records: Sequence[TrialRecord], *, top: int) -> list[TrialR
         (r for r in _objective_runs(records) if r.confirm_of is None and r.feasible),
         key=lambda r: -means.get(r.number, r.value or 0.0),
     )
-    # A search trial that launched a baseline's configuration is that baseline, not a finalist.
-    baseline_keys = {r.launch.config_key for r in candidates if r.baseline is not None} - {None}
+    # A search trial that launched a baseline's configuration is that baseline, not a finalist: the
+    # baseline's own record stands for it, so the verdict still states the gain over that baseline.
+    baseline_of: dict[str, TrialRecord] = {}
+    for r in candidates:
+        if r.baseline is not None and r.launch.config_key is not None:
+            baseline_of.setdefault(r.launch.config_key, r)
     chosen: list[TrialRecord] = []
     keys: set[str | None] = set()
     others = 0
     for record in candidates:
         key = record.launch.config_key
-        is_baseline = record.baseline is not None or key in baseline_keys
+        is_baseline = record.baseline is not None or key in baseline_of
         if key in keys or (others >= top and not is_baseline):
             continue
-        chosen.append(record)
+        chosen.append(baseline_of.get(key, record) if key is not None else record)
         keys.add(key)
         others += not is_baseline
     return chosen
