@@ -364,8 +364,9 @@ class Landscape:
         Each combination of the performance axes is a class whose members share one decode rate;
         the classes are ranked by it, and the first class with a member that starts holds the
         optimum. An axis counts as memory-only when varying it alone never changed the
-        performance key of ``probes`` random candidates, and every member evaluated is checked
-        against its class's key: any doubt falls back to exhaustive evaluation (None).
+        performance key of random candidates (at least ``probes`` of which launch) and it was varied
+        from one that launches; every member evaluated is checked against its class's key: any
+        doubt falls back to exhaustive evaluation (None).
         """
         rng = random.Random(20260501)
 
@@ -382,12 +383,24 @@ class Landscape:
                 return None, None
             return repr(perf_key(cfg)), cfg
 
+        # Memory-only needs evidence: varied from a sample that launches, with no second key. A sample that
+        # does not (a two-drafter member's algorithm with the other drafter's path) shows nothing, so draws
+        # go on past ``probes`` until as many launch; an axis never so varied changes the rate as far as known.
         relevant: set[str] = set()
-        for _ in range(probes):
+        shown: set[str] = set()
+        draws = launched = 0
+        while draws < probes or (launched < probes and draws < 20 * probes):
+            draws += 1
             sample = random_candidate(axes, fixed, rng)
+            launches = key_of({k: v for k, v in sample.items() if v is not False})[0] is not None
+            if draws > probes and not launches:
+                continue
+            launched += launches
             for axis in axes:
                 if axis.name in relevant or axis.name not in sample:
                     continue
+                if launches:
+                    shown.add(axis.name)
                 keys = set()
                 for value in axis.values:
                     variant = {**sample, axis.name: value}
@@ -399,8 +412,8 @@ class Landscape:
                         keys.add(key)
                 if len(keys) > 1:
                     relevant.add(axis.name)
-        perf_axes = [a for a in axes if a.name in relevant]
-        memory_axes = [a for a in axes if a.name not in relevant]
+        perf_axes = [a for a in axes if a.name in relevant or a.name not in shown]
+        memory_axes = [a for a in axes if a.name in shown - relevant]
         if any(a.when is not None and a.when[0] in {m.name for m in memory_axes} for a in perf_axes):
             return None
         classes: list[tuple[float, str, dict[str, FlagValue]]] = []

@@ -26,10 +26,11 @@ from autotune_twin.launch import resolve_launch
 from autotune_twin.sglang.flags import parse_args
 from benchmarks import search_efficiency as bench
 from benchmarks.axes import GridAxis, grid, grid_size
+from benchmarks.family import member, space_naming_configs
 from benchmarks.grid_tools import tier_stage, tiered_candidates
 from benchmarks.landscape import Landscape, MeasureShape, Prompt
 from benchmarks.nights import make_runner, outcome_of, run_study
-from benchmarks.problems import load_problem, problem_of, solve
+from benchmarks.problems import add_unmodelled, load_problem, problem_of, solve
 from benchmarks.stream import perf_key
 from passmodel import physics
 from passmodel.profile import builtin_profiles, load_profile
@@ -167,6 +168,20 @@ def test_grid_honours_conditions_and_the_fast_optimum_is_the_exhaustive_one() ->
     assert full.exhaustive and not fast.exhaustive
     assert fast.tok_s == full.tok_s and land.true_value(fast.flags) == full.tok_s
     assert full.memory > 0 and full.feasible > 0 and full.within_2pct >= 1
+
+
+@pytest.mark.slow
+def test_an_axis_is_memory_only_on_evidence_from_samples_that_launch(tmp_path: Path) -> None:
+    # Two drafters: half the random samples pair EAGLE3 with the DFlash path and launch for no value of
+    # the axis varied; num-steps and num-draft-tokens were taken as memory-only on that, and the solve
+    # gave 57.48 tok/s where a model night launched EAGLE3 num-steps 4, topk 4, 15 draft tokens at 69.12.
+    fam = member(52807)
+    assert fam.drafting == "eagle3+dflash"
+    problem = problem_of(fam.profile, space_naming_configs(fam, tmp_path))
+    add_unmodelled(problem, fam.seed)
+    optimum = solve(problem)
+    assert not optimum.exhaustive and optimum.tok_s >= 69.12
+    assert problem.landscape(0).true_value(optimum.flags) == optimum.tok_s
 
 
 @pytest.mark.slow
