@@ -9,8 +9,9 @@ A tree is ``git archive COMMIT`` unpacked in ``WORK/NAME``; a row is ``NAME=TREE
 ``CASE:FIRST_SEED:COUNT:BUDGET`` (CASE ``all``, ``tight`` or ``wide-trees``: the first COUNT wide-trees
 members at seeds from FIRST_SEED on), always ``--unmodelled``. Each process
 writes ``FOLDER/CASE-BUDGET-ROW-FIRST_SEED.json`` (the names ``benchmarks/round_tables.py`` reads) and its
-console beside it, which starts with the ``MARKER loaded`` lines of the files its tree's code came from:
-the process stops unless each lies in that tree. ``trees.txt`` in FOLDER records each tree's commit.
+console beside it, which starts with the ``MARKER loaded`` lines of the files its tree's code came from
+(``benchmarks/in_tree.py``): the process stops unless each lies in that tree. ``trees.txt`` in FOLDER
+records each tree's commit.
 """
 
 from __future__ import annotations
@@ -24,24 +25,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-# Written into each archive and run there, so the search runs on that tree's code only (a copy of
-# another tree's modules on the path would judge the wrong code without an error).
-LOADER = """import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT))
-import autotune.study.guided  # noqa: E402
-import benchmarks.search_efficiency as se  # noqa: E402
-import passmodel.calibrate  # noqa: E402
-
-for m in (autotune.study.guided, passmodel.calibrate, se):
-    if not Path(str(m.__file__)).resolve().is_relative_to(ROOT):
-        sys.exit(f"loaded from outside the tree: {m.__file__}")
-    print("MARKER loaded", m.__file__, flush=True)
-sys.exit(se.main(sys.argv[1:]))
-"""
-LOADER_NAME = "_heldout_loader.py"
+# Runs each process on its tree's code only, and proves it (MARKER lines).
+IN_TREE = Path(__file__).with_name("in_tree.py")
 
 
 class Row(BaseModel):
@@ -115,7 +100,6 @@ def unpack(commit: str, into: Path) -> str:
     into.mkdir(parents=True)
     archive = subprocess.run(["git", "archive", full], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    (into / LOADER_NAME).write_text(LOADER)
     return full
 
 
@@ -146,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     running = []
     for job in planned:
         with job.console.open("w") as console:
-            command = ["nice", "-n", "10", sys.executable, LOADER_NAME, *job.args]
+            command = ["nice", "-n", "10", sys.executable, str(IN_TREE), ".", "search_efficiency", *job.args]
             process = subprocess.Popen(command, cwd=args.work / job.tree, stdout=console, stderr=subprocess.STDOUT)
             running.append(process)
     failed = [job.console.name for job, process in zip(planned, running, strict=True) if process.wait() != 0]
