@@ -10,7 +10,7 @@ import pytest
 
 from autotune.decision import Launch
 from autotune.engines.base import LaunchPlan
-from autotune.records import Prediction, TrialRecord
+from autotune.records import TrialRecord
 from autotune.study.confirm import choose_finalists, verdict
 from autotune.study.rounds import (
     PRIOR_LAUNCH_NOISE,
@@ -23,10 +23,6 @@ from autotune.study.rounds import (
 from autotune.testing.records import trial_record
 
 FIXED = ["tp-size"]
-
-
-def finalists_of(records: list[TrialRecord], *, top: int) -> list[TrialRecord]:
-    return choose_finalists(records, top=top, objective="decode_tok_s")
 
 
 def searched(number: int, value: float, *, baseline: str | None = None, flags: int = 3) -> TrialRecord:
@@ -78,7 +74,7 @@ def test_a_gain_inside_the_noise_keeps_the_baseline() -> None:
     defaults = searched(0, 551.0, baseline="draft-defaults", flags=1)
     best = searched(1, 600.0, flags=8)
     records = race([defaults, best], {0: 551.0, 1: 581.0}, 2, sd=0.045, seed=3)
-    result = verdict(records, finalists_of(records, top=3), objective="decode_tok_s", fixed=FIXED, margin=0.02)
+    result = verdict(records, choose_finalists(records, top=3), objective="decode_tok_s", fixed=FIXED, margin=0.02)
     assert result is not None
     (gain,) = result.gains
     assert gain.baseline == "draft-defaults" and gain.trial == 1 and not gain.significant
@@ -92,7 +88,7 @@ def test_a_gain_well_beyond_the_noise_is_named_with_its_interval() -> None:
     hand = searched(1, 52.0, baseline="hand-found", flags=4)
     best = searched(2, 60.0, flags=6)
     records = race([cautious, hand, best], {0: 38.0, 1: 52.0, 2: 58.0}, 3, sd=0.01, drift=-0.05)
-    finalists = finalists_of(records, top=1)
+    finalists = choose_finalists(records, top=1)
     assert [f.number for f in finalists] == [2, 1, 0]  # the top config, then every baseline
     result = verdict(records, finalists, objective="decode_tok_s", fixed=FIXED, margin=0.02)
     assert result is not None and result.best == 2 and result.settled
@@ -106,37 +102,21 @@ def test_a_gain_well_beyond_the_noise_is_named_with_its_interval() -> None:
 def test_a_baseline_measured_best_does_not_take_the_place_of_the_best_searched_configuration() -> None:
     defaults = searched(0, 60.0, baseline="defaults", flags=1)
     best, second = searched(1, 58.0), searched(2, 55.0)
-    assert [f.number for f in finalists_of([defaults, best, second], top=1)] == [0, 1]
-    assert [f.number for f in finalists_of([defaults, best, second], top=2)] == [0, 1, 2]
+    assert [f.number for f in choose_finalists([defaults, best, second], top=1)] == [0, 1]
+    assert [f.number for f in choose_finalists([defaults, best, second], top=2)] == [0, 1, 2]
     # A search trial that launched the baseline's configuration is that baseline, not a finalist, and
     # the baseline's own record stands for it (it carries the label the verdict compares against).
     again = trial_record(3, value=61.0, config_key="config-0", flags=defaults.flags, decision=defaults.decision)
-    assert [f.number for f in finalists_of([defaults, best, second, again], top=1)] == [0, 1]
-    assert [f.baseline for f in finalists_of([again, defaults, best], top=1)] == ["defaults", None]
-    assert [f.number for f in finalists_of([defaults, best], top=0)] == [0]  # no race: the baselines only
-
-
-def predicted(record: TrialRecord, rate: float) -> TrialRecord:
-    prediction = Prediction(tok_s=rate, search="model")
-    return record.model_copy(update={"proposal": record.proposal.model_copy(update={"predicted": prediction})})
-
-
-def test_the_finalist_is_ranked_by_its_mean_shrunk_toward_the_prediction_made_before_its_launch() -> None:
-    # Trial 1 measured highest but far above what the model predicted before launching it; trial 2
-    # measured a little lower, as predicted: the model's errors elsewhere say trial 1's lead is luck.
-    records = [predicted(searched(1, 60.0), 50.0), predicted(searched(2, 59.0), 60.0),
-               predicted(searched(3, 50.0), 50.0), predicted(searched(4, 40.0), 42.0)]  # fmt: skip
-    assert [f.number for f in finalists_of(records, top=1)] == [2]
-    # Without the model's predictions the measured mean ranks.
-    plain = [searched(1, 60.0), searched(2, 59.0), searched(3, 50.0)]
-    assert [f.number for f in finalists_of(plain, top=1)] == [1]
+    assert [f.number for f in choose_finalists([defaults, best, second, again], top=1)] == [0, 1]
+    assert [f.baseline for f in choose_finalists([again, defaults, best], top=1)] == ["defaults", None]
+    assert [f.number for f in choose_finalists([defaults, best], top=0)] == [0]  # no race: the baselines only
 
 
 def test_the_verdict_compares_against_a_baseline_whose_configuration_the_search_launched_again() -> None:
     hand = searched(0, 52.0, baseline="hand-found", flags=4)
     again = trial_record(1, value=53.0, config_key=hand.launch.config_key, flags=hand.flags, decision=hand.decision)
     best = searched(2, 60.0, flags=6)
-    finalists = finalists_of([hand, again, best], top=1)
+    finalists = choose_finalists([hand, again, best], top=1)
     records = race(finalists, {0: 52.0, 2: 58.0}, 3, sd=0.01)
     result = verdict([again, *records], finalists, objective="decode_tok_s", fixed=FIXED, margin=0.02)
     assert result is not None
@@ -310,7 +290,7 @@ def test_each_configuration_is_shown_against_the_best_baseline_with_the_verdicts
     hand = searched(1, 52.0, baseline="hand-found", flags=4)
     best, other = searched(2, 58.0, flags=6), searched(3, 56.0, flags=5)
     records = race([cautious, hand, best, other], {0: 38.0, 1: 52.0, 2: 54.0, 3: 53.0}, 3, sd=0.04, seed=5)
-    result = verdict(records, finalists_of(records, top=2), objective="decode_tok_s", fixed=FIXED, margin=0.02)
+    result = verdict(records, choose_finalists(records, top=2), objective="decode_tok_s", fixed=FIXED, margin=0.02)
     assert result is not None and result.reference == 1  # hand-found: the baseline the verdict compares with
     versus = {g.trial: g for g in result.versus}
     assert set(versus) == {0, 2, 3} and all(g.baseline_trial == 1 for g in versus.values())
@@ -335,7 +315,7 @@ def test_on_vllm_equals_are_resolved_toward_the_smaller_gpu_memory_utilization()
 
     roomy, lean = vllm(0, 0.95, 100.0), vllm(1, 0.80, 99.0)
     records = race([roomy, lean], {0: 100.0, 1: 100.0}, 4, sd=0.002, seed=1)
-    result = verdict(records, finalists_of(records, top=2), objective="decode_tok_s", fixed=FIXED, margin=0.02)
+    result = verdict(records, choose_finalists(records, top=2), objective="decode_tok_s", fixed=FIXED, margin=0.02)
     assert result is not None and sorted(result.tied_with + [result.best]) == [0, 1]
     assert {f.trial: f.memory for f in result.finalists} == {0: 0.95, 1: 0.80}
     assert result.best == 1

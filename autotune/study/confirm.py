@@ -204,40 +204,12 @@ def early_stop_bar(records: Sequence[TrialRecord], objective: str) -> EarlyStop 
     return EarlyStop(bar=bar, noise_rel=min(noise, 0.5))
 
 
-def shrunk_means(records: Sequence[TrialRecord], objective: str) -> dict[int, float]:
-    """Each configuration's mean over its launches, shrunk toward the rate the model predicted before
-    it was launched. The best of many near-equal configurations by measurement is mostly the luckiest
-    (the winner's curse); the prediction was made before its launch, so its error is independent of
-    that luck. The weights are the night's own: the launch noise (over the launches averaged), and the
-    model's error on the launches it had not seen, less that noise (after removing its mean bias).
-    Without two such errors, or for a trial the model did not predict, the mean stands."""
-    means = launched_means(records)
-    predicted = {
-        r.number: (r.value, r.proposal.predicted.tok_s)
-        for r in _objective_runs(records)
-        if r.confirm_of is None and r.value and r.proposal.predicted is not None and r.proposal.predicted.tok_s > 0
-    }
-    errors = {number: math.log(value / rate) for number, (value, rate) in predicted.items()}
-    if len(errors) < 2:
-        return means
-    bias = statistics.fmean(errors.values())
-    noise = measure_noise(records, objective).total ** 2
-    model = max(statistics.fmean((e - bias) ** 2 for e in errors.values()) - noise, 0.0)
-    launches = {n: sum(1 for r in _objective_runs(records) if n in (r.number, r.confirm_of)) for n in means}
-    shrunk = dict(means)
-    for number in errors.keys() & means.keys():
-        weight = model / (model + noise / launches[number]) if model + noise > 0 else 1.0
-        prior = math.log(predicted[number][1]) + bias  # the calibrated prediction, in logs
-        shrunk[number] = math.exp(weight * math.log(means[number]) + (1 - weight) * prior)
-    return shrunk
-
-
-def choose_finalists(records: Sequence[TrialRecord], *, top: int, objective: str) -> list[TrialRecord]:
+def choose_finalists(records: Sequence[TrialRecord], *, top: int) -> list[TrialRecord]:
     """The ``top`` best distinct configurations that are not baselines, by the mean of their launches so
-    far shrunk toward the model's prediction (:func:`shrunk_means`), plus every baseline that served (each
+    far (the first measurement where there is no other), plus every baseline that served (each
     configuration once): the race decides among them and states the gain over each baseline. A baseline
     that ranks among the best does not take a finalist's place."""
-    means = shrunk_means(records, objective)
+    means = launched_means(records)
     candidates = sorted(
         (r for r in _objective_runs(records) if r.confirm_of is None and r.feasible),
         key=lambda r: -means.get(r.number, r.value or 0.0),

@@ -184,7 +184,7 @@ def race_in_time(runner: StudyRunner, race: FinalistsRace) -> FinalistsRace:
 def plan_race(runner: StudyRunner, race: FinalistsRace) -> RacePlan:
     """What :func:`race_finalists` will race and spend at most, before it starts (to say so)."""
     records = runner.records()
-    finalists = choose_finalists(records, top=race.top, objective=runner.space.objective.metric)
+    finalists = choose_finalists(records, top=race.top)
     budget = _budget(race, records, len(finalists))
     most = min(race.launches * len(finalists), budget)
     seconds = _launch_seconds(records)
@@ -219,7 +219,7 @@ def race_finalists(runner: StudyRunner, race: FinalistsRace) -> Confirmation | N
     when nothing feasible was measured.
     Ctrl-C stops it with what it has."""
     records = runner.records()
-    finalists = choose_finalists(records, top=race.top, objective=runner.space.objective.metric)
+    finalists = choose_finalists(records, top=race.top)
     if not finalists:
         return None
     margin = runner.space.measurement.target_rel_ci
