@@ -383,6 +383,9 @@ class Landscape:
                 return None, None
             return repr(perf_key(cfg)), cfg
 
+        def set_flags_key(candidate: dict[str, FlagValue]) -> str | None:
+            return key_of({k: v for k, v in candidate.items() if v is not False})[0]
+
         # Memory-only needs evidence: varied from a sample that launches, with no second key. A sample that
         # does not (a two-drafter member's algorithm with the other drafter's path) shows nothing, so draws
         # go on past ``probes`` until as many launch; an axis never so varied changes the rate as far as known.
@@ -392,7 +395,7 @@ class Landscape:
         while draws < probes or (launched < probes and draws < 20 * probes):
             draws += 1
             sample = random_candidate(axes, fixed, rng)
-            launches = key_of({k: v for k, v in sample.items() if v is not False})[0] is not None
+            launches = set_flags_key(sample) is not None
             if draws > probes and not launches:
                 continue
             launched += launches
@@ -407,7 +410,7 @@ class Landscape:
                     if set(random_candidate(axes, fixed, rng, keep=variant)) != set(sample):
                         relevant.add(axis.name)  # changes which other flags are set
                         break
-                    key, _ = key_of({k: v for k, v in variant.items() if v is not False})
+                    key = set_flags_key(variant)
                     if key is not None:
                         keys.add(key)
                 if len(keys) > 1:

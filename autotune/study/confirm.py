@@ -216,7 +216,7 @@ def choose_finalists(records: Sequence[TrialRecord], *, top: int) -> list[TrialR
     )
     # A search trial that launched a baseline's configuration is that baseline, not a finalist: the
     # baseline's own record stands for it, so the verdict still states the gain over that baseline.
-    baseline_of: dict[str, TrialRecord] = {}
+    baseline_of: dict[str | None, TrialRecord] = {}
     for r in candidates:
         if r.baseline is not None and r.launch.config_key is not None:
             baseline_of.setdefault(r.launch.config_key, r)
@@ -228,7 +228,7 @@ def choose_finalists(records: Sequence[TrialRecord], *, top: int) -> list[TrialR
         is_baseline = record.baseline is not None or key in baseline_of
         if key in keys or (others >= top and not is_baseline):
             continue
-        chosen.append(baseline_of.get(key, record) if key is not None else record)
+        chosen.append(baseline_of.get(key, record))
         keys.add(key)
         others += not is_baseline
     return chosen

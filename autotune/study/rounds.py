@@ -74,7 +74,7 @@ def relaunches_by_round(
     relaunches = {f.number: [r for r in records if r.confirm_of == f.number] for f in finalists}
     for number, runs in relaunches.items():
         for index, run in enumerate(sorted(runs, key=lambda r: r.number)):
-            if run.outcome == OutcomeKind.OK.value and run.value and run.value > 0:
+            if run.outcome == OutcomeKind.OK.value and run.value is not None and run.value > 0:
                 launch_round = run.proposal.launch_round
                 launches[number][launch_round if launch_round is not None else -1 - index] = run.value
     return launches
