@@ -316,10 +316,20 @@ def _finalists(
     rounds: int,
 ) -> list[Finalist]:
     """Each finalist as the race left it (the round after which it was dropped, if it was), highest mean first."""
-    attempts = {f.number: sum(1 for r in records if r.confirm_of == f.number) for f in finalists}
+    attempts = {f.number: [r for r in records if r.confirm_of == f.number] for f in finalists}
+    numbered = [r.proposal.launch_round for runs in attempts.values() for r in runs]
+    last = max((n for n in numbered if n is not None), default=None)
+
+    def dropped(runs: list[TrialRecord]) -> bool:
+        """Relaunched, but not in the race's last round (a challenger joins late: it is not dropped);
+        relaunches kept before rounds were recorded: fewer than the most."""
+        if last is None:
+            return 0 < len(runs) < rounds
+        return bool(runs) and all(r.proposal.launch_round != last for r in runs)
+
     built = (
         _finalist(f, records, launches[f.number], model, fixed).model_copy(
-            update={"dropped_after": attempts[f.number] - 1 if 0 < attempts[f.number] < rounds else None}
+            update={"dropped_after": len(attempts[f.number]) - 1 if dropped(attempts[f.number]) else None}
         )
         for f in finalists
     )

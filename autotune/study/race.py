@@ -59,6 +59,9 @@ PAIR_ROUNDS = 3
 # The most launches of one configuration in a race (``--confirm-launches``): a pair that is still open
 # after this many is not decided by the night.
 RACE_LAUNCHES = 8
+# Rounds of a pair a settled race must have room for before it admits a challenger: two, as every
+# finalist is given (a paired noise needs them).
+CHALLENGER_ROUNDS = 2
 # Where the schedule's race writes the adaptive config its launches read (in the study's folder).
 SCHEDULE_CONFIG_FILE = "schedule-adaptive.json"
 
@@ -215,8 +218,9 @@ def race_finalists(runner: StudyRunner, race: FinalistsRace) -> Confirmation | N
     behind, or equivalent within the margin) is no longer relaunched, and the race ends when the
     verdict is settled, when fewer than two configurations are left to relaunch (the fit removes a
     round's effect; a round the budget or the deadline leaves room for only in part launches its first
-    configurations), or at ``race.launches`` launches of a configuration. The verdict is stored; None
-    when nothing feasible was measured.
+    configurations), or at ``race.launches`` launches of a configuration. A race settled with launches
+    to spare races the next-ranked configurations against its leader, one at a time (:func:`_eliminate`).
+    The verdict is stored; None when nothing feasible was measured.
     Ctrl-C stops it with what it has."""
     records = runner.records()
     finalists = choose_finalists(records, top=race.top)
@@ -241,12 +245,17 @@ def race_finalists(runner: StudyRunner, race: FinalistsRace) -> Confirmation | N
 
 
 def _eliminate(
-    runner: StudyRunner, race: FinalistsRace, finalists: Sequence[TrialRecord], *, budget: int, margin: float
+    runner: StudyRunner, race: FinalistsRace, finalists: list[TrialRecord], *, budget: int, margin: float
 ) -> None:
     """Successive elimination: rounds of the configurations still open, until the standing is settled
-    or the launches, the budget or the deadline leave fewer than two to relaunch."""
+    or the launches, the budget or the deadline leave fewer than two to relaunch. A race settled with
+    room left for :data:`CHALLENGER_ROUNDS` rounds of a pair admits the next configuration by the
+    search's ranking (appended to ``finalists``) and races it against the leader: the budget is the
+    night's, and the search's best by one measurement is often not the truly best of near-equals."""
     baselines = {f.number for f in finalists if f.baseline is not None}
     round_s = _launch_seconds(runner.records())
+    raced = {f.number for f in finalists}
+    waiting = [r for r in choose_finalists(runner.records(), top=len(runner.records())) if r.number not in raced]
     racing, spent = [f.number for f in finalists], 0
     while True:
         tried = Counter(r.confirm_of for r in runner.records() if r.confirm_of is not None)
@@ -258,9 +267,25 @@ def _eliminate(
         _relaunch(runner, [f for f in finalists if f.number in racing])
         spent += len(racing)
         now = standing(relaunches_by_round(runner.records(), finalists), margin=margin, baselines=baselines)
-        if now.settled:
+        if not now.settled:
+            racing = now.racing
+            continue
+        room = _pair_rounds_left(runner, race, now.leader, budget=budget - spent, round_s=round_s)
+        if not waiting or room < CHALLENGER_ROUNDS:
             return
-        racing = now.racing
+        finalists.append(waiting.pop(0))
+        racing = [n for n in (now.leader, finalists[-1].number) if n is not None]
+
+
+def _pair_rounds_left(
+    runner: StudyRunner, race: FinalistsRace, leader: int | None, *, budget: int, round_s: float | None
+) -> int:
+    """Rounds of the leader and one challenger that the budget, the leader's launches and the deadline hold."""
+    tried = sum(1 for r in runner.records() if r.confirm_of is not None and r.confirm_of == leader)
+    rounds = min(budget // 2, race.launches - tried)
+    if race.deadline is not None and round_s is not None:
+        rounds = min(rounds, int((race.deadline - runner.clock()) // round_s) // 2)
+    return rounds
 
 
 def _relaunch(runner: StudyRunner, finalists: Sequence[TrialRecord]) -> None:
