@@ -69,6 +69,9 @@ class Finalist(Frozen):
     changed_flags: int
     memory: float | None = Field(default=None, description="the engine's memory flag, or peak GiB where logged")
     dropped_after: int | None = Field(default=None, description="the round after which it was significantly behind")
+    joined_after: int | None = Field(
+        default=None, description="a challenger: the rounds the race had run before it was admitted against the leader"
+    )
 
     @property
     def confirmed(self) -> bool:
@@ -317,20 +320,22 @@ def _finalists(
 ) -> list[Finalist]:
     """Each finalist as the race left it (the round after which it was dropped, if it was), highest mean first."""
     attempts = {f.number: [r for r in records if r.confirm_of == f.number] for f in finalists}
-    numbered = [r.proposal.launch_round for runs in attempts.values() for r in runs]
-    last = max((n for n in numbered if n is not None), default=None)
+    race_rounds = sorted({r.proposal.launch_round for runs in attempts.values() for r in runs} - {None})
 
-    def dropped(runs: list[TrialRecord]) -> bool:
-        """Relaunched, but not in the race's last round (a challenger joins late: it is not dropped);
-        relaunches kept before rounds were recorded: fewer than the most."""
-        if last is None:
-            return 0 < len(runs) < rounds
-        return bool(runs) and all(r.proposal.launch_round != last for r in runs)
+    def entered(runs: list[TrialRecord]) -> dict[str, int | None]:
+        """The race rounds before a challenger joined; the round after which a finalist was no longer
+        relaunched (behind), where that was before the race's last. Relaunches kept before rounds were
+        recorded count by order."""
+        own = [race_rounds.index(r.proposal.launch_round) for r in runs if r.proposal.launch_round is not None]
+        if not race_rounds or not own:
+            return {"dropped_after": len(runs) - 1 if 0 < len(runs) < rounds else None}
+        return {
+            "joined_after": min(own) or None,
+            "dropped_after": max(own) if max(own) < len(race_rounds) - 1 else None,
+        }
 
     built = (
-        _finalist(f, records, launches[f.number], model, fixed).model_copy(
-            update={"dropped_after": len(attempts[f.number]) - 1 if dropped(attempts[f.number]) else None}
-        )
+        _finalist(f, records, launches[f.number], model, fixed).model_copy(update=entered(attempts[f.number]))
         for f in finalists
     )
     return sorted(built, key=lambda f: -f.mean)

@@ -128,7 +128,8 @@ class RacePlan:
         fewer = f"; {self.fewer}" if self.fewer else ""
         return (
             f"racing {self.configurations} configurations ({self.baselines} of them baselines) on at most "
-            f"{self.launches} fresh launches{took}{until}, dropping each as soon as it is decided{fewer}"
+            f"{self.launches} fresh launches{took}{until}, dropping each as soon as it is decided (launches "
+            f"left once it is settled race the next-ranked configurations against the leader){fewer}"
         )
 
 
@@ -189,7 +190,7 @@ def plan_race(runner: StudyRunner, race: FinalistsRace) -> RacePlan:
     records = runner.records()
     finalists = choose_finalists(records, top=race.top)
     budget = _budget(race, records, len(finalists))
-    most = min(race.launches * len(finalists), budget)
+    most = min(race.launches * len(choose_finalists(records, top=len(records))), budget)  # challengers too
     seconds = _launch_seconds(records)
     fewer = None
     if race.asked is not None:
@@ -248,44 +249,57 @@ def _eliminate(
     runner: StudyRunner, race: FinalistsRace, finalists: list[TrialRecord], *, budget: int, margin: float
 ) -> None:
     """Successive elimination: rounds of the configurations still open, until the standing is settled
-    or the launches, the budget or the deadline leave fewer than two to relaunch. A race settled with
-    room left for :data:`CHALLENGER_ROUNDS` rounds of a pair admits the next configuration by the
-    search's ranking (appended to ``finalists``) and races it against the leader: the budget is the
-    night's, and the search's best by one measurement is often not the truly best of near-equals."""
+    or the launches, the budget or the deadline leave fewer than two to relaunch. A race that is settled,
+    or has fewer than two configurations to relaunch, with room left for :data:`CHALLENGER_ROUNDS`
+    rounds of a pair, admits the next configuration by the search's ranking (appended to ``finalists``)
+    and races it against the leader: the launches are the night's, and the search's best by one
+    measurement is often not the truly best of near-equals."""
     baselines = {f.number for f in finalists if f.baseline is not None}
     round_s = _launch_seconds(runner.records())
     raced = {f.number for f in finalists}
     waiting = [r for r in choose_finalists(runner.records(), top=len(runner.records())) if r.number not in raced]
     racing, spent = [f.number for f in finalists], 0
+    leader: int | None = finalists[0].number
     while True:
         tried = Counter(r.confirm_of for r in runner.records() if r.confirm_of is not None)
         racing = [n for n in racing if tried[n] < race.launches][: budget - spent]
         if race.deadline is not None and round_s is not None:  # only as many as finish before the end
             racing = racing[: max(int((race.deadline - runner.clock()) // round_s), 0)]
         if len(racing) < 2:
-            return
+            if not _admit(runner, race, finalists, waiting, leader, budget=budget - spent, round_s=round_s):
+                return
+            racing = [n for n in (leader, finalists[-1].number) if n is not None]
+            continue
         _relaunch(runner, [f for f in finalists if f.number in racing])
         spent += len(racing)
         now = standing(relaunches_by_round(runner.records(), finalists), margin=margin, baselines=baselines)
-        if not now.settled:
-            racing = now.racing
-            continue
-        room = _pair_rounds_left(runner, race, now.leader, budget=budget - spent, round_s=round_s)
-        if not waiting or room < CHALLENGER_ROUNDS:
-            return
-        finalists.append(waiting.pop(0))
-        racing = [n for n in (now.leader, finalists[-1].number) if n is not None]
+        leader, racing = now.leader, now.racing
+        if now.settled:
+            racing = [n for n in racing if n == leader]  # nothing open: a challenger, or the end
 
 
-def _pair_rounds_left(
-    runner: StudyRunner, race: FinalistsRace, leader: int | None, *, budget: int, round_s: float | None
-) -> int:
-    """Rounds of the leader and one challenger that the budget, the leader's launches and the deadline hold."""
+def _admit(
+    runner: StudyRunner,
+    race: FinalistsRace,
+    finalists: list[TrialRecord],
+    waiting: list[TrialRecord],
+    leader: int | None,
+    *,
+    budget: int,
+    round_s: float | None,
+) -> bool:
+    """Append the next-ranked configuration to ``finalists`` where the budget, the leader's launches and
+    the deadline hold :data:`CHALLENGER_ROUNDS` rounds of it beside the leader."""
+    if not waiting or leader is None:
+        return False
     tried = sum(1 for r in runner.records() if r.confirm_of is not None and r.confirm_of == leader)
     rounds = min(budget // 2, race.launches - tried)
     if race.deadline is not None and round_s is not None:
         rounds = min(rounds, int((race.deadline - runner.clock()) // round_s) // 2)
-    return rounds
+    if rounds < CHALLENGER_ROUNDS:
+        return False
+    finalists.append(waiting.pop(0))
+    return True
 
 
 def _relaunch(runner: StudyRunner, finalists: Sequence[TrialRecord]) -> None:
