@@ -11,9 +11,11 @@ import statistics
 from pathlib import Path
 
 import optuna
+from rich.console import Console
 
 from autotune.engines.base import LaunchPlan
 from autotune.outcomes import OutcomeKind
+from autotune.report.console import confirmation_table
 from autotune.space import load_space
 from autotune.study import StudyPaths, make_sampler
 from autotune.study.night import Night, run_night
@@ -165,6 +167,10 @@ def test_a_race_settled_with_launches_to_spare_races_the_next_ranked_configurati
     # admitted in the search's ranking, each after the rounds before it, and raced beside the leader
     assert [c.first for c in challengers] == sorted((c.first for c in challengers), reverse=True)
     assert all(c.first <= f.first for c in challengers for f in first if not f.baseline)
+    console = Console(width=240, record=True)
+    console.print(confirmation_table(result))
+    shown = console.export_text()
+    assert all(f"{c.label} (#{c.trial}) (challenger from round {c.joined_after + 1})" in shown for c in challengers)
     rounds = _rounds_of(relaunches)
     for c in challengers:
         assert c.joined_after >= 2  # two rounds of every finalist came first
@@ -239,6 +245,7 @@ def test_the_plan_says_what_the_race_will_race_and_the_most_it_spends(tmp_path: 
     assert plan.launches == 9 and plan.seconds is not None and plan.deadline_s is None
     assert sum(1 for r in runner.records() if r.confirm_of is not None) <= plan.launches
     assert "at most 9 fresh launches" in plan.text()
+    assert "launches left once it is settled race the next-ranked configurations against the leader" in plan.text()
 
 
 def test_a_night_of_launches_searches_on_its_share_and_races_on_the_rest(tmp_path: Path) -> None:
