@@ -219,8 +219,9 @@ def race_finalists(runner: StudyRunner, race: FinalistsRace) -> Confirmation | N
     behind, or equivalent within the margin) is no longer relaunched, and the race ends when the
     verdict is settled, when fewer than two configurations are left to relaunch (the fit removes a
     round's effect; a round the budget or the deadline leaves room for only in part launches its first
-    configurations), or at ``race.launches`` launches of a configuration. A race settled with launches
-    to spare races the next-ranked configurations against its leader, one at a time (:func:`_eliminate`).
+    configurations), or at ``race.launches`` launches of a configuration. A race settled, or left with
+    one configuration to relaunch, with launches to spare races the next-ranked configurations against
+    its leader, one at a time (:func:`_eliminate`).
     The verdict is stored; None when nothing feasible was measured.
     Ctrl-C stops it with what it has."""
     records = runner.records()
