@@ -11,9 +11,11 @@ import statistics
 from pathlib import Path
 
 import optuna
+from rich.console import Console
 
 from autotune.engines.base import LaunchPlan
 from autotune.outcomes import OutcomeKind
+from autotune.report.console import confirmation_table
 from autotune.space import load_space
 from autotune.study import StudyPaths, make_sampler
 from autotune.study.night import Night, run_night
@@ -65,13 +67,14 @@ def test_a_timeout_covers_search_and_race() -> None:
     assert split_timeout(3600, share=0.25) == 2700
 
 
-def _raced(tmp_path: Path, **race: object):  # type: ignore[no-untyped-def]
+def _raced(tmp_path: Path, *, baselines: bool = True, **race: object):  # type: ignore[no-untyped-def]
     problem = load_problem("qwen3.6-27b-2xa6000", TWIN_SPACE)
     runner = _runner(problem, tmp_path, seed=4)
-    runner.enqueue_baselines()
+    if baselines:
+        runner.enqueue_baselines()
     runner.run(trials=8, timeout_s=None)
     searched = len(runner.records())
-    result = race_finalists(runner, FinalistsRace(top=3, **race))  # type: ignore[arg-type]
+    result = race_finalists(runner, FinalistsRace(**{"top": 3, **race}))  # type: ignore[arg-type]
     relaunches = [r for r in runner.records() if r.confirm_of is not None]
     return runner, result, relaunches, searched
 
@@ -119,11 +122,16 @@ def test_a_timeout_night_whose_end_cannot_hold_the_floor_races_fewer_finalists_a
     assert race_in_time(runner, roomy) == roomy
     race = race_in_time(runner, FinalistsRace(top=3, deadline=timed.now + 12.5 * seconds))
     assert (race.top, race.asked, race.room) == (1, 3, 12)  # the floor of 1 is 12: it fits
-    assert plan_race(runner, race).text().endswith(
-        "; 1 finalist besides 2 baselines, not 3: a race of 12 launches cannot hold the floor of 3 (16 launches)"
+    assert (
+        plan_race(runner, race)
+        .text()
+        .endswith(
+            "; 1 finalist besides 2 baselines, not 3: a race of 12 launches cannot hold the floor of 3 (16 launches)"
+        )
     )
     result = race_finalists(runner, race)
-    assert result is not None and sum(1 for f in result.finalists if not f.baseline) <= 1
+    assert result is not None  # the race began with one finalist (challengers may join it once it settles)
+    assert sum(1 for f in result.finalists if not f.baseline and f.joined_after is None) <= 1
 
 
 def test_the_race_never_spends_past_its_budget_and_relaunches_only_what_is_open(tmp_path: Path) -> None:
@@ -134,10 +142,56 @@ def test_the_race_never_spends_past_its_budget_and_relaunches_only_what_is_open(
         assert r.proposal.launch_round is not None and r.confirm_of is not None
         by_round.setdefault(r.proposal.launch_round, []).append(r.confirm_of)
     rounds = [by_round[k] for k in sorted(by_round)]
+    challengers = {f.trial for f in result.finalists if f.joined_after is not None}
     assert all(len(r) >= 2 for r in rounds)  # a round needs two configurations
-    assert all(set(later) <= set(rounds[0]) for later in rounds[1:])  # only finalists, each once a round
+    assert all(set(later) <= set(rounds[0]) | challengers for later in rounds[1:])  # only finalists, each once a round
     assert all(len(set(r)) == len(r) for r in rounds)
 
+
+def _rounds_of(relaunches):  # type: ignore[no-untyped-def]
+    by_round: dict[int, set[int]] = {}
+    for r in relaunches:
+        by_round.setdefault(r.proposal.launch_round, set()).add(r.confirm_of)
+    return [by_round[k] for k in sorted(by_round)]
+
+
+def test_a_race_settled_with_launches_to_spare_races_the_next_ranked_configurations_against_its_leader(
+    tmp_path: Path,
+) -> None:
+    runner, result, relaunches, _ = _raced(tmp_path, top=1, budget=16)
+    assert result is not None and result.settled and len(relaunches) <= 16
+    first = [f for f in result.finalists if f.joined_after is None]
+    assert sum(1 for f in first if not f.baseline) == 1  # the race began with its one finalist and the baselines
+    challengers = sorted((f for f in result.finalists if f.joined_after is not None), key=lambda f: f.joined_after)
+    assert len(challengers) >= 2
+    # admitted in the search's ranking, each after the rounds before it, and raced beside the leader
+    assert [c.first for c in challengers] == sorted((c.first for c in challengers), reverse=True)
+    assert all(c.first <= f.first for c in challengers for f in first if not f.baseline)
+    console = Console(width=240, record=True)
+    console.print(confirmation_table(result))
+    shown = console.export_text()
+    assert all(f"{c.label} (#{c.trial}) (challenger from round {c.joined_after + 1})" in shown for c in challengers)
+    rounds = _rounds_of(relaunches)
+    for c in challengers:
+        assert c.joined_after >= 2  # two rounds of every finalist came first
+        assert all(
+            result.leader in rounds[i] and c.trial in rounds[i]
+            for i in range(c.joined_after, c.joined_after + len(c.values))
+        )
+
+
+def test_a_lone_finalist_is_raced_against_the_next_ranked_configuration_not_left_unconfirmed(tmp_path: Path) -> None:
+    runner, result, relaunches, _ = _raced(tmp_path, baselines=False, top=1, budget=8)
+    assert result is not None and 0 < len(relaunches) <= 8
+    assert all(f.confirmed for f in result.finalists)
+    ranked = sorted((r for r in runner.records() if r.confirm_of is None and r.value), key=lambda r: -(r.value or 0.0))
+    assert _rounds_of(relaunches)[0] == {ranked[0].number, ranked[1].number}  # the best, and the next by ranking
+
+
+def test_a_race_without_room_for_two_rounds_of_a_pair_admits_no_challenger(tmp_path: Path) -> None:
+    runner, result, relaunches, _ = _raced(tmp_path, top=1, budget=7)  # two rounds of three: one launch left
+    assert result is not None and len(relaunches) == 6
+    assert all(f.joined_after is None for f in result.finalists)
 
 
 def test_a_short_night_races_as_many_finalists_as_its_budget_holds_the_floor_for() -> None:
@@ -170,8 +224,8 @@ def test_a_short_night_says_it_races_fewer_finalists_and_why(tmp_path: Path) -> 
     assert said[0].endswith(
         "; 1 finalist besides 2 baselines, not 3: a race of 10 launches cannot hold the floor of 3 (16 launches)"
     )
-    raced = {f.trial for f in ended.confirmation.finalists if not f.baseline}
-    assert len(raced) <= 1  # the best configuration, when it is not a baseline
+    raced = {f.trial for f in ended.confirmation.finalists if not f.baseline and f.joined_after is None}
+    assert len(raced) <= 1  # the best configuration, when it is not a baseline; then challengers, if it settles
 
 
 # ---------------------------------------------------------------- the finalists' race, and the night
@@ -191,6 +245,7 @@ def test_the_plan_says_what_the_race_will_race_and_the_most_it_spends(tmp_path: 
     assert plan.launches == 9 and plan.seconds is not None and plan.deadline_s is None
     assert sum(1 for r in runner.records() if r.confirm_of is not None) <= plan.launches
     assert "at most 9 fresh launches" in plan.text()
+    assert "launches left once it is settled race the next-ranked configurations against the leader" in plan.text()
 
 
 def test_a_night_of_launches_searches_on_its_share_and_races_on_the_rest(tmp_path: Path) -> None:

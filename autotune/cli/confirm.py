@@ -25,8 +25,8 @@ LaunchesOpt = Annotated[
         "--launches",
         min=1,
         help="At most N fresh launches per finalist, in interleaved rounds "
-        "(A B C, then A C: one whose comparison with the leader is decided is dropped); the race stops "
-        "once settled.",
+        "(A B C, then A C: one whose comparison with the leader is decided is dropped); once settled, "
+        "launches the budget has left race the next-ranked configurations against the leader.",
     ),
 ]
 BudgetOpt = Annotated[

@@ -298,6 +298,7 @@ def confirmation_table(confirmation: Confirmation, *, unit: str = "tok/s") -> Re
     for f in confirmation.finalists:
         mark = " *" if f.trial == confirmation.best else ""
         launched = str(len(f.values)) + (f" (+{len(f.failed)} failed)" if f.failed else "")
+        joined = f" (challenger from round {f.joined_after + 1})" if f.joined_after is not None else ""
         dropped = f" (behind after round {f.dropped_after + 1})" if f.dropped_after is not None else ""
         if compared:
             mean = f"{f.mean:.1f}" if f.confirmed else "not confirmed"
@@ -313,7 +314,7 @@ def confirmation_table(confirmation: Confirmation, *, unit: str = "tok/s") -> Re
             else (versus[f.trial].interval_text() if f.trial in versus else "-")
         )
         table.add_row(
-            f"{f.label} (#{f.trial}){mark}{dropped}",
+            f"{f.label} (#{f.trial}){mark}{joined}{dropped}",
             f"{f.first:.1f}" if f.first is not None else "-",
             launched,
             " ".join(f"{v:.1f}" for v in f.values) or "-",

@@ -69,6 +69,9 @@ class Finalist(Frozen):
     changed_flags: int
     memory: float | None = Field(default=None, description="the engine's memory flag, or peak GiB where logged")
     dropped_after: int | None = Field(default=None, description="the round after which it was significantly behind")
+    joined_after: int | None = Field(
+        default=None, description="a challenger: the rounds the race had run before it was admitted against the leader"
+    )
 
     @property
     def confirmed(self) -> bool:
@@ -316,11 +319,23 @@ def _finalists(
     rounds: int,
 ) -> list[Finalist]:
     """Each finalist as the race left it (the round after which it was dropped, if it was), highest mean first."""
-    attempts = {f.number: sum(1 for r in records if r.confirm_of == f.number) for f in finalists}
+    attempts = {f.number: [r for r in records if r.confirm_of == f.number] for f in finalists}
+    race_rounds = sorted({r.proposal.launch_round for runs in attempts.values() for r in runs} - {None})
+
+    def entered(runs: list[TrialRecord]) -> dict[str, int | None]:
+        """The race rounds before a challenger joined; the round after which a finalist was no longer
+        relaunched (behind), where that was before the race's last. Relaunches kept before rounds were
+        recorded count by order."""
+        own = [race_rounds.index(r.proposal.launch_round) for r in runs if r.proposal.launch_round is not None]
+        if not race_rounds or not own:
+            return {"dropped_after": len(runs) - 1 if 0 < len(runs) < rounds else None}
+        return {
+            "joined_after": min(own) or None,
+            "dropped_after": max(own) if max(own) < len(race_rounds) - 1 else None,
+        }
+
     built = (
-        _finalist(f, records, launches[f.number], model, fixed).model_copy(
-            update={"dropped_after": attempts[f.number] - 1 if 0 < attempts[f.number] < rounds else None}
-        )
+        _finalist(f, records, launches[f.number], model, fixed).model_copy(update=entered(attempts[f.number]))
         for f in finalists
     )
     return sorted(built, key=lambda f: -f.mean)

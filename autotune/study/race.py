@@ -59,6 +59,9 @@ PAIR_ROUNDS = 3
 # The most launches of one configuration in a race (``--confirm-launches``): a pair that is still open
 # after this many is not decided by the night.
 RACE_LAUNCHES = 8
+# Rounds of a pair a settled race must have room for before it admits a challenger: two, as every
+# finalist is given (a paired noise needs them).
+CHALLENGER_ROUNDS = 2
 # Where the schedule's race writes the adaptive config its launches read (in the study's folder).
 SCHEDULE_CONFIG_FILE = "schedule-adaptive.json"
 
@@ -125,7 +128,8 @@ class RacePlan:
         fewer = f"; {self.fewer}" if self.fewer else ""
         return (
             f"racing {self.configurations} configurations ({self.baselines} of them baselines) on at most "
-            f"{self.launches} fresh launches{took}{until}, dropping each as soon as it is decided{fewer}"
+            f"{self.launches} fresh launches{took}{until}, dropping each as soon as it is decided (launches "
+            f"left once it is settled race the next-ranked configurations against the leader){fewer}"
         )
 
 
@@ -186,7 +190,7 @@ def plan_race(runner: StudyRunner, race: FinalistsRace) -> RacePlan:
     records = runner.records()
     finalists = choose_finalists(records, top=race.top)
     budget = _budget(race, records, len(finalists))
-    most = min(race.launches * len(finalists), budget)
+    most = min(race.launches * len(choose_finalists(records, top=len(records))), budget)  # challengers too
     seconds = _launch_seconds(records)
     fewer = None
     if race.asked is not None:
@@ -215,8 +219,10 @@ def race_finalists(runner: StudyRunner, race: FinalistsRace) -> Confirmation | N
     behind, or equivalent within the margin) is no longer relaunched, and the race ends when the
     verdict is settled, when fewer than two configurations are left to relaunch (the fit removes a
     round's effect; a round the budget or the deadline leaves room for only in part launches its first
-    configurations), or at ``race.launches`` launches of a configuration. The verdict is stored; None
-    when nothing feasible was measured.
+    configurations), or at ``race.launches`` launches of a configuration. A race settled, or left with
+    one configuration to relaunch, with launches to spare races the next-ranked configurations against
+    its leader, one at a time (:func:`_eliminate`).
+    The verdict is stored; None when nothing feasible was measured.
     Ctrl-C stops it with what it has."""
     records = runner.records()
     finalists = choose_finalists(records, top=race.top)
@@ -241,26 +247,60 @@ def race_finalists(runner: StudyRunner, race: FinalistsRace) -> Confirmation | N
 
 
 def _eliminate(
-    runner: StudyRunner, race: FinalistsRace, finalists: Sequence[TrialRecord], *, budget: int, margin: float
+    runner: StudyRunner, race: FinalistsRace, finalists: list[TrialRecord], *, budget: int, margin: float
 ) -> None:
     """Successive elimination: rounds of the configurations still open, until the standing is settled
-    or the launches, the budget or the deadline leave fewer than two to relaunch."""
+    or the launches, the budget or the deadline leave fewer than two to relaunch. A race that is settled,
+    or has fewer than two configurations to relaunch, with room left for :data:`CHALLENGER_ROUNDS`
+    rounds of a pair, admits the next configuration by the search's ranking (appended to ``finalists``)
+    and races it against the leader: the launches are the night's, and the search's best by one
+    measurement is often not the truly best of near-equals."""
     baselines = {f.number for f in finalists if f.baseline is not None}
     round_s = _launch_seconds(runner.records())
+    raced = {f.number for f in finalists}
+    waiting = [r for r in choose_finalists(runner.records(), top=len(runner.records())) if r.number not in raced]
     racing, spent = [f.number for f in finalists], 0
+    leader: int | None = finalists[0].number
     while True:
         tried = Counter(r.confirm_of for r in runner.records() if r.confirm_of is not None)
         racing = [n for n in racing if tried[n] < race.launches][: budget - spent]
         if race.deadline is not None and round_s is not None:  # only as many as finish before the end
             racing = racing[: max(int((race.deadline - runner.clock()) // round_s), 0)]
         if len(racing) < 2:
-            return
+            if not _admit(runner, race, finalists, waiting, leader, budget=budget - spent, round_s=round_s):
+                return
+            racing = [n for n in (leader, finalists[-1].number) if n is not None]
+            continue
         _relaunch(runner, [f for f in finalists if f.number in racing])
         spent += len(racing)
         now = standing(relaunches_by_round(runner.records(), finalists), margin=margin, baselines=baselines)
+        leader, racing = now.leader, now.racing
         if now.settled:
-            return
-        racing = now.racing
+            racing = [n for n in racing if n == leader]  # nothing open: a challenger, or the end
+
+
+def _admit(
+    runner: StudyRunner,
+    race: FinalistsRace,
+    finalists: list[TrialRecord],
+    waiting: list[TrialRecord],
+    leader: int | None,
+    *,
+    budget: int,
+    round_s: float | None,
+) -> bool:
+    """Append the next-ranked configuration to ``finalists`` where the budget, the leader's launches and
+    the deadline hold :data:`CHALLENGER_ROUNDS` rounds of it beside the leader."""
+    if not waiting or leader is None:
+        return False
+    tried = sum(1 for r in runner.records() if r.confirm_of is not None and r.confirm_of == leader)
+    rounds = min(budget // 2, race.launches - tried)
+    if race.deadline is not None and round_s is not None:
+        rounds = min(rounds, int((race.deadline - runner.clock()) // round_s) // 2)
+    if rounds < CHALLENGER_ROUNDS:
+        return False
+    finalists.append(waiting.pop(0))
+    return True
 
 
 def _relaunch(runner: StudyRunner, finalists: Sequence[TrialRecord]) -> None:
