@@ -122,12 +122,8 @@ def test_a_timeout_night_whose_end_cannot_hold_the_floor_races_fewer_finalists_a
     assert race_in_time(runner, roomy) == roomy
     race = race_in_time(runner, FinalistsRace(top=3, deadline=timed.now + 12.5 * seconds))
     assert (race.top, race.asked, race.room) == (1, 3, 12)  # the floor of 1 is 12: it fits
-    assert (
-        plan_race(runner, race)
-        .text()
-        .endswith(
-            "; 1 finalist besides 2 baselines, not 3: a race of 12 launches cannot hold the floor of 3 (16 launches)"
-        )
+    assert plan_race(runner, race).text().endswith(
+        "; 1 finalist besides 2 baselines, not 3: a race of 12 launches cannot hold the floor of 3 (16 launches)"
     )
     result = race_finalists(runner, race)
     assert result is not None  # the race began with one finalist (challengers may join it once it settles)
