@@ -320,7 +320,8 @@ def _finalists(
 ) -> list[Finalist]:
     """Each finalist as the race left it (the round after which it was dropped, if it was), highest mean first."""
     attempts = {f.number: [r for r in records if r.confirm_of == f.number] for f in finalists}
-    race_rounds = sorted({r.proposal.launch_round for runs in attempts.values() for r in runs} - {None})
+    numbered = {r.proposal.launch_round for runs in attempts.values() for r in runs}
+    race_rounds = sorted(n for n in numbered if n is not None)
 
     def entered(runs: list[TrialRecord]) -> dict[str, int | None]:
         """The race rounds before a challenger joined; the round after which a finalist was no longer

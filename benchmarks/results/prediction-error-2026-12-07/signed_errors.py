@@ -28,7 +28,8 @@ def main() -> None:
         case, seed = spec.split(":")
         member = DRAW[case](1, int(seed))[0]
         assert member.seed == int(seed), (case, seed, member.seed)
-        problem = problem_of(member.profile, family.space_naming_configs(member, Path(tempfile.mkdtemp())), noise_rel=None)
+        space = family.space_naming_configs(member, Path(tempfile.mkdtemp()))
+        problem = problem_of(member.profile, space, noise_rel=None)
         problem.launch_sd = member.profile.timing.launch_sd
         add_unmodelled(problem, member.seed)
         run = nights.run_study(problem, member.seed, budget, sampler="model", name="model", confirm=False)

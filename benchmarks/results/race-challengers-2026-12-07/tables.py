@@ -35,8 +35,11 @@ def kinds(nights: list[dict]) -> dict[int, str]:
 def paired(theirs: list[dict], mine: list[dict]) -> str:
     assert [n["seed"] for n in theirs] == [n["seed"] for n in mine]
     p = paired_regret({TPE_NIGHT: mine, "x": theirs})["x"]
-    mean = statistics.fmean(a["regret_pct"] - b["regret_pct"] for a, b in zip(theirs, mine))
-    cells = [f"{p[q]['difference']:+.2f} ({p[q]['interval'][0]:+.2f} to {p[q]['interval'][1]:+.2f})" for q in ("median", "p90")]
+    mean = statistics.fmean(a["regret_pct"] - b["regret_pct"] for a, b in zip(theirs, mine, strict=True))
+    cells = [
+        f"{p[q]['difference']:+.2f} ({p[q]['interval'][0]:+.2f} to {p[q]['interval'][1]:+.2f})"
+        for q in ("median", "p90")
+    ]
     return f"{cells[0]} | {cells[1]} | {mean:+.2f}"
 
 
@@ -46,7 +49,10 @@ def main() -> None:
         rows = {(t, s): load(folder / f"{t}-{s}-{budget}.jsonl") for t in TREES for s in ("model", "tpe")}
         kind = kinds(rows["main", "model"])
         print(f"\n## Night of {budget} launches, {len(kind)} members\n")
-        print("| tree | row | regret % median / p90 / mean | race launches used, median (total) | configurations raced (total) | nights that kept a baseline |")
+        print(
+            "| tree | row | regret % median / p90 / mean | race launches used, median (total) | "
+            "configurations raced (total) | nights that kept a baseline |"
+        )
         print("|---|---|---|---|---|---|")
         for (t, s), nights in rows.items():
             r = [n["regret_pct"] for n in nights]
