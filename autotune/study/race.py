@@ -190,7 +190,7 @@ def plan_race(runner: StudyRunner, race: FinalistsRace) -> RacePlan:
     records = runner.records()
     finalists = choose_finalists(records, top=race.top)
     budget = _budget(race, records, len(finalists))
-    most = min(race.launches * len(choose_finalists(records, top=len(records))), budget)  # challengers too
+    most = min(race.launches * (len(finalists) + len(_challengers(records, finalists))), budget)
     seconds = _launch_seconds(records)
     fewer = None
     if race.asked is not None:
@@ -256,9 +256,9 @@ def _eliminate(
     and races it against the leader: the launches are the night's, and the search's best by one
     measurement is often not the truly best of near-equals."""
     baselines = {f.number for f in finalists if f.baseline is not None}
-    round_s = _launch_seconds(runner.records())
-    raced = {f.number for f in finalists}
-    waiting = [r for r in choose_finalists(runner.records(), top=len(runner.records())) if r.number not in raced]
+    records = runner.records()
+    round_s = _launch_seconds(records)
+    waiting = _challengers(records, finalists)
     racing, spent = [f.number for f in finalists], 0
     leader: int | None = finalists[0].number
     while True:
@@ -267,7 +267,7 @@ def _eliminate(
         if race.deadline is not None and round_s is not None:  # only as many as finish before the end
             racing = racing[: max(int((race.deadline - runner.clock()) // round_s), 0)]
         if len(racing) < 2:
-            if not _admit(runner, race, finalists, waiting, leader, budget=budget - spent, round_s=round_s):
+            if not _admit(runner, race, finalists, waiting, leader, tried, budget=budget - spent, round_s=round_s):
                 return
             racing = [n for n in (leader, finalists[-1].number) if n is not None]
             continue
@@ -279,22 +279,29 @@ def _eliminate(
             racing = [n for n in racing if n == leader]  # nothing open: a challenger, or the end
 
 
+def _challengers(records: Sequence[TrialRecord], finalists: Sequence[TrialRecord]) -> list[TrialRecord]:
+    """The configurations a race may admit after its finalists, in the search's ranking (:func:`choose_finalists`)."""
+    raced = {f.number for f in finalists}
+    return [r for r in choose_finalists(records, top=len(records)) if r.number not in raced]
+
+
 def _admit(
     runner: StudyRunner,
     race: FinalistsRace,
     finalists: list[TrialRecord],
     waiting: list[TrialRecord],
     leader: int | None,
+    tried: Counter[int],
     *,
     budget: int,
     round_s: float | None,
 ) -> bool:
-    """Append the next-ranked configuration to ``finalists`` where the budget, the leader's launches and
-    the deadline hold :data:`CHALLENGER_ROUNDS` rounds of it beside the leader."""
+    """Append the next-ranked configuration to ``finalists`` where the budget, the leader's launches left
+    (``tried``: each configuration's relaunches so far) and the deadline hold :data:`CHALLENGER_ROUNDS`
+    rounds of it beside the leader."""
     if not waiting or leader is None:
         return False
-    tried = sum(1 for r in runner.records() if r.confirm_of is not None and r.confirm_of == leader)
-    rounds = min(budget // 2, race.launches - tried)
+    rounds = min(budget // 2, race.launches - tried[leader])
     if race.deadline is not None and round_s is not None:
         rounds = min(rounds, int((race.deadline - runner.clock()) // round_s) // 2)
     if rounds < CHALLENGER_ROUNDS:
